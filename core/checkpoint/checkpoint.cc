@@ -1,0 +1,221 @@
+#include "core/checkpoint/checkpoint.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "core/format/hf_index.h"
+
+namespace ckptfs {
+namespace {
+
+constexpr std::string_view kIndexSuffix = ".safetensors.index.json";
+constexpr std::string_view kWeightSuffix = ".safetensors";
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Splits "dir/name" into ("dir", "name"); a bare name lives in ".".
+std::pair<std::string, std::string> SplitPath(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+// Regular files directly inside `dir`, sorted. Subdirectories are not part of a checkpoint.
+Result<std::vector<std::string>> ListRegularFiles(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return Status::IoError(dir + ": cannot list directory: " + std::strerror(errno), errno);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (::stat((dir + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) names.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Result<StoredFile> OpenStored(const std::string& dir, const std::string& name) {
+  CKPTFS_ASSIGN_OR_RETURN(auto source, LocalFileSource::Open(dir + "/" + name, name));
+  return StoredFile{name, std::move(source)};
+}
+
+Result<std::string> ReadWhole(const ByteSource& source) {
+  constexpr uint64_t kMaxIndexBytes = 256ull << 20;
+  if (source.Size() > kMaxIndexBytes) {
+    return Status::Corruption(source.Name() + ": index larger than 256 MiB");
+  }
+  std::string text(source.Size(), '\0');
+  CKPTFS_RETURN_IF_ERROR(source.ReadAt(0, {reinterpret_cast<uint8_t*>(text.data()), text.size()}));
+  return text;
+}
+
+// Adds the tensors of shard `shard_no` to `ckpt`, merging its metadata.
+Status AddShardTensors(Checkpoint& ckpt, uint32_t shard_no) {
+  const ByteSource& source = *ckpt.shards[shard_no].source;
+  CKPTFS_ASSIGN_OR_RETURN(SafetensorsHeader header, ReadSafetensorsHeader(source));
+  for (TensorEntry& t : header.tensors) {
+    ckpt.tensors.push_back(Tensor{std::move(t.name), t.dtype, std::move(t.shape), shard_no,
+                                  header.data_start + t.begin, t.end - t.begin});
+  }
+  for (auto& kv : header.metadata) {
+    auto same_key = [&](const auto& m) { return m.first == kv.first; };
+    if (std::none_of(ckpt.metadata.begin(), ckpt.metadata.end(), same_key)) {
+      ckpt.metadata.push_back(std::move(kv));
+    }
+  }
+  return Status::Ok();
+}
+
+const Tensor* FindTensor(const Checkpoint& ckpt, std::string_view name) {
+  auto it = std::lower_bound(ckpt.tensors.begin(), ckpt.tensors.end(), name,
+                             [](const Tensor& t, std::string_view n) { return t.name < n; });
+  return it != ckpt.tensors.end() && it->name == name ? &*it : nullptr;
+}
+
+// A tensor must appear once across shards, in the shard the index names.
+Status CheckAgainstIndex(const Checkpoint& ckpt, const HfIndex& index, const std::string& file) {
+  for (size_t i = 1; i < ckpt.tensors.size(); ++i) {
+    if (ckpt.tensors[i].name == ckpt.tensors[i - 1].name) {
+      return Status::Corruption(ckpt.shards[ckpt.tensors[i].shard].name + ": tensor \"" +
+                                ckpt.tensors[i].name + "\" also appears in " +
+                                ckpt.shards[ckpt.tensors[i - 1].shard].name);
+    }
+  }
+  std::unordered_map<std::string_view, std::string_view> expected;
+  expected.reserve(index.weight_map.size());
+  for (const auto& [tensor, shard] : index.weight_map) expected.emplace(tensor, shard);
+  for (const Tensor& t : ckpt.tensors) {
+    const std::string& shard = ckpt.shards[t.shard].name;
+    auto it = expected.find(t.name);
+    if (it == expected.end()) {
+      return Status::Corruption(shard + ": tensor \"" + t.name + "\" is not listed in " + file);
+    }
+    if (it->second != shard) {
+      return Status::Corruption(file + ": tensor \"" + t.name + "\" is listed in " +
+                                std::string(it->second) + " but stored in " + shard);
+    }
+  }
+  // Every stored tensor matched a distinct index entry; any extra entry is missing.
+  if (expected.size() != ckpt.tensors.size()) {
+    for (const auto& [tensor, shard] : index.weight_map) {
+      if (!FindTensor(ckpt, tensor)) {
+        return Status::Corruption(shard + ": tensor \"" + tensor + "\" listed in " + file +
+                                  " is missing from the shard");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+void SortTensors(Checkpoint& ckpt) {
+  std::sort(ckpt.tensors.begin(), ckpt.tensors.end(),
+            [](const Tensor& a, const Tensor& b) { return a.name < b.name; });
+}
+
+Result<Checkpoint> OpenSharded(const std::string& dir, const std::string& index_name,
+                               const std::vector<std::string>& files) {
+  Checkpoint ckpt;
+  ckpt.source_path = dir;
+  CKPTFS_ASSIGN_OR_RETURN(StoredFile index_file, OpenStored(dir, index_name));
+  CKPTFS_ASSIGN_OR_RETURN(std::string text, ReadWhole(*index_file.source));
+  CKPTFS_ASSIGN_OR_RETURN(HfIndex index, ParseHfIndex(text, index_name));
+  ckpt.index.push_back(std::move(index_file));
+  for (const std::string& shard : index.shard_files) {
+    auto opened = OpenStored(dir, shard);
+    if (!opened.ok()) {
+      if (opened.status().code() == Status::Code::kNotFound) {
+        return Status::NotFound(shard + ": shard named in " + index_name + " is missing");
+      }
+      return opened.status();
+    }
+    ckpt.shards.push_back(std::move(opened).value());
+  }
+  for (uint32_t i = 0; i < ckpt.shards.size(); ++i)
+    CKPTFS_RETURN_IF_ERROR(AddShardTensors(ckpt, i));
+  SortTensors(ckpt);
+  CKPTFS_RETURN_IF_ERROR(CheckAgainstIndex(ckpt, index, index_name));
+  for (const std::string& name : files) {
+    // Weight files the index does not name are not part of this checkpoint: hide them.
+    if (name == index_name || EndsWith(name, kWeightSuffix)) continue;
+    CKPTFS_ASSIGN_OR_RETURN(StoredFile other, OpenStored(dir, name));
+    ckpt.others.push_back(std::move(other));
+  }
+  return ckpt;
+}
+
+Result<Checkpoint> OpenSingle(const std::string& dir, const std::string& weight_name,
+                              const std::vector<std::string>& files) {
+  Checkpoint ckpt;
+  ckpt.source_path = dir;
+  CKPTFS_ASSIGN_OR_RETURN(StoredFile shard, OpenStored(dir, weight_name));
+  ckpt.shards.push_back(std::move(shard));
+  CKPTFS_RETURN_IF_ERROR(AddShardTensors(ckpt, 0));
+  SortTensors(ckpt);
+  for (const std::string& name : files) {
+    if (name == weight_name) continue;
+    CKPTFS_ASSIGN_OR_RETURN(StoredFile other, OpenStored(dir, name));
+    ckpt.others.push_back(std::move(other));
+  }
+  return ckpt;
+}
+
+}  // namespace
+
+uint64_t Checkpoint::TotalTensorBytes() const {
+  uint64_t total = 0;
+  for (const Tensor& t : tensors) total += t.size;
+  return total;
+}
+
+Result<Checkpoint> OpenCheckpoint(const std::string& source_path) {
+  struct stat st;
+  if (::stat(source_path.c_str(), &st) != 0) {
+    return Status::NotFound(source_path + ": no such file or directory");
+  }
+  if (S_ISREG(st.st_mode)) {
+    if (!EndsWith(source_path, kWeightSuffix)) {
+      return Status::InvalidArgument(source_path + ": not a .safetensors file or a directory");
+    }
+    auto [dir, name] = SplitPath(source_path);
+    return OpenSingle(dir, name, {});
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument(source_path + ": not a file or directory");
+  }
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> files, ListRegularFiles(source_path));
+  std::vector<std::string> indexes, weights;
+  for (const std::string& f : files) {
+    if (EndsWith(f, kIndexSuffix))
+      indexes.push_back(f);
+    else if (EndsWith(f, kWeightSuffix))
+      weights.push_back(f);
+  }
+  if (indexes.size() > 1) {
+    // transformers names it model.safetensors.index.json; prefer that when several exist.
+    auto it = std::find(indexes.begin(), indexes.end(), "model.safetensors.index.json");
+    if (it == indexes.end()) {
+      return Status::InvalidArgument(source_path + ": several index files (" + indexes[0] + ", " +
+                                     indexes[1] + "); cannot tell which is the checkpoint");
+    }
+    indexes = {*it};
+  }
+  if (indexes.size() == 1) return OpenSharded(source_path, indexes[0], files);
+  if (weights.size() == 1) return OpenSingle(source_path, weights[0], files);
+  if (weights.empty()) {
+    return Status::InvalidArgument(source_path +
+                                   ": no *.safetensors file or *.safetensors.index.json found");
+  }
+  return Status::InvalidArgument(
+      source_path + ": " + std::to_string(weights.size()) +
+      " .safetensors files but no *.safetensors.index.json to join them");
+}
+
+}  // namespace ckptfs

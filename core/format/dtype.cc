@@ -1,0 +1,48 @@
+#include "core/format/dtype.h"
+
+#include <array>
+
+namespace ckptfs {
+namespace {
+
+struct DtypeInfo {
+  Dtype dtype;
+  std::string_view name;
+  uint32_t size;
+  std::string_view numpy;
+};
+
+constexpr std::array<DtypeInfo, 15> kDtypes = {{
+    {Dtype::kBool, "BOOL", 1, "|b1"},
+    {Dtype::kU8, "U8", 1, "|u1"},
+    {Dtype::kI8, "I8", 1, "|i1"},
+    {Dtype::kF8E4M3, "F8_E4M3", 1, ""},
+    {Dtype::kF8E5M2, "F8_E5M2", 1, ""},
+    {Dtype::kI16, "I16", 2, "<i2"},
+    {Dtype::kU16, "U16", 2, "<u2"},
+    {Dtype::kF16, "F16", 2, "<f2"},
+    {Dtype::kBF16, "BF16", 2, ""},
+    {Dtype::kI32, "I32", 4, "<i4"},
+    {Dtype::kU32, "U32", 4, "<u4"},
+    {Dtype::kF32, "F32", 4, "<f4"},
+    {Dtype::kF64, "F64", 8, "<f8"},
+    {Dtype::kI64, "I64", 8, "<i8"},
+    {Dtype::kU64, "U64", 8, "<u8"},
+}};
+
+const DtypeInfo& Info(Dtype dtype) { return kDtypes[static_cast<size_t>(dtype)]; }
+
+}  // namespace
+
+std::optional<Dtype> ParseDtype(std::string_view name) {
+  for (const DtypeInfo& info : kDtypes) {
+    if (info.name == name) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+std::string_view DtypeName(Dtype dtype) { return Info(dtype).name; }
+uint32_t DtypeSize(Dtype dtype) { return Info(dtype).size; }
+std::string_view NumpyDescr(Dtype dtype) { return Info(dtype).numpy; }
+
+}  // namespace ckptfs

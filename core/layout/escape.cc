@@ -1,0 +1,35 @@
+#include "core/layout/escape.h"
+
+namespace ckptfs {
+
+std::string EscapeComponent(std::string_view component) {
+  if (component.empty()) return "%";
+  if (component == ".") return "%2E";
+  if (component == "..") return "%2E%2E";
+  std::string out;
+  out.reserve(component.size());
+  for (char c : component) {
+    if (c == '%') {
+      out += "%25";
+    } else if (c == '/') {
+      out += "%2F";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> TensorPathComponents(std::string_view tensor_name) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t dot = tensor_name.find('.', start);
+    parts.push_back(EscapeComponent(tensor_name.substr(start, dot - start)));
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return parts;
+}
+
+}  // namespace ckptfs

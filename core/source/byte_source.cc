@@ -1,0 +1,84 @@
+#include "core/source/byte_source.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace ckptfs {
+
+Status ByteSource::CheckRange(uint64_t offset, uint64_t len) const {
+  const uint64_t size = Size();
+  if (offset > size || len > size - offset) {
+    return Status::Corruption(Name() + ": read of " + std::to_string(len) + " bytes at offset " +
+                              std::to_string(offset) + " past end of file (" +
+                              std::to_string(size) + " bytes)");
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<LocalFileSource>> LocalFileSource::Open(const std::string& path,
+                                                               std::string name) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return Status::NotFound(name + ": no such file");
+    return Status::IoError(name + ": cannot open: " + std::strerror(err), err);
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::InvalidArgument(name + ": not a regular file");
+  }
+  return std::unique_ptr<LocalFileSource>(
+      new LocalFileSource(fd, static_cast<uint64_t>(st.st_size), std::move(name)));
+}
+
+LocalFileSource::~LocalFileSource() { ::close(fd_); }
+
+Status LocalFileSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n =
+        ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      return Status::IoError(name_ + ": read at offset " + std::to_string(offset + done) +
+                                 " failed: " + std::strerror(err),
+                             err);
+    }
+    // The file shrank after mount: report it rather than return stale or zero bytes.
+    if (n == 0) {
+      return Status::IoError(name_ + ": file truncated since mount (short read at offset " +
+                             std::to_string(offset + done) + ")");
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status MemorySource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+  if (!out.empty()) std::memcpy(out.data(), bytes_.data() + offset, out.size());
+  return Status::Ok();
+}
+
+Status FaultySource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
+  const int64_t n = reads_.fetch_add(1);
+  if (faults_.delay_us > 0)
+    std::this_thread::sleep_for(std::chrono::microseconds(faults_.delay_us));
+  if (n == faults_.fail_read_number) {
+    return Status::IoError(Name() + ": injected failure of read #" + std::to_string(n));
+  }
+  if (offset + out.size() > faults_.readable_bytes) {
+    return Status::IoError(Name() + ": injected short read at offset " + std::to_string(offset));
+  }
+  return base_->ReadAt(offset, out);
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,103 @@
+#include "core/volume/volume.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/format/safetensors.h"
+
+namespace ckptfs {
+
+uint64_t CurrentRssBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long size = 0, resident = 0;
+  int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<uint64_t>(resident) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE))
+                : 0;
+}
+
+Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path) {
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path));
+  return std::unique_ptr<Volume>(new Volume(std::move(ckpt)));
+}
+
+Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size,
+                        std::vector<ReadPiece>* plan) const {
+  plan->clear();
+  const Node* node = layout_.Find(ino);
+  if (!node) return Status::NotFound("inode " + std::to_string(ino) + ": no such file");
+  if (node->kind != NodeKind::kFile) {
+    return Status::InvalidArgument(node->name + ": not a regular file with extents");
+  }
+  const uint64_t end = offset + std::min(size, node->size - std::min(offset, node->size));
+  for (const Extent& e : layout_.Extents(ino, offset, size)) {
+    // Clip the extent to the requested window.
+    const uint64_t from = std::max(offset, e.file_offset);
+    const uint64_t to = std::min(end, e.file_offset + e.length);
+    const uint64_t skip = from - e.file_offset;
+    ReadPiece piece;
+    piece.length = to - from;
+    if (e.source == Extent::kInline) {
+      piece.inline_bytes = layout_.InlineBytes(e).data() + skip;
+    } else {
+      piece.source = &layout_.Source(e.source);
+      piece.offset = e.source_offset + skip;
+    }
+    plan->push_back(piece);
+  }
+  return Status::Ok();
+}
+
+Status Volume::ReadInto(std::span<const ReadPiece> plan, uint8_t* out) const {
+  for (const ReadPiece& p : plan) {
+    if (p.source) {
+      Status s = p.source->ReadAt(p.offset, {out, p.length});
+      if (!s.ok()) {
+        Stats::Add(stats_.read_errors, 1);
+        return s;
+      }
+      Stats::Add(stats_.bytes_fetched, p.length);
+    } else {
+      std::memcpy(out, p.inline_bytes, p.length);
+      Stats::Add(stats_.bytes_synthesized, p.length);
+    }
+    out += p.length;
+  }
+  return Status::Ok();
+}
+
+std::vector<std::pair<std::string, std::string>> Volume::Xattrs(uint64_t ino) const {
+  const Node* node = layout_.Find(ino);
+  if (!node || node->tensor < 0) return {};
+  const Tensor& t = ckpt_.tensors[static_cast<size_t>(node->tensor)];
+  return {{"user.ckptfs.dtype", std::string(DtypeName(t.dtype))},
+          {"user.ckptfs.shape", ShapeToJson(t.shape)},
+          {"user.ckptfs.name", t.name}};
+}
+
+std::string Volume::StatsJson() const {
+  auto load = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
+  const double uptime =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stats_.started).count();
+  nlohmann::json j = {
+      {"source", ckpt_.source_path},
+      {"shards", ckpt_.shards.size()},
+      {"tensors", ckpt_.tensors.size()},
+      {"tensor_bytes", ckpt_.TotalTensorBytes()},
+      {"uptime_seconds", uptime},
+      {"reads", load(stats_.reads)},
+      {"bytes_read", load(stats_.bytes_read)},
+      {"bytes_fetched", load(stats_.bytes_fetched)},
+      {"bytes_synthesized", load(stats_.bytes_synthesized)},
+      {"read_errors", load(stats_.read_errors)},
+      {"opens", load(stats_.opens)},
+      {"rss_bytes", CurrentRssBytes()},
+  };
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,63 @@
+// Volume: one mounted checkpoint. Owns the Checkpoint (open files), its Layout and the
+// live Stats, and answers the questions a file system front end asks: lookup, attributes,
+// directory listing, extended attributes, and reads.
+//
+// A read is planned, not performed: PlanRead turns (inode, offset, size) into pieces, each
+// a range of a stored file or a span of synthesized bytes. The front end can hand stored
+// ranges to the kernel by file descriptor (no copy) or call ReadInto to copy. Either way a
+// read crosses the layout once and touches each stored file once.
+//
+// Thread safety: every method is const or uses atomics; one Volume serves all FUSE worker
+// threads.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/layout/layout.h"
+#include "core/status.h"
+#include "core/volume/stats.h"
+
+namespace ckptfs {
+
+struct ReadPiece {
+  const ByteSource* source = nullptr;  // nullptr: `inline_bytes` holds the bytes
+  uint64_t offset = 0;                 // in `source`
+  uint64_t length = 0;
+  const char* inline_bytes = nullptr;  // valid while the Volume lives
+};
+
+class Volume {
+ public:
+  static Result<std::unique_ptr<Volume>> Open(const std::string& source_path);
+
+  const Checkpoint& checkpoint() const { return ckpt_; }
+  const Layout& layout() const { return layout_; }
+  Stats& stats() const { return stats_; }
+
+  // Pieces covering [offset, offset + size) of file `ino`, clipped at end of file (an
+  // empty plan at or past the end). NotFound for a bad inode, InvalidArgument for a
+  // directory or the stats file (whose bytes come from StatsJson).
+  Status PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vector<ReadPiece>* plan) const;
+  // Copies the planned bytes into `out`, which must hold their total length.
+  Status ReadInto(std::span<const ReadPiece> plan, uint8_t* out) const;
+
+  // Extended attributes of a node (user.ckptfs.dtype, .shape, .name for tensor files).
+  std::vector<std::pair<std::string, std::string>> Xattrs(uint64_t ino) const;
+
+  // The current contents of /.ckptfs/stats.json.
+  std::string StatsJson() const;
+
+ private:
+  explicit Volume(Checkpoint ckpt) : ckpt_(std::move(ckpt)), layout_(Layout::Build(ckpt_)) {}
+
+  Checkpoint ckpt_;
+  Layout layout_;
+  mutable Stats stats_;
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,142 @@
+#include "fs/commands.h"
+
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/format/safetensors.h"
+#include "core/volume/volume.h"
+
+namespace ckptfs {
+namespace {
+
+Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, int* exit_code) {
+  auto volume = Volume::Open(source);
+  if (!volume.ok()) {
+    std::fprintf(stderr, "ckptfs: %s\n", volume.status().message().c_str());
+    *exit_code = ExitCodeForOpenFailure(volume.status());
+  }
+  return volume;
+}
+
+std::string HumanBytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+nlohmann::json InspectJson(const Checkpoint& ckpt) {
+  using nlohmann::json;
+  json shards = json::array();
+  for (const StoredFile& s : ckpt.shards)
+    shards.push_back({{"file", s.name}, {"bytes", s.source->Size()}});
+  json tensors = json::array();
+  for (const Tensor& t : ckpt.tensors) {
+    tensors.push_back({{"name", t.name},
+                       {"dtype", DtypeName(t.dtype)},
+                       {"shape", t.shape},
+                       {"bytes", t.size},
+                       {"shard", ckpt.shards[t.shard].name},
+                       {"offset", t.offset}});
+  }
+  json metadata = json::object();
+  for (const auto& [k, v] : ckpt.metadata) metadata[k] = v;
+  return {{"source", ckpt.source_path},
+          {"format", "safetensors"},
+          {"index", ckpt.index.empty() ? json(nullptr) : json(ckpt.index[0].name)},
+          {"shards", shards},
+          {"tensor_count", ckpt.tensors.size()},
+          {"tensor_bytes", ckpt.TotalTensorBytes()},
+          {"metadata", metadata},
+          {"tensors", tensors}};
+}
+
+void PrintInspectTable(const Checkpoint& ckpt) {
+  std::printf("source   %s\n", ckpt.source_path.c_str());
+  std::printf("index    %s\n", ckpt.index.empty() ? "(single file)" : ckpt.index[0].name.c_str());
+  std::printf("shards   %zu\n", ckpt.shards.size());
+  std::printf("tensors  %zu, %s\n\n", ckpt.tensors.size(),
+              HumanBytes(ckpt.TotalTensorBytes()).c_str());
+  size_t width = 6;
+  for (const Tensor& t : ckpt.tensors) width = std::max(width, t.name.size());
+  std::printf("%-*s  %-8s  %-20s  %12s  %s\n", static_cast<int>(width), "TENSOR", "DTYPE", "SHAPE",
+              "BYTES", "SHARD");
+  for (const Tensor& t : ckpt.tensors) {
+    std::printf("%-*s  %-8s  %-20s  %12llu  %s\n", static_cast<int>(width), t.name.c_str(),
+                std::string(DtypeName(t.dtype)).c_str(), ShapeToJson(t.shape).c_str(),
+                static_cast<unsigned long long>(t.size), ckpt.shards[t.shard].name.c_str());
+  }
+}
+
+}  // namespace
+
+int ExitCodeForOpenFailure(const Status& status) {
+  return status.code() == Status::Code::kIoError ? 1 : 2;
+}
+
+int RunInspect(const std::string& source, bool json) {
+  int rc = 0;
+  auto volume = OpenOrReport(source, &rc);
+  if (!volume.ok()) return rc;
+  if (json) {
+    std::puts(InspectJson((*volume)->checkpoint())
+                  .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                  .c_str());
+  } else {
+    PrintInspectTable((*volume)->checkpoint());
+  }
+  return 0;
+}
+
+int RunVerify(const std::string& source) {
+  int rc = 0;
+  auto volume = OpenOrReport(source, &rc);
+  if (!volume.ok()) return rc;
+  // Structure is sound (Open validated every header); now read every stored byte once so
+  // unreadable sectors or files truncated under us are found now rather than mid-load.
+  const Checkpoint& ckpt = (*volume)->checkpoint();
+  std::vector<uint8_t> buf(4u << 20);
+  for (const auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
+    for (const StoredFile& f : *group) {
+      for (uint64_t off = 0; off < f.source->Size(); off += buf.size()) {
+        const uint64_t n = std::min<uint64_t>(buf.size(), f.source->Size() - off);
+        Status s = f.source->ReadAt(off, {buf.data(), n});
+        if (!s.ok()) {
+          std::fprintf(stderr, "ckptfs: %s\n", s.message().c_str());
+          return 2;
+        }
+      }
+    }
+  }
+  std::printf("%s: ok (%zu shards, %zu tensors, %s)\n", ckpt.source_path.c_str(),
+              ckpt.shards.size(), ckpt.tensors.size(), HumanBytes(ckpt.TotalTensorBytes()).c_str());
+  return 0;
+}
+
+int RunUmount(const std::string& mountpoint) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execlp("fusermount3", "fusermount3", "-u", mountpoint.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) {
+    if (WEXITSTATUS(status) == 0) return 0;
+    if (WEXITSTATUS(status) != 127) return 1;  // fusermount3 already said why
+  }
+  // No fusermount3 on this machine: root can unmount directly.
+  if (::umount2(mountpoint.c_str(), 0) == 0) return 0;
+  std::fprintf(stderr, "ckptfs: %s: cannot unmount: %s\n", mountpoint.c_str(),
+               std::strerror(errno));
+  return 1;
+}
+
+}  // namespace ckptfs

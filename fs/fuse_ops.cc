@@ -1,0 +1,417 @@
+#define FUSE_USE_VERSION 314
+#include "fs/fuse_ops.h"
+
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstring>
+#include <thread>
+
+#include "fs/log.h"
+
+namespace ckptfs {
+namespace {
+
+// The checkpoint is immutable while mounted, so the kernel may cache names and attributes
+// for as long as it likes; only the stats file changes.
+constexpr double kCacheTimeout = 86400.0;
+constexpr uint64_t kMaxRead = 1u << 20;
+// Bounded number of pieces one read may splice; more than that are copied.
+constexpr size_t kMaxSplicePieces = 64;
+
+struct FsContext {
+  std::unique_ptr<Volume> volume;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  struct timespec mount_time = {};
+};
+
+FsContext& Ctx(fuse_req_t req) { return *static_cast<FsContext*>(fuse_req_userdata(req)); }
+
+// The one place a core Status becomes a FUSE reply; failures worth a look are logged.
+void ReplyError(fuse_req_t req, const Status& status) {
+  if (status.code() != Status::Code::kNotFound) LogError("%s", status.message().c_str());
+  fuse_reply_err(req, status.errno_value() ? status.errno_value() : EIO);
+}
+
+struct stat MakeStat(const FsContext& ctx, uint64_t ino, const Node& node) {
+  struct stat st = {};
+  st.st_ino = ino;
+  st.st_uid = ctx.uid;
+  st.st_gid = ctx.gid;
+  st.st_atim = st.st_mtim = st.st_ctim = ctx.mount_time;
+  st.st_blksize = kMaxRead;
+  if (node.kind == NodeKind::kDirectory) {
+    st.st_mode = S_IFDIR | 0555;
+    st.st_nlink = 2;
+  } else {
+    st.st_mode = S_IFREG | 0444;
+    st.st_nlink = 1;
+    st.st_size = static_cast<off_t>(node.kind == NodeKind::kStats ? ctx.volume->StatsJson().size()
+                                                                  : node.size);
+    st.st_blocks = (st.st_size + 511) / 512;
+  }
+  return st;
+}
+
+double TimeoutFor(const Node& node) { return node.kind == NodeKind::kStats ? 0.0 : kCacheTimeout; }
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  FsContext& ctx = Ctx(req);
+  const uint64_t ino = ctx.volume->layout().Lookup(parent, name);
+  const Node* node = ctx.volume->layout().Find(ino);
+  if (!node) return (void)fuse_reply_err(req, ENOENT);
+  fuse_entry_param e = {};
+  e.ino = ino;
+  e.generation = 1;
+  e.attr = MakeStat(ctx, ino, *node);
+  e.attr_timeout = e.entry_timeout = TimeoutFor(*node);
+  fuse_reply_entry(req, &e);
+}
+
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  FsContext& ctx = Ctx(req);
+  const Node* node = ctx.volume->layout().Find(ino);
+  if (!node) return (void)fuse_reply_err(req, ENOENT);
+  struct stat st = MakeStat(ctx, ino, *node);
+  fuse_reply_attr(req, &st, TimeoutFor(*node));
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  FsContext& ctx = Ctx(req);
+  const Node* node = ctx.volume->layout().Find(ino);
+  if (!node) return (void)fuse_reply_err(req, ENOENT);
+  if (node->kind == NodeKind::kDirectory) return (void)fuse_reply_err(req, EISDIR);
+  if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EROFS);
+  Stats::Add(ctx.volume->stats().opens, 1);
+  if (node->kind == NodeKind::kStats) {
+    // A snapshot per open, read without the page cache, so `cat` sees one consistent
+    // document that is fresh each time.
+    fi->fh = reinterpret_cast<uint64_t>(new std::string(ctx.volume->StatsJson()));
+    fi->direct_io = 1;
+  } else {
+    fi->keep_cache = 1;
+  }
+  fuse_reply_open(req, fi);
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<std::string*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void ReplyStatsRead(fuse_req_t req, const std::string& snapshot, size_t size, off_t off) {
+  const size_t start = std::min(static_cast<size_t>(off), snapshot.size());
+  fuse_reply_buf(req, snapshot.data() + start, std::min(size, snapshot.size() - start));
+}
+
+// Replies with the planned bytes: stored ranges go to the kernel by file descriptor (libfuse
+// splices them when it can), synthesized bytes by pointer. Sources without a descriptor, or
+// very fragmented reads, are copied into one buffer instead.
+void ReplyPlan(fuse_req_t req, const Volume& volume, const std::vector<ReadPiece>& plan) {
+  const bool by_fd = plan.size() <= kMaxSplicePieces &&
+                     std::all_of(plan.begin(), plan.end(), [](const ReadPiece& p) {
+                       return !p.source || p.source->Fd() >= 0;
+                     });
+  size_t total = 0;
+  for (const ReadPiece& p : plan) total += p.length;
+  if (!by_fd) {
+    std::vector<uint8_t> buf(total);
+    Status s = volume.ReadInto(plan, buf.data());
+    if (!s.ok()) return ReplyError(req, s);
+    fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), total);
+    return;
+  }
+  // fuse_bufvec ends in a one-element array; allocate room for every piece.
+  std::vector<uint8_t> storage(sizeof(fuse_bufvec) + sizeof(fuse_buf) * plan.size());
+  auto* bufv = reinterpret_cast<fuse_bufvec*>(storage.data());
+  bufv->count = plan.size();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    fuse_buf& b = bufv->buf[i];
+    b = fuse_buf{};
+    b.size = plan[i].length;
+    if (plan[i].source) {
+      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      b.fd = plan[i].source->Fd();
+      b.pos = static_cast<off_t>(plan[i].offset);
+      Stats::Add(volume.stats().bytes_fetched, b.size);
+    } else {
+      b.mem = const_cast<char*>(plan[i].inline_bytes);
+      Stats::Add(volume.stats().bytes_synthesized, b.size);
+    }
+  }
+  int err = fuse_reply_data(req, bufv, FUSE_BUF_SPLICE_MOVE);
+  if (err != 0) {
+    Stats::Add(volume.stats().read_errors, 1);
+    LogError("read reply failed: %s", std::strerror(err < 0 ? -err : err));
+  }
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  FsContext& ctx = Ctx(req);
+  const Node* node = ctx.volume->layout().Find(ino);
+  if (node && node->kind == NodeKind::kStats) {
+    return ReplyStatsRead(req, *reinterpret_cast<std::string*>(fi->fh), size, off);
+  }
+  std::vector<ReadPiece> plan;
+  Status s = ctx.volume->PlanRead(ino, static_cast<uint64_t>(off), size, &plan);
+  if (!s.ok()) return ReplyError(req, s);
+  Stats::Add(ctx.volume->stats().reads, 1);
+  for (const ReadPiece& p : plan) Stats::Add(ctx.volume->stats().bytes_read, p.length);
+  ReplyPlan(req, *ctx.volume, plan);
+}
+
+void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  FsContext& ctx = Ctx(req);
+  const Layout& layout = ctx.volume->layout();
+  const Node* node = layout.Find(ino);
+  if (!node) return (void)fuse_reply_err(req, ENOENT);
+  if (node->kind != NodeKind::kDirectory) return (void)fuse_reply_err(req, ENOTDIR);
+  std::span<const uint64_t> kids = layout.Children(ino);
+  std::vector<char> buf(size);
+  size_t used = 0;
+  // Offsets: 1 is ".", 2 is "..", 3 + i is child i; each entry carries the next offset.
+  for (auto i = static_cast<size_t>(off); i < kids.size() + 2; ++i) {
+    struct stat st = {};
+    const char* name;
+    if (i < 2) {
+      st.st_ino = i == 0 ? ino : (node->parent ? node->parent : ino);
+      st.st_mode = S_IFDIR;
+      name = i == 0 ? "." : "..";
+    } else {
+      const Node& kid = *layout.Find(kids[i - 2]);
+      st.st_ino = kids[i - 2];
+      st.st_mode = kid.kind == NodeKind::kDirectory ? S_IFDIR : S_IFREG;
+      name = kid.name.c_str();
+    }
+    size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st,
+                                    static_cast<off_t>(i + 1));
+    if (need > size - used) break;
+    used += need;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  for (const auto& [key, value] : Ctx(req).volume->Xattrs(ino)) {
+    if (key != name) continue;
+    if (size == 0) return (void)fuse_reply_xattr(req, value.size());
+    if (size < value.size()) return (void)fuse_reply_err(req, ERANGE);
+    return (void)fuse_reply_buf(req, value.data(), value.size());
+  }
+  fuse_reply_err(req, ENODATA);
+}
+
+void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  std::string names;
+  for (const auto& kv : Ctx(req).volume->Xattrs(ino)) names.append(kv.first).push_back('\0');
+  if (size == 0) return (void)fuse_reply_xattr(req, names.size());
+  if (size < names.size()) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, names.data(), names.size());
+}
+
+void OpStatfs(fuse_req_t req, fuse_ino_t) {
+  const Volume& v = *Ctx(req).volume;
+  struct statvfs sv = {};
+  sv.f_bsize = sv.f_frsize = 4096;
+  sv.f_blocks = (v.checkpoint().TotalTensorBytes() + 4095) / 4096;
+  sv.f_files = v.layout().node_count();
+  sv.f_namemax = 255;
+  fuse_reply_statfs(req, &sv);
+}
+
+void OpInit(void*, fuse_conn_info* conn) {
+  // Splice moves shard pages from the page cache to the kernel without a userspace copy.
+  conn->want |= conn->capable & (FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+  conn->max_readahead = kMaxRead;
+}
+
+const fuse_lowlevel_ops kOps = [] {
+  fuse_lowlevel_ops ops = {};
+  ops.init = OpInit;
+  ops.lookup = OpLookup;
+  ops.getattr = OpGetattr;
+  ops.open = OpOpen;
+  ops.release = OpRelease;
+  ops.read = OpRead;
+  ops.readdir = OpReaddir;
+  ops.getxattr = OpGetxattr;
+  ops.listxattr = OpListxattr;
+  ops.statfs = OpStatfs;
+  return ops;
+}();
+}  // namespace
+}  // namespace ckptfs
+
+namespace ckptfs {
+namespace {
+
+// libfuse splits -o values on commas; a literal comma in a path must be escaped.
+std::string EscapeOptionValue(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == ',' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// Big sequential reads want 1 MiB requests, but the kernel limits FUSE readahead to the
+// bdi's read_ahead_kb (128 KiB by default). Raise it for this mount when we may (root).
+void RaiseReadahead(dev_t dev) {
+  std::string path = "/sys/class/bdi/" + std::to_string(major(dev)) + ":" +
+                     std::to_string(minor(dev)) + "/read_ahead_kb";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  const std::string kb = std::to_string(kMaxRead / 1024);
+  if (::write(fd, kb.data(), kb.size()) < 0) LogInfo("cannot raise %s", path.c_str());
+  ::close(fd);
+}
+
+// Runs in the daemon once the session loop is about to start: the first stat() of the
+// mount point is answered by that loop, so when it returns the mount works.
+void SignalReady(const std::string& mountpoint, int ready_fd) {
+  struct stat st;
+  std::string msg = "ok\n";
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    msg = mountpoint + ": mounted but does not answer: " + std::strerror(errno) + "\n";
+  } else {
+    RaiseReadahead(st.st_dev);
+  }
+  if (ready_fd >= 0) {
+    (void)!::write(ready_fd, msg.data(), msg.size());
+    ::close(ready_fd);
+  }
+}
+
+void RedirectStdioToDevNull() {
+  int fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return;
+  for (int target : {0, 1, 2}) ::dup2(fd, target);
+  if (fd > 2) ::close(fd);
+}
+
+// Mounts and runs the session loop in this process. Failures before the loop starts are
+// reported on `ready_fd` (the waiting parent) or stderr in the foreground.
+int Serve(FsContext& ctx, const std::string& source, const MountOptions& options, int ready_fd) {
+  auto fail = [&](const std::string& msg) {
+    if (ready_fd >= 0) {
+      (void)!::write(ready_fd, msg.data(), msg.size());
+      ::close(ready_fd);
+    } else {
+      std::fprintf(stderr, "ckptfs: %s\n", msg.c_str());
+    }
+    return 1;
+  };
+  std::string opts =
+      "ro,default_permissions,fsname=" + EscapeOptionValue(source) + ",subtype=ckptfs";
+  for (const std::string& o : options.fuse_options) opts += "," + o;
+  std::vector<std::string> argv_storage = {"ckptfs", "-o", opts};
+  if (options.debug) argv_storage.push_back("-d");
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+
+  fuse_session* se = fuse_session_new(&args, &kOps, sizeof(kOps), &ctx);
+  if (!se) return fail(options.mountpoint + ": invalid mount options: " + opts);
+  if (fuse_set_signal_handlers(se) != 0) {
+    fuse_session_destroy(se);
+    return fail("cannot install signal handlers");
+  }
+  if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return fail(options.mountpoint + ": mount failed (see the fuse message above, or run with -f)");
+  }
+  if (ready_fd >= 0) {
+    RedirectStdioToDevNull();
+    LogToSyslog("ckptfs");
+  }
+  std::thread ready(SignalReady, options.mountpoint, ready_fd);
+  fuse_loop_config* config = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(config, 16);
+  int rc = fuse_session_loop_mt(se, config);
+  fuse_loop_cfg_destroy(config);
+  fuse_session_unmount(se);
+  ready.join();
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  return rc == 0 ? 0 : 1;
+}
+
+// Waits (bounded) for the daemon's first line: "ok" or why it failed.
+int AwaitDaemon(int fd, pid_t child) {
+  std::string msg;
+  char buf[512];
+  constexpr int kTimeoutMs = 60'000;
+  while (true) {
+    pollfd p = {fd, POLLIN, 0};
+    int n = ::poll(&p, 1, kTimeoutMs);
+    if (n == 0) {
+      std::fprintf(stderr, "ckptfs: mount did not answer within %d s\n", kTimeoutMs / 1000);
+      ::kill(child, SIGTERM);
+      return 1;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    ssize_t r = ::read(fd, buf, sizeof(buf));
+    if (r <= 0) break;
+    msg.append(buf, static_cast<size_t>(r));
+  }
+  if (msg == "ok\n") return 0;
+  if (msg.empty()) msg = "the mount daemon exited before the mount answered";
+  if (msg.back() == '\n') msg.pop_back();
+  std::fprintf(stderr, "ckptfs: %s\n", msg.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
+  struct stat st;
+  if (::stat(options.mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "ckptfs: %s: mount point is not a directory\n",
+                 options.mountpoint.c_str());
+    return 2;
+  }
+  FsContext ctx;
+  ctx.uid = ::getuid();
+  ctx.gid = ::getgid();
+  ::clock_gettime(CLOCK_REALTIME, &ctx.mount_time);
+  const std::string source = volume->checkpoint().source_path;
+  ctx.volume = std::move(volume);
+  for (const std::string& name : ctx.volume->layout().hidden()) {
+    LogInfo("%s: hidden at the mount root: the name belongs to a ckptfs view", name.c_str());
+  }
+  if (options.foreground) return Serve(ctx, source, options, -1);
+
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    std::perror("ckptfs: pipe");
+    return 1;
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    std::perror("ckptfs: fork");
+    return 1;
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::setsid();
+    if (::chdir("/") != 0) _exit(1);
+    _exit(Serve(ctx, source, options, fds[1]));
+  }
+  ::close(fds[1]);
+  int rc = AwaitDaemon(fds[0], pid);
+  ::close(fds[0]);
+  return rc;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,25 @@
+// The FUSE front end: low-level callbacks over a core Volume, and the mount lifecycle.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/volume/volume.h"
+
+namespace ckptfs {
+
+struct MountOptions {
+  std::string mountpoint;
+  bool foreground = false;
+  bool debug = false;
+  std::vector<std::string> fuse_options;  // from -o, passed to libfuse as given
+};
+
+// Mounts `volume` and serves it. In the background mode it returns, in the calling
+// process, only once the mount answers requests (exit code 0) or failed (1, with a
+// line on stderr); the daemon serves until unmounted. With `foreground` it serves in
+// this process and returns when unmounted. Returns a process exit code.
+int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options);
+
+}  // namespace ckptfs

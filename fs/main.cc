@@ -1,0 +1,94 @@
+// ckptfs: mount a sharded ML checkpoint as one read-only file system.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <climits>
+#include <cstdlib>
+
+#include "fs/commands.h"
+#include "fs/fuse_ops.h"
+
+namespace {
+
+// Absolute path, so the daemon can chdir("/") and logs say where things are.
+std::string Absolute(const std::string& path) {
+  char buf[PATH_MAX];
+  return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
+}
+
+// A checkpoint with thousands of shards keeps one descriptor per shard open.
+void RaiseOpenFileLimit() {
+  rlimit lim;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+int Mount(const std::string& source, ckptfs::MountOptions options) {
+  auto volume = ckptfs::Volume::Open(Absolute(source));
+  if (!volume.ok()) {
+    std::fprintf(stderr, "ckptfs: %s\n", volume.status().message().c_str());
+    return ckptfs::ExitCodeForOpenFailure(volume.status());
+  }
+  options.mountpoint = Absolute(options.mountpoint);
+  return ckptfs::MountAndServe(std::move(volume).value(), options);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "ckptfs: mount a sharded ML checkpoint (safetensors) as one read-only file system.\n"
+      "Exit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "ckptfs 0.1.0");
+
+  std::string source, mountpoint;
+  ckptfs::MountOptions mount_options;
+  std::vector<std::string> o_options;
+  CLI::App* mount = app.add_subcommand(
+      "mount", "Mount SOURCE read-only at MOUNTPOINT; returns once the mount answers");
+  mount
+      ->add_option("SOURCE", source, "checkpoint directory (index + shards) or a .safetensors file")
+      ->required();
+  mount->add_option("MOUNTPOINT", mountpoint, "an existing directory")->required();
+  mount->add_flag("-f,--foreground", mount_options.foreground,
+                  "stay in the foreground; unmount to exit");
+  mount->add_flag("-d,--debug", mount_options.debug,
+                  "log every FUSE request (implies nothing else)");
+  mount->add_option("-o", o_options, "FUSE mount options, comma separated (e.g. allow_other)")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+
+  CLI::App* umount = app.add_subcommand("umount", "Unmount MOUNTPOINT (same as fusermount3 -u)");
+  umount->add_option("MOUNTPOINT", mountpoint, "a ckptfs mount point")->required();
+
+  bool json = false;
+  CLI::App* inspect = app.add_subcommand(
+      "inspect", "List shards and tensors (dtype, shape, bytes) without mounting");
+  inspect->add_option("SOURCE", source, "checkpoint directory or .safetensors file")->required();
+  inspect->add_flag("--json", json, "machine-readable output");
+
+  CLI::App* verify =
+      app.add_subcommand("verify", "Check structure and read every byte; exit 0 only if sound");
+  verify->add_option("SOURCE", source, "checkpoint directory or .safetensors file")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  RaiseOpenFileLimit();
+  if (mount->parsed()) {
+    mount_options.mountpoint = mountpoint;
+    mount_options.fuse_options = o_options;
+    return Mount(source, mount_options);
+  }
+  if (umount->parsed()) return ckptfs::RunUmount(mountpoint);
+  if (inspect->parsed()) return ckptfs::RunInspect(source, json);
+  if (verify->parsed()) return ckptfs::RunVerify(source);
+  return 2;
+}
