@@ -14,6 +14,8 @@ namespace {
 
 constexpr std::string_view kIndexSuffix = ".safetensors.index.json";
 constexpr std::string_view kWeightSuffix = ".safetensors";
+constexpr std::string_view kPreferredIndex = "model.safetensors.index.json";
+constexpr uint64_t kMaxIndexBytes = 256ull << 20;
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -33,7 +35,6 @@ Result<std::vector<std::string>> ListRegularFiles(const std::string& dir) {
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
     struct stat st;
     if (::stat((dir + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) names.push_back(name);
   }
@@ -42,13 +43,21 @@ Result<std::vector<std::string>> ListRegularFiles(const std::string& dir) {
   return names;
 }
 
-Result<StoredFile> OpenStored(const std::string& dir, const std::string& name) {
-  CKPTFS_ASSIGN_OR_RETURN(auto source, LocalFileSource::Open(dir + "/" + name, name));
+SourceDir LocalDir(std::string path, std::vector<std::string> files) {
+  SourceDir dir{path, std::move(files), nullptr};
+  dir.open = [path](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+    CKPTFS_ASSIGN_OR_RETURN(auto file, LocalFileSource::Open(path + "/" + name, name));
+    return std::unique_ptr<ByteSource>(std::move(file));
+  };
+  return dir;
+}
+
+Result<StoredFile> OpenStored(const SourceDir& dir, const std::string& name) {
+  CKPTFS_ASSIGN_OR_RETURN(auto source, dir.open(name));
   return StoredFile{name, std::move(source)};
 }
 
 Result<std::string> ReadWhole(const ByteSource& source) {
-  constexpr uint64_t kMaxIndexBytes = 256ull << 20;
   if (source.Size() > kMaxIndexBytes) {
     return Status::Corruption(source.Name() + ": index larger than 256 MiB");
   }
@@ -74,21 +83,30 @@ Status AddShardTensors(Checkpoint& ckpt, uint32_t shard_no) {
   return Status::Ok();
 }
 
+// Sorts tensors by name; a name stored in two shards is an error.
+Status SortTensors(Checkpoint& ckpt) {
+  std::sort(ckpt.tensors.begin(), ckpt.tensors.end(),
+            [](const Tensor& a, const Tensor& b) { return a.name < b.name; });
+  for (size_t i = 1; i < ckpt.tensors.size(); ++i) {
+    const Tensor& a = ckpt.tensors[i - 1];
+    const Tensor& b = ckpt.tensors[i];
+    if (a.name == b.name) {
+      return Status::Corruption(ckpt.shards[b.shard].name + ": tensor \"" + b.name +
+                                "\" also appears in " + ckpt.shards[a.shard].name);
+    }
+  }
+  return Status::Ok();
+}
+
 const Tensor* FindTensor(const Checkpoint& ckpt, std::string_view name) {
   auto it = std::lower_bound(ckpt.tensors.begin(), ckpt.tensors.end(), name,
                              [](const Tensor& t, std::string_view n) { return t.name < n; });
   return it != ckpt.tensors.end() && it->name == name ? &*it : nullptr;
 }
 
-// A tensor must appear once across shards, in the shard the index names.
+// Every stored tensor must be in the index, under the shard that stores it, and every
+// index entry must be stored.
 Status CheckAgainstIndex(const Checkpoint& ckpt, const HfIndex& index, const std::string& file) {
-  for (size_t i = 1; i < ckpt.tensors.size(); ++i) {
-    if (ckpt.tensors[i].name == ckpt.tensors[i - 1].name) {
-      return Status::Corruption(ckpt.shards[ckpt.tensors[i].shard].name + ": tensor \"" +
-                                ckpt.tensors[i].name + "\" also appears in " +
-                                ckpt.shards[ckpt.tensors[i - 1].shard].name);
-    }
-  }
   std::unordered_map<std::string_view, std::string_view> expected;
   expected.reserve(index.weight_map.size());
   for (const auto& [tensor, shard] : index.weight_map) expected.emplace(tensor, shard);
@@ -103,7 +121,6 @@ Status CheckAgainstIndex(const Checkpoint& ckpt, const HfIndex& index, const std
                                 std::string(it->second) + " but stored in " + shard);
     }
   }
-  // Every stored tensor matched a distinct index entry; any extra entry is missing.
   if (expected.size() != ckpt.tensors.size()) {
     for (const auto& [tensor, shard] : index.weight_map) {
       if (!FindTensor(ckpt, tensor)) {
@@ -115,56 +132,47 @@ Status CheckAgainstIndex(const Checkpoint& ckpt, const HfIndex& index, const std
   return Status::Ok();
 }
 
-void SortTensors(Checkpoint& ckpt) {
-  std::sort(ckpt.tensors.begin(), ckpt.tensors.end(),
-            [](const Tensor& a, const Tensor& b) { return a.name < b.name; });
-}
-
-Result<Checkpoint> OpenSharded(const std::string& dir, const std::string& index_name,
-                               const std::vector<std::string>& files) {
-  Checkpoint ckpt;
-  ckpt.source_path = dir;
-  CKPTFS_ASSIGN_OR_RETURN(StoredFile index_file, OpenStored(dir, index_name));
-  CKPTFS_ASSIGN_OR_RETURN(std::string text, ReadWhole(*index_file.source));
-  CKPTFS_ASSIGN_OR_RETURN(HfIndex index, ParseHfIndex(text, index_name));
-  ckpt.index.push_back(std::move(index_file));
-  for (const std::string& shard : index.shard_files) {
-    auto opened = OpenStored(dir, shard);
+Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
+                  const std::string& named_by, Checkpoint& ckpt) {
+  for (const std::string& name : names) {
+    auto opened = OpenStored(dir, name);
     if (!opened.ok()) {
-      if (opened.status().code() == Status::Code::kNotFound) {
-        return Status::NotFound(shard + ": shard named in " + index_name + " is missing");
-      }
-      return opened.status();
+      if (opened.status().code() != Status::Code::kNotFound) return opened.status();
+      return Status::NotFound(name + ": shard named in " + named_by + " is missing");
     }
     ckpt.shards.push_back(std::move(opened).value());
   }
-  for (uint32_t i = 0; i < ckpt.shards.size(); ++i)
+  for (uint32_t i = 0; i < ckpt.shards.size(); ++i) {
     CKPTFS_RETURN_IF_ERROR(AddShardTensors(ckpt, i));
-  SortTensors(ckpt);
-  CKPTFS_RETURN_IF_ERROR(CheckAgainstIndex(ckpt, index, index_name));
-  for (const std::string& name : files) {
-    // Weight files the index does not name are not part of this checkpoint: hide them.
-    if (name == index_name || EndsWith(name, kWeightSuffix)) continue;
-    CKPTFS_ASSIGN_OR_RETURN(StoredFile other, OpenStored(dir, name));
-    ckpt.others.push_back(std::move(other));
   }
-  return ckpt;
+  return SortTensors(ckpt);
 }
 
-Result<Checkpoint> OpenSingle(const std::string& dir, const std::string& weight_name,
-                              const std::vector<std::string>& files) {
-  Checkpoint ckpt;
-  ckpt.source_path = dir;
-  CKPTFS_ASSIGN_OR_RETURN(StoredFile shard, OpenStored(dir, weight_name));
-  ckpt.shards.push_back(std::move(shard));
-  CKPTFS_RETURN_IF_ERROR(AddShardTensors(ckpt, 0));
-  SortTensors(ckpt);
-  for (const std::string& name : files) {
-    if (name == weight_name) continue;
+// Every other regular file is shown unchanged, except weight files that are not part of
+// this checkpoint (a stale or foreign .safetensors would only mislead).
+Status OpenOthers(const SourceDir& dir, Checkpoint& ckpt) {
+  for (const std::string& name : dir.files) {
+    bool used = std::any_of(ckpt.index.begin(), ckpt.index.end(),
+                            [&](const StoredFile& f) { return f.name == name; });
+    if (used || EndsWith(name, kWeightSuffix)) continue;
     CKPTFS_ASSIGN_OR_RETURN(StoredFile other, OpenStored(dir, name));
     ckpt.others.push_back(std::move(other));
   }
-  return ckpt;
+  return Status::Ok();
+}
+
+Result<std::string> ChooseIndex(const SourceDir& dir) {
+  std::vector<std::string> indexes;
+  for (const std::string& f : dir.files) {
+    if (EndsWith(f, kIndexSuffix)) indexes.push_back(f);
+  }
+  if (indexes.size() <= 1) return indexes.empty() ? std::string() : indexes[0];
+  // transformers names it model.safetensors.index.json; prefer that when several exist.
+  if (std::find(indexes.begin(), indexes.end(), kPreferredIndex) != indexes.end()) {
+    return std::string(kPreferredIndex);
+  }
+  return Status::InvalidArgument(dir.path + ": several index files (" + indexes[0] + ", " +
+                                 indexes[1] + "); cannot tell which is the checkpoint");
 }
 
 }  // namespace
@@ -173,6 +181,37 @@ uint64_t Checkpoint::TotalTensorBytes() const {
   uint64_t total = 0;
   for (const Tensor& t : tensors) total += t.size;
   return total;
+}
+
+Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir) {
+  Checkpoint ckpt;
+  ckpt.source_path = dir.path;
+  CKPTFS_ASSIGN_OR_RETURN(std::string index_name, ChooseIndex(dir));
+  if (!index_name.empty()) {
+    CKPTFS_ASSIGN_OR_RETURN(StoredFile index_file, OpenStored(dir, index_name));
+    CKPTFS_ASSIGN_OR_RETURN(std::string text, ReadWhole(*index_file.source));
+    CKPTFS_ASSIGN_OR_RETURN(HfIndex index, ParseHfIndex(text, index_name));
+    ckpt.index.push_back(std::move(index_file));
+    CKPTFS_RETURN_IF_ERROR(OpenShards(dir, index.shard_files, index_name, ckpt));
+    CKPTFS_RETURN_IF_ERROR(CheckAgainstIndex(ckpt, index, index_name));
+  } else {
+    std::vector<std::string> weights;
+    for (const std::string& f : dir.files) {
+      if (EndsWith(f, kWeightSuffix)) weights.push_back(f);
+    }
+    if (weights.empty()) {
+      return Status::InvalidArgument(dir.path +
+                                     ": no *.safetensors file or *.safetensors.index.json found");
+    }
+    if (weights.size() > 1) {
+      return Status::InvalidArgument(dir.path + ": " + std::to_string(weights.size()) +
+                                     " .safetensors files but no *.safetensors.index.json to "
+                                     "join them");
+    }
+    CKPTFS_RETURN_IF_ERROR(OpenShards(dir, weights, dir.path, ckpt));
+  }
+  CKPTFS_RETURN_IF_ERROR(OpenOthers(dir, ckpt));
+  return ckpt;
 }
 
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path) {
@@ -185,37 +224,13 @@ Result<Checkpoint> OpenCheckpoint(const std::string& source_path) {
       return Status::InvalidArgument(source_path + ": not a .safetensors file or a directory");
     }
     auto [dir, name] = SplitPath(source_path);
-    return OpenSingle(dir, name, {});
+    return OpenCheckpointIn(LocalDir(dir, {name}));
   }
   if (!S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument(source_path + ": not a file or directory");
   }
   CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> files, ListRegularFiles(source_path));
-  std::vector<std::string> indexes, weights;
-  for (const std::string& f : files) {
-    if (EndsWith(f, kIndexSuffix))
-      indexes.push_back(f);
-    else if (EndsWith(f, kWeightSuffix))
-      weights.push_back(f);
-  }
-  if (indexes.size() > 1) {
-    // transformers names it model.safetensors.index.json; prefer that when several exist.
-    auto it = std::find(indexes.begin(), indexes.end(), "model.safetensors.index.json");
-    if (it == indexes.end()) {
-      return Status::InvalidArgument(source_path + ": several index files (" + indexes[0] + ", " +
-                                     indexes[1] + "); cannot tell which is the checkpoint");
-    }
-    indexes = {*it};
-  }
-  if (indexes.size() == 1) return OpenSharded(source_path, indexes[0], files);
-  if (weights.size() == 1) return OpenSingle(source_path, weights[0], files);
-  if (weights.empty()) {
-    return Status::InvalidArgument(source_path +
-                                   ": no *.safetensors file or *.safetensors.index.json found");
-  }
-  return Status::InvalidArgument(
-      source_path + ": " + std::to_string(weights.size()) +
-      " .safetensors files but no *.safetensors.index.json to join them");
+  return OpenCheckpointIn(LocalDir(source_path, std::move(files)));
 }
 
 }  // namespace ckptfs

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,21 @@ struct Checkpoint {
   uint64_t TotalTensorBytes() const;
 };
 
+// What a checkpoint directory offers, whatever stores it: the names of its regular files
+// and a way to open one by name. Local directories today; object stores later; maps of
+// in-memory files in tests.
+struct SourceDir {
+  std::string path;                // shown in messages and stats
+  std::vector<std::string> files;  // plain names, sorted
+  std::function<Result<std::unique_ptr<ByteSource>>(const std::string& name)> open;
+};
+
+// Finds and validates the checkpoint in `dir`: the index if there is one (preferring
+// model.safetensors.index.json among several), else its only .safetensors file.
+Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir);
+
+// OpenCheckpointIn over a local directory, or over the directory of a .safetensors
+// path, in which case only that file is used.
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path);
 
 }  // namespace ckptfs

@@ -22,6 +22,10 @@ uint64_t CurrentRssBytes() {
 
 Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path) {
   CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path));
+  return FromCheckpoint(std::move(ckpt));
+}
+
+std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt) {
   return std::unique_ptr<Volume>(new Volume(std::move(ckpt)));
 }
 

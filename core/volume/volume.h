@@ -34,6 +34,8 @@ struct ReadPiece {
 class Volume {
  public:
   static Result<std::unique_ptr<Volume>> Open(const std::string& source_path);
+  // Wraps an already opened checkpoint (in-memory sources in tests, other backends later).
+  static std::unique_ptr<Volume> FromCheckpoint(Checkpoint ckpt);
 
   const Checkpoint& checkpoint() const { return ckpt_; }
   const Layout& layout() const { return layout_; }

@@ -1,0 +1,195 @@
+#include "core/layout/layout.h"
+
+#include <gtest/gtest.h>
+
+#include "core/format/npy.h"
+#include "core/volume/volume.h"
+#include "tests/unit/test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using testing::IndexJson;
+using testing::MakeSafetensors;
+using testing::MemoryDir;
+using testing::TensorBytes;
+using testing::TestTensor;
+
+const std::vector<TestTensor> kShard1 = {{"model.embed.weight", Dtype::kF32, {3, 5}},
+                                         {"model.norm", Dtype::kBF16, {7}},
+                                         {"odd", Dtype::kU8, {3}}};
+const std::vector<TestTensor> kShard2 = {{"lm_head.weight", Dtype::kF64, {2, 3}},
+                                         {"x/y..z", Dtype::kI8, {}},
+                                         {"empty", Dtype::kF16, {0, 2}}};
+
+std::map<std::string, std::string> TwoShardFiles() {
+  std::vector<std::pair<std::string, std::string>> map;
+  for (const auto& t : kShard1) map.emplace_back(t.name, "s1.safetensors");
+  for (const auto& t : kShard2) map.emplace_back(t.name, "s2.safetensors");
+  return {{"s1.safetensors", MakeSafetensors(kShard1, {{"format", "pt"}})},
+          {"s2.safetensors", MakeSafetensors(kShard2)},
+          {"model.safetensors.index.json", IndexJson(map)},
+          {"config.json", "{\"hidden\": 3}"},
+          {"tensors", "a file whose name a view owns"}};
+}
+
+class LayoutTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto ckpt = OpenCheckpointIn(MemoryDir(TwoShardFiles()));
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+    volume_ = Volume::FromCheckpoint(std::move(ckpt).value());
+  }
+
+  uint64_t Resolve(const std::vector<std::string>& path) const {
+    uint64_t ino = Layout::kRoot;
+    for (const std::string& part : path) {
+      ino = volume_->layout().Lookup(ino, part);
+      if (ino == 0) return 0;
+    }
+    return ino;
+  }
+
+  std::string Read(uint64_t ino, uint64_t offset, uint64_t size) const {
+    std::vector<ReadPiece> plan;
+    Status s = volume_->PlanRead(ino, offset, size, &plan);
+    EXPECT_TRUE(s.ok()) << s.message();
+    uint64_t total = 0;
+    for (const auto& p : plan) total += p.length;
+    std::string out(total, '\0');
+    s = volume_->ReadInto(plan, reinterpret_cast<uint8_t*>(out.data()));
+    EXPECT_TRUE(s.ok()) << s.message();
+    return out;
+  }
+
+  std::string ReadAll(const std::vector<std::string>& path) const {
+    uint64_t ino = Resolve(path);
+    EXPECT_NE(ino, 0u);
+    return Read(ino, 0, UINT64_MAX);
+  }
+
+  std::unique_ptr<Volume> volume_;
+};
+
+TEST_F(LayoutTest, RootShowsViewsAndNonWeightFiles) {
+  std::vector<std::string> names;
+  for (uint64_t ino : volume_->layout().Children(Layout::kRoot)) {
+    names.push_back(volume_->layout().Find(ino)->name);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{".ckptfs", "config.json", "model.safetensors",
+                                             "shards", "tensors"}));
+  EXPECT_EQ(ReadAll({"config.json"}), "{\"hidden\": 3}");
+  EXPECT_EQ(volume_->layout().Find(Resolve({"tensors"}))->kind, NodeKind::kDirectory);
+  EXPECT_EQ(volume_->layout().hidden(), std::vector<std::string>{"tensors"});
+  EXPECT_EQ(volume_->layout().Find(Resolve({".ckptfs", "stats.json"}))->kind, NodeKind::kStats);
+}
+
+TEST_F(LayoutTest, ShardsAreUnchanged) {
+  auto files = TwoShardFiles();
+  EXPECT_EQ(ReadAll({"shards", "s1.safetensors"}), files["s1.safetensors"]);
+  EXPECT_EQ(ReadAll({"shards", "s2.safetensors"}), files["s2.safetensors"]);
+  EXPECT_EQ(ReadAll({"shards", "model.safetensors.index.json"}),
+            files["model.safetensors.index.json"]);
+  EXPECT_EQ(Resolve({"shards", "config.json"}), 0u);
+}
+
+TEST_F(LayoutTest, MergedFileIsValidAlignedAndComplete) {
+  std::string merged = ReadAll({"model.safetensors"});
+  MemorySource src("merged", merged);
+  auto header = ReadSafetensorsHeader(src);
+  ASSERT_TRUE(header.ok()) << header.status().message();
+  EXPECT_EQ(header->data_start % 8, 0u);
+  EXPECT_EQ(header->tensors.size(), kShard1.size() + kShard2.size());
+  ASSERT_EQ(header->metadata.size(), 1u);
+  EXPECT_EQ(header->metadata[0], (std::pair<std::string, std::string>{"format", "pt"}));
+  for (const auto* shard : {&kShard1, &kShard2}) {
+    for (const TestTensor& t : *shard) {
+      auto it = std::find_if(header->tensors.begin(), header->tensors.end(),
+                             [&](const TensorEntry& e) { return e.name == t.name; });
+      ASSERT_NE(it, header->tensors.end()) << t.name;
+      EXPECT_EQ(it->dtype, t.dtype);
+      EXPECT_EQ(it->shape, t.shape);
+      EXPECT_EQ((header->data_start + it->begin) % DtypeSize(t.dtype), 0u) << t.name;
+      EXPECT_EQ(merged.substr(header->data_start + it->begin, it->end - it->begin), TensorBytes(t));
+    }
+  }
+}
+
+TEST_F(LayoutTest, PerTensorFiles) {
+  const TestTensor& f32 = kShard1[0];
+  std::string npy = ReadAll({"tensors", "model", "embed", "weight.npy"});
+  std::string header = BuildNpyHeader(f32.dtype, f32.shape);
+  EXPECT_EQ(npy, header + TensorBytes(f32));
+
+  // numpy has no bfloat16: a one-tensor safetensors instead.
+  std::string st = ReadAll({"tensors", "model", "norm.safetensors"});
+  MemorySource src("norm", st);
+  auto parsed = ReadSafetensorsHeader(src);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  ASSERT_EQ(parsed->tensors.size(), 1u);
+  EXPECT_EQ(st.substr(parsed->data_start), TensorBytes(kShard1[1]));
+
+  // "x/y..z": '/' escaped, empty component becomes "%".
+  EXPECT_NE(Resolve({"tensors", "x%2Fy", "%", "z.npy"}), 0u);
+  EXPECT_EQ(ReadAll({"tensors", "empty.npy"}).size(),
+            BuildNpyHeader(Dtype::kF16, std::vector<uint64_t>{0, 2}).size());
+}
+
+TEST_F(LayoutTest, XattrsDescribeTensors) {
+  auto attrs = volume_->Xattrs(Resolve({"tensors", "lm_head", "weight.npy"}));
+  ASSERT_EQ(attrs.size(), 3u);
+  EXPECT_EQ(attrs[0].second, "F64");
+  EXPECT_EQ(attrs[1].second, "[2,3]");
+  EXPECT_EQ(attrs[2].second, "lm_head.weight");
+  EXPECT_TRUE(volume_->Xattrs(Resolve({"model.safetensors"})).empty());
+}
+
+TEST_F(LayoutTest, EveryWindowMatchesTheWholeFile) {
+  uint64_t ino = Resolve({"model.safetensors"});
+  std::string whole = Read(ino, 0, UINT64_MAX);
+  for (uint64_t size : {1u, 7u, 64u, 300u}) {
+    for (uint64_t off = 0; off < whole.size(); off += 3) {
+      ASSERT_EQ(Read(ino, off, size), whole.substr(off, size)) << off << "+" << size;
+    }
+  }
+  EXPECT_EQ(Read(ino, whole.size(), 10), "");
+  EXPECT_EQ(Read(ino, whole.size() + 100, 10), "");
+}
+
+TEST_F(LayoutTest, LookupMissesAndBadInodes) {
+  EXPECT_EQ(Resolve({"nope"}), 0u);
+  EXPECT_EQ(Resolve({"tensors", "model", "embed", "weight"}), 0u);
+  EXPECT_EQ(volume_->layout().Find(0), nullptr);
+  EXPECT_EQ(volume_->layout().Find(1'000'000), nullptr);
+  std::vector<ReadPiece> plan;
+  EXPECT_EQ(volume_->PlanRead(1'000'000, 0, 1, &plan).code(), Status::Code::kNotFound);
+  EXPECT_EQ(volume_->PlanRead(Layout::kRoot, 0, 1, &plan).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(LayoutFaults, ReadErrorsSurfaceAsStatus) {
+  auto files = TwoShardFiles();
+  SourceDir dir = MemoryDir(files);
+  auto open_memory = dir.open;
+  dir.open = [open_memory](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, open_memory(name));
+    if (name != "s1.safetensors") return src;
+    // Reads 0 and 1 fetch the header at open; the first data read fails.
+    return std::unique_ptr<ByteSource>(new FaultySource(std::move(src), {.fail_read_number = 2}));
+  };
+  auto ckpt = OpenCheckpointIn(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value());
+  uint64_t ino = volume->layout().Lookup(Layout::kRoot, "model.safetensors");
+  std::vector<ReadPiece> plan;
+  ASSERT_TRUE(volume->PlanRead(ino, 0, UINT64_MAX, &plan).ok());
+  std::string out(volume->layout().Find(ino)->size, '\0');
+  Status s = volume->ReadInto(plan, reinterpret_cast<uint8_t*>(out.data()));
+  EXPECT_EQ(s.code(), Status::Code::kIoError);
+  EXPECT_NE(s.message().find("s1.safetensors"), std::string::npos);
+  EXPECT_EQ(volume->stats().read_errors.load(), 1u);
+  // The next read succeeds: one failure does not poison the volume.
+  EXPECT_TRUE(volume->ReadInto(plan, reinterpret_cast<uint8_t*>(out.data())).ok());
+}
+
+}  // namespace
+}  // namespace ckptfs

@@ -1,0 +1,76 @@
+// Helpers for unit tests: safetensors files and checkpoint directories built in memory.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/format/safetensors.h"
+#include "core/source/byte_source.h"
+
+namespace ckptfs::testing {
+
+struct TestTensor {
+  std::string name;
+  Dtype dtype;
+  std::vector<uint64_t> shape;
+};
+
+// Deterministic bytes for a tensor, different per name so mix-ups show.
+inline std::string TensorBytes(const TestTensor& t) {
+  std::string out(*TensorByteSize(t.dtype, t.shape), '\0');
+  uint32_t x = 2166136261u;
+  for (char c : t.name) x = (x ^ static_cast<uint8_t>(c)) * 16777619u;
+  for (char& c : out) {
+    x = x * 1103515245u + 12345u;
+    c = static_cast<char>(x >> 16);
+  }
+  return out;
+}
+
+// A valid safetensors file holding `tensors` in the given order.
+inline std::string MakeSafetensors(const std::vector<TestTensor>& tensors,
+                                   const Metadata& metadata = {}) {
+  std::vector<TensorEntry> entries;
+  std::string data;
+  for (const TestTensor& t : tensors) {
+    std::string bytes = TensorBytes(t);
+    entries.push_back({t.name, t.dtype, t.shape, data.size(), data.size() + bytes.size()});
+    data += bytes;
+  }
+  return BuildSafetensorsHeader(entries, metadata) + data;
+}
+
+// A safetensors file whose JSON header is exactly `json` (padded), followed by `data_bytes`
+// zero bytes: for malformed headers.
+inline std::string RawSafetensors(const std::string& json, size_t data_bytes) {
+  std::string header = json;
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string out;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+  return out + header + std::string(data_bytes, '\0');
+}
+
+// A SourceDir over in-memory files.
+inline SourceDir MemoryDir(std::map<std::string, std::string> files) {
+  SourceDir dir;
+  dir.path = "mem";
+  for (const auto& kv : files) dir.files.push_back(kv.first);
+  dir.open = [files](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+    auto it = files.find(name);
+    if (it == files.end()) return Status::NotFound(name + ": no such file");
+    return std::unique_ptr<ByteSource>(new MemorySource(name, it->second));
+  };
+  return dir;
+}
+
+inline std::string IndexJson(const std::vector<std::pair<std::string, std::string>>& map) {
+  std::string out = "{\"metadata\": {}, \"weight_map\": {";
+  for (size_t i = 0; i < map.size(); ++i) {
+    out += (i ? ", \"" : "\"") + map[i].first + "\": \"" + map[i].second + "\"";
+  }
+  return out + "}}";
+}
+
+}  // namespace ckptfs::testing
