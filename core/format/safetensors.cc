@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace ckptfs {
 namespace {
@@ -19,64 +20,192 @@ void AppendLe64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-std::string Quote(const std::string& s) {
-  return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+// Appends `s` as a JSON string. Names come from parsed JSON, so they are valid UTF-8 and
+// only quotes, backslashes and control characters need escaping.
+void AppendQuoted(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      out += "\\u00";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
 }
 
-Result<TensorEntry> ParseEntry(const std::string& name, const json& value,
-                               const std::string& file) {
-  const std::string where = file + ": tensor " + Quote(name) + ": ";
-  if (name.find('\0') != std::string::npos) {
+std::string Quote(std::string_view s) {
+  std::string out;
+  AppendQuoted(out, s);
+  return out;
+}
+
+// A tensor entry as the header spelled it, before validation.
+struct RawEntry {
+  std::string name;
+  std::optional<std::string> dtype;
+  std::optional<std::vector<uint64_t>> shape;
+  std::optional<std::vector<uint64_t>> offsets;
+  bool is_object = true;
+  bool malformed_dtype = false;
+  bool malformed_shape = false;
+  bool malformed_offsets = false;
+};
+
+// Streams the header JSON into RawEntries without building a DOM: a mount reads one header
+// per shard, and a DOM of 200k tensors costs more in allocation than the parse itself.
+// Depth 1 holds tensor names and "__metadata__", depth 2 an entry's fields, depth 3 the
+// numbers of "shape" and "data_offsets". Unknown fields are ignored, as the reference does.
+class HeaderSax : public nlohmann::json_sax<json> {
+ public:
+  explicit HeaderSax(const std::string& file) : file_(file) {}
+
+  std::vector<RawEntry> entries;
+  Metadata metadata;
+  Status error;
+
+  bool null() override { return Scalar(); }
+  bool boolean(bool) override { return Scalar(); }
+  bool number_integer(number_integer_t) override { return Scalar(); }
+  bool number_float(number_float_t, const string_t&) override { return Scalar(); }
+  bool binary(binary_t&) override { return Scalar(); }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (depth_ == 3 && array_) array_->push_back(v);
+    return Scalar(/*unsigned_number=*/true);
+  }
+  bool string(string_t& v) override {
+    if (depth_ == 2 && in_metadata_) {
+      metadata.emplace_back(std::move(field_), std::move(v));
+      return true;
+    }
+    if (depth_ == 2 && field_ == "dtype") {
+      entries.back().dtype = std::move(v);
+      return true;
+    }
+    return Scalar();
+  }
+  bool key(string_t& k) override {
+    if (depth_ == 1) top_key_ = std::move(k);
+    if (depth_ == 2) field_ = std::move(k);
+    return true;
+  }
+  bool start_object(std::size_t) override {
+    if (depth_ == 1) {
+      in_metadata_ = top_key_ == "__metadata__";
+      if (!in_metadata_) NewEntry(/*is_object=*/true);
+    } else if (depth_ == 2 && in_metadata_) {
+      return MetadataValueNotString();
+    } else if (depth_ >= 2) {
+      MarkMalformed();
+    }
+    ++depth_;
+    return true;
+  }
+  bool end_object() override {
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (depth_ == 1) {
+      if (top_key_ == "__metadata__") return Fail("\"__metadata__\" is not an object");
+      NewEntry(/*is_object=*/false);
+    } else if (depth_ == 2 && in_metadata_) {
+      return MetadataValueNotString();
+    } else if (depth_ == 2 && (field_ == "shape" || field_ == "data_offsets")) {
+      auto& target = field_ == "shape" ? entries.back().shape : entries.back().offsets;
+      target.emplace();
+      array_ = &*target;
+    } else {
+      MarkMalformed();
+    }
+    ++depth_;
+    return true;
+  }
+  bool end_array() override {
+    if (--depth_ == 2) array_ = nullptr;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    if (error.ok()) error = Status::Corruption(file_ + ": safetensors header is not valid JSON");
+    return false;
+  }
+
+ private:
+  void NewEntry(bool is_object) {
+    RawEntry e;
+    e.name = std::move(top_key_);
+    e.is_object = is_object;
+    entries.push_back(std::move(e));
+  }
+  // Any scalar: fine inside an unknown field, wrong where a known field wants another type.
+  bool Scalar(bool unsigned_number = false) {
+    if (depth_ == 1) {
+      if (top_key_ == "__metadata__") return Fail("\"__metadata__\" is not an object");
+      NewEntry(/*is_object=*/false);
+    } else if (depth_ == 2 && in_metadata_) {
+      return MetadataValueNotString();
+    } else if (depth_ == 2 || (depth_ == 3 && array_ && !unsigned_number)) {
+      MarkMalformed();
+    }
+    return true;
+  }
+  void MarkMalformed() {
+    if (in_metadata_ || entries.empty()) return;
+    RawEntry& e = entries.back();
+    if (field_ == "dtype") e.malformed_dtype = true;
+    if (field_ == "shape") e.malformed_shape = true;
+    if (field_ == "data_offsets") e.malformed_offsets = true;
+  }
+  bool MetadataValueNotString() {
+    return Fail("\"__metadata__\" value for " + Quote(field_) + " is not a string");
+  }
+  bool Fail(const std::string& what) {
+    error = Status::Corruption(file_ + ": " + what);
+    return false;
+  }
+
+  const std::string& file_;
+  int depth_ = 0;
+  bool in_metadata_ = false;
+  std::string top_key_;
+  std::string field_;
+  std::vector<uint64_t>* array_ = nullptr;
+};
+
+Result<TensorEntry> ValidateEntry(RawEntry& raw, const std::string& file) {
+  // Error text is built only on failure: this runs once per tensor at mount.
+  auto bad = [&](const std::string& what) {
+    return Status::Corruption(file + ": tensor " + Quote(raw.name) + ": " + what);
+  };
+  if (raw.name.find('\0') != std::string::npos) {
     return Status::Corruption(file + ": tensor name contains a NUL byte");
   }
-  if (!value.is_object()) return Status::Corruption(where + "entry is not an object");
-  auto dtype_it = value.find("dtype");
-  auto shape_it = value.find("shape");
-  auto offsets_it = value.find("data_offsets");
-  if (dtype_it == value.end() || !dtype_it->is_string()) {
-    return Status::Corruption(where + "missing or non-string \"dtype\"");
+  if (!raw.is_object) return bad("entry is not an object");
+  if (!raw.dtype || raw.malformed_dtype) return bad("missing or non-string \"dtype\"");
+  auto dtype = ParseDtype(*raw.dtype);
+  if (!dtype) return bad("unknown dtype " + Quote(*raw.dtype));
+  if (!raw.shape || raw.malformed_shape)
+    return bad("\"shape\" is not an array of non-negative integers");
+  if (!raw.offsets || raw.malformed_offsets || raw.offsets->size() != 2) {
+    return bad("\"data_offsets\" is not two unsigned integers");
   }
-  TensorEntry entry;
-  entry.name = name;
-  auto dtype = ParseDtype(dtype_it->get_ref<const std::string&>());
-  if (!dtype) {
-    return Status::Corruption(where + "unknown dtype " + Quote(dtype_it->get<std::string>()));
-  }
-  entry.dtype = *dtype;
-  if (shape_it == value.end() || !shape_it->is_array()) {
-    return Status::Corruption(where + "missing or non-array \"shape\"");
-  }
-  for (const json& dim : *shape_it) {
-    if (!dim.is_number_unsigned()) return Status::Corruption(where + "shape has a non-integer dim");
-    entry.shape.push_back(dim.get<uint64_t>());
-  }
-  if (offsets_it == value.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
-      !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
-    return Status::Corruption(where + "\"data_offsets\" is not two unsigned integers");
-  }
-  entry.begin = (*offsets_it)[0].get<uint64_t>();
-  entry.end = (*offsets_it)[1].get<uint64_t>();
-  if (entry.end < entry.begin) return Status::Corruption(where + "data_offsets end before begin");
+  TensorEntry entry{std::move(raw.name), *dtype, std::move(*raw.shape), (*raw.offsets)[0],
+                    (*raw.offsets)[1]};
+  if (entry.end < entry.begin) return bad("data_offsets end before begin");
   auto bytes = TensorByteSize(entry.dtype, entry.shape);
   if (!bytes || *bytes != entry.end - entry.begin) {
-    return Status::Corruption(where + "dtype " + std::string(DtypeName(entry.dtype)) +
-                              " and shape " + ShapeToJson(entry.shape) + " do not match " +
-                              std::to_string(entry.end - entry.begin) + " data bytes");
+    return bad("dtype " + std::string(DtypeName(entry.dtype)) + " and shape " +
+               ShapeToJson(entry.shape) + " do not match " +
+               std::to_string(entry.end - entry.begin) + " data bytes");
   }
   return entry;
-}
-
-Result<Metadata> ParseMetadata(const json& value, const std::string& file) {
-  if (!value.is_object()) return Status::Corruption(file + ": \"__metadata__\" is not an object");
-  Metadata metadata;
-  for (const auto& [key, v] : value.items()) {
-    if (!v.is_string()) {
-      return Status::Corruption(file + ": \"__metadata__\" value for " + Quote(key) +
-                                " is not a string");
-    }
-    metadata.emplace_back(key, v.get<std::string>());
-  }
-  return metadata;
 }
 
 // The reference loader requires the tensors to tile the data section exactly.
@@ -127,23 +256,20 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view text, uint64_t
   if (text.empty() || text.front() != '{') {
     return Status::Corruption(file + ": safetensors header does not start with '{'");
   }
-  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded())
-    return Status::Corruption(file + ": safetensors header is not valid JSON");
-  if (!doc.is_object()) return Status::Corruption(file + ": safetensors header is not an object");
-
+  HeaderSax sax(file);
+  if (!json::sax_parse(text.begin(), text.end(), &sax)) {
+    return sax.error.ok() ? Status::Corruption(file + ": safetensors header is not valid JSON")
+                          : sax.error;
+  }
   SafetensorsHeader header;
   header.data_start = 8 + text.size();
   if (header.data_start > file_size) {
     return Status::Corruption(file + ": header runs past end of file");
   }
-  header.tensors.reserve(doc.size());
-  for (const auto& [key, value] : doc.items()) {
-    if (key == "__metadata__") {
-      CKPTFS_ASSIGN_OR_RETURN(header.metadata, ParseMetadata(value, file));
-      continue;
-    }
-    CKPTFS_ASSIGN_OR_RETURN(TensorEntry entry, ParseEntry(key, value, file));
+  header.metadata = std::move(sax.metadata);
+  header.tensors.reserve(sax.entries.size());
+  for (RawEntry& raw : sax.entries) {
+    CKPTFS_ASSIGN_OR_RETURN(TensorEntry entry, ValidateEntry(raw, file));
     header.tensors.push_back(std::move(entry));
   }
   std::sort(header.tensors.begin(), header.tensors.end(),
@@ -183,13 +309,15 @@ std::string BuildSafetensorsHeader(std::span<const TensorEntry> tensors, const M
     body += "\"__metadata__\":{";
     for (size_t i = 0; i < metadata.size(); ++i) {
       if (i) body += ',';
-      body += Quote(metadata[i].first) + ':' + Quote(metadata[i].second);
+      AppendQuoted(body, metadata[i].first);
+      body += ':';
+      AppendQuoted(body, metadata[i].second);
     }
     body += '}';
   }
   for (const TensorEntry& t : tensors) {
     if (body.size() > 1) body += ',';
-    body += Quote(t.name);
+    AppendQuoted(body, t.name);
     body += ":{\"dtype\":\"";
     body += DtypeName(t.dtype);
     body += "\",\"shape\":" + ShapeToJson(t.shape) + ",\"data_offsets\":[" +

@@ -10,21 +10,15 @@
 
 namespace ckptfs {
 
-// Grows the node table; directory children are collected per node and flattened,
-// sorted, at the end so lookups can binary-search.
+// Grows the node table. Children lists are made at the end: nodes are grouped by parent
+// (a counting sort, no per-directory vectors) and each group sorted by name, so lookups
+// can binary-search.
 class Layout::Builder {
  public:
-  explicit Builder(Layout& out) : out_(out) {
-    out_.nodes_.resize(2);  // [0] unused, [1] the root
-    pending_children_.resize(2);
-  }
+  explicit Builder(Layout& out) : out_(out) { out_.nodes_.resize(2); }  // [0] unused, [1] root
 
   uint64_t AddDir(uint64_t parent, std::string name) {
-    std::string key = DirKey(parent, name);
-    if (auto it = dirs_.find(key); it != dirs_.end()) return it->second;
-    uint64_t ino = AddNode(parent, std::move(name), NodeKind::kDirectory);
-    dirs_.emplace(std::move(key), ino);
-    return ino;
+    return AddNode(parent, std::move(name), NodeKind::kDirectory);
   }
 
   uint64_t AddFile(uint64_t parent, std::string name, NodeKind kind = NodeKind::kFile) {
@@ -49,40 +43,62 @@ class Layout::Builder {
   }
 
   void Finish() {
-    for (uint64_t ino = 1; ino < out_.nodes_.size(); ++ino) {
-      Node& node = out_.nodes_[ino];
-      if (node.kind != NodeKind::kDirectory) continue;
-      std::vector<uint64_t>& kids = pending_children_[ino];
-      std::sort(kids.begin(), kids.end(), [this](uint64_t a, uint64_t b) {
-        return out_.nodes_[a].name < out_.nodes_[b].name;
-      });
-      node.first = static_cast<uint32_t>(out_.children_.size());
-      node.count = static_cast<uint32_t>(kids.size());
-      out_.children_.insert(out_.children_.end(), kids.begin(), kids.end());
-      std::vector<uint64_t>().swap(kids);
+    std::vector<Node>& nodes = out_.nodes_;
+    std::vector<uint32_t> start(nodes.size() + 1, 0);
+    for (uint64_t ino = 2; ino < nodes.size(); ++ino) ++start[nodes[ino].parent + 1];
+    for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
+    out_.children_.resize(nodes.size() - 2);
+    std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+    for (uint64_t ino = 2; ino < nodes.size(); ++ino)
+      out_.children_[fill[nodes[ino].parent]++] = ino;
+    for (uint64_t ino = 1; ino < nodes.size(); ++ino) {
+      if (nodes[ino].kind != NodeKind::kDirectory) continue;
+      nodes[ino].first = start[ino];
+      nodes[ino].count = start[ino + 1] - start[ino];
+      auto begin = out_.children_.begin() + start[ino];
+      std::sort(begin, begin + nodes[ino].count,
+                [&](uint64_t a, uint64_t b) { return nodes[a].name < nodes[b].name; });
     }
   }
 
  private:
-  static std::string DirKey(uint64_t parent, const std::string& name) {
-    return std::to_string(parent) + '/' + name;
-  }
-
   uint64_t AddNode(uint64_t parent, std::string name, NodeKind kind) {
-    const uint64_t ino = out_.nodes_.size();
     Node node;
     node.name = std::move(name);
     node.parent = parent;
     node.kind = kind;
     out_.nodes_.push_back(std::move(node));
-    pending_children_.emplace_back();
-    pending_children_[parent].push_back(ino);
-    return ino;
+    return out_.nodes_.size() - 1;
   }
 
   Layout& out_;
-  std::unordered_map<std::string, uint64_t> dirs_;
-  std::vector<std::vector<uint64_t>> pending_children_;
+};
+
+// Creates the directories of tensor names visited in sorted order. All names under one
+// directory share a prefix of the raw name, so they are adjacent in that order: keeping
+// the current path as a stack creates each directory exactly once, without a map.
+class Layout::DirectoryWalker {
+ public:
+  DirectoryWalker(Builder& builder, uint64_t root) : builder_(builder), stack_{{"", root}} {}
+
+  // The directory holding `dirs` (escaped components below the root), creating it.
+  uint64_t Enter(std::vector<std::string>& dirs) {
+    size_t common = 0;
+    while (common < dirs.size() && common + 1 < stack_.size() &&
+           stack_[common + 1].first == dirs[common]) {
+      ++common;
+    }
+    stack_.resize(common + 1);
+    for (size_t i = common; i < dirs.size(); ++i) {
+      uint64_t ino = builder_.AddDir(stack_.back().second, dirs[i]);
+      stack_.emplace_back(std::move(dirs[i]), ino);
+    }
+    return stack_.back().second;
+  }
+
+ private:
+  Builder& builder_;
+  std::vector<std::pair<std::string, uint64_t>> stack_;
 };
 
 namespace {
@@ -149,14 +165,15 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   }
 
   // One file per tensor.
-  uint64_t tensors_dir = b.AddDir(kRoot, "tensors");
+  DirectoryWalker walker(b, b.AddDir(kRoot, "tensors"));
   for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
     const Tensor& t = ckpt.tensors[i];
     std::vector<std::string> parts = TensorPathComponents(t.name);
-    uint64_t dir = tensors_dir;
-    for (size_t p = 0; p + 1 < parts.size(); ++p) dir = b.AddDir(dir, std::move(parts[p]));
+    std::string leaf = std::move(parts.back());
+    parts.pop_back();
+    const uint64_t dir = walker.Enter(parts);
     const bool npy = !NumpyDescr(t.dtype).empty();
-    uint64_t ino = b.AddFile(dir, parts.back() + (npy ? ".npy" : ".safetensors"));
+    uint64_t ino = b.AddFile(dir, leaf + (npy ? ".npy" : ".safetensors"));
     layout.nodes_[ino].tensor = static_cast<int32_t>(i);
     b.AppendInline(ino, npy ? BuildNpyHeader(t.dtype, t.shape) : OneTensorHeader(t, ckpt.metadata));
     b.AppendSource(ino, t.shard, t.offset, t.size);

@@ -72,6 +72,7 @@ class Layout {
 
  private:
   class Builder;
+  class DirectoryWalker;
 
   std::vector<Node> nodes_;         // [0] unused so inode == index
   std::vector<uint64_t> children_;  // directory child lists, each sorted by name

@@ -136,7 +136,7 @@ INSTANTIATE_TEST_SUITE_P(
             "NUL"},
         BadCase{"NegativeDim",
                 RawSafetensors(R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1),
-                "non-integer"},
+                "not an array of non-negative integers"},
         BadCase{"MetadataNotString", RawSafetensors(R"({"__metadata__":{"k":1}})", 0),
                 "not a string"}),
     [](const auto& param_info) { return std::string(param_info.param.label); });

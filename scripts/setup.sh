@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ckptfs needs (only when some are missing) and builds it.
+# Usage: scripts/setup.sh [BUILD_DIR] [extra cmake args...]   (default BUILD_DIR: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake g++ make pkg-config clang-format
+          libfuse3-dev fuse3 nlohmann-json3-dev libzstd-dev zstd libcli11-dev
+          libgtest-dev googletest python3-numpy)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=(); [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+build_dir=${1:-build}
+shift || true
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake --build "$build_dir" -j2

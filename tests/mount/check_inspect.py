@@ -1,0 +1,62 @@
+#!/usr/bin/python3
+"""Inspect: `ckptfs inspect SRC` exits 0 and names every tensor; `--json` prints valid
+JSON giving every tensor's dtype and shape, and no tensor the source lacks.
+
+The JSON schema is ckptfs's to choose; tensors are found as objects with
+name/dtype/shape keys, or as {name: {dtype, shape, ...}} members, anywhere in it.
+
+usage: check_inspect.py CKPTFS SRC
+"""
+
+import json
+import subprocess
+
+from checklib import Checker, LoadSource, RunMain
+
+TIMEOUT_S = 60
+
+
+def FindTensors(node, found: list) -> None:
+    if isinstance(node, dict):
+        if isinstance(node.get("name"), str) and {"dtype", "shape"} <= set(node):
+            found.append((node["name"], node["dtype"], node["shape"]))
+        for key, value in node.items():
+            if isinstance(value, dict) and {"dtype", "shape"} <= set(value) \
+                    and "name" not in value:
+                found.append((key, value["dtype"], value["shape"]))
+            FindTensors(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            FindTensors(value, found)
+
+
+def Run(ck: Checker, argv: list):
+    result = subprocess.run(argv, capture_output=True, timeout=TIMEOUT_S)
+    ok = ck.Equal(result.returncode, 0,
+                  f"{' '.join(argv[1:])} exit code (stderr {result.stderr[-500:]!r})")
+    return result.stdout.decode("utf-8", errors="replace") if ok else None
+
+
+def Main(args) -> int:
+    ckptfs, src = args
+    ck = Checker("inspect")
+    source = LoadSource(src)
+    text = Run(ck, [ckptfs, "inspect", src])
+    if text is not None:
+        for name in source.tensors:
+            ck.Expect(name in text, f"inspect output does not name {name!r}")
+    text = Run(ck, [ckptfs, "inspect", src, "--json"])
+    if text is not None:
+        try:
+            found = []
+            FindTensors(json.loads(text), found)
+        except ValueError as e:
+            ck.Fail(f"inspect --json is not valid JSON ({e}): {text[:300]!r}")
+            return ck.Finish("")
+        want = sorted((t.name, t.dtype, t.shape) for t in source.tensors.values())
+        ck.Equal(sorted(found), want, "inspect --json tensors (name, dtype, shape)")
+    return ck.Finish(f"{len(source.tensors)} tensors")
+
+
+if __name__ == "__main__":
+    RunMain(Main, "CKPTFS SRC")

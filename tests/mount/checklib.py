@@ -1,0 +1,258 @@
+"""Shared helpers for the mount checks (check_*.py).
+
+Everything a check expects is recomputed from the source checkpoint, parsed here
+independently of ckptfs and of scripts/make_checkpoint.py: a bug shared by the
+writer and the reader of a format cannot hide this way. Checks collect every
+mismatch (up to a limit) and exit 1 with them listed, or print one OK line.
+"""
+
+import json
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+DTYPE_SIZES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1,
+    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4,
+    "I64": 8, "U64": 8, "F64": 8,
+}
+
+# dtypes numpy has, as little-endian .npy descrs; the others become .safetensors files.
+NUMPY_DESCRS = {
+    "BOOL": "|b1", "U8": "|u1", "I8": "|i1", "I16": "<i2", "U16": "<u2", "F16": "<f2",
+    "I32": "<i4", "U32": "<u4", "F32": "<f4", "I64": "<i8", "U64": "<u8", "F64": "<f8",
+}
+
+MAX_REPORTED = 30
+
+
+class Checker:
+    """Collects failures so one run reports all of them, not just the first."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.failures: List[str] = []
+        self.checked = 0
+
+    def Expect(self, ok: bool, message: str) -> bool:
+        self.checked += 1
+        if not ok:
+            self.failures.append(message)
+        return ok
+
+    def Fail(self, message: str) -> None:
+        self.Expect(False, message)
+
+    def Equal(self, actual, expected, what: str) -> bool:
+        return self.Expect(actual == expected,
+                           f"{what}: got {Short(actual)}, expected {Short(expected)}")
+
+    def Finish(self, summary: str) -> int:
+        if not self.failures:
+            print(f"OK {self.name}: {summary} ({self.checked} checks)")
+            return 0
+        print(f"FAIL {self.name}: {len(self.failures)} of {self.checked} checks failed")
+        for message in self.failures[:MAX_REPORTED]:
+            print(f"  - {message}")
+        if len(self.failures) > MAX_REPORTED:
+            print(f"  ... and {len(self.failures) - MAX_REPORTED} more")
+        return 1
+
+
+def Short(value, limit: int = 120) -> str:
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    length = f" ({len(value)} long)" if hasattr(value, "__len__") else ""
+    return f"{text[:limit]}...{length}"
+
+
+def RunMain(main: Callable[[List[str]], int], usage: str) -> None:
+    """Exit 1 with a traceback on an unexpected exception (e.g. EIO from the mount),
+    2 on bad usage, else main's code."""
+    args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print(f"usage: {os.path.basename(sys.argv[0])} {usage}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        sys.exit(main(args))
+    except Exception:  # pylint: disable=broad-except
+        print(f"FAIL {os.path.basename(sys.argv[0])}: unexpected exception")
+        traceback.print_exc(file=sys.stdout)
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------------------
+# safetensors
+
+@dataclass
+class Entry:
+    dtype: str
+    shape: List[int]
+    begin: int
+    end: int
+
+
+@dataclass
+class Safetensors:
+    """A parsed safetensors header. `entries` keeps file order."""
+    header_len: int
+    header_bytes: bytes
+    metadata: Optional[dict]
+    entries: Dict[str, Entry]
+
+    @property
+    def data_start(self) -> int:
+        return 8 + self.header_len
+
+
+def ParseSafetensors(data: bytes, what: str) -> Safetensors:
+    """Parses the header of a safetensors file held in `data` (bytes, mmap...).
+    Raises ValueError on anything that is not even parseable; Validate() checks the rest."""
+    if len(data) < 8:
+        raise ValueError(f"{what}: {len(data)} bytes, shorter than the length prefix")
+    n = int.from_bytes(data[:8], "little")
+    if 8 + n > len(data):
+        raise ValueError(f"{what}: header length {n} runs past the end ({len(data)} bytes)")
+    raw = bytes(data[8:8 + n])
+    obj = json.loads(raw.decode("utf-8"), object_pairs_hook=RefuseDuplicateKeys)
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what}: header is not a JSON object")
+    metadata = obj.pop("__metadata__", None)
+    entries = {}
+    for name, e in obj.items():
+        if not isinstance(e, dict) or set(e) != {"dtype", "shape", "data_offsets"}:
+            raise ValueError(f"{what}: tensor {name!r}: bad entry {e!r}")
+        entries[name] = Entry(e["dtype"], list(e["shape"]), *e["data_offsets"])
+    return Safetensors(n, raw, metadata, entries)
+
+
+def RefuseDuplicateKeys(pairs):
+    keys = [k for k, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise ValueError(f"duplicate JSON keys in {keys}")
+    return dict(pairs)
+
+
+def Validate(st: Safetensors, file_size: int, what: str, ck: Checker) -> None:
+    """The reference validator's rules plus the ones DESIGN.md adds for ckptfs output:
+    space padding to a multiple of 8, contiguous offsets from 0 with no holes up to the
+    end of the file, every tensor aligned to its element size, string metadata."""
+    ck.Equal(st.header_len % 8, 0, f"{what}: header length {st.header_len} mod 8")
+    json_end = len(st.header_bytes.rstrip(b" "))
+    ck.Expect(st.header_bytes[:json_end].endswith(b"}"),
+              f"{what}: header padding is not spaces after the JSON object: "
+              f"{st.header_bytes[-16:]!r}")
+    if st.metadata is not None:
+        ck.Expect(isinstance(st.metadata, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in st.metadata.items()),
+            f"{what}: __metadata__ is not a map of strings: {st.metadata!r}")
+    expected_begin = 0
+    for name, e in sorted(st.entries.items(), key=lambda kv: (kv[1].begin, kv[1].end)):
+        size = DTYPE_SIZES.get(e.dtype)
+        if not ck.Expect(size is not None, f"{what}: {name!r}: unknown dtype {e.dtype!r}"):
+            continue
+        ck.Equal(e.begin, expected_begin, f"{what}: {name!r} begin (holes or overlap)")
+        ck.Equal(e.end - e.begin, Elements(e.shape) * size,
+                 f"{what}: {name!r} byte length for {e.dtype}{e.shape}")
+        ck.Equal((st.data_start + e.begin) % size, 0,
+                 f"{what}: {name!r} absolute offset {st.data_start + e.begin} mod {size}")
+        expected_begin = e.end
+    ck.Equal(st.data_start + expected_begin, file_size,
+             f"{what}: end of the last tensor vs file size")
+
+
+def Elements(shape: List[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+# ---------------------------------------------------------------------------
+# The source checkpoint
+
+@dataclass
+class SourceTensor:
+    name: str
+    dtype: str
+    shape: List[int]
+    path: str    # the shard holding it
+    offset: int  # absolute, in that shard
+    nbytes: int
+
+    def Read(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return os.pread(f.fileno(), self.nbytes, self.offset)
+
+
+@dataclass
+class Source:
+    weight_files: List[str]   # absolute paths of the shards (or single file)
+    index_file: Optional[str]  # absolute path, None for a single file
+    non_weight_files: List[str] = field(default_factory=list)  # absolute paths
+    tensors: Dict[str, SourceTensor] = field(default_factory=dict)
+    metadata: Dict[str, str] = field(default_factory=dict)     # union over shards
+
+
+def LoadSource(src: str) -> Source:
+    """SRC as ckptfs takes it: a directory with a safetensors index or a single
+    *.safetensors file, or the path of one safetensors file."""
+    src = os.path.abspath(src)
+    if os.path.isfile(src):
+        source = Source([src], None)
+    else:
+        names = sorted(os.listdir(src))
+        indexes = [n for n in names if n.endswith(".safetensors.index.json")]
+        if indexes:
+            with open(os.path.join(src, indexes[0])) as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+            source = Source([os.path.join(src, s) for s in shards],
+                            os.path.join(src, indexes[0]))
+        else:
+            source = Source([os.path.join(src, n) for n in names
+                             if n.endswith(".safetensors")], None)
+        weights = set(source.weight_files) | {source.index_file}
+        source.non_weight_files = [os.path.join(src, n) for n in names
+                                   if os.path.join(src, n) not in weights]
+    for path in source.weight_files:
+        AddShard(source, path)
+    return source
+
+
+def AddShard(source: Source, path: str) -> None:
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        st = ParseSafetensors(n.to_bytes(8, "little") + f.read(n), path)
+    source.metadata.update(st.metadata or {})
+    for name, e in st.entries.items():
+        assert name not in source.tensors, f"source: {name!r} in two shards"
+        source.tensors[name] = SourceTensor(name, e.dtype, e.shape, path,
+                                            st.data_start + e.begin, e.end - e.begin)
+
+
+# ---------------------------------------------------------------------------
+# Per-tensor paths
+
+def EscapeComponent(component: str) -> str:
+    """DESIGN.md's escaping: '%' first (so the escapes it introduces stay unambiguous),
+    then '/'; '.' and '..' could walk the tree and an empty name cannot exist."""
+    if component == "":
+        return "%"
+    if component in (".", ".."):
+        return "%2E" * len(component)
+    return component.replace("%", "%25").replace("/", "%2F")
+
+
+def TensorPath(name: str, dtype: str) -> str:
+    """Path of a tensor's file relative to the mount's tensors/ directory."""
+    ext = ".npy" if dtype in NUMPY_DESCRS else ".safetensors"
+    return "/".join(EscapeComponent(c) for c in name.split(".")) + ext
+
+
+def ReadFile(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
