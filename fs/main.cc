@@ -74,11 +74,19 @@ int main(int argc, char** argv) {
       app.add_subcommand("verify", "Check structure and read every byte; exit 0 only if sound");
   verify->add_option("SOURCE", source, "checkpoint directory or .safetensors file")->required();
 
+  // Refusals are one line on stderr; only --help and --version print more, to stdout.
+  if (argc > 1 && argv[1][0] != '-' &&
+      app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == argv[1]; }).empty()) {
+    std::fprintf(stderr, "ckptfs: unknown command '%s' (see ckptfs --help)\n", argv[1]);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "ckptfs: %s (see ckptfs%s --help)\n", e.what(),
+                 argc > 1 && argv[1][0] != '-' ? (std::string(" ") + argv[1]).c_str() : "");
+    return 2;
   }
 
   RaiseOpenFileLimit();
