@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   mount->add_flag("-f,--foreground", mount_options.foreground,
                   "stay in the foreground; unmount to exit");
   mount->add_flag("-d,--debug", mount_options.debug,
-                  "log every FUSE request (implies nothing else)");
+                  "log every FUSE request to stderr; implies -f");
   mount->add_option("-o", o_options, "FUSE mount options, comma separated (e.g. allow_other)")
       ->delimiter(',')
       ->allow_extra_args(false);
@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
   RaiseOpenFileLimit();
   if (mount->parsed()) {
     mount_options.mountpoint = mountpoint;
+    mount_options.foreground |= mount_options.debug;
     mount_options.fuse_options = o_options;
     return Mount(source, mount_options);
   }

@@ -16,7 +16,7 @@ trap cleanup EXIT
 
 run() { printf '\n$ %s\n' "$*"; "$@"; }
 
-/usr/bin/python3 scripts/make_checkpoint.py "$work/llama" --kind llama
+/usr/bin/python3 scripts/make_checkpoint.py "$work/llama" --kind llama --dtype F16
 run ls "$work/llama"
 run "$ckptfs" inspect "$work/llama"
 run "$ckptfs" mount "$work/llama" "$mnt"
