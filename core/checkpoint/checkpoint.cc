@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <unordered_map>
 
 #include "core/format/hf_index.h"
@@ -66,10 +68,8 @@ Result<std::string> ReadWhole(const ByteSource& source) {
   return text;
 }
 
-// Adds the tensors of shard `shard_no` to `ckpt`, merging its metadata.
-Status AddShardTensors(Checkpoint& ckpt, uint32_t shard_no) {
-  const ByteSource& source = *ckpt.shards[shard_no].source;
-  CKPTFS_ASSIGN_OR_RETURN(SafetensorsHeader header, ReadSafetensorsHeader(source));
+// Adds the tensors of shard `shard_no`, described by `header`, merging its metadata.
+void AddShardTensors(Checkpoint& ckpt, uint32_t shard_no, SafetensorsHeader& header) {
   for (TensorEntry& t : header.tensors) {
     ckpt.tensors.push_back(Tensor{std::move(t.name), t.dtype, std::move(t.shape), shard_no,
                                   header.data_start + t.begin, t.end - t.begin});
@@ -80,7 +80,25 @@ Status AddShardTensors(Checkpoint& ckpt, uint32_t shard_no) {
       ckpt.metadata.push_back(std::move(kv));
     }
   }
-  return Status::Ok();
+}
+
+// Reads every shard's header, several at once: headers are independent, and a
+// checkpoint of thousands of shards would otherwise parse them one core at a time.
+std::vector<Result<SafetensorsHeader>> ReadHeaders(const std::vector<StoredFile>& shards) {
+  std::vector<Result<SafetensorsHeader>> headers(shards.size(), Status::Ok());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < shards.size(); i = next++) {
+      headers[i] = ReadSafetensorsHeader(*shards[i].source);
+    }
+  };
+  const size_t n_threads = std::min<size_t>(
+      {std::max(1u, std::thread::hardware_concurrency()), shards.size() / 16 + 1, 8});
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  return headers;
 }
 
 // Sorts tensors by name; a name stored in two shards is an error.
@@ -142,8 +160,11 @@ Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
     }
     ckpt.shards.push_back(std::move(opened).value());
   }
+  std::vector<Result<SafetensorsHeader>> headers = ReadHeaders(ckpt.shards);
+  // Merged in shard order, so the first error reported is always the same one.
   for (uint32_t i = 0; i < ckpt.shards.size(); ++i) {
-    CKPTFS_RETURN_IF_ERROR(AddShardTensors(ckpt, i));
+    if (!headers[i].ok()) return headers[i].status();
+    AddShardTensors(ckpt, i, headers[i].value());
   }
   return SortTensors(ckpt);
 }
