@@ -16,9 +16,9 @@ struct MountOptions {
   std::vector<std::string> fuse_options;  // from -o, passed to libfuse as given
 };
 
-// Mounts `volume` and serves it. In the background mode it returns, in the calling
-// process, only once the mount answers requests (exit code 0) or failed (1, with a
-// line on stderr); the daemon serves until unmounted. With `foreground` it serves in
+// Mounts `volume` and serves it. In the background mode the calling process exits with
+// status 0 once the mount answers requests, or 1 with a line on stderr if it failed;
+// the forked daemon serves until unmounted. With `foreground` it serves in
 // this process and returns when unmounted. Returns a process exit code.
 int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options);
 
