@@ -130,6 +130,16 @@ void ReplyPlan(fuse_req_t req, const Volume& volume, const std::vector<ReadPiece
     fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), total);
     return;
   }
+  // The kernel will read these descriptors itself: make sure they still hold the bytes
+  // the layout was built from.
+  for (const ReadPiece& p : plan) {
+    if (!p.source) continue;
+    Status s = p.source->CheckUnchanged();
+    if (!s.ok()) {
+      Stats::Add(volume.stats().read_errors, 1);
+      return ReplyError(req, s);
+    }
+  }
   // fuse_bufvec ends in a one-element array; allocate room for every piece.
   std::vector<uint8_t> storage(sizeof(fuse_bufvec) + sizeof(fuse_buf) * plan.size());
   auto* bufv = reinterpret_cast<fuse_bufvec*>(storage.data());
@@ -367,8 +377,13 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
     return fail(options.mountpoint + ": mount failed (see the fuse message above, or run with -f)");
   }
   if (ready_fd >= 0) {
+    if (!LogToDaemonDestination(options.log_file)) {
+      fuse_session_unmount(se);
+      fuse_remove_signal_handlers(se);
+      fuse_session_destroy(se);
+      return fail(options.log_file + ": cannot open log file: " + std::strerror(errno));
+    }
     RedirectStdioToDevNull();
-    LogToSyslog("ckptfs");
   }
   std::thread ready(SignalReady, options.mountpoint, ready_fd);
   fuse_loop_config* config = fuse_loop_cfg_create();

@@ -13,6 +13,7 @@ struct MountOptions {
   std::string mountpoint;
   bool foreground = false;
   bool debug = false;
+  std::string log_file;                   // daemon log; empty: syslog
   std::vector<std::string> fuse_options;  // from -o, passed to libfuse as given
 };
 

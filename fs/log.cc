@@ -1,32 +1,57 @@
 #include "fs/log.h"
 
+#include <fcntl.h>
 #include <syslog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
+#include <ctime>
 
 namespace ckptfs {
 namespace {
 
-std::atomic<bool> use_syslog{false};
+enum class Destination { kStderr, kSyslog, kFile };
+std::atomic<Destination> destination{Destination::kStderr};
+int log_fd = 2;
 
 void VLog(int priority, const char* fmt, va_list args) {
-  if (use_syslog.load(std::memory_order_relaxed)) {
+  if (destination.load(std::memory_order_relaxed) == Destination::kSyslog) {
     vsyslog(priority, fmt, args);
     return;
   }
-  // One fprintf per line so lines from worker threads do not interleave.
-  char line[1024];
-  std::vsnprintf(line, sizeof(line), fmt, args);
-  std::fprintf(stderr, "ckptfs: %s\n", line);
+  char message[1024];
+  std::vsnprintf(message, sizeof(message), fmt, args);
+  char line[1200];
+  int n;
+  if (destination.load(std::memory_order_relaxed) == Destination::kFile) {
+    char stamp[32];
+    std::time_t now = std::time(nullptr);
+    std::tm tm;
+    std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", ::gmtime_r(&now, &tm));
+    n = std::snprintf(line, sizeof(line), "%sZ ckptfs[%d] %s: %s\n", stamp, ::getpid(),
+                      priority == LOG_ERR ? "error" : "info", message);
+  } else {
+    n = std::snprintf(line, sizeof(line), "ckptfs: %s\n", message);
+  }
+  // One write(2) per line: lines from worker threads never interleave.
+  if (n > 0) (void)!::write(log_fd, line, std::min(static_cast<size_t>(n), sizeof(line) - 1));
 }
 
 }  // namespace
 
-void LogToSyslog(const char* ident) {
-  openlog(ident, LOG_PID, LOG_DAEMON);
-  use_syslog = true;
+bool LogToDaemonDestination(const std::string& log_file) {
+  if (log_file.empty()) {
+    openlog("ckptfs", LOG_PID, LOG_DAEMON);
+    destination = Destination::kSyslog;
+    return true;
+  }
+  int fd = ::open(log_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  log_fd = fd;
+  destination = Destination::kFile;
+  return true;
 }
 
 void LogError(const char* fmt, ...) {

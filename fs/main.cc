@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
                   "stay in the foreground; unmount to exit");
   mount->add_flag("-d,--debug", mount_options.debug,
                   "log every FUSE request to stderr; implies -f");
+  mount->add_option("--log-file", mount_options.log_file,
+                    "append daemon log lines (read errors, warnings) to FILE instead of syslog");
   mount->add_option("-o", o_options, "FUSE mount options, comma separated (e.g. allow_other)")
       ->delimiter(',')
       ->allow_extra_args(false);

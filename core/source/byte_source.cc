@@ -36,10 +36,25 @@ Result<std::unique_ptr<LocalFileSource>> LocalFileSource::Open(const std::string
   // Checkpoint readers mostly stream: ask for the larger sequential readahead window.
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   return std::unique_ptr<LocalFileSource>(
-      new LocalFileSource(fd, static_cast<uint64_t>(st.st_size), std::move(name)));
+      new LocalFileSource(fd, static_cast<uint64_t>(st.st_size), st.st_mtim, std::move(name)));
 }
 
 LocalFileSource::~LocalFileSource() { ::close(fd_); }
+
+Status LocalFileSource::CheckUnchanged() const {
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) {
+    return Status::IoError(name_ + ": cannot stat: " + std::strerror(errno), errno);
+  }
+  if (static_cast<uint64_t>(st.st_size) != size_) {
+    return Status::IoError(name_ + ": file changed since mount (size " +
+                           std::to_string(st.st_size) + ", was " + std::to_string(size_) + ")");
+  }
+  if (st.st_mtim.tv_sec != mtime_.tv_sec || st.st_mtim.tv_nsec != mtime_.tv_nsec) {
+    return Status::IoError(name_ + ": file modified since mount");
+  }
+  return Status::Ok();
+}
 
 Status LocalFileSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));

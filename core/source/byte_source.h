@@ -6,8 +6,12 @@
 //   error, a failed or short system read an IoError. Messages name the source.
 // - Fd() optionally exposes a file descriptor whose bytes at the same offsets are this
 //   source's, so the FUSE front end can hand it to the kernel (splice) without a copy.
+//   Whoever reads through Fd() calls CheckUnchanged() first: a file that was truncated or
+//   rewritten since it was opened must give an error, never short or different bytes.
 // - Every method is thread-safe: many FUSE worker threads read one source at once.
 #pragma once
+
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cstdint>
@@ -29,6 +33,7 @@ class ByteSource {
   // Name used in error messages: the file name as the user knows it.
   virtual const std::string& Name() const = 0;
   virtual int Fd() const { return -1; }
+  virtual Status CheckUnchanged() const { return Status::Ok(); }
 
  protected:
   // Checks [offset, offset+len) lies within Size(); shared by implementations.
@@ -47,13 +52,16 @@ class LocalFileSource final : public ByteSource {
   Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
   const std::string& Name() const override { return name_; }
   int Fd() const override { return fd_; }
+  // Compares size and modification time with those seen at Open (one fstat).
+  Status CheckUnchanged() const override;
 
  private:
-  LocalFileSource(int fd, uint64_t size, std::string name)
-      : fd_(fd), size_(size), name_(std::move(name)) {}
+  LocalFileSource(int fd, uint64_t size, struct timespec mtime, std::string name)
+      : fd_(fd), size_(size), mtime_(mtime), name_(std::move(name)) {}
 
   int fd_;
   uint64_t size_;
+  struct timespec mtime_;
   std::string name_;
 };
 

@@ -357,9 +357,12 @@ class MountFixture : public testing::Test {
   // Mounts source on mountpoint and fails the test unless ckptfs reports success and
   // the mount is listed in /proc/mounts.
   void Mount(const std::string& source, const std::string& mountpoint,
-             ProcessResult* result = nullptr) {
+             ProcessResult* result = nullptr, const std::vector<std::string>& options = {}) {
     mounts_.push_back(mountpoint);  // registered first: even a "failed" mount is cleaned
-    const ProcessResult r = RunProcess({kCkptfs, "mount", source, mountpoint}, kMountTimeout);
+    std::vector<std::string> argv = {kCkptfs, "mount"};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.insert(argv.end(), {source, mountpoint});
+    const ProcessResult r = RunProcess(argv, kMountTimeout);
     if (result != nullptr) *result = r;
     ASSERT_EQ(r.exit_code, 0) << r.Describe();
     ASSERT_TRUE(IsMounted(mountpoint))
@@ -490,6 +493,30 @@ TEST_F(MountTest, UmountCommand) {
   EXPECT_NE(again.exit_code, 0) << again.Describe();
   EXPECT_EQ(LineCount(again.err), 1) << again.Describe();
   EXPECT_NE(again.err.find(mountpoint), std::string::npos) << again.Describe();
+}
+
+// A shard truncated or rewritten under a live mount: reads of it fail with EIO and a log
+// line naming the shard, never short or stale-versus-header bytes; other files still read.
+TEST_F(MountTest, ShardChangedAfterMountGivesEio) {
+  const std::string source = scratch_->Path("mixed");
+  ASSERT_NO_FATAL_FAILURE(Generate(source));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  const std::string log = scratch_->Path("daemon.log");
+  ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, nullptr, {"--log-file", log}));
+  const std::string shard = "model-00002-of-00008.safetensors";
+  fs::resize_file(source + "/" + shard, fs::file_size(source + "/" + shard) / 2);
+
+  const ProcessResult broken =
+      RunProcess({"cat", "--", mountpoint + "/shards/" + shard}, kCheckTimeout);
+  EXPECT_NE(broken.exit_code, 0) << broken.Describe();
+  EXPECT_NE(broken.err.find("Input/output error"), std::string::npos) << broken.Describe();
+  const ProcessResult intact = RunProcess(
+      {"cat", "--", mountpoint + "/shards/model-00001-of-00008.safetensors"}, kCheckTimeout);
+  EXPECT_EQ(intact.exit_code, 0) << intact.Describe();
+
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(shard + ": file changed since mount"), std::string::npos) << text;
 }
 
 // Sources that are no checkpoint at all are refused like broken ones, naming the path.
