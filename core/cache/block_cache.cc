@@ -1,0 +1,1 @@
+#include "core/cache/block_cache.h"

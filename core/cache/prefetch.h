@@ -1,0 +1,2 @@
+// (being written: ThreadPool and Readahead; see the helper's brief)
+#pragma once
