@@ -14,8 +14,9 @@
 namespace ckptfs {
 namespace {
 
-Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, int* exit_code) {
-  auto volume = Volume::Open(source);
+Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const CodecOptions& codec,
+                                             int* exit_code) {
+  auto volume = Volume::Open(source, codec);
   if (!volume.ok()) {
     std::fprintf(stderr, "ckptfs: %s\n", volume.status().message().c_str());
     *exit_code = ExitCodeForOpenFailure(volume.status());
@@ -78,13 +79,39 @@ void PrintInspectTable(const Checkpoint& ckpt) {
 
 }  // namespace
 
+std::optional<uint64_t> ParseByteSize(const std::string& text) {
+  size_t pos = 0;
+  uint64_t value = 0;
+  try {
+    value = std::stoull(text, &pos);
+  } catch (...) {
+    return std::nullopt;
+  }
+  std::string unit = text.substr(pos);
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  if (!unit.empty() && (unit.back() == 'i')) unit.pop_back();
+  int shift = 0;
+  if (unit == "K" || unit == "k")
+    shift = 10;
+  else if (unit == "M" || unit == "m")
+    shift = 20;
+  else if (unit == "G" || unit == "g")
+    shift = 30;
+  else if (unit == "T" || unit == "t")
+    shift = 40;
+  else if (!unit.empty())
+    return std::nullopt;
+  if (shift && value > (UINT64_MAX >> shift)) return std::nullopt;
+  return value << shift;
+}
+
 int ExitCodeForOpenFailure(const Status& status) {
   return status.code() == Status::Code::kIoError ? 1 : 2;
 }
 
-int RunInspect(const std::string& source, bool json) {
+int RunInspect(const std::string& source, bool json, const CodecOptions& codec) {
   int rc = 0;
-  auto volume = OpenOrReport(source, &rc);
+  auto volume = OpenOrReport(source, codec, &rc);
   if (!volume.ok()) return rc;
   if (json) {
     std::puts(InspectJson((*volume)->checkpoint())
@@ -96,9 +123,9 @@ int RunInspect(const std::string& source, bool json) {
   return 0;
 }
 
-int RunVerify(const std::string& source) {
+int RunVerify(const std::string& source, const CodecOptions& codec) {
   int rc = 0;
-  auto volume = OpenOrReport(source, &rc);
+  auto volume = OpenOrReport(source, codec, &rc);
   if (!volume.ok()) return rc;
   // Structure is sound (Open validated every header); now read every stored byte once so
   // unreadable sectors or files truncated under us are found now rather than mid-load.

@@ -3,12 +3,19 @@
 // prints refusals as one line on stderr.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+
+#include "core/codec/codec_context.h"
 
 namespace ckptfs {
 
-int RunInspect(const std::string& source, bool json);
-int RunVerify(const std::string& source);
+// "512M", "4G", "1048576", "64K" (binary units) -> bytes; nullopt if malformed.
+std::optional<uint64_t> ParseByteSize(const std::string& text);
+
+int RunInspect(const std::string& source, bool json, const CodecOptions& codec);
+int RunVerify(const std::string& source, const CodecOptions& codec);
 int RunUmount(const std::string& mountpoint);
 
 // Exit code for a failure to open a checkpoint: 2 for invalid input, 1 for I/O trouble.

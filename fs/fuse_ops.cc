@@ -385,6 +385,8 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
     }
     RedirectStdioToDevNull();
   }
+  // Decode workers start here, in the process that serves: threads do not survive fork.
+  ctx.volume->codec().StartWorkers();
   std::thread ready(SignalReady, options.mountpoint, ready_fd);
   fuse_loop_config* config = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(config, 16);

@@ -25,8 +25,9 @@ void RaiseOpenFileLimit() {
   }
 }
 
-int Mount(const std::string& source, ckptfs::MountOptions options) {
-  auto volume = ckptfs::Volume::Open(Absolute(source));
+int Mount(const std::string& source, ckptfs::MountOptions options,
+          const ckptfs::CodecOptions& codec) {
+  auto volume = ckptfs::Volume::Open(Absolute(source), codec);
   if (!volume.ok()) {
     std::fprintf(stderr, "ckptfs: %s\n", volume.status().message().c_str());
     return ckptfs::ExitCodeForOpenFailure(volume.status());
@@ -57,6 +58,12 @@ int main(int argc, char** argv) {
                   "stay in the foreground; unmount to exit");
   mount->add_flag("-d,--debug", mount_options.debug,
                   "log every FUSE request to stderr; implies -f");
+  std::string cache_size = "512M";
+  ckptfs::CodecOptions codec;
+  mount->add_option("--cache-size", cache_size,
+                    "bytes of decoded frames kept in memory, shared by every view (default 512M)");
+  mount->add_option("--spill-dir", codec.spill_dir,
+                    "where single-frame .zst shards are decoded once (default /var/tmp)");
   mount->add_option("--log-file", mount_options.log_file,
                     "append daemon log lines (read errors, warnings) to FILE instead of syslog");
   mount->add_option("-o", o_options, "FUSE mount options, comma separated (e.g. allow_other)")
@@ -95,11 +102,18 @@ int main(int argc, char** argv) {
   if (mount->parsed()) {
     mount_options.mountpoint = mountpoint;
     mount_options.foreground |= mount_options.debug;
+    auto bytes = ckptfs::ParseByteSize(cache_size);
+    if (!bytes) {
+      std::fprintf(stderr, "ckptfs: --cache-size %s: not a size (e.g. 512M, 4G)\n",
+                   cache_size.c_str());
+      return 2;
+    }
+    codec.cache_bytes = *bytes;
     mount_options.fuse_options = o_options;
-    return Mount(source, mount_options);
+    return Mount(source, mount_options, codec);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint);
-  if (inspect->parsed()) return ckptfs::RunInspect(source, json);
-  if (verify->parsed()) return ckptfs::RunVerify(source);
+  if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec);
+  if (verify->parsed()) return ckptfs::RunVerify(source, codec);
   return 2;
 }

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make pkg-config clang-format
-          libfuse3-dev fuse3 nlohmann-json3-dev libzstd-dev zstd libcli11-dev
+          libfuse3-dev fuse3 nlohmann-json3-dev libzstd-dev zstd libxxhash-dev libcli11-dev
           libgtest-dev googletest python3-numpy)
 missing=()
 for p in "${packages[@]}"; do

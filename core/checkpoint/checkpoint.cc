@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/codec/zstd_source.h"
 #include "core/format/hf_index.h"
 
 namespace ckptfs {
@@ -16,6 +17,7 @@ namespace {
 
 constexpr std::string_view kIndexSuffix = ".safetensors.index.json";
 constexpr std::string_view kWeightSuffix = ".safetensors";
+constexpr std::string_view kZstdSuffix = ".zst";
 constexpr std::string_view kPreferredIndex = "model.safetensors.index.json";
 constexpr uint64_t kMaxIndexBytes = 256ull << 20;
 
@@ -56,7 +58,31 @@ SourceDir LocalDir(std::string path, std::vector<std::string> files) {
 
 Result<StoredFile> OpenStored(const SourceDir& dir, const std::string& name) {
   CKPTFS_ASSIGN_OR_RETURN(auto source, dir.open(name));
-  return StoredFile{name, std::move(source)};
+  return StoredFile{name, name, std::move(source)};
+}
+
+bool Contains(const std::vector<std::string>& sorted, const std::string& name) {
+  return std::binary_search(sorted.begin(), sorted.end(), name);
+}
+
+// A weight file as stored: NAME itself, or NAME.zst decoded on read (plain wins when both
+// exist: same bytes, no decoding).
+Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
+                                  CodecContext& codec) {
+  if (Contains(dir.files, name) || !Contains(dir.files, name + std::string(kZstdSuffix))) {
+    return OpenStored(dir, name);
+  }
+  const std::string stored = name + std::string(kZstdSuffix);
+  CKPTFS_ASSIGN_OR_RETURN(auto compressed, dir.open(stored));
+  CKPTFS_ASSIGN_OR_RETURN(auto decoded, ZstdSource::Open(std::move(compressed), codec));
+  return StoredFile{name, stored, std::move(decoded)};
+}
+
+// "x.safetensors" for both "x.safetensors" and "x.safetensors.zst"; empty otherwise.
+std::string WeightName(const std::string& file) {
+  std::string_view name = file;
+  if (EndsWith(name, kZstdSuffix)) name.remove_suffix(kZstdSuffix.size());
+  return EndsWith(name, kWeightSuffix) ? std::string(name) : std::string();
 }
 
 Result<std::string> ReadWhole(const ByteSource& source) {
@@ -151,9 +177,9 @@ Status CheckAgainstIndex(const Checkpoint& ckpt, const HfIndex& index, const std
 }
 
 Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
-                  const std::string& named_by, Checkpoint& ckpt) {
+                  const std::string& named_by, CodecContext& codec, Checkpoint& ckpt) {
   for (const std::string& name : names) {
-    auto opened = OpenStored(dir, name);
+    auto opened = OpenWeightFile(dir, name, codec);
     if (!opened.ok()) {
       if (opened.status().code() != Status::Code::kNotFound) return opened.status();
       return Status::NotFound(name + ": shard named in " + named_by + " is missing");
@@ -175,7 +201,7 @@ Status OpenOthers(const SourceDir& dir, Checkpoint& ckpt) {
   for (const std::string& name : dir.files) {
     bool used = std::any_of(ckpt.index.begin(), ckpt.index.end(),
                             [&](const StoredFile& f) { return f.name == name; });
-    if (used || EndsWith(name, kWeightSuffix)) continue;
+    if (used || !WeightName(name).empty()) continue;
     CKPTFS_ASSIGN_OR_RETURN(StoredFile other, OpenStored(dir, name));
     ckpt.others.push_back(std::move(other));
   }
@@ -204,7 +230,7 @@ uint64_t Checkpoint::TotalTensorBytes() const {
   return total;
 }
 
-Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir) {
+Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
   Checkpoint ckpt;
   ckpt.source_path = dir.path;
   CKPTFS_ASSIGN_OR_RETURN(std::string index_name, ChooseIndex(dir));
@@ -213,12 +239,14 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir) {
     CKPTFS_ASSIGN_OR_RETURN(std::string text, ReadWhole(*index_file.source));
     CKPTFS_ASSIGN_OR_RETURN(HfIndex index, ParseHfIndex(text, index_name));
     ckpt.index.push_back(std::move(index_file));
-    CKPTFS_RETURN_IF_ERROR(OpenShards(dir, index.shard_files, index_name, ckpt));
+    CKPTFS_RETURN_IF_ERROR(OpenShards(dir, index.shard_files, index_name, codec, ckpt));
     CKPTFS_RETURN_IF_ERROR(CheckAgainstIndex(ckpt, index, index_name));
   } else {
     std::vector<std::string> weights;
     for (const std::string& f : dir.files) {
-      if (EndsWith(f, kWeightSuffix)) weights.push_back(f);
+      std::string weight = WeightName(f);
+      if (!weight.empty() && (weights.empty() || weights.back() != weight))
+        weights.push_back(weight);
     }
     if (weights.empty()) {
       return Status::InvalidArgument(dir.path +
@@ -229,29 +257,30 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir) {
                                      " .safetensors files but no *.safetensors.index.json to "
                                      "join them");
     }
-    CKPTFS_RETURN_IF_ERROR(OpenShards(dir, weights, dir.path, ckpt));
+    CKPTFS_RETURN_IF_ERROR(OpenShards(dir, weights, dir.path, codec, ckpt));
   }
   CKPTFS_RETURN_IF_ERROR(OpenOthers(dir, ckpt));
   return ckpt;
 }
 
-Result<Checkpoint> OpenCheckpoint(const std::string& source_path) {
+Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec) {
   struct stat st;
   if (::stat(source_path.c_str(), &st) != 0) {
     return Status::NotFound(source_path + ": no such file or directory");
   }
   if (S_ISREG(st.st_mode)) {
-    if (!EndsWith(source_path, kWeightSuffix)) {
-      return Status::InvalidArgument(source_path + ": not a .safetensors file or a directory");
-    }
     auto [dir, name] = SplitPath(source_path);
-    return OpenCheckpointIn(LocalDir(dir, {name}));
+    if (WeightName(name).empty()) {
+      return Status::InvalidArgument(source_path +
+                                     ": not a .safetensors(.zst) file or a directory");
+    }
+    return OpenCheckpointIn(LocalDir(dir, {name}), codec);
   }
   if (!S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument(source_path + ": not a file or directory");
   }
   CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> files, ListRegularFiles(source_path));
-  return OpenCheckpointIn(LocalDir(source_path, std::move(files)));
+  return OpenCheckpointIn(LocalDir(source_path, std::move(files)), codec);
 }
 
 }  // namespace ckptfs

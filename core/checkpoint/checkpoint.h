@@ -1,7 +1,8 @@
 // Checkpoint: what OpenCheckpoint finds in SOURCE, validated, with every file open.
 //
 // SOURCE is a directory holding either a `*.safetensors.index.json` with its shards or a
-// single `*.safetensors` file, or the path of one `*.safetensors` file. Opening reads only
+// single `*.safetensors` file, or the path of one `*.safetensors` file. Any weight file
+// may be stored as NAME.zst instead, decoded on read through `codec`. Opening reads only
 // headers, so its cost grows with the number of tensors, not the bytes of the checkpoint.
 // Every inconsistency (missing or truncated shard, a tensor listed in the index but not in
 // its shard or the reverse, a tensor in two shards, a bad header) is a Status whose
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/codec/codec_context.h"
 #include "core/format/dtype.h"
 #include "core/format/safetensors.h"
 #include "core/source/byte_source.h"
@@ -22,10 +24,12 @@
 
 namespace ckptfs {
 
-// A stored file the mount shows unchanged (shards, the index, config.json...).
+// A stored file the mount shows (shards, the index, config.json...), decoded if stored
+// compressed.
 struct StoredFile {
-  std::string name;  // file name within SOURCE
-  std::unique_ptr<ByteSource> source;
+  std::string name;         // as the checkpoint names it ("model-00001-of-00002.safetensors")
+  std::string stored_name;  // the file in SOURCE (the same, or NAME.zst)
+  std::unique_ptr<ByteSource> source;  // the decoded bytes
 };
 
 struct Tensor {
@@ -59,10 +63,10 @@ struct SourceDir {
 
 // Finds and validates the checkpoint in `dir`: the index if there is one (preferring
 // model.safetensors.index.json among several), else its only .safetensors file.
-Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir);
+Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec);
 
 // OpenCheckpointIn over a local directory, or over the directory of a .safetensors
 // path, in which case only that file is used.
-Result<Checkpoint> OpenCheckpoint(const std::string& source_path);
+Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec);
 
 }  // namespace ckptfs

@@ -28,10 +28,11 @@ class Layout::Builder {
   }
 
   // Appends an extent to file `ino`, which must be the file most recently added.
-  void AppendSource(uint64_t ino, uint32_t source, uint64_t offset, uint64_t length) {
+  void AppendSource(uint64_t ino, uint32_t source, uint64_t offset, uint64_t length,
+                    bool tensor = false) {
     if (length == 0) return;
     Node& node = out_.nodes_[ino];
-    out_.extents_.push_back(Extent{node.size, length, offset, source});
+    out_.extents_.push_back(Extent{node.size, length, offset, source, tensor});
     node.size += length;
     ++node.count;
   }
@@ -161,7 +162,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   std::vector<TensorEntry>().swap(entries);
   for (uint32_t i : order) {
     const Tensor& t = ckpt.tensors[i];
-    b.AppendSource(merged, t.shard, t.offset, t.size);
+    b.AppendSource(merged, t.shard, t.offset, t.size, /*tensor=*/true);
   }
 
   // One file per tensor.
@@ -176,7 +177,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     uint64_t ino = b.AddFile(dir, leaf + (npy ? ".npy" : ".safetensors"));
     layout.nodes_[ino].tensor = static_cast<int32_t>(i);
     b.AppendInline(ino, npy ? BuildNpyHeader(t.dtype, t.shape) : OneTensorHeader(t, ckpt.metadata));
-    b.AppendSource(ino, t.shard, t.offset, t.size);
+    b.AppendSource(ino, t.shard, t.offset, t.size, /*tensor=*/true);
   }
 
   // The original files, index included.

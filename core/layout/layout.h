@@ -33,6 +33,7 @@ struct Extent {
   uint64_t length;
   uint64_t source_offset;  // offset in the source, or in the inline pool
   uint32_t source;         // index into Layout::sources(), or kInline
+  bool tensor = false;     // the whole data of one tensor: a read of its start prefetches the rest
 };
 
 enum class NodeKind : uint8_t { kDirectory, kFile, kStats };

@@ -34,6 +34,9 @@ class ByteSource {
   virtual const std::string& Name() const = 0;
   virtual int Fd() const { return -1; }
   virtual Status CheckUnchanged() const { return Status::Ok(); }
+  // A hint that [offset, offset + length) will be read soon; sources that fetch or decode
+  // may start now. Never required for correctness.
+  virtual void Prefetch(uint64_t /*offset*/, uint64_t /*length*/) const {}
 
  protected:
   // Checks [offset, offset+len) lies within Size(); shared by implementations.

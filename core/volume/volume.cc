@@ -20,14 +20,20 @@ uint64_t CurrentRssBytes() {
                 : 0;
 }
 
-Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path) {
-  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path));
-  return FromCheckpoint(std::move(ckpt));
+Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
+                                             const CodecOptions& codec_options) {
+  auto codec = std::make_shared<CodecContext>(codec_options);
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path, *codec));
+  return FromCheckpoint(std::move(ckpt), std::move(codec));
 }
 
-std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt) {
-  return std::unique_ptr<Volume>(new Volume(std::move(ckpt)));
+std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
+                                               std::shared_ptr<CodecContext> codec) {
+  return std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec)));
 }
+
+// Prefetch tasks point at sources: stop them before the sources go.
+Volume::~Volume() { codec_->Shutdown(); }
 
 Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size,
                         std::vector<ReadPiece>* plan) const {
@@ -50,6 +56,11 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size,
     } else {
       piece.source = &layout_.Source(e.source);
       piece.offset = e.source_offset + skip;
+      // Reading the start of a tensor (np.load, a loader walking tensors): the rest of it
+      // will follow, so let its source fetch or decode it ahead, in parallel.
+      if (e.tensor && skip == 0 && piece.length < e.length) {
+        piece.source->Prefetch(piece.offset + piece.length, e.length - piece.length);
+      }
     }
     plan->push_back(piece);
   }
@@ -100,7 +111,22 @@ std::string Volume::StatsJson() const {
       {"read_errors", load(stats_.read_errors)},
       {"opens", load(stats_.opens)},
       {"rss_bytes", CurrentRssBytes()},
+      {"bytes_decompressed", load(codec_->bytes_decoded)},
+      {"compressed_bytes_read", load(codec_->compressed_bytes_read)},
+      {"frames_decoded", load(codec_->frames_decoded)},
+      {"decode_errors", load(codec_->decode_errors)},
+      {"prefetched_frames", load(codec_->prefetches)},
   };
+  const BlockCache::Counters c = codec_->cache().counters();
+  j["cache"] = {{"capacity_bytes", c.capacity_bytes},
+                {"charged_bytes", c.charged_bytes},
+                {"pinned_bytes", c.pinned_bytes},
+                {"entries", c.entries},
+                {"hits", c.hits},
+                {"misses", c.misses},
+                {"coalesced", c.coalesced},
+                {"evictions", c.evictions},
+                {"load_errors", c.load_errors}};
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 

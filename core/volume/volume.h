@@ -3,7 +3,8 @@
 // directory listing, extended attributes, and reads.
 //
 // A read is planned, not performed: PlanRead turns (inode, offset, size) into pieces, each
-// a range of a stored file or a span of synthesized bytes. The front end can hand stored
+// a range of a stored file or a span of synthesized bytes. A read that starts a tensor
+// tells the tensor's source to prefetch the rest of it. The front end can hand stored
 // ranges to the kernel by file descriptor (no copy) or call ReadInto to copy. Either way a
 // read crosses the layout once and touches each stored file once.
 //
@@ -33,13 +34,17 @@ struct ReadPiece {
 
 class Volume {
  public:
-  static Result<std::unique_ptr<Volume>> Open(const std::string& source_path);
-  // Wraps an already opened checkpoint (in-memory sources in tests, other backends later).
-  static std::unique_ptr<Volume> FromCheckpoint(Checkpoint ckpt);
+  static Result<std::unique_ptr<Volume>> Open(const std::string& source_path,
+                                              const CodecOptions& codec = {});
+  // Wraps an already opened checkpoint whose compressed sources use `codec`.
+  static std::unique_ptr<Volume> FromCheckpoint(Checkpoint ckpt,
+                                                std::shared_ptr<CodecContext> codec);
+  ~Volume();
 
   const Checkpoint& checkpoint() const { return ckpt_; }
   const Layout& layout() const { return layout_; }
   Stats& stats() const { return stats_; }
+  CodecContext& codec() const { return *codec_; }
 
   // Pieces covering [offset, offset + size) of file `ino`, clipped at end of file (an
   // empty plan at or past the end). NotFound for a bad inode, InvalidArgument for a
@@ -55,8 +60,10 @@ class Volume {
   std::string StatsJson() const;
 
  private:
-  explicit Volume(Checkpoint ckpt) : ckpt_(std::move(ckpt)), layout_(Layout::Build(ckpt_)) {}
+  Volume(Checkpoint ckpt, std::shared_ptr<CodecContext> codec)
+      : codec_(std::move(codec)), ckpt_(std::move(ckpt)), layout_(Layout::Build(ckpt_)) {}
 
+  std::shared_ptr<CodecContext> codec_;  // first: outlives the sources that use it
   Checkpoint ckpt_;
   Layout layout_;
   mutable Stats stats_;

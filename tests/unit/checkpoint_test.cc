@@ -15,7 +15,7 @@ const std::string kA = MakeSafetensors({{"a", Dtype::kF32, {2}}});
 const std::string kB = MakeSafetensors({{"b", Dtype::kI64, {1}}});
 
 Status OpenStatus(std::map<std::string, std::string> files) {
-  return OpenCheckpointIn(MemoryDir(std::move(files))).status();
+  return OpenCheckpointIn(MemoryDir(std::move(files)), testing::TestCodec()).status();
 }
 
 void ExpectRefused(std::map<std::string, std::string> files, const std::string& starts_with,
@@ -33,7 +33,8 @@ TEST(Checkpoint, ShardedWithIndex) {
                                   {"stale.safetensors", kA},
                                   {"model.safetensors.index.json",
                                    IndexJson({{"a", "1.safetensors"}, {"b", "2.safetensors"}})},
-                                  {"tokenizer.json", "{}"}}));
+                                  {"tokenizer.json", "{}"}}),
+                       testing::TestCodec());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   ASSERT_EQ(ckpt->tensors.size(), 2u);
   EXPECT_EQ(ckpt->tensors[1].name, "b");
@@ -45,7 +46,8 @@ TEST(Checkpoint, ShardedWithIndex) {
 }
 
 TEST(Checkpoint, SingleFile) {
-  auto ckpt = OpenCheckpointIn(MemoryDir({{"model.safetensors", kA}, {"config.json", "{}"}}));
+  auto ckpt = OpenCheckpointIn(MemoryDir({{"model.safetensors", kA}, {"config.json", "{}"}}),
+                               testing::TestCodec());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   EXPECT_TRUE(ckpt->index.empty());
   EXPECT_EQ(ckpt->tensors.size(), 1u);
@@ -90,14 +92,17 @@ TEST(Checkpoint, PrefersTheTransformersIndexName) {
   auto ckpt = OpenCheckpointIn(
       MemoryDir({{"1.safetensors", kA},
                  {"model.safetensors.index.json", IndexJson({{"a", "1.safetensors"}})},
-                 {"other.safetensors.index.json", "garbage"}}));
+                 {"other.safetensors.index.json", "garbage"}}),
+      testing::TestCodec());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   EXPECT_EQ(ckpt->index[0].name, "model.safetensors.index.json");
 }
 
 TEST(Checkpoint, LocalPathsThatAreNotCheckpoints) {
-  EXPECT_EQ(OpenCheckpoint("/nonexistent/ckpt").status().code(), Status::Code::kNotFound);
-  EXPECT_EQ(OpenCheckpoint("/etc/hostname").status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(OpenCheckpoint("/nonexistent/ckpt", testing::TestCodec()).status().code(),
+            Status::Code::kNotFound);
+  EXPECT_EQ(OpenCheckpoint("/etc/hostname", testing::TestCodec()).status().code(),
+            Status::Code::kInvalidArgument);
 }
 
 }  // namespace

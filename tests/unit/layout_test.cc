@@ -36,9 +36,9 @@ std::map<std::string, std::string> TwoShardFiles() {
 class LayoutTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto ckpt = OpenCheckpointIn(MemoryDir(TwoShardFiles()));
+    auto ckpt = OpenCheckpointIn(MemoryDir(TwoShardFiles()), testing::TestCodec());
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-    volume_ = Volume::FromCheckpoint(std::move(ckpt).value());
+    volume_ = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
   }
 
   uint64_t Resolve(const std::vector<std::string>& path) const {
@@ -176,9 +176,9 @@ TEST(LayoutFaults, ReadErrorsSurfaceAsStatus) {
     // Reads 0 and 1 fetch the header at open; the first data read fails.
     return std::unique_ptr<ByteSource>(new FaultySource(std::move(src), {.fail_read_number = 2}));
   };
-  auto ckpt = OpenCheckpointIn(dir);
+  auto ckpt = OpenCheckpointIn(dir, testing::TestCodec());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
   uint64_t ino = volume->layout().Lookup(Layout::kRoot, "model.safetensors");
   std::vector<ReadPiece> plan;
   ASSERT_TRUE(volume->PlanRead(ino, 0, UINT64_MAX, &plan).ok());

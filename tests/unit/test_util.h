@@ -6,10 +6,18 @@
 #include <vector>
 
 #include "core/checkpoint/checkpoint.h"
+#include "core/codec/codec_context.h"
 #include "core/format/safetensors.h"
 #include "core/source/byte_source.h"
 
 namespace ckptfs::testing {
+
+// One codec context for tests that do not care about caching (no workers started).
+inline std::shared_ptr<CodecContext> TestCodecPtr() {
+  static auto codec = std::make_shared<CodecContext>(CodecOptions{.cache_bytes = 64u << 20});
+  return codec;
+}
+inline CodecContext& TestCodec() { return *TestCodecPtr(); }
 
 struct TestTensor {
   std::string name;

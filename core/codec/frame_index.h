@@ -1,0 +1,51 @@
+// FrameIndex: where each zstd frame of a compressed shard lies, compressed and decoded.
+//
+// Read from the zstd seekable format's seek table when the file ends with one (a
+// skippable frame with the 0x8F92EAB1 footer), else by walking frame and block headers
+// from the start (plain multi-frame or single-frame zstd, as `zstd` writes by default).
+// A frame whose header lacks its content size is decoded once, here, to learn it.
+// Both paths treat the file as untrusted: every size is checked against the file, frames
+// must tile the file exactly, and sizes are bounded. Errors name the file. Pure
+// functions over a ByteSource; thread-safe as the source is.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/source/byte_source.h"
+#include "core/status.h"
+
+namespace ckptfs {
+
+struct Frame {
+  uint64_t compressed_offset = 0;
+  uint64_t compressed_size = 0;
+  uint64_t decoded_offset = 0;
+  uint64_t decoded_size = 0;
+  std::optional<uint32_t> checksum;  // seekable: low 32 bits of XXH64 of the decoded bytes
+};
+
+struct FrameIndex {
+  std::vector<Frame> frames;  // data frames in file order (skippable frames excluded)
+  uint64_t decoded_size = 0;
+  bool seekable = false;  // came from a seek table
+
+  // Index of the frame holding decoded byte `offset` (offset < decoded_size).
+  size_t FrameAt(uint64_t offset) const;
+};
+
+inline constexpr uint32_t kSeekableMagic = 0x8F92EAB1;
+inline constexpr uint32_t kSeekTableSkippableMagic = 0x184D2A5E;
+
+Result<FrameIndex> ReadFrameIndex(const ByteSource& compressed);
+
+// The trailing skippable frame (header, entries, footer) that makes `frames` seekable.
+std::string BuildSeekTable(std::span<const Frame> frames, bool with_checksums);
+
+// Low 32 bits of XXH64(seed 0), as the seekable format stores frame checksums.
+uint32_t SeekableChecksum(std::span<const uint8_t> decoded);
+
+}  // namespace ckptfs

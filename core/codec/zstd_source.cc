@@ -1,0 +1,253 @@
+#include "core/codec/zstd_source.h"
+
+#define ZSTD_STATIC_LINKING_ONLY
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/format/safetensors.h"
+
+namespace ckptfs {
+namespace {
+
+// Reads ending within this many bytes of the start of a not-yet-spilled shard are served
+// by decoding just that prefix: that is how the safetensors header is read at mount.
+constexpr uint64_t kPrefixLimit = 8 + kMaxSafetensorsHeader;
+
+using DCtxPtr = std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)>;
+
+ZSTD_DCtx* ThreadDCtx() {
+  thread_local DCtxPtr dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  return dctx.get();
+}
+
+Status PreadAll(int fd, uint64_t offset, std::span<uint8_t> out, const std::string& name) {
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return Status::IoError(name + ": spill file read failed at offset " +
+                             std::to_string(offset + done));
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ZstdSource>> ZstdSource::Open(std::unique_ptr<ByteSource> compressed,
+                                                     CodecContext& context) {
+  CKPTFS_ASSIGN_OR_RETURN(FrameIndex index, ReadFrameIndex(*compressed));
+  return std::unique_ptr<ZstdSource>(
+      new ZstdSource(std::move(compressed), std::move(index), context));
+}
+
+ZstdSource::ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index,
+                       CodecContext& context)
+    : compressed_(std::move(compressed)),
+      index_(std::move(index)),
+      context_(context),
+      cache_id_(context.cache().NewSourceId()),
+      whole_(std::any_of(index_.frames.begin(), index_.frames.end(),
+                         [](const Frame& f) { return f.decoded_size > kMaxCachedFrame; })) {}
+
+ZstdSource::~ZstdSource() {
+  if (spill_fd_ >= 0) ::close(spill_fd_);
+}
+
+Status ZstdSource::CheckUnchanged() const { return compressed_->CheckUnchanged(); }
+
+Status ZstdSource::DecodeFrame(size_t i, std::span<uint8_t> out) const {
+  const Frame& f = index_.frames[i];
+  auto where = [&] {
+    return Name() + ": frame " + std::to_string(i) + " at compressed offset " +
+           std::to_string(f.compressed_offset) + " (decoded offset " +
+           std::to_string(f.decoded_offset) + "): ";
+  };
+  if (f.compressed_size > ZSTD_compressBound(f.decoded_size) + 64) {
+    return Status::Corruption(where() + "compressed size larger than any encoding of the frame");
+  }
+  // Allocated per decode, not kept per thread: 16 FUSE threads each holding a frame's
+  // worth of compressed bytes would add up to more than the cache bound allows.
+  std::unique_ptr<uint8_t[]> in(new uint8_t[f.compressed_size]);
+  CKPTFS_RETURN_IF_ERROR(compressed_->ReadAt(f.compressed_offset, {in.get(), f.compressed_size}));
+  context_.compressed_bytes_read.fetch_add(f.compressed_size, std::memory_order_relaxed);
+  // Exactly one frame: a lying seek table could otherwise span two and decode both.
+  const size_t frame_size = ZSTD_findFrameCompressedSize(in.get(), f.compressed_size);
+  if (ZSTD_isError(frame_size) || frame_size != f.compressed_size) {
+    return Status::Corruption(where() + "compressed bytes are not exactly one zstd frame");
+  }
+  const size_t n =
+      ZSTD_decompressDCtx(ThreadDCtx(), out.data(), out.size(), in.get(), f.compressed_size);
+  if (ZSTD_isError(n)) return Status::Corruption(where() + ZSTD_getErrorName(n));
+  if (n != out.size()) {
+    return Status::Corruption(where() + "decodes to " + std::to_string(n) + " bytes, index says " +
+                              std::to_string(out.size()));
+  }
+  if (f.checksum && SeekableChecksum(out) != *f.checksum) {
+    return Status::Corruption(where() + "checksum mismatch");
+  }
+  context_.bytes_decoded.fetch_add(n, std::memory_order_relaxed);
+  context_.frames_decoded.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Result<BlockCache::Handle> ZstdSource::GetFrame(size_t i) const {
+  auto handle =
+      context_.cache().GetOrLoad(BlockKey{cache_id_, i}, index_.frames[i].decoded_size,
+                                 [this, i](std::span<uint8_t> out) { return DecodeFrame(i, out); });
+  if (!handle.ok()) context_.decode_errors.fetch_add(1, std::memory_order_relaxed);
+  return handle;
+}
+
+void ZstdSource::ScheduleFrames(uint64_t begin, uint64_t end) const {
+  end = std::min(end, Size());
+  if (whole_ || begin >= end) return;
+  // Never ask for more than half the cache ahead: prefetched frames must survive until
+  // the reader gets there.
+  uint64_t budget = context_.cache().capacity() / 2;
+  for (size_t i = index_.FrameAt(begin); i < index_.frames.size(); ++i) {
+    const Frame& f = index_.frames[i];
+    if (f.decoded_offset >= end || f.decoded_size > budget) break;
+    budget -= f.decoded_size;
+    if (context_.cache().ContainsOrLoading(BlockKey{cache_id_, i})) continue;
+    if (!context_.TrySubmit([this, i] { (void)GetFrame(i); })) break;
+    context_.prefetches.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void ZstdSource::Prefetch(uint64_t offset, uint64_t length) const {
+  ScheduleFrames(offset, offset + length);
+}
+
+Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+  if (out.empty()) return Status::Ok();
+  if (whole_) {
+    if (spill_fd_ < 0 && offset + out.size() <= kPrefixLimit) return ReadPrefix(offset, out);
+    CKPTFS_RETURN_IF_ERROR(EnsureSpilled());
+    return PreadAll(spill_fd_, offset, out, Name());
+  }
+  const ByteRange ahead = readahead_.OnRead(offset, out.size());
+  if (!ahead.empty()) ScheduleFrames(ahead.begin, ahead.end);
+  size_t done = 0;
+  for (size_t i = index_.FrameAt(offset); done < out.size(); ++i) {
+    const Frame& f = index_.frames[i];
+    CKPTFS_ASSIGN_OR_RETURN(BlockCache::Handle frame, GetFrame(i));
+    const uint64_t from = offset + done - f.decoded_offset;
+    const size_t n = std::min<uint64_t>(out.size() - done, f.decoded_size - from);
+    std::memcpy(out.data() + done, frame.data().data() + from, n);
+    done += n;
+  }
+  return Status::Ok();
+}
+
+// Streams from the first frame until `offset + out.size()` bytes are decoded.
+Status ZstdSource::ReadPrefix(uint64_t offset, std::span<uint8_t> out) const {
+  DCtxPtr dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  const uint64_t end = offset + out.size();
+  std::vector<uint8_t> in(1 << 20);
+  std::vector<uint8_t> buf(ZSTD_DStreamOutSize());
+  uint64_t compressed_pos = 0, decoded = 0;
+  while (decoded < end) {
+    if (compressed_pos >= compressed_->Size()) {
+      return Status::Corruption(Name() + ": stream ends before decoded offset " +
+                                std::to_string(end));
+    }
+    const size_t n = std::min<uint64_t>(in.size(), compressed_->Size() - compressed_pos);
+    CKPTFS_RETURN_IF_ERROR(compressed_->ReadAt(compressed_pos, {in.data(), n}));
+    ZSTD_inBuffer input{in.data(), n, 0};
+    while (input.pos < input.size && decoded < end) {
+      ZSTD_outBuffer output{buf.data(), buf.size(), 0};
+      const size_t r = ZSTD_decompressStream(dctx.get(), &output, &input);
+      if (ZSTD_isError(r)) {
+        return Status::Corruption(Name() + ": near compressed offset " +
+                                  std::to_string(compressed_pos + input.pos) + ": " +
+                                  ZSTD_getErrorName(r));
+      }
+      // Copy the overlap of [decoded, decoded + output.pos) with [offset, end).
+      const uint64_t lo = std::max(offset, decoded), hi = std::min(end, decoded + output.pos);
+      if (lo < hi) std::memcpy(out.data() + (lo - offset), buf.data() + (lo - decoded), hi - lo);
+      decoded += output.pos;
+    }
+    compressed_pos += input.pos;
+  }
+  return Status::Ok();
+}
+
+Status ZstdSource::EnsureSpilled() const {
+  std::lock_guard<std::mutex> lock(spill_mu_);
+  if (spill_fd_ >= 0) return Status::Ok();
+  const std::string& dir = context_.options().spill_dir;
+  struct statvfs vfs;
+  if (::statvfs(dir.c_str(), &vfs) == 0 &&
+      static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < Size()) {
+    return Status::IoError(Name() + ": decoding this single-frame shard needs " +
+                               std::to_string(Size()) + " bytes free in " + dir,
+                           ENOSPC);
+  }
+  // Unlinked from the start: nothing is left behind however the daemon ends.
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Status::IoError(dir + ": cannot create a spill file: " + std::strerror(errno), errno);
+  }
+  Status s = Spill(fd);
+  if (!s.ok()) {
+    ::close(fd);
+    context_.decode_errors.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  spill_fd_.store(fd, std::memory_order_release);
+  return Status::Ok();
+}
+
+// Decodes the whole shard into `fd`, refusing to write more than the index declared
+// (a frame that lies about its size cannot fill the disk).
+Status ZstdSource::Spill(int fd) const {
+  DCtxPtr dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  std::vector<uint8_t> in(4 << 20), buf(ZSTD_DStreamOutSize());
+  uint64_t decoded = 0;
+  size_t last = 0;
+  for (const Frame& f : index_.frames) {
+    for (uint64_t pos = f.compressed_offset; pos < f.compressed_offset + f.compressed_size;) {
+      const size_t n = std::min<uint64_t>(in.size(), f.compressed_offset + f.compressed_size - pos);
+      CKPTFS_RETURN_IF_ERROR(compressed_->ReadAt(pos, {in.data(), n}));
+      context_.compressed_bytes_read.fetch_add(n, std::memory_order_relaxed);
+      ZSTD_inBuffer input{in.data(), n, 0};
+      while (input.pos < input.size) {
+        ZSTD_outBuffer output{buf.data(), buf.size(), 0};
+        last = ZSTD_decompressStream(dctx.get(), &output, &input);
+        if (ZSTD_isError(last)) {
+          return Status::Corruption(Name() + ": near compressed offset " +
+                                    std::to_string(pos + input.pos) + ": " +
+                                    ZSTD_getErrorName(last));
+        }
+        if (decoded + output.pos > Size()) {
+          return Status::Corruption(Name() + ": decodes past its declared size of " +
+                                    std::to_string(Size()) + " bytes");
+        }
+        if (::pwrite(fd, buf.data(), output.pos, static_cast<off_t>(decoded)) !=
+            static_cast<ssize_t>(output.pos)) {
+          return Status::IoError(
+              Name() + ": writing the spill file failed: " + std::strerror(errno), errno);
+        }
+        decoded += output.pos;
+      }
+      pos += n;
+    }
+  }
+  if (last != 0 || decoded != Size()) {
+    return Status::Corruption(Name() + ": decodes to " + std::to_string(decoded) +
+                              " bytes, frames declare " + std::to_string(Size()));
+  }
+  context_.bytes_decoded.fetch_add(decoded, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,72 @@
+// ZstdSource: a zstd-compressed shard seen as its decoded bytes (a ByteSource again).
+//
+// Frames up to kMaxCachedFrame are decoded on demand, one frame per cache block keyed
+// (source, frame): a read decodes only the frames it touches, each at most once while it
+// stays cached, and several readers of one frame share one decode. Sequential readers
+// get the next frames decoded ahead on the context's workers (core/cache/prefetch.h);
+// Prefetch() lets the layout ask for the rest of a tensor.
+//
+// A shard with any larger frame (single-frame zstd as the `zstd` command writes it) is
+// decoded once, on first touch, into an unlinked temporary file in the spill directory,
+// then read from there (and spliced, via Fd()). Until then, reads near the start (the
+// safetensors header at mount) stream-decode just that prefix.
+//
+// Every decode checks the frame's size, that it is exactly one frame, and the seek
+// table's checksum when present; failures are Corruption naming the shard, frame and
+// offset. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/cache/prefetch.h"
+#include "core/codec/codec_context.h"
+#include "core/codec/frame_index.h"
+#include "core/source/byte_source.h"
+
+namespace ckptfs {
+
+inline constexpr uint64_t kMaxCachedFrame = 64ull << 20;
+
+class ZstdSource final : public ByteSource {
+ public:
+  // `compressed` holds the .zst bytes; `context` must outlive the source.
+  static Result<std::unique_ptr<ZstdSource>> Open(std::unique_ptr<ByteSource> compressed,
+                                                  CodecContext& context);
+  ~ZstdSource() override;
+
+  uint64_t Size() const override { return index_.decoded_size; }
+  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
+  const std::string& Name() const override { return compressed_->Name(); }
+  // The spill file, once a single-frame shard has been decoded; -1 before.
+  int Fd() const override { return spill_fd_.load(std::memory_order_acquire); }
+  void Prefetch(uint64_t offset, uint64_t length) const override;
+  Status CheckUnchanged() const override;
+
+  const FrameIndex& index() const { return index_; }
+  bool decodes_whole() const { return whole_; }
+  // Decodes frame `i` into `out` (exactly its decoded size), checking it. For verify.
+  Status DecodeFrame(size_t i, std::span<uint8_t> out) const;
+
+ private:
+  ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index, CodecContext& context);
+
+  Result<BlockCache::Handle> GetFrame(size_t i) const;
+  void ScheduleFrames(uint64_t begin, uint64_t end) const;
+  Status ReadPrefix(uint64_t offset, std::span<uint8_t> out) const;
+  Status EnsureSpilled() const;
+  Status Spill(int fd) const;
+
+  std::unique_ptr<ByteSource> compressed_;
+  FrameIndex index_;
+  CodecContext& context_;
+  uint64_t cache_id_;
+  bool whole_;
+  mutable Readahead readahead_;
+  mutable std::mutex spill_mu_;
+  mutable std::atomic<int> spill_fd_{-1};
+};
+
+}  // namespace ckptfs
