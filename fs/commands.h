@@ -17,6 +17,9 @@ std::optional<uint64_t> ParseByteSize(const std::string& text);
 int RunInspect(const std::string& source, bool json, const CodecOptions& codec);
 int RunVerify(const std::string& source, const CodecOptions& codec);
 int RunUmount(const std::string& mountpoint);
+// `level`, `frame_size`, `shard_size` as PackOptions; progress on stderr when a terminal.
+int RunPack(const std::string& source, const std::string& dest, int level, uint64_t frame_size,
+            uint64_t shard_size);
 
 // Exit code for a failure to open a checkpoint: 2 for invalid input, 1 for I/O trouble.
 int ExitCodeForOpenFailure(const class Status& status);

@@ -83,6 +83,18 @@ int main(int argc, char** argv) {
       app.add_subcommand("verify", "Check structure and read every byte; exit 0 only if sound");
   verify->add_option("SOURCE", source, "checkpoint directory or .safetensors file")->required();
 
+  std::string dest, frame_size = "4M", shard_size = "0";
+  int level = 3;
+  CLI::App* pack = app.add_subcommand(
+      "pack", "Write SOURCE as seekable-zstd shards (random access, checksums) into DEST");
+  pack->add_option("SOURCE", source, "checkpoint directory or .safetensors file")->required();
+  pack->add_option("DEST", dest, "new or empty directory")->required();
+  pack->add_option("--level", level, "zstd level (default 3)");
+  pack->add_option("--frame-size", frame_size,
+                   "decoded bytes per frame: the unit of random access (default 4M)");
+  pack->add_option("--shard-size", shard_size,
+                   "regroup tensors into shards of at most this many bytes (default: keep)");
+
   // Refusals are one line on stderr; only --help and --version print more, to stdout.
   if (argc > 1 && argv[1][0] != '-' &&
       app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == argv[1]; }).empty()) {
@@ -115,5 +127,15 @@ int main(int argc, char** argv) {
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint);
   if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec);
   if (verify->parsed()) return ckptfs::RunVerify(source, codec);
+  if (pack->parsed()) {
+    auto frame = ckptfs::ParseByteSize(frame_size);
+    auto shard = ckptfs::ParseByteSize(shard_size);
+    if (!frame || !shard) {
+      std::fprintf(stderr, "ckptfs: pack: %s is not a size (e.g. 4M, 2G)\n",
+                   (!frame ? frame_size : shard_size).c_str());
+      return 2;
+    }
+    return ckptfs::RunPack(source, Absolute(dest), level, *frame, *shard);
+  }
   return 2;
 }

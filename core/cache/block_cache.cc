@@ -1,1 +1,286 @@
 #include "core/cache/block_cache.h"
+
+#include <cassert>
+#include <condition_variable>
+#include <exception>
+#include <limits>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace ckptfs {
+namespace {
+
+// 16 shards: enough that FUSE worker threads (a handful) and prefetch workers (one per
+// core) rarely meet on one mutex; more would only lengthen the eviction scan.
+constexpr size_t kShardBits = 4;
+constexpr size_t kShardCount = size_t{1} << kShardBits;
+
+// splitmix64's finalizer: block numbers are small consecutive integers, so the raw key
+// would put neighbouring blocks of one source in neighbouring buckets and one shard.
+uint64_t HashKey(const BlockKey& key) {
+  uint64_t x = key.source * 0x9E3779B97F4A7C15ull ^ key.block;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+struct KeyHash {
+  size_t operator()(const BlockKey& key) const { return static_cast<size_t>(HashKey(key)); }
+};
+
+}  // namespace
+
+class BlockCache::Entry {
+ public:
+  enum class State { kLoading, kReady, kFailed };
+
+  BlockKey key;
+  size_t size = 0;
+  std::unique_ptr<uint8_t[]> data;  // set once, under the shard mutex, when ready
+
+  // The rest is guarded by the shard's mutex.
+  State state = State::kLoading;
+  Status error;              // when kFailed
+  uint32_t refs = 0;         // Handles plus callers inside GetOrLoad (loader and waiters)
+  uint64_t released_at = 0;  // clock_ value when the last pin went; orders eviction
+  // Links of the shard's LRU list, non-null exactly while the entry is unpinned and cached.
+  Entry* prev = nullptr;
+  Entry* next = nullptr;
+};
+
+struct BlockCache::Shard {
+  std::mutex mu;
+  std::condition_variable loaded;  // a load in this shard finished (ready or failed)
+  std::unordered_map<BlockKey, Entry*, KeyHash> table;
+  Entry lru;  // dummy head of a circular list: lru.next is the least recently released
+
+  Shard() { lru.prev = lru.next = &lru; }
+  bool LruEmpty() const { return lru.next == &lru; }
+  void LruAppend(Entry* e) {
+    e->next = &lru;
+    e->prev = lru.prev;
+    e->prev->next = e;
+    lru.prev = e;
+  }
+  static void LruRemove(Entry* e) {
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+    e->prev = e->next = nullptr;
+  }
+};
+
+BlockCache::Handle::Handle(Handle&& other) noexcept : cache_(other.cache_), entry_(other.entry_) {
+  other.cache_ = nullptr;
+  other.entry_ = nullptr;
+}
+
+BlockCache::Handle& BlockCache::Handle::operator=(Handle&& other) noexcept {
+  if (this != &other) {
+    if (entry_ != nullptr) cache_->Unpin(entry_);
+    cache_ = other.cache_;
+    entry_ = other.entry_;
+    other.cache_ = nullptr;
+    other.entry_ = nullptr;
+  }
+  return *this;
+}
+
+BlockCache::Handle::~Handle() {
+  if (entry_ != nullptr) cache_->Unpin(entry_);
+}
+
+std::span<const uint8_t> BlockCache::Handle::data() const {
+  // No lock: the entry is ready and pinned, so its buffer is immutable and stays put.
+  if (entry_ == nullptr) return {};
+  return {entry_->data.get(), entry_->size};
+}
+
+BlockCache::BlockCache(uint64_t capacity_bytes)
+    : shards_(new Shard[kShardCount]), shard_count_(kShardCount), capacity_(capacity_bytes) {}
+
+BlockCache::~BlockCache() {
+  for (size_t i = 0; i < shard_count_; ++i) {
+    for (auto& [key, entry] : shards_[i].table) {
+      assert(entry->refs == 0 && "BlockCache destroyed while a Handle is alive");
+      delete entry;
+    }
+  }
+}
+
+uint64_t BlockCache::NewSourceId() {
+  return next_source_id_.fetch_add(1, std::memory_order_relaxed);
+}
+
+BlockCache::Shard& BlockCache::ShardFor(const BlockKey& key) const {
+  return shards_[HashKey(key) >> (64 - kShardBits)];
+}
+
+Result<BlockCache::Handle> BlockCache::GetOrLoad(const BlockKey& key, size_t size,
+                                                 const Loader& loader) {
+  Shard& shard = ShardFor(key);
+  Entry* entry = nullptr;
+  {
+    std::unique_lock lock(shard.mu);
+    auto it = shard.table.find(key);
+    if (it != shard.table.end()) {
+      entry = it->second;
+      if (entry->size != size) {
+        return Status::InvalidArgument("block cache: block " + std::to_string(key.block) +
+                                       " of source " + std::to_string(key.source) + " is " +
+                                       std::to_string(entry->size) + " bytes, asked for " +
+                                       std::to_string(size));
+      }
+      if (entry->refs++ == 0) {
+        Shard::LruRemove(entry);
+        pinned_bytes_.fetch_add(entry->size, std::memory_order_relaxed);
+      }
+      if (entry->state == Entry::State::kReady) {
+        hits_.fetch_add(1, std::memory_order_relaxed);
+        return Handle(this, entry);
+      }
+      coalesced_.fetch_add(1, std::memory_order_relaxed);
+      shard.loaded.wait(lock, [entry] { return entry->state != Entry::State::kLoading; });
+      if (entry->state == Entry::State::kReady) return Handle(this, entry);
+      // Failed: the loader already took the entry out of the table and uncharged it; the
+      // last caller to see the error frees it.
+      Status error = entry->error;
+      if (--entry->refs == 0) {
+        lock.unlock();
+        delete entry;
+      }
+      return error;
+    }
+    entry = new Entry;
+    entry->key = key;
+    entry->size = size;
+    entry->refs = 1;
+    shard.table.emplace(key, entry);
+    entries_.fetch_add(1, std::memory_order_relaxed);
+    charged_bytes_.fetch_add(size, std::memory_order_relaxed);
+    pinned_bytes_.fetch_add(size, std::memory_order_relaxed);
+    misses_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Make room before the new buffer is filled, so memory never holds both the old
+  // blocks and the new one beyond the capacity.
+  EvictIfNeeded();
+  CKPTFS_RETURN_IF_ERROR(Load(shard, entry, loader));
+  return Handle(this, entry);
+}
+
+Status BlockCache::Load(Shard& shard, Entry* entry, const Loader& loader) {
+  Status status;
+  // Uninitialized on purpose: the loader overwrites every byte, and zero-filling 8 MiB
+  // would cost as much as a fast decode and touch every page twice.
+  std::unique_ptr<uint8_t[]> buffer(new (std::nothrow) uint8_t[entry->size]);
+  if (buffer == nullptr && entry->size > 0) {
+    status = Status::IoError(
+        "block cache: cannot allocate " + std::to_string(entry->size) + " bytes", ENOMEM);
+  } else {
+    // A throwing loader must still wake the waiters, or they would sleep forever.
+    try {
+      status = loader(std::span<uint8_t>(buffer.get(), entry->size));
+    } catch (const std::exception& e) {
+      status = Status::IoError(std::string("block loader threw: ") + e.what());
+    } catch (...) {
+      status = Status::IoError("block loader threw");
+    }
+  }
+
+  bool free_entry = false;
+  {
+    std::lock_guard lock(shard.mu);
+    if (status.ok()) {
+      entry->data = std::move(buffer);
+      entry->state = Entry::State::kReady;
+      bytes_loaded_.fetch_add(entry->size, std::memory_order_relaxed);
+    } else {
+      // Out of the table at once, so the next GetOrLoad retries instead of joining a
+      // load that already failed; waiters keep the entry alive through their refs.
+      entry->state = Entry::State::kFailed;
+      entry->error = status;
+      shard.table.erase(entry->key);
+      entries_.fetch_sub(1, std::memory_order_relaxed);
+      charged_bytes_.fetch_sub(entry->size, std::memory_order_relaxed);
+      pinned_bytes_.fetch_sub(entry->size, std::memory_order_relaxed);
+      load_errors_.fetch_add(1, std::memory_order_relaxed);
+      free_entry = --entry->refs == 0;
+    }
+  }
+  shard.loaded.notify_all();
+  if (free_entry) delete entry;
+  return status;
+}
+
+void BlockCache::Unpin(Entry* entry) {
+  Shard& shard = ShardFor(entry->key);
+  {
+    std::lock_guard lock(shard.mu);
+    if (--entry->refs > 0) return;
+    // Handles only ever point at ready entries, which stay in the table until evicted,
+    // and eviction only takes unpinned ones: this entry is still cached.
+    pinned_bytes_.fetch_sub(entry->size, std::memory_order_relaxed);
+    entry->released_at = clock_.fetch_add(1, std::memory_order_relaxed);
+    shard.LruAppend(entry);
+  }
+  EvictIfNeeded();
+}
+
+void BlockCache::EvictIfNeeded() {
+  if (charged_bytes_.load(std::memory_order_relaxed) <= capacity_) return;
+  // Freed after every lock is dropped: releasing megabytes can mean munmap.
+  std::vector<std::unique_ptr<Entry>> victims;
+  std::lock_guard evict_lock(evict_mu_);
+  while (charged_bytes_.load(std::memory_order_relaxed) > capacity_) {
+    // The globally least recently released entry is the oldest of the shards' LRU heads.
+    // One lock at a time: a snapshot that a reader may change before we come back, which
+    // at worst evicts a slightly younger block.
+    size_t oldest_shard = shard_count_;
+    uint64_t oldest_tick = std::numeric_limits<uint64_t>::max();
+    for (size_t i = 0; i < shard_count_; ++i) {
+      std::lock_guard lock(shards_[i].mu);
+      if (!shards_[i].LruEmpty() && shards_[i].lru.next->released_at < oldest_tick) {
+        oldest_tick = shards_[i].lru.next->released_at;
+        oldest_shard = i;
+      }
+    }
+    if (oldest_shard == shard_count_) break;  // everything left is pinned
+    Shard& shard = shards_[oldest_shard];
+    std::lock_guard lock(shard.mu);
+    if (shard.LruEmpty()) continue;  // its entries were pinned meanwhile; look again
+    Entry* victim = shard.lru.next;
+    Shard::LruRemove(victim);
+    shard.table.erase(victim->key);
+    entries_.fetch_sub(1, std::memory_order_relaxed);
+    charged_bytes_.fetch_sub(victim->size, std::memory_order_relaxed);
+    evictions_.fetch_add(1, std::memory_order_relaxed);
+    victims.emplace_back(victim);
+  }
+  // evict_lock is released before `victims` is destroyed (reverse declaration order).
+}
+
+bool BlockCache::ContainsOrLoading(const BlockKey& key) const {
+  Shard& shard = ShardFor(key);
+  std::lock_guard lock(shard.mu);
+  return shard.table.count(key) > 0;
+}
+
+uint64_t BlockCache::capacity() const { return capacity_; }
+
+BlockCache::Counters BlockCache::counters() const {
+  Counters c;
+  c.hits = hits_.load(std::memory_order_relaxed);
+  c.misses = misses_.load(std::memory_order_relaxed);
+  c.coalesced = coalesced_.load(std::memory_order_relaxed);
+  c.evictions = evictions_.load(std::memory_order_relaxed);
+  c.load_errors = load_errors_.load(std::memory_order_relaxed);
+  c.bytes_loaded = bytes_loaded_.load(std::memory_order_relaxed);
+  c.charged_bytes = charged_bytes_.load(std::memory_order_relaxed);
+  c.pinned_bytes = pinned_bytes_.load(std::memory_order_relaxed);
+  c.entries = entries_.load(std::memory_order_relaxed);
+  c.capacity_bytes = capacity_;
+  return c;
+}
+
+}  // namespace ckptfs

@@ -13,11 +13,29 @@
 //   failed load is not cached: every waiter gets its Status and the next call retries.
 // - Thread safety: every method may be called from any thread. Keys are spread over
 //   several independently locked shards so readers of different blocks rarely contend.
+//
+// Details the contract above leaves open:
+// - Recency is the time a block was last released: an entry leaves the LRU order while
+//   pinned and re-enters it as most recently used when its last Handle goes (leveldb's
+//   in-use list). Eviction therefore never looks at pinned entries at all.
+// - The capacity is global, not split per shard: one 4 MiB block in a cache of 8 MiB
+//   must not evict its whole shard. Eviction takes the globally least recently released
+//   entry (each shard's LRU list is ordered by a global clock).
+// - A block is charged from the moment its load starts (its buffer exists then), and
+//   older blocks are evicted before the loader runs, so memory stays within the capacity
+//   plus the pinned bytes even while decoding.
+// - Capacity 0 caches nothing: each block lives only while some Handle pins it.
+// - A block's size is part of its identity: asking for a cached key with another size is
+//   an InvalidArgument error (two sources sharing an id, or a stale block table).
+// - A loader that throws fails the load like an error Status (IoError): exceptions never
+//   leave GetOrLoad. A buffer that cannot be allocated fails with ENOMEM.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 
 #include "core/status.h"
@@ -34,13 +52,13 @@ class BlockCache {
  public:
   struct Counters {
     uint64_t hits = 0;
-    uint64_t misses = 0;          // loads started
-    uint64_t coalesced = 0;       // callers that waited for another caller's load
+    uint64_t misses = 0;     // loads started
+    uint64_t coalesced = 0;  // callers that waited for another caller's load
     uint64_t evictions = 0;
     uint64_t load_errors = 0;
-    uint64_t bytes_loaded = 0;    // bytes produced by loaders (decoded bytes)
-    uint64_t charged_bytes = 0;   // current total charge
-    uint64_t pinned_bytes = 0;    // current charge of pinned entries
+    uint64_t bytes_loaded = 0;   // bytes produced by loaders (decoded bytes)
+    uint64_t charged_bytes = 0;  // current total charge
+    uint64_t pinned_bytes = 0;   // current charge of pinned entries
     uint64_t entries = 0;
     uint64_t capacity_bytes = 0;
   };
@@ -91,11 +109,33 @@ class BlockCache {
   struct Shard;
   Shard& ShardFor(const BlockKey& key) const;
   void Unpin(Entry* entry);
+  // Runs the loader for `entry` (pinned by the caller, state loading) and publishes the
+  // outcome to every waiter.
+  Status Load(Shard& shard, Entry* entry, const Loader& loader);
+  // Evicts least recently released entries until the charge fits the capacity or
+  // nothing unpinned is left.
+  void EvictIfNeeded();
 
   std::unique_ptr<Shard[]> shards_;
   size_t shard_count_;
   uint64_t capacity_;
-  // (private state as the implementation needs)
+
+  // Serializes evictors (never held by readers of a hit): only eviction lowers the charge
+  // of live entries, so one evictor at a time never evicts more than needed. Lock order:
+  // evict_mu_ before any shard's mutex; at most one shard mutex is held at a time.
+  std::mutex evict_mu_;
+  std::atomic<uint64_t> clock_{0};  // orders releases across shards
+  std::atomic<uint64_t> next_source_id_{1};
+
+  std::atomic<uint64_t> hits_{0};
+  std::atomic<uint64_t> misses_{0};
+  std::atomic<uint64_t> coalesced_{0};
+  std::atomic<uint64_t> evictions_{0};
+  std::atomic<uint64_t> load_errors_{0};
+  std::atomic<uint64_t> bytes_loaded_{0};
+  std::atomic<uint64_t> charged_bytes_{0};
+  std::atomic<uint64_t> pinned_bytes_{0};
+  std::atomic<uint64_t> entries_{0};
 };
 
 }  // namespace ckptfs

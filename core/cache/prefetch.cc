@@ -1,1 +1,119 @@
 #include "core/cache/prefetch.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace ckptfs {
+namespace {
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+// Stragglers of a stream's own out-of-order requests land behind it by up to the few
+// requests the kernel keeps in flight; 4 covers that without swallowing real seeks.
+constexpr uint64_t kStragglerSlacks = 4;
+
+}  // namespace
+
+ThreadPool::ThreadPool(size_t threads, size_t max_queued) : max_queued_(max_queued) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  workers_.reserve(threads);
+  for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  std::deque<std::function<void()>> dropped;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    dropped.swap(queue_);
+  }
+  work_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+  // `dropped` dies here, outside mu_: a task's captures (Handles, shared_ptrs) may take
+  // other locks when they are destroyed.
+}
+
+bool ThreadPool::TrySubmit(std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || queue_.size() >= max_queued_) return false;
+    queue_.push_back(std::move(task));
+  }
+  work_.notify_one();
+  return true;
+}
+
+size_t ThreadPool::queued() const {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+void ThreadPool::WorkerLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lock(mu_);
+      work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    // Prefetch is best effort: one failing task must not take the mount's workers down.
+    try {
+      task();
+    } catch (...) {
+    }
+  }
+}
+
+Readahead::Readahead() : Readahead(Options()) {}
+
+Readahead::Readahead(Options options)
+    : options_(options), streams_(static_cast<size_t>(std::max(1, options.streams))) {}
+
+ByteRange Readahead::OnRead(uint64_t offset, uint64_t length) {
+  if (length == 0) return {};
+  const uint64_t end = SaturatingAdd(offset, length);
+  const uint64_t behind_slack = options_.slack * kStragglerSlacks;
+
+  std::lock_guard lock(mu_);
+  ++tick_;
+  // The stream whose expected offset is nearest, among those the read may continue.
+  Stream* stream = nullptr;
+  uint64_t best_distance = UINT64_MAX;
+  for (Stream& s : streams_) {
+    if (!s.active) continue;
+    const bool ahead = offset >= s.next && offset - s.next <= options_.slack;
+    const bool behind = offset < s.next && s.next - offset <= behind_slack;
+    const uint64_t distance = offset >= s.next ? offset - s.next : s.next - offset;
+    if ((ahead || behind) && distance < best_distance) {
+      stream = &s;
+      best_distance = distance;
+    }
+  }
+
+  if (stream == nullptr) {
+    // A seek or a new reader: take the least recently used slot (free slots have
+    // last_used 0 and go first) and wait for a second read before prefetching.
+    Stream* slot = &*std::min_element(
+        streams_.begin(), streams_.end(),
+        [](const Stream& a, const Stream& b) { return a.last_used < b.last_used; });
+    *slot = Stream{
+        .active = true, .next = end, .prefetched_until = end, .window = 0, .last_used = tick_};
+    return {};
+  }
+
+  stream->last_used = tick_;
+  if (end <= stream->next) return {};  // a straggler: already covered
+  stream->next = end;
+  stream->window = stream->window == 0 ? std::min(options_.initial_window, options_.max_window)
+                                       : std::min(SaturatingAdd(stream->window, stream->window),
+                                                  options_.max_window);
+  const uint64_t begin = std::max(stream->prefetched_until, stream->next);
+  const uint64_t stop = std::min(SaturatingAdd(stream->next, stream->window), options_.limit);
+  if (stop <= begin) return {};
+  stream->prefetched_until = stop;
+  return {begin, stop};
+}
+
+}  // namespace ckptfs

@@ -1,2 +1,117 @@
-// (being written: ThreadPool and Readahead; see the helper's brief)
+// Prefetch: guessing which bytes a reader wants next, and a small pool to fetch them.
+//
+// Readahead watches the reads of one source (a decoded shard) and turns sequential
+// access into prefetch requests. It keeps a few streams, each a guess that some reader
+// is walking the source forward: where that reader should read next, how far ahead of it
+// has already been requested, and a window. A read that starts where a stream expects
+// (within a slack of one FUSE request, because the kernel's requests reach worker threads
+// slightly out of order) continues it. The first continuing read starts prefetching with
+// the initial window; every further one doubles the window, up to a maximum, and asks for
+// the bytes from where the stream's last request ended up to the reader's position plus
+// the window, so nothing is requested twice and a steady reader keeps a full window in
+// flight. A read that continues no stream is a seek: it claims the least recently used
+// stream slot and prefetches nothing, since a single read is not a pattern. A random
+// reader therefore never triggers readahead, a reader that seeks starts again from the
+// small window, and several readers interleaving on one source (up to `streams`) each
+// keep their own stream and window. Reads slightly behind a stream (stragglers of its own
+// out-of-order requests) belong to it but neither advance it nor prefetch.
+//
+// Readahead only speaks byte ranges: the caller maps them to blocks, skips blocks the
+// cache already holds or is loading, and hands the rest to a ThreadPool. Prefetch is best
+// effort: the pool refuses work past a bound instead of queueing without limit, and a
+// refused or failed prefetch only means the reader decodes that block itself.
 #pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ckptfs {
+
+// A fixed set of worker threads running tasks in submission order.
+// Thread safety: TrySubmit may be called from any thread, including from a task.
+class ThreadPool {
+ public:
+  // `threads` workers (0: one per core); at most `max_queued` tasks wait for a worker.
+  explicit ThreadPool(size_t threads = 0, size_t max_queued = 64);
+  // Stops accepting work, drops the tasks still queued (never run), waits for the tasks
+  // already running and joins the workers. Must not be called from a task.
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Queues `task`; false (and `task` is dropped) when `max_queued` tasks are already
+  // waiting or the pool is shutting down. A task that throws is abandoned; the worker
+  // goes on.
+  bool TrySubmit(std::function<void()> task);
+
+  size_t threads() const { return workers_.size(); }
+  // Tasks waiting for a worker (not counting running ones).
+  size_t queued() const;
+
+ private:
+  void WorkerLoop();
+
+  const size_t max_queued_;
+  mutable std::mutex mu_;
+  std::condition_variable work_;
+  std::deque<std::function<void()>> queue_;  // guarded by mu_
+  bool stopping_ = false;                    // guarded by mu_
+  std::vector<std::thread> workers_;
+};
+
+// Bytes [begin, end) of a source; empty when begin >= end.
+struct ByteRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  bool empty() const { return begin >= end; }
+  uint64_t size() const { return empty() ? 0 : end - begin; }
+  bool operator==(const ByteRange&) const = default;
+};
+
+// Sequential-access detector for one source (see the top of this file).
+// Thread safety: OnRead may be called from any thread; calls are serialized internally.
+class Readahead {
+ public:
+  struct Options {
+    uint64_t initial_window = uint64_t{4} << 20;
+    // Keep well below the cache capacity: a window the cache cannot hold evicts its own
+    // prefetched blocks before the reader gets to them.
+    uint64_t max_window = uint64_t{64} << 20;
+    int streams = 4;
+    // How far past a stream's expected offset a read may start and still continue it;
+    // stragglers up to 4x this far behind still belong to the stream. One FUSE request.
+    uint64_t slack = uint64_t{1} << 20;
+    // Size of the source: returned ranges never reach past it.
+    uint64_t limit = UINT64_MAX;
+  };
+
+  Readahead();
+  explicit Readahead(Options options);
+
+  // Records a read of [offset, offset + length) and returns the bytes to prefetch next:
+  // empty unless the read continues a sequential stream. Ranges returned for one stream
+  // never overlap each other.
+  ByteRange OnRead(uint64_t offset, uint64_t length);
+
+ private:
+  struct Stream {
+    bool active = false;
+    uint64_t next = 0;              // where the reader should read next: the furthest end
+    uint64_t prefetched_until = 0;  // end of everything requested for this stream
+    uint64_t window = 0;            // 0 until the stream proves sequential
+    uint64_t last_used = 0;         // for replacing the least recently used slot
+  };
+
+  const Options options_;
+  std::mutex mu_;
+  std::vector<Stream> streams_;  // guarded by mu_
+  uint64_t tick_ = 0;            // guarded by mu_
+};
+
+}  // namespace ckptfs

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <numeric>
 #include <thread>
 #include <unordered_map>
 
@@ -223,6 +224,16 @@ Result<std::string> ChooseIndex(const SourceDir& dir) {
 }
 
 }  // namespace
+
+std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt) {
+  std::vector<uint32_t> order(ckpt.tensors.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Tensors are sorted by name; a stable sort keeps that order within one element size.
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return DtypeSize(ckpt.tensors[a].dtype) > DtypeSize(ckpt.tensors[b].dtype);
+  });
+  return order;
+}
 
 uint64_t Checkpoint::TotalTensorBytes() const {
   uint64_t total = 0;

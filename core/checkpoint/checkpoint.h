@@ -52,6 +52,11 @@ struct Checkpoint {
   uint64_t TotalTensorBytes() const;
 };
 
+// Tensor indices ordered by element size (largest first), then name. With an 8-aligned
+// data start, laying tensors end to end in this order keeps every tensor aligned to its
+// element size with no padding: the order of every safetensors file ckptfs writes.
+std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt);
+
 // What a checkpoint directory offers, whatever stores it: the names of its regular files
 // and a way to open one by name. Local directories today; object stores later; maps of
 // in-memory files in tests.

@@ -197,7 +197,14 @@ Status ZstdSource::EnsureSpilled() const {
   if (fd < 0) {
     return Status::IoError(dir + ": cannot create a spill file: " + std::strerror(errno), errno);
   }
-  Status s = Spill(fd);
+  Status s = DecodeStream([&](std::span<const uint8_t> chunk, uint64_t offset) {
+    if (::pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(offset)) !=
+        static_cast<ssize_t>(chunk.size())) {
+      return Status::IoError(Name() + ": writing the spill file failed: " + std::strerror(errno),
+                             errno);
+    }
+    return Status::Ok();
+  });
   if (!s.ok()) {
     ::close(fd);
     context_.decode_errors.fetch_add(1, std::memory_order_relaxed);
@@ -207,9 +214,10 @@ Status ZstdSource::EnsureSpilled() const {
   return Status::Ok();
 }
 
-// Decodes the whole shard into `fd`, refusing to write more than the index declared
-// (a frame that lies about its size cannot fill the disk).
-Status ZstdSource::Spill(int fd) const {
+// Refuses to produce more than the index declared: a frame that lies about its size
+// cannot fill the disk.
+Status ZstdSource::DecodeStream(
+    const std::function<Status(std::span<const uint8_t>, uint64_t)>& sink) const {
   DCtxPtr dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   std::vector<uint8_t> in(4 << 20), buf(ZSTD_DStreamOutSize());
   uint64_t decoded = 0;
@@ -232,11 +240,7 @@ Status ZstdSource::Spill(int fd) const {
           return Status::Corruption(Name() + ": decodes past its declared size of " +
                                     std::to_string(Size()) + " bytes");
         }
-        if (::pwrite(fd, buf.data(), output.pos, static_cast<off_t>(decoded)) !=
-            static_cast<ssize_t>(output.pos)) {
-          return Status::IoError(
-              Name() + ": writing the spill file failed: " + std::strerror(errno), errno);
-        }
+        CKPTFS_RETURN_IF_ERROR(sink({buf.data(), output.pos}, decoded));
         decoded += output.pos;
       }
       pos += n;
@@ -248,6 +252,28 @@ Status ZstdSource::Spill(int fd) const {
   }
   context_.bytes_decoded.fetch_add(decoded, std::memory_order_relaxed);
   return Status::Ok();
+}
+
+}  // namespace ckptfs
+
+namespace ckptfs {
+
+size_t ZstdSource::VerifyAll(const std::function<void(const Status&)>& report) const {
+  if (whole_) {
+    Status s = DecodeStream([](std::span<const uint8_t>, uint64_t) { return Status::Ok(); });
+    if (!s.ok()) report(s);
+    return s.ok() ? 0 : 1;
+  }
+  size_t damaged = 0;
+  for (size_t i = 0; i < index_.frames.size(); ++i) {
+    std::unique_ptr<uint8_t[]> out(new uint8_t[index_.frames[i].decoded_size]);
+    Status s = DecodeFrame(i, {out.get(), index_.frames[i].decoded_size});
+    if (!s.ok()) {
+      report(s);
+      ++damaged;
+    }
+  }
+  return damaged;
 }
 
 }  // namespace ckptfs

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,8 +48,11 @@ class ZstdSource final : public ByteSource {
 
   const FrameIndex& index() const { return index_; }
   bool decodes_whole() const { return whole_; }
-  // Decodes frame `i` into `out` (exactly its decoded size), checking it. For verify.
+  // Decodes frame `i` into `out` (exactly its decoded size), checking it.
   Status DecodeFrame(size_t i, std::span<uint8_t> out) const;
+  // Decodes everything without caching it, checking every frame; calls `report` once per
+  // damaged frame (or once for a damaged single-frame stream). Returns the number reported.
+  size_t VerifyAll(const std::function<void(const Status&)>& report) const;
 
  private:
   ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index, CodecContext& context);
@@ -57,7 +61,8 @@ class ZstdSource final : public ByteSource {
   void ScheduleFrames(uint64_t begin, uint64_t end) const;
   Status ReadPrefix(uint64_t offset, std::span<uint8_t> out) const;
   Status EnsureSpilled() const;
-  Status Spill(int fd) const;
+  // Stream-decodes the whole shard, handing each decoded chunk and its offset to `sink`.
+  Status DecodeStream(const std::function<Status(std::span<const uint8_t>, uint64_t)>& sink) const;
 
   std::unique_ptr<ByteSource> compressed_;
   FrameIndex index_;

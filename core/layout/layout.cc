@@ -107,17 +107,6 @@ namespace {
 constexpr std::string_view kReservedRootNames[] = {"model.safetensors", "tensors", "shards",
                                                    ".ckptfs"};
 
-// Element size descending, then name: with an 8-aligned data start, laying tensors end to
-// end in this order keeps every tensor aligned to its element size with no padding.
-std::vector<uint32_t> MergedOrder(const Checkpoint& ckpt) {
-  std::vector<uint32_t> order(ckpt.tensors.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return DtypeSize(ckpt.tensors[a].dtype) > DtypeSize(ckpt.tensors[b].dtype);
-  });
-  return order;  // tensors are already sorted by name; stable_sort keeps that within a size
-}
-
 std::string OneTensorHeader(const Tensor& t, const Metadata& metadata) {
   TensorEntry entry{t.name, t.dtype, t.shape, 0, t.size};
   return BuildSafetensorsHeader({&entry, 1}, metadata);
@@ -148,7 +137,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   }
 
   // The merged single-file checkpoint.
-  std::vector<uint32_t> order = MergedOrder(ckpt);
+  std::vector<uint32_t> order = AlignedOrder(ckpt);
   std::vector<TensorEntry> entries;
   entries.reserve(order.size());
   uint64_t data_offset = 0;

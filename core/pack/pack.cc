@@ -1,0 +1,284 @@
+#include "core/pack/pack.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "core/codec/frame_index.h"
+#include "core/codec/zstd_source.h"
+#include "core/format/safetensors.h"
+
+namespace ckptfs {
+namespace {
+
+// A file to write, as pieces laid end to end: synthesized bytes or ranges of sources.
+struct Piece {
+  const ByteSource* source = nullptr;  // nullptr: `bytes`
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::string bytes;
+};
+
+struct OutputFile {
+  std::string name;  // in DEST
+  std::vector<Piece> pieces;
+  bool compress = true;
+
+  uint64_t Size() const {
+    uint64_t n = 0;
+    for (const Piece& p : pieces) n += p.length;
+    return n;
+  }
+};
+
+Piece Whole(const ByteSource& source) { return Piece{&source, 0, source.Size(), {}}; }
+Piece Bytes(std::string bytes) {
+  const uint64_t n = bytes.size();
+  return Piece{nullptr, 0, n, std::move(bytes)};
+}
+
+// Fills `out` from the pieces of `file` starting at byte `offset`.
+Status ReadPieces(const OutputFile& file, uint64_t offset, std::span<uint8_t> out) {
+  uint64_t base = 0;
+  size_t done = 0;
+  for (const Piece& p : file.pieces) {
+    if (done == out.size()) break;
+    if (offset + done < base + p.length) {
+      const uint64_t from = offset + done - base;
+      const size_t n = std::min<uint64_t>(out.size() - done, p.length - from);
+      if (p.source) {
+        CKPTFS_RETURN_IF_ERROR(p.source->ReadAt(p.offset + from, out.subspan(done, n)));
+      } else {
+        std::memcpy(out.data() + done, p.bytes.data() + from, n);
+      }
+      done += n;
+    }
+    base += p.length;
+  }
+  return Status::Ok();
+}
+
+class Writer {
+ public:
+  static Result<Writer> Create(const std::string& path) {
+    int fd = ::open((path + ".part").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return Status::IoError(path + ": cannot create: " + std::strerror(errno), errno);
+    return Writer(path, fd);
+  }
+  Writer(Writer&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)) {}
+  ~Writer() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      ::unlink((path_ + ".part").c_str());
+    }
+  }
+  Status Write(std::span<const uint8_t> bytes) {
+    for (size_t done = 0; done < bytes.size();) {
+      ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return Status::IoError(path_ + ": write failed: " + std::strerror(errno), errno);
+      done += static_cast<size_t>(n);
+    }
+    return Status::Ok();
+  }
+  // Makes the file visible under its final name.
+  Status Commit() {
+    if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
+      fd_ = -1;
+      return Status::IoError(path_ + ": cannot flush: " + std::strerror(errno), errno);
+    }
+    fd_ = -1;
+    if (::rename((path_ + ".part").c_str(), path_.c_str()) != 0) {
+      return Status::IoError(path_ + ": cannot rename into place: " + std::strerror(errno), errno);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Writer(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  std::string path_;
+  int fd_;
+};
+
+// One frame being compressed.
+struct FrameJob {
+  std::vector<uint8_t> plain;
+  std::vector<uint8_t> compressed;
+  Status status;
+};
+
+Status CompressFrame(FrameJob& job, int level) {
+  job.compressed.resize(ZSTD_compressBound(job.plain.size()));
+  thread_local std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(),
+                                                                       ZSTD_freeCCtx);
+  const size_t n = ZSTD_compressCCtx(cctx.get(), job.compressed.data(), job.compressed.size(),
+                                     job.plain.data(), job.plain.size(), level);
+  if (ZSTD_isError(n)) return Status::IoError(std::string("zstd: ") + ZSTD_getErrorName(n));
+  job.compressed.resize(n);
+  return Status::Ok();
+}
+
+// Streams `file` into DEST/NAME.zst as seekable zstd: batches of frames are read in order,
+// compressed in parallel, written in order; memory stays at two frames per thread.
+Status WriteSeekable(const OutputFile& file, const std::string& dest, const PackOptions& options,
+                     size_t threads, uint64_t& done, uint64_t total) {
+  CKPTFS_ASSIGN_OR_RETURN(Writer out, Writer::Create(dest + "/" + file.name + ".zst"));
+  const uint64_t size = file.Size();
+  std::vector<Frame> frames;
+  std::vector<FrameJob> batch(threads * 2);
+  for (uint64_t offset = 0; offset < size;) {
+    size_t jobs = 0;
+    for (; jobs < batch.size() && offset < size; ++jobs) {
+      const uint64_t n = std::min(options.frame_size, size - offset);
+      batch[jobs].plain.resize(n);
+      CKPTFS_RETURN_IF_ERROR(ReadPieces(file, offset, batch[jobs].plain));
+      offset += n;
+    }
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < jobs; i = next++) {
+        batch[i].status = CompressFrame(batch[i], options.level);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < std::min(threads, jobs); ++t) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+    for (size_t i = 0; i < jobs; ++i) {
+      CKPTFS_RETURN_IF_ERROR(batch[i].status);
+      Frame f;
+      f.compressed_size = batch[i].compressed.size();
+      f.decoded_size = batch[i].plain.size();
+      f.checksum = SeekableChecksum(batch[i].plain);
+      frames.push_back(f);
+      CKPTFS_RETURN_IF_ERROR(out.Write(batch[i].compressed));
+      done += f.decoded_size;
+    }
+    if (options.progress) options.progress(done, total);
+  }
+  const std::string table = BuildSeekTable(frames, /*with_checksums=*/true);
+  CKPTFS_RETURN_IF_ERROR(out.Write({reinterpret_cast<const uint8_t*>(table.data()), table.size()}));
+  return out.Commit();
+}
+
+Status WriteCopy(const OutputFile& file, const std::string& dest) {
+  CKPTFS_ASSIGN_OR_RETURN(Writer out, Writer::Create(dest + "/" + file.name));
+  std::vector<uint8_t> buf(4u << 20);
+  for (uint64_t offset = 0, size = file.Size(); offset < size;) {
+    const size_t n = std::min<uint64_t>(buf.size(), size - offset);
+    CKPTFS_RETURN_IF_ERROR(ReadPieces(file, offset, {buf.data(), n}));
+    CKPTFS_RETURN_IF_ERROR(out.Write({buf.data(), n}));
+    offset += n;
+  }
+  return out.Commit();
+}
+
+// New shards of at most `shard_size` bytes of tensor data, tensors in aligned order.
+std::vector<OutputFile> Reshard(const Checkpoint& ckpt, uint64_t shard_size) {
+  std::vector<std::vector<uint32_t>> groups;
+  uint64_t bytes = 0;
+  for (uint32_t i : AlignedOrder(ckpt)) {
+    const uint64_t size = ckpt.tensors[i].size;
+    if (groups.empty() || (bytes + size > shard_size && bytes > 0)) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(i);
+    bytes += size;
+  }
+  if (groups.empty()) groups.emplace_back();  // a checkpoint of no tensors is one empty shard
+  std::vector<OutputFile> shards;
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", g + 1, groups.size());
+    OutputFile file{name, {}, true};
+    std::vector<TensorEntry> entries;
+    uint64_t offset = 0;
+    for (uint32_t i : groups[g]) {
+      const Tensor& t = ckpt.tensors[i];
+      entries.push_back({t.name, t.dtype, t.shape, offset, offset + t.size});
+      offset += t.size;
+      weight_map[t.name] = name;
+    }
+    file.pieces.push_back(Bytes(BuildSafetensorsHeader(entries, ckpt.metadata)));
+    for (uint32_t i : groups[g]) {
+      const Tensor& t = ckpt.tensors[i];
+      if (t.size)
+        file.pieces.push_back(Piece{ckpt.shards[t.shard].source.get(), t.offset, t.size, {}});
+    }
+    shards.push_back(std::move(file));
+  }
+  nlohmann::json index = {{"metadata", {{"total_size", ckpt.TotalTensorBytes()}}},
+                          {"weight_map", weight_map}};
+  shards.push_back(
+      OutputFile{"model.safetensors.index.json", {Bytes(index.dump(2) + "\n")}, false});
+  return shards;
+}
+
+Status PrepareDest(const std::string& dest) {
+  if (::mkdir(dest.c_str(), 0755) == 0) return Status::Ok();
+  if (errno != EEXIST)
+    return Status::IoError(dest + ": cannot create: " + std::strerror(errno), errno);
+  DIR* d = ::opendir(dest.c_str());
+  if (!d) return Status::InvalidArgument(dest + ": exists and is not a directory");
+  bool empty = true;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) empty = false;
+  }
+  ::closedir(d);
+  if (!empty) return Status::InvalidArgument(dest + ": destination is not empty");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const PackOptions& options) {
+  for (const StoredFile& s : ckpt.shards) {
+    if (s.stored_name != s.name) {
+      return Status::InvalidArgument(ckpt.source_path + ": already packed (" + s.stored_name +
+                                     " is compressed); mount it as it is");
+    }
+  }
+  if (options.frame_size == 0 || options.frame_size > kMaxCachedFrame) {
+    return Status::InvalidArgument("--frame-size must be between 1 and " +
+                                   std::to_string(kMaxCachedFrame) + " bytes");
+  }
+  if (options.level < ZSTD_minCLevel() || options.level > ZSTD_maxCLevel()) {
+    return Status::InvalidArgument("--level must be between " + std::to_string(ZSTD_minCLevel()) +
+                                   " and " + std::to_string(ZSTD_maxCLevel()));
+  }
+  CKPTFS_RETURN_IF_ERROR(PrepareDest(dest));
+
+  std::vector<OutputFile> files;
+  if (options.shard_size) {
+    files = Reshard(ckpt, options.shard_size);
+  } else {
+    for (const StoredFile& s : ckpt.shards) files.push_back({s.name, {Whole(*s.source)}, true});
+    for (const StoredFile& f : ckpt.index) files.push_back({f.name, {Whole(*f.source)}, false});
+  }
+  for (const StoredFile& f : ckpt.others) files.push_back({f.name, {Whole(*f.source)}, false});
+
+  uint64_t total = 0, done = 0;
+  for (const OutputFile& f : files) total += f.compress ? f.Size() : 0;
+  const size_t threads =
+      options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  for (const OutputFile& f : files) {
+    CKPTFS_RETURN_IF_ERROR(f.compress ? WriteSeekable(f, dest, options, threads, done, total)
+                                      : WriteCopy(f, dest));
+  }
+  return Status::Ok();
+}
+
+}  // namespace ckptfs

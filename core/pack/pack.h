@@ -1,0 +1,34 @@
+// Pack: rewrite a checkpoint as seekable-zstd shards that ckptfs mounts with random access.
+//
+// Each shard becomes NAME.zst: independent zstd frames of `frame_size` decoded bytes,
+// compressed on all cores, then the seekable format's seek table with an XXH64 checksum
+// per frame. Plain `zstd -d` decodes the result. Non-weight files and the index are copied
+// unchanged. With `shard_size`, tensors are regrouped (in aligned order) into new shards
+// of at most that many bytes each (a larger tensor gets a shard of its own) under a new
+// model.safetensors.index.json. Files are written under a temporary name and renamed, so
+// an interrupted pack leaves no file that looks complete.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/status.h"
+
+namespace ckptfs {
+
+struct PackOptions {
+  int level = 3;
+  uint64_t frame_size = 4ull << 20;
+  uint64_t shard_size = 0;  // 0: keep the source's sharding
+  size_t threads = 0;       // 0: one per core
+  // Called now and then with bytes written so far (decoded) and the total.
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+// Packs `ckpt` into the directory `dest`, which must be missing or empty. Refuses a
+// checkpoint whose shards are already compressed.
+Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const PackOptions& options);
+
+}  // namespace ckptfs
