@@ -36,6 +36,14 @@ struct FsContext {
 
 FsContext& Ctx(fuse_req_t req) { return *static_cast<FsContext*>(fuse_req_userdata(req)); }
 
+// What one open() keeps: the readahead state of this reader, or the stats snapshot.
+struct OpenFile {
+  std::unique_ptr<Readahead> readahead;
+  std::string stats;
+};
+
+OpenFile& Open(fuse_file_info* fi) { return *reinterpret_cast<OpenFile*>(fi->fh); }
+
 // The one place a core Status becomes a FUSE reply; failures worth a look are logged.
 void ReplyError(fuse_req_t req, const Status& status) {
   if (status.code() != Status::Code::kNotFound) LogError("%s", status.message().c_str());
@@ -92,19 +100,22 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (node->kind == NodeKind::kDirectory) return (void)fuse_reply_err(req, EISDIR);
   if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EROFS);
   Stats::Add(ctx.volume->stats().opens, 1);
+  auto file = std::make_unique<OpenFile>();
   if (node->kind == NodeKind::kStats) {
     // A snapshot per open, read without the page cache, so `cat` sees one consistent
     // document that is fresh each time.
-    fi->fh = reinterpret_cast<uint64_t>(new std::string(ctx.volume->StatsJson()));
+    file->stats = ctx.volume->StatsJson();
     fi->direct_io = 1;
   } else {
+    file->readahead = ctx.volume->NewReadahead(ino);
     fi->keep_cache = 1;
   }
+  fi->fh = reinterpret_cast<uint64_t>(file.release());
   fuse_reply_open(req, fi);
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  delete reinterpret_cast<std::string*>(fi->fh);
+  delete &Open(fi);
   fuse_reply_err(req, 0);
 }
 
@@ -169,10 +180,11 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
   FsContext& ctx = Ctx(req);
   const Node* node = ctx.volume->layout().Find(ino);
   if (node && node->kind == NodeKind::kStats) {
-    return ReplyStatsRead(req, *reinterpret_cast<std::string*>(fi->fh), size, off);
+    return ReplyStatsRead(req, Open(fi).stats, size, off);
   }
   std::vector<ReadPiece> plan;
-  Status s = ctx.volume->PlanRead(ino, static_cast<uint64_t>(off), size, &plan);
+  Status s =
+      ctx.volume->PlanRead(ino, static_cast<uint64_t>(off), size, &plan, Open(fi).readahead.get());
   if (!s.ok()) return ReplyError(req, s);
   Stats::Add(ctx.volume->stats().reads, 1);
   for (const ReadPiece& p : plan) Stats::Add(ctx.volume->stats().bytes_read, p.length);

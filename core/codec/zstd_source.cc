@@ -134,8 +134,6 @@ Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
     CKPTFS_RETURN_IF_ERROR(EnsureSpilled());
     return PreadAll(spill_fd_, offset, out, Name());
   }
-  const ByteRange ahead = readahead_.OnRead(offset, out.size());
-  if (!ahead.empty()) ScheduleFrames(ahead.begin, ahead.end);
   size_t done = 0;
   for (size_t i = index_.FrameAt(offset); done < out.size(); ++i) {
     const Frame& f = index_.frames[i];

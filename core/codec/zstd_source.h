@@ -2,9 +2,9 @@
 //
 // Frames up to kMaxCachedFrame are decoded on demand, one frame per cache block keyed
 // (source, frame): a read decodes only the frames it touches, each at most once while it
-// stays cached, and several readers of one frame share one decode. Sequential readers
-// get the next frames decoded ahead on the context's workers (core/cache/prefetch.h);
-// Prefetch() lets the layout ask for the rest of a tensor.
+// stays cached, and several readers of one frame share one decode. Prefetch() decodes
+// frames ahead on the context's workers; the volume calls it for sequential readers and
+// for the rest of a tensor whose start was read (see Volume::PlanRead).
 //
 // A shard with any larger frame (single-frame zstd as the `zstd` command writes it) is
 // decoded once, on first touch, into an unlinked temporary file in the spill directory,
@@ -22,7 +22,6 @@
 #include <mutex>
 #include <string>
 
-#include "core/cache/prefetch.h"
 #include "core/codec/codec_context.h"
 #include "core/codec/frame_index.h"
 #include "core/source/byte_source.h"
@@ -69,7 +68,6 @@ class ZstdSource final : public ByteSource {
   CodecContext& context_;
   uint64_t cache_id_;
   bool whole_;
-  mutable Readahead readahead_;
   mutable std::mutex spill_mu_;
   mutable std::atomic<int> spill_fd_{-1};
 };

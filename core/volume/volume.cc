@@ -35,8 +35,27 @@ std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
 // Prefetch tasks point at sources: stop them before the sources go.
 Volume::~Volume() { codec_->Shutdown(); }
 
-Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size,
-                        std::vector<ReadPiece>* plan) const {
+std::unique_ptr<Readahead> Volume::NewReadahead(uint64_t ino) const {
+  const Node* node = layout_.Find(ino);
+  Readahead::Options options;
+  options.limit = node ? node->size : 0;
+  // A window the cache cannot hold would evict its own frames before they are read.
+  options.max_window = std::max<uint64_t>(
+      options.initial_window, std::min(options.max_window, codec_->cache().capacity() / 4));
+  return std::make_unique<Readahead>(options);
+}
+
+void Volume::Prefetch(uint64_t ino, ByteRange range) const {
+  for (const Extent& e : layout_.Extents(ino, range.begin, range.size())) {
+    if (e.source == Extent::kInline) continue;
+    const uint64_t from = std::max(range.begin, e.file_offset);
+    const uint64_t to = std::min(range.end, e.file_offset + e.length);
+    layout_.Source(e.source).Prefetch(e.source_offset + (from - e.file_offset), to - from);
+  }
+}
+
+Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vector<ReadPiece>* plan,
+                        Readahead* readahead) const {
   plan->clear();
   const Node* node = layout_.Find(ino);
   if (!node) return Status::NotFound("inode " + std::to_string(ino) + ": no such file");
@@ -63,6 +82,10 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size,
       }
     }
     plan->push_back(piece);
+  }
+  if (readahead && offset < end) {
+    const ByteRange ahead = readahead->OnRead(offset, end - offset);
+    if (!ahead.empty()) Prefetch(ino, ahead);
   }
   return Status::Ok();
 }

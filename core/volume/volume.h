@@ -4,8 +4,10 @@
 //
 // A read is planned, not performed: PlanRead turns (inode, offset, size) into pieces, each
 // a range of a stored file or a span of synthesized bytes. A read that starts a tensor
-// tells the tensor's source to prefetch the rest of it. The front end can hand stored
-// ranges to the kernel by file descriptor (no copy) or call ReadInto to copy. Either way a
+// tells the tensor's source to prefetch the rest of it; a read that continues a
+// sequential stream prefetches the stream's next window. Prefetch stays inside the file
+// being read, so reading one tensor file never decodes its neighbours. The front end can hand
+// stored ranges to the kernel by file descriptor (no copy) or call ReadInto to copy. Either way a
 // read crosses the layout once and touches each stored file once.
 //
 // Thread safety: every method is const or uses atomics; one Volume serves all FUSE worker
@@ -18,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cache/prefetch.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/layout/layout.h"
 #include "core/status.h"
@@ -49,7 +52,12 @@ class Volume {
   // Pieces covering [offset, offset + size) of file `ino`, clipped at end of file (an
   // empty plan at or past the end). NotFound for a bad inode, InvalidArgument for a
   // directory or the stats file (whose bytes come from StatsJson).
-  Status PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vector<ReadPiece>* plan) const;
+  // With `readahead` (one per open file), a read that continues a sequential stream also
+  // prefetches what the stream will read next, within the file.
+  Status PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vector<ReadPiece>* plan,
+                  Readahead* readahead = nullptr) const;
+  // A sequential-read detector for file `ino`, windows sized to the cache.
+  std::unique_ptr<Readahead> NewReadahead(uint64_t ino) const;
   // Copies the planned bytes into `out`, which must hold their total length.
   Status ReadInto(std::span<const ReadPiece> plan, uint8_t* out) const;
 
@@ -60,6 +68,9 @@ class Volume {
   std::string StatsJson() const;
 
  private:
+  // Asks the sources under [range) of file `ino` to fetch or decode it ahead.
+  void Prefetch(uint64_t ino, ByteRange range) const;
+
   Volume(Checkpoint ckpt, std::shared_ptr<CodecContext> codec)
       : codec_(std::move(codec)), ckpt_(std::move(ckpt)), layout_(Layout::Build(ckpt_)) {}
 
