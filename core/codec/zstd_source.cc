@@ -14,8 +14,10 @@
 namespace ckptfs {
 namespace {
 
-// Reads ending within this many bytes of the start of a not-yet-spilled shard are served
-// by decoding just that prefix: that is how the safetensors header is read at mount.
+// Reads of a not-yet-spilled shard that start within kPrefixStart and end within
+// kPrefixLimit are served by decoding just that prefix: that is how the safetensors header
+// (8 bytes at 0, then up to 100 MB at 8) is read at mount without decoding the shard.
+constexpr uint64_t kPrefixStart = 64 << 10;
 constexpr uint64_t kPrefixLimit = 8 + kMaxSafetensorsHeader;
 
 using DCtxPtr = std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)>;
@@ -130,7 +132,9 @@ Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
   if (out.empty()) return Status::Ok();
   if (whole_) {
-    if (spill_fd_ < 0 && offset + out.size() <= kPrefixLimit) return ReadPrefix(offset, out);
+    if (spill_fd_ < 0 && offset < kPrefixStart && offset + out.size() <= kPrefixLimit) {
+      return ReadPrefix(offset, out);
+    }
     CKPTFS_RETURN_IF_ERROR(EnsureSpilled());
     return PreadAll(spill_fd_, offset, out, Name());
   }
