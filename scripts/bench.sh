@@ -2,6 +2,7 @@
 # ckptfs benchmark: every contender side by side in ONE run, ratios first.
 #
 #   scripts/bench.sh [--size 2G] [--workdir DIR] [--reps N] [--keep] [--no-build]
+#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd]
 #
 # What it measures (see DESIGN.md section 3, "Performance rules"):
 #   * sequential read of MNT/model.safetensors through ckptfs (merged view)
@@ -11,7 +12,19 @@
 #     time the second), interleaved A B C A B C, median of --reps samples;
 #   * mount cost of a headers-only checkpoint (2000 shards, 200000 tensors):
 #     time until `ckptfs mount` returns, daemon RSS after mount and after
-#     `ls -R MNT/tensors`.
+#     `ls -R MNT/tensors`;
+#   * zstd (the same data packed by `ckptfs pack --level N` into seekable .zst
+#     shards): sequential read of MNT/model.safetensors through ckptfs
+#     vs `squashfuse_ll` reading the plain shard files from a squashfs image
+#     made by `mksquashfs -comp zstd -Xcompression-level N` (same level)
+#     vs `zstd -d -T1` of the .zst shards to /dev/null, each cold (fresh
+#     mount + drop_caches), interleaved, median of --reps; then random reads
+#     of 32 whole tensors (latency, and bytes decoded per bytes requested from
+#     stats.json) through ckptfs vs the same byte ranges through squashfuse_ll;
+#     then the daemon's peak RSS (VmHWM) with --cache-size 256M while two
+#     readers go through the whole checkpoint (8x the cache at 2G).
+#   --sections picks a subset (default all three, in one run); --level
+#   defaults to 3, --frame-size to pack's own default.
 # Targets are printed next to the figures as PASS/MISS. A MISS does not fail the
 # script; a contender that cannot run does (exit 1).
 #
@@ -24,13 +37,13 @@
 # Environment overrides: CKPTFS_BIN (binary to bench, implies no build),
 # BENCH_READ_TIMEOUT (s, per read, default 900), BENCH_MOUNT_TIMEOUT (s, 120).
 #
-# Adding a contender (later issues: squashfuse_ll on a zstd squashfs image,
-# `zstd -d`, random tensor reads): define c_<id>_label and c_<id>_files, and
-# optionally c_<id>_prepare (once), c_<id>_setup / c_<id>_teardown (per
-# sample, e.g. mount/unmount) and c_<id>_read (replaces the default
-# `cat FILES > /dev/null`; must print the number of bytes it consumed if that
-# differs from the files' sizes), then append <id> to CONTENDERS and any ratio
-# rows to RATIOS. The sampling loop and the table builder need no change.
+# Adding a contender: define c_<id>_label and c_<id>_files, and optionally
+# c_<id>_prepare (once), c_<id>_setup / c_<id>_teardown (per sample, e.g.
+# mount/unmount) and c_<id>_read (replaces the default `cat FILES >
+# /dev/null`; must print the number of bytes it consumed if that differs from
+# the files' sizes), then append <id> to CONTENDERS (cold and warm) or
+# ZCONTENDERS (cold, zstd section) and any ratio rows to RATIOS or ZRATIOS.
+# The sampling loop and the table builder need no change.
 
 set -Eeuo pipefail
 
@@ -48,6 +61,13 @@ MOUNT_TIMEOUT=${BENCH_MOUNT_TIMEOUT:-120}
 SHARDS=8
 HDR_SHARDS=2000
 HDR_TENSORS=200000
+LEVEL=3
+FRAME=''            # --frame-size for ckptfs pack; '' = its default
+SECTIONS=plain,mount,zstd
+RSS_CACHE=256M      # --cache-size for the peak RSS measurement
+RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
+RANDOM_TENSORS=32
+RANDOM_SEED=1
 
 # ---------------------------------------------------------------- utilities
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
@@ -166,12 +186,24 @@ while (($#)); do
     --reps=*) REPS=${1#*=}; shift ;;
     --keep) KEEP=1; shift ;;
     --no-build) NO_BUILD=1; shift ;;
+    --level) LEVEL=${2:?--level needs a value}; shift 2 ;;
+    --level=*) LEVEL=${1#*=}; shift ;;
+    --frame-size) FRAME=${2:?--frame-size needs a value}; shift 2 ;;
+    --frame-size=*) FRAME=${1#*=}; shift ;;
+    --sections) SECTIONS=${2:?--sections needs a value}; shift 2 ;;
+    --sections=*) SECTIONS=${1#*=}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; printf '%s: error: unknown argument %s\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
 done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "$PROG: error: --reps must be a positive integer" >&2; exit 2; }
 size_to_bytes "$SIZE" >/dev/null   # validate
+[[ $LEVEL =~ ^[0-9]+$ ]] && ((LEVEL >= 1 && LEVEL <= 19)) ||
+  { echo "$PROG: error: --level must be 1..19" >&2; exit 2; }
+[[ -z $FRAME ]] || size_to_bytes "$FRAME" >/dev/null
+[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd))+,$ ]] ||
+  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd" >&2; exit 2; }
+section() { [[ ,$SECTIONS, == *,$1,* ]]; }
 mkdir -p -- "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
 
@@ -184,13 +216,13 @@ ensure_packages() {
   local -A need=(
     [gcc]=gcc [g++]=g++ [cmake]=cmake [pkg-config]=pkg-config
     [fusermount3]=fuse3 [pgrep]=procps [timeout]=coreutils [mountpoint]=util-linux
+    [squashfuse_ll]=squashfuse [mksquashfs]=squashfs-tools [zstd]=zstd
   )
   local missing=() c
   for c in "${!need[@]}"; do command -v "$c" >/dev/null 2>&1 || missing+=("${need[$c]}"); done
   pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
   [[ -f /usr/share/doc/libfuse3-dev/examples/passthrough_ll.c ]] || missing+=(libfuse3-dev)
   [[ -x $PY ]] || missing+=(python3)
-  # later contenders: squashfuse squashfs-tools zstd hyperfine
   ((${#missing[@]})) || return 0
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   log "installing missing packages: ${missing[*]}"
@@ -289,13 +321,14 @@ EOF
 }
 
 # --------------------------------------------------------------- mounting
-# ckptfs_mount SRC MNT: `ckptfs mount` returns once the mount answers.
+# ckptfs_mount SRC MNT [MOUNT OPTIONS...]: `ckptfs mount` returns once the mount answers.
 ckptfs_mount() {
   local src=$1 mnt=$2 pid='' p comm
+  shift 2
   mkdir -p -- "$mnt"
   is_mounted "$mnt" && die "$mnt is already mounted"
   local rc=0
-  timeout "$MOUNT_TIMEOUT" "$CKPTFS" mount "$src" "$mnt" >>"$SCRATCH/logs/ckptfs.log" 2>&1 || rc=$?
+  timeout "$MOUNT_TIMEOUT" "$CKPTFS" mount "$@" "$src" "$mnt" >>"$SCRATCH/logs/ckptfs.log" 2>&1 || rc=$?
   if ((rc == 124)); then die "ckptfs mount $src $mnt did not return within ${MOUNT_TIMEOUT}s"
   elif ((rc != 0)); then tail -n 20 "$SCRATCH/logs/ckptfs.log" >&2; die "ckptfs mount $src $mnt failed (exit $rc)"; fi
   is_mounted "$mnt" || die "ckptfs mount returned but $mnt is not mounted"
@@ -326,12 +359,25 @@ ptll_mount() {
   die "passthrough_ll did not mount $mnt within ${MOUNT_TIMEOUT}s"
 }
 
+# squashfuse_ll in the foreground (-f) only so we own its pid; otherwise defaults.
+sqfs_mount() {
+  local img=$1 mnt=$2 pid i
+  mkdir -p -- "$mnt"
+  is_mounted "$mnt" && die "$mnt is already mounted"
+  squashfuse_ll -f "$img" "$mnt" >>"$SCRATCH/logs/squashfuse_ll.log" 2>&1 &
+  pid=$!
+  register_mount "$mnt" "$pid" "fusermount3 -u"
+  for ((i = 0; i < MOUNT_TIMEOUT * 20; i++)); do
+    is_mounted "$mnt" && return 0
+    pid_alive "$pid" || { cat "$SCRATCH/logs/squashfuse_ll.log" >&2; die "squashfuse_ll exited before mounting $mnt"; }
+    sleep 0.05
+  done
+  die "squashfuse_ll did not mount $mnt within ${MOUNT_TIMEOUT}s"
+}
+
 # -------------------------------------------------------------- contenders
 # Each: label, files (to read), optional prepare/setup/teardown/read.
 CONTENDERS=(ckptfs_merged cat_shards ptll_shards)
-# Future (not implemented yet): sqfs_shards (squashfuse_ll on a zstd squashfs
-# image of DATA), zstd_d (zstd -d of .zst shards to /dev/null), random tensor
-# reads through ckptfs tensors/ vs direct.
 
 c_ckptfs_merged_label() { echo "ckptfs: cat MNT/model.safetensors"; }
 c_ckptfs_merged_setup() { ckptfs_mount "$DATA" "$SCRATCH/mnt/ckptfs"; }
@@ -352,6 +398,35 @@ RATIOS=(
   "ckptfs_merged ptll_shards warm 1.0"
   "ckptfs_merged cat_shards cold -"
   "ckptfs_merged cat_shards warm 0.8"
+)
+
+# zstd contenders (section zstd), cold only: what is measured is decompression,
+# and a warm read of a FUSE file comes from the kernel's page cache.
+ZCONTENDERS=(ckptfs_zst sqfs_shards zstd_d)
+
+c_ckptfs_zst_label() { echo "ckptfs: cat MNT/model.safetensors, seekable .zst shards (default cache)"; }
+c_ckptfs_zst_setup() { ckptfs_mount "$ZDATA" "$SCRATCH/mnt/zst"; }
+c_ckptfs_zst_files() { echo "$SCRATCH/mnt/zst/model.safetensors"; }
+c_ckptfs_zst_teardown() { unmount_one "$SCRATCH/mnt/zst" || die "could not unmount ckptfs"; }
+
+c_sqfs_shards_label() { echo "squashfuse_ll: cat $SHARDS shards from a zstd squashfs image"; }
+c_sqfs_shards_setup() { sqfs_mount "$SQFS" "$SCRATCH/mnt/sqfs"; }
+c_sqfs_shards_files() { local f; for f in "${SHARD_FILES[@]}"; do echo "$SCRATCH/mnt/sqfs/${f##*/}"; done; }
+c_sqfs_shards_teardown() { unmount_one "$SCRATCH/mnt/sqfs" || die "could not unmount squashfuse_ll"; }
+
+c_zstd_d_label() { echo "zstd -d -T1: $SHARDS .zst shards to /dev/null"; }
+c_zstd_d_files() { printf '%s\n' "${ZST_FILES[@]}"; }
+c_zstd_d_read() {
+  local rc=0
+  timeout --kill-after=10 "$READ_TIMEOUT" zstd -d -T1 -q -c -- "$@" >/dev/null || rc=$?
+  ((rc == 124 || rc == 137)) && die "zstd -d timed out after ${READ_TIMEOUT}s"
+  ((rc == 0)) || die "zstd -d failed (exit $rc): $*"
+  echo "$ZBYTES"   # decoded bytes, as for the others
+}
+
+ZRATIOS=(
+  "ckptfs_zst sqfs_shards cold 1.5"
+  "ckptfs_zst zstd_d cold 1.0"
 )
 
 has_fn() { declare -F "$1" >/dev/null; }
@@ -393,6 +468,201 @@ run_sample() {
   log "  $mode $id: $(gib "$bytes") GiB in ${secs}s = ${mbps} MB/s"
 }
 
+# ------------------------------------------------------------- zstd data
+# pack_data SRC DEST: `ckptfs pack` SRC into DEST unless DEST exists (packed into
+# DEST.tmp and renamed, so an existing DEST is complete). Falls back to the
+# generator's seekable writer when this ckptfs has no pack command (reported).
+pack_data() {
+  local src=$1 dest=$2 t0 args=(--level "$LEVEL")
+  [[ -n $FRAME ]] && args+=(--frame-size "$FRAME")
+  if [[ -d $dest ]]; then
+    log "reusing $dest"
+    PACKER=$(cat "$dest.packer" 2>/dev/null || echo unknown)
+    return 0
+  fi
+  rm -rf --one-file-system -- "$dest.tmp"
+  t0=$(now_ns)
+  if "$CKPTFS" pack --help >/dev/null 2>&1; then
+    log "packing $src into $dest (ckptfs pack ${args[*]})"
+    timeout 3600 "$CKPTFS" pack "$src" "$dest.tmp" "${args[@]}" >"$SCRATCH/logs/pack.log" 2>&1 ||
+      { tail -n 20 "$SCRATCH/logs/pack.log" >&2; rm -rf --one-file-system -- "$dest.tmp"; die "ckptfs pack failed"; }
+    PACKER="ckptfs pack ${args[*]}"
+  else
+    log "warning: this ckptfs has no pack command; packing with make_checkpoint.py --compress seekable"
+    timeout 3600 "$PY" "$REPO/scripts/make_checkpoint.py" "$dest.tmp" --from "$src" \
+      --compress seekable --level "$LEVEL" --frame-size "${FRAME:-1M}" >"$SCRATCH/logs/pack.log" 2>&1 ||
+      { tail -n 20 "$SCRATCH/logs/pack.log" >&2; rm -rf --one-file-system -- "$dest.tmp"; die "packing failed"; }
+    PACKER="make_checkpoint.py --compress seekable --level $LEVEL --frame-size ${FRAME:-1M} (no ckptfs pack)"
+  fi
+  PACK_SECS=$(elapsed "$t0" "$(now_ns)")
+  mv -- "$dest.tmp" "$dest"
+  echo "$PACKER" >"$dest.packer"
+  GENERATED+=("$dest" "$dest.packer")
+  log "packed in $PACK_SECS s"
+}
+
+# squashfs_image SRC IMG: a zstd squashfs image of SRC at --level, unless IMG exists.
+squashfs_image() {
+  local src=$1 img=$2 t0
+  [[ -f $img ]] && { log "reusing $img"; return 0; }
+  rm -f -- "$img.tmp"
+  log "building $img (mksquashfs -comp zstd -Xcompression-level $LEVEL)"
+  t0=$(now_ns)
+  timeout 3600 mksquashfs "$src" "$img.tmp" -comp zstd -Xcompression-level "$LEVEL" -noappend \
+    -no-progress >"$SCRATCH/logs/mksquashfs.log" 2>&1 ||
+    { tail -n 20 "$SCRATCH/logs/mksquashfs.log" >&2; rm -f -- "$img.tmp"; die "mksquashfs failed"; }
+  SQFS_SECS=$(elapsed "$t0" "$(now_ns)")
+  mv -- "$img.tmp" "$img"
+  GENERATED+=("$img")
+}
+
+# Largest decoded frame size in the seek tables of the given .zst files.
+seekable_frame_size() {
+  "$PY" - "$@" <<'EOF'
+import sys
+best = 0
+for path in sys.argv[1:]:
+    with open(path, "rb") as f:
+        f.seek(-9, 2)
+        footer = f.read(9)
+        assert int.from_bytes(footer[5:], "little") == 0x8F92EAB1, f"{path}: not seekable"
+        count, desc = int.from_bytes(footer[:4], "little"), footer[4]
+        size = 12 if desc & 0x80 else 8
+        f.seek(-9 - count * size, 2)
+        table = f.read(count * size)
+    for k in range(count):
+        best = max(best, int.from_bytes(table[k * size + 4:k * size + 8], "little"))
+print(best)
+EOF
+}
+
+# random_reads MODE ROOT: reads RANDOM_TENSORS whole tensors, picked with
+# RANDOM_SEED from DATA's index, and prints "key=value" lines:
+#   ckptfs MNT  reads MNT/tensors/<name>.safetensors (or .npy) and, around each
+#               read, MNT/.ckptfs/stats.json's bytes_decompressed;
+#   sqfs MNT    preads the same tensor bytes from MNT/<shard>.
+random_reads() {
+  "$PY" - "$1" "$2" "$DATA" "$RANDOM_TENSORS" "$RANDOM_SEED" "${ZFRAME:-0}" <<'EOF'
+import json, os, random, sys, time
+mode, root, data, n, seed, frame = sys.argv[1:7]
+n, seed, frame = int(n), int(seed), int(frame)
+index = json.load(open(os.path.join(data, "model.safetensors.index.json")))["weight_map"]
+names = random.Random(seed).sample(sorted(index), min(n, len(index)))
+ranges = {}
+for shard in sorted(set(index.values())):
+    with open(os.path.join(data, shard), "rb") as f:
+        hlen = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(hlen))
+    for name, e in header.items():
+        if name != "__metadata__":
+            b, end = e["data_offsets"]
+            ranges[name] = (shard, 8 + hlen + b, end - b, e["dtype"])
+def decoded():
+    with open(os.path.join(root, ".ckptfs", "stats.json")) as f:
+        return json.load(f)["bytes_decompressed"]
+lat, requested, dec, within, worst = [], 0, 0, 0, 0.0
+for name in names:
+    shard, offset, nbytes, dtype = ranges[name]
+    if mode == "ckptfs":
+        ext = ".safetensors" if dtype in ("BF16", "F8_E4M3", "F8_E5M2") else ".npy"
+        path = os.path.join(root, "tensors", *name.split(".")) + ext
+        before = decoded()
+        t0 = time.perf_counter()
+        with open(path, "rb") as f:
+            while f.read(1 << 20):
+                pass
+        lat.append(time.perf_counter() - t0)
+        time.sleep(0.05)  # let prefetch that this read started finish before counting
+        d = decoded() - before
+        dec += d
+        within += d <= nbytes + 2 * frame
+        worst = max(worst, (d - nbytes) / frame if frame else 0)
+    else:
+        fd = os.open(os.path.join(root, shard), os.O_RDONLY)
+        t0 = time.perf_counter()
+        got, pos = 0, offset
+        while got < nbytes:
+            chunk = os.pread(fd, min(1 << 20, nbytes - got), pos)
+            if not chunk:
+                break
+            got += len(chunk); pos += len(chunk)
+        lat.append(time.perf_counter() - t0)
+        os.close(fd)
+    requested += nbytes
+lat.sort()
+ms = lambda q: f"{1000 * lat[min(len(lat) - 1, int(q * len(lat)))]:.1f}"
+print(f"count={len(lat)}")
+print(f"median_ms={ms(0.5)}")
+print(f"p90_ms={ms(0.9)}")
+print(f"max_ms={1000 * lat[-1]:.1f}")
+print(f"tensor_mib={requested / len(lat) / 1048576:.1f}")
+print(f"requested={requested}")
+print(f"decoded={dec}")
+print(f"within={within}")
+print(f"worst_excess_frames={worst:.2f}")
+EOF
+}
+
+# The whole zstd section: data, sequential contenders, random reads, peak RSS.
+zstd_section() {
+  local tag=L$LEVEL r mode id line key value
+  [[ -n $FRAME ]] && tag+=-F$FRAME
+  ZDATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards-zst-$tag
+  SQFS=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards-zstd-L$LEVEL.sqfs
+  PACK_SECS='' SQFS_SECS=''
+  pack_data "$DATA" "$ZDATA"
+  squashfs_image "$DATA" "$SQFS"
+  ZST_FILES=()
+  for f in "${SHARD_FILES[@]}"; do
+    [[ -f $ZDATA/${f##*/}.zst ]] || die "$ZDATA/${f##*/}.zst missing: not packed as expected"
+    ZST_FILES+=("$ZDATA/${f##*/}.zst")
+  done
+  ZBYTES=$(sum_sizes "${SHARD_FILES[@]}")
+  ZCBYTES=$(sum_sizes "${ZST_FILES[@]}")
+  SQFS_BYTES=$(stat -c %s -- "$SQFS")
+  ZFRAME=$(seekable_frame_size "${ZST_FILES[@]}") || die "cannot read the seek tables in $ZDATA"
+
+  log "warm-up: one untimed read of the .zst shards and the squashfs image"
+  read_files "${ZST_FILES[@]}" "$SQFS"
+  log "zstd throughput: ${#ZCONTENDERS[@]} contenders x cold x $REPS reps, interleaved"
+  for ((r = 1; r <= REPS; r++)); do
+    log "rep $r/$REPS"
+    for id in "${ZCONTENDERS[@]}"; do run_sample "$id" cold; done
+  done
+
+  log "random reads: $RANDOM_TENSORS tensors, fresh mounts, dropped caches"
+  declare -gA RR_CKPTFS=() RR_SQFS=()
+  ckptfs_mount "$ZDATA" "$SCRATCH/mnt/zst"
+  drop_caches
+  while IFS='=' read -r key value; do RR_CKPTFS[$key]=$value; done \
+    < <(random_reads ckptfs "$SCRATCH/mnt/zst" || die "random reads through ckptfs failed")
+  unmount_one "$SCRATCH/mnt/zst" || die "could not unmount ckptfs"
+  sqfs_mount "$SQFS" "$SCRATCH/mnt/sqfs"
+  drop_caches
+  while IFS='=' read -r key value; do RR_SQFS[$key]=$value; done \
+    < <(random_reads sqfs "$SCRATCH/mnt/sqfs" || die "random reads through squashfuse_ll failed")
+  unmount_one "$SCRATCH/mnt/sqfs" || die "could not unmount squashfuse_ll"
+  [[ -n ${RR_CKPTFS[count]:-} && -n ${RR_SQFS[count]:-} ]] || die "random reads printed no results"
+
+  log "peak RSS: --cache-size $RSS_CACHE, merged file and every tensor read concurrently"
+  ckptfs_mount "$ZDATA" "$SCRATCH/mnt/rss" --cache-size "$RSS_CACHE"
+  RSS_PID=$CKPTFS_PID RSS_HWM_MOUNT='' RSS_HWM='' RSS_CHARGED='' RSS_CAPACITY=''
+  [[ -n $RSS_PID ]] || die "no daemon pid: cannot measure RSS"
+  RSS_HWM_MOUNT=$(proc_kb "$RSS_PID" VmHWM)
+  drop_caches
+  local t0 pids=() p
+  t0=$(now_ns)
+  timeout "$READ_TIMEOUT" cat -- "$SCRATCH/mnt/rss/model.safetensors" >/dev/null & pids+=($!)
+  (find "$SCRATCH/mnt/rss/tensors" -type f -print0 | sort -rz |
+     timeout "$READ_TIMEOUT" xargs -0 cat -- >/dev/null) & pids+=($!)
+  for p in "${pids[@]}"; do wait "$p" || die "a reader failed during the RSS measurement"; done
+  RSS_SECS=$(elapsed "$t0" "$(now_ns)")
+  RSS_HWM=$(proc_kb "$RSS_PID" VmHWM)
+  read -r RSS_CAPACITY RSS_CHARGED < <("$PY" -c 'import json,sys; c=json.load(open(sys.argv[1]))["cache"]; print(c["capacity_bytes"], c["charged_bytes"])' \
+    "$SCRATCH/mnt/rss/.ckptfs/stats.json") || true
+  unmount_one "$SCRATCH/mnt/rss" || die "could not unmount ckptfs"
+}
+
 # ------------------------------------------------------------------- main
 build_ckptfs
 build_passthrough_ll
@@ -402,6 +672,7 @@ gen_data "$DATA" --kind bench --total-bytes "$SIZE" --dtype BF16 --shards "$SHAR
 mapfile -t SHARD_FILES < <(shard_files "$DATA")
 ((${#SHARD_FILES[@]})) || die "no shard files found in $DATA"
 
+if section plain; then
 for id in "${CONTENDERS[@]}"; do
   if has_fn "c_${id}_prepare"; then "c_${id}_prepare"; fi
 done
@@ -419,8 +690,11 @@ for ((r = 1; r <= REPS; r++)); do
     for id in "${CONTENDERS[@]}"; do run_sample "$id" "$mode"; done
   done
 done
+fi
 
 # ------------------------------------------------------------ mount cost
+proc_kb() { awk -v k="$2:" '$1==k {print $2}' "/proc/$1/status" 2>/dev/null; }
+if section mount; then
 HDR=$WORKDIR/headers-${HDR_SHARDS}shards-${HDR_TENSORS}tensors
 gen_data "$HDR" --kind headers --shards "$HDR_SHARDS" --tensors "$HDR_TENSORS"
 HMNT=$SCRATCH/mnt/headers
@@ -437,7 +711,6 @@ for ((r = 1; r <= REPS; r++)); do
   done
 done
 
-proc_kb() { awk -v k="$2:" '$1==k {print $2}' "/proc/$1/status" 2>/dev/null; }
 drop_caches
 ckptfs_mount "$HDR" "$HMNT"
 HPID=$CKPTFS_PID
@@ -449,6 +722,10 @@ LS_LINES=$(set -o pipefail; timeout "$READ_TIMEOUT" ls -R "$HMNT/tensors" | wc -
 LS_SECS=$(elapsed "$t0" "$(now_ns)")
 if [[ -n $HPID ]]; then RSS_LS=$(proc_kb "$HPID" VmRSS); HWM_LS=$(proc_kb "$HPID" VmHWM); fi
 unmount_one "$HMNT" || die "could not unmount $HMNT"
+fi
+
+# ------------------------------------------------------------------ zstd
+section zstd && zstd_section
 
 # ------------------------------------------------------------------ report
 verdict() { # value op target -> PASS/MISS
@@ -457,30 +734,14 @@ verdict() { # value op target -> PASS/MISS
     ok = (op == ">=") ? (v >= t) : (v <= t); print (ok ? "PASS" : "MISS")}'
 }
 
-report() {
-  local commit dirty mem id mode med samples sl row num den tgt r v
-  commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
-  dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | head -c1)
-  [[ -n $dirty ]] && commit="$commit (+uncommitted changes)"
-  mem=$(awk '/^MemTotal:/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)
-  echo "## ckptfs bench"
-  echo
-  echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "- machine: $(nproc) cores ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)), $mem RAM, kernel $(uname -r)"
-  echo "- commit: $commit; ckptfs $CKPTFS (build type ${CKPTFS_BUILD:-none})"
-  echo "- data: $(gib "${BYTES[cat_shards]}") GiB bf16 in ${#SHARD_FILES[@]} shards ($DATA)"
-  echo "- method: reader \`cat FILES > /dev/null\`; cold = fresh mount + sync + drop_caches;" \
-       "warm = fresh mount, read once, time the 2nd read; one untimed warm-up read of the shards first;" \
-       "$REPS reps interleaved, median MB/s (1 MB = 10^6 B)"
-  echo "- passthrough_ll: libfuse $(pkg-config --modversion fuse3) example, defaults" \
-       "(multithreaded loop, cache=auto: timeout=1s and no keep_cache, no splice); run with -f only to own its pid"
-  echo
-  echo "| contender | MB | cold MB/s (median) | cold samples | warm MB/s (median) | warm samples |"
-  echo "|---|---:|---:|---|---:|---|"
-  declare -gA MED=()
-  for id in "${CONTENDERS[@]}"; do
+# contender_rows MODES ID...: one table row per contender with median + samples
+# per mode; fills MED[ID,MODE].
+contender_rows() {
+  local modes=$1 id mode row med samples sl
+  shift
+  for id in "$@"; do
     row="| $("c_${id}_label") | $(awk -v b="${BYTES[$id]}" 'BEGIN{printf "%.0f", b/1e6}')"
-    for mode in cold warm; do
+    for mode in $modes; do
       # shellcheck disable=SC2086  # split the sample list
       med=$(median ${SAMPLES[$id,$mode]}); MED[$id,$mode]=$med
       read -ra sl <<<"${SAMPLES[$id,$mode]}"
@@ -489,10 +750,12 @@ report() {
     done
     echo "$row |"
   done
-  echo
-  echo "| ratio | mode | value | target | result |"
-  echo "|---|---|---:|---|---|"
-  for r in "${RATIOS[@]}"; do
+}
+
+# ratio_rows "NUM DEN MODE TARGET"...
+ratio_rows() {
+  local r num den mode tgt v
+  for r in "$@"; do
     read -r num den mode tgt <<<"$r"
     v=$(awk -v a="${MED[$num,$mode]}" -v b="${MED[$den,$mode]}" 'BEGIN{if (b > 0) printf "%.2f", a/b; else print "nan"}')
     if [[ $tgt == - ]]; then
@@ -501,18 +764,91 @@ report() {
       echo "| ${num} / ${den} | $mode | ${v}x | >= ${tgt}x | $(verdict "$v" '>=' "$tgt") |"
     fi
   done
+}
+
+report() {
+  local commit dirty mem
+  commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | head -c1)
+  [[ -n $dirty ]] && commit="$commit (+uncommitted changes)"
+  mem=$(awk '/^MemTotal:/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)
+  declare -gA MED=()
+  echo "## ckptfs bench"
   echo
-  local mc mw
-  mc=$(median "${MOUNT_COLD[@]}"); mw=$(median "${MOUNT_WARM[@]}")
-  echo "| mount cost ($HDR_TENSORS tensors, $HDR_SHARDS shards) | value | target | result |"
-  echo "|---|---:|---|---|"
-  echo "| \`ckptfs mount\` until it returns, cold cache (median of $REPS: $(echo "${MOUNT_COLD[*]}" | tr ' ' '/')) | ${mc} s | <= 2 s | $(verdict "$mc" '<=' 2) |"
-  echo "| \`ckptfs mount\` until it returns, warm cache (median of $REPS: $(echo "${MOUNT_WARM[*]}" | tr ' ' '/')) | ${mw} s | <= 2 s | $(verdict "$mw" '<=' 2) |"
-  if [[ -n $HPID ]]; then
-    echo "| daemon after mount: VmRSS / VmHWM | $(mib $((RSS_MOUNT * 1024))) / $(mib $((HWM_MOUNT * 1024))) MiB | <= 300 MiB | $(verdict "$(mib $((HWM_MOUNT * 1024)))" '<=' 300) |"
-    echo "| daemon after \`ls -R tensors\` ($LS_LINES lines, ${LS_SECS} s): VmRSS / VmHWM | $(mib $((RSS_LS * 1024))) / $(mib $((HWM_LS * 1024))) MiB | <= 300 MiB | $(verdict "$(mib $((HWM_LS * 1024)))" '<=' 300) |"
-  else
-    echo "| daemon RSS | daemon pid not found | <= 300 MiB | n/a |"
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "- machine: $(nproc) cores ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)), $mem RAM, kernel $(uname -r)"
+  echo "- commit: $commit; ckptfs $CKPTFS (build type ${CKPTFS_BUILD:-none})"
+  echo "- data: $(gib "$(sum_sizes "${SHARD_FILES[@]}")") GiB bf16 in ${#SHARD_FILES[@]} shards ($DATA)"
+  echo "- sections: $SECTIONS"
+  echo "- method: reader \`cat FILES > /dev/null\`; cold = fresh mount + sync + drop_caches;" \
+       "warm = fresh mount, read once, time the 2nd read; one untimed warm-up read of the files first;" \
+       "$REPS reps interleaved, median MB/s (1 MB = 10^6 B)"
+  if section plain; then
+    echo "- passthrough_ll: libfuse $(pkg-config --modversion fuse3) example, defaults" \
+         "(multithreaded loop, cache=auto: timeout=1s and no keep_cache, no splice); run with -f only to own its pid"
+    echo
+    echo "| contender | MB | cold MB/s (median) | cold samples | warm MB/s (median) | warm samples |"
+    echo "|---|---:|---:|---|---:|---|"
+    contender_rows "cold warm" "${CONTENDERS[@]}"
+    echo
+    echo "| ratio | mode | value | target | result |"
+    echo "|---|---|---:|---|---|"
+    ratio_rows "${RATIOS[@]}"
+  fi
+  if section mount; then
+    echo
+    local mc mw
+    mc=$(median "${MOUNT_COLD[@]}"); mw=$(median "${MOUNT_WARM[@]}")
+    echo "| mount cost ($HDR_TENSORS tensors, $HDR_SHARDS shards) | value | target | result |"
+    echo "|---|---:|---|---|"
+    echo "| \`ckptfs mount\` until it returns, cold cache (median of $REPS: $(echo "${MOUNT_COLD[*]}" | tr ' ' '/')) | ${mc} s | <= 2 s | $(verdict "$mc" '<=' 2) |"
+    echo "| \`ckptfs mount\` until it returns, warm cache (median of $REPS: $(echo "${MOUNT_WARM[*]}" | tr ' ' '/')) | ${mw} s | <= 2 s | $(verdict "$mw" '<=' 2) |"
+    if [[ -n $HPID ]]; then
+      echo "| daemon after mount: VmRSS / VmHWM | $(mib $((RSS_MOUNT * 1024))) / $(mib $((HWM_MOUNT * 1024))) MiB | <= 300 MiB | $(verdict "$(mib $((HWM_MOUNT * 1024)))" '<=' 300) |"
+      echo "| daemon after \`ls -R tensors\` ($LS_LINES lines, ${LS_SECS} s): VmRSS / VmHWM | $(mib $((RSS_LS * 1024))) / $(mib $((HWM_LS * 1024))) MiB | <= 300 MiB | $(verdict "$(mib $((HWM_LS * 1024)))" '<=' 300) |"
+    else
+      echo "| daemon RSS | daemon pid not found | <= 300 MiB | n/a |"
+    fi
+  fi
+  if section zstd; then
+    local rss_cap_mib hwm_mib ratio excess_ok
+    echo
+    echo "### zstd level $LEVEL"
+    echo
+    echo "- seekable shards: $PACKER${PACK_SECS:+, packed in $PACK_SECS s}; $(mib "$ZCBYTES") MiB for $(mib "$ZBYTES") MiB" \
+         "($(awk -v c="$ZCBYTES" -v b="$ZBYTES" 'BEGIN{printf "%.1f", 100*c/b}')%), frames of up to $(mib "$ZFRAME") MiB" \
+         "($ZFRAME B); $ZDATA"
+    echo "- squashfs: mksquashfs $(mksquashfs -version 2>/dev/null | head -n1 | awk '{print $3}') -comp zstd -Xcompression-level $LEVEL," \
+         "default 128 KiB blocks${SQFS_SECS:+, built in $SQFS_SECS s}; $(mib "$SQFS_BYTES") MiB; squashfuse_ll $({ squashfuse_ll -V 2>&1 || true; } | awk 'NR==1 {print $2}') (multithreaded), -f only to own its pid"
+    echo "- zstd: $(zstd -qV)"
+    echo
+    echo "| sequential read of $(gib "$ZBYTES") GiB, cold (fresh mount + drop_caches) | MB (decoded) | MB/s (median) | samples |"
+    echo "|---|---:|---:|---|"
+    contender_rows cold "${ZCONTENDERS[@]}"
+    echo
+    echo "| ratio | mode | value | target | result |"
+    echo "|---|---|---:|---|---|"
+    ratio_rows "${ZRATIOS[@]}"
+    echo
+    ratio=$(awk -v d="${RR_CKPTFS[decoded]}" -v r="${RR_CKPTFS[requested]}" 'BEGIN{printf "%.3f", (r > 0 ? d/r : 0)}')
+    excess_ok=$([[ ${RR_CKPTFS[within]} == "${RR_CKPTFS[count]}" ]] && echo PASS || echo MISS)
+    echo "| random reads: ${RR_CKPTFS[count]} whole tensors of ${RR_CKPTFS[tensor_mib]} MiB, fresh mount, dropped caches | median ms | p90 ms | max ms |"
+    echo "|---|---:|---:|---:|"
+    echo "| ckptfs: read MNT/tensors/<name>.safetensors | ${RR_CKPTFS[median_ms]} | ${RR_CKPTFS[p90_ms]} | ${RR_CKPTFS[max_ms]} |"
+    echo "| squashfuse_ll: pread of the same bytes of MNT/<shard> | ${RR_SQFS[median_ms]} | ${RR_SQFS[p90_ms]} | ${RR_SQFS[max_ms]} |"
+    echo
+    echo "| ckptfs decoding on those reads (stats.json bytes_decompressed) | value | target | result |"
+    echo "|---|---:|---|---|"
+    echo "| bytes decoded / bytes requested, all reads | ${ratio} | - | - |"
+    echo "| reads decoding <= requested + 2 frames | ${RR_CKPTFS[within]} of ${RR_CKPTFS[count]} (worst: requested + ${RR_CKPTFS[worst_excess_frames]} frames) | all | $excess_ok |"
+    echo
+    rss_cap_mib=$(mib "$(size_to_bytes "$RSS_CACHE")")
+    hwm_mib=$(mib $((RSS_HWM * 1024)))
+    echo "| memory: \`--cache-size $RSS_CACHE\`, $(gib "$ZBYTES") GiB read by two concurrent readers (merged file; every tensor file) in ${RSS_SECS} s | value | target | result |"
+    echo "|---|---:|---|---|"
+    echo "| daemon VmHWM after mount | $(mib $((RSS_HWM_MOUNT * 1024))) MiB | - | - |"
+    echo "| daemon VmHWM after the reads | ${hwm_mib} MiB | <= $((rss_cap_mib + RSS_SLACK_MIB)) MiB | $(verdict "$hwm_mib" '<=' $((rss_cap_mib + RSS_SLACK_MIB))) |"
+    echo "| cache capacity / charged at the end (stats.json) | $(mib "${RSS_CAPACITY:-0}") / $(mib "${RSS_CHARGED:-0}") MiB | - | - |"
   fi
 }
 

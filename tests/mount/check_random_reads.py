@@ -11,7 +11,7 @@ import os
 import random
 import threading
 
-from checklib import Checker, LoadSource, ParseSafetensors, ReadFile, RunMain
+from checklib import Checker, LoadSource, ParseSafetensors, ReadWeight, RunMain
 
 DROP_CACHE_EVERY = 8
 
@@ -79,7 +79,7 @@ def Main(args) -> int:
     source = LoadSource(src)
     targets = {os.path.join(mnt, "model.safetensors"): ExpectedMerged(mnt, source)}
     for shard in source.weight_files:
-        targets[os.path.join(mnt, "shards", os.path.basename(shard))] = ReadFile(shard)
+        targets[os.path.join(mnt, "shards", os.path.basename(shard))] = ReadWeight(shard)
     errors = []
     workers = [threading.Thread(target=Reader, args=(seed * 1000 + t, reads, targets, errors))
                for t in range(threads)]

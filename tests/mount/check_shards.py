@@ -7,7 +7,7 @@ usage: check_shards.py SRC MNT
 
 import os
 
-from checklib import Checker, LoadSource, ReadFile, RunMain
+from checklib import Checker, LoadSource, ReadFile, ReadWeight, RunMain
 
 
 def Main(args) -> int:
@@ -22,7 +22,7 @@ def Main(args) -> int:
         path = os.path.join(shards_dir, os.path.basename(src_path))
         if not ck.Expect(os.path.isfile(path), f"missing {path}"):
             continue
-        want = ReadFile(src_path)
+        want = ReadWeight(src_path)
         ck.Expect(ReadFile(path) == want, f"{os.path.basename(path)} differs from the source")
         ck.Equal(os.stat(path).st_size, len(want), f"{os.path.basename(path)} st_size")
     return ck.Finish(f"{len(files)} files")

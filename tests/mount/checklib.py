@@ -4,10 +4,16 @@ Everything a check expects is recomputed from the source checkpoint, parsed here
 independently of ckptfs and of scripts/make_checkpoint.py: a bug shared by the
 writer and the reader of a format cannot hide this way. Checks collect every
 mismatch (up to a limit) and exit 1 with them listed, or print one OK line.
+
+The SRC a check is given is what it expects, not necessarily what was mounted: the
+mount tests mount a zstd-compressed copy and pass the plain checkpoint it was made
+from. A SRC whose shards are only present as NAME.zst works too: they are decoded
+with the `zstd` command, an independent decoder.
 """
 
 import json
 import os
+import subprocess
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -185,6 +191,8 @@ class SourceTensor:
     nbytes: int
 
     def Read(self) -> bytes:
+        if not os.path.exists(self.path):  # only NAME.zst
+            return ReadWeight(self.path)[self.offset:self.offset + self.nbytes]
         with open(self.path, "rb") as f:
             return os.pread(f.fileno(), self.nbytes, self.offset)
 
@@ -213,9 +221,11 @@ def LoadSource(src: str) -> Source:
             source = Source([os.path.join(src, s) for s in shards],
                             os.path.join(src, indexes[0]))
         else:
-            source = Source([os.path.join(src, n) for n in names
-                             if n.endswith(".safetensors")], None)
+            singles = {n[:-4] if n.endswith(".zst") else n for n in names
+                       if n.endswith(".safetensors") or n.endswith(".safetensors.zst")}
+            source = Source([os.path.join(src, n) for n in sorted(singles)], None)
         weights = set(source.weight_files) | {source.index_file}
+        weights |= {p + ".zst" for p in source.weight_files}
         source.non_weight_files = [os.path.join(src, n) for n in names
                                    if os.path.join(src, n) not in weights]
     for path in source.weight_files:
@@ -224,9 +234,12 @@ def LoadSource(src: str) -> Source:
 
 
 def AddShard(source: Source, path: str) -> None:
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        st = ParseSafetensors(n.to_bytes(8, "little") + f.read(n), path)
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            st = ParseSafetensors(n.to_bytes(8, "little") + f.read(n), path)
+    else:
+        st = ParseSafetensors(ReadWeight(path), path)
     source.metadata.update(st.metadata or {})
     for name, e in st.entries.items():
         assert name not in source.tensors, f"source: {name!r} in two shards"
@@ -256,3 +269,84 @@ def TensorPath(name: str, dtype: str) -> str:
 def ReadFile(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+# ---------------------------------------------------------------------------
+# zstd
+
+_DECODED: Dict[str, bytes] = {}
+
+
+def ReadWeight(path: str) -> bytes:
+    """The bytes of weight file `path`: the file itself, or, when only `path`.zst
+    exists, its decoding by the `zstd` command (kept in memory: test data is small)."""
+    if os.path.exists(path):
+        return ReadFile(path)
+    if path not in _DECODED:
+        result = subprocess.run(["zstd", "-d", "-c", "-q", path + ".zst"],
+                                capture_output=True, timeout=300)
+        if result.returncode != 0:
+            raise ValueError(f"zstd -d {path}.zst failed: {result.stderr[-300:]!r}")
+        _DECODED[path] = result.stdout
+    return _DECODED[path]
+
+
+ZSTD_MAGIC = 0xFD2FB528
+SEEK_TABLE_SKIPPABLE_MAGIC = 0x184D2A5E
+SEEKABLE_MAGIC = 0x8F92EAB1
+
+
+@dataclass
+class SeekTable:
+    """A parsed zstd seekable-format seek table (contrib/seekable_format)."""
+    descriptor: int
+    entries: List[tuple]  # (compressed size, decompressed size, checksum or None)
+    table_bytes: int      # the whole skippable frame, magic and size included
+
+    @property
+    def checksummed(self) -> bool:
+        return bool(self.descriptor & 0x80)
+
+
+def ParseSeekTable(data: bytes, what: str) -> SeekTable:
+    """Raises ValueError unless `data` ends with a well-formed seek table whose frames
+    tile the rest of the file exactly."""
+    if len(data) < 17 or int.from_bytes(data[-4:], "little") != SEEKABLE_MAGIC:
+        raise ValueError(f"{what}: no seekable magic at the end")
+    count = int.from_bytes(data[-9:-5], "little")
+    descriptor = data[-5]
+    if descriptor & 0x7C:
+        raise ValueError(f"{what}: reserved seek table descriptor bits set: {descriptor:#x}")
+    entry_size = 12 if descriptor & 0x80 else 8
+    table_bytes = 8 + count * entry_size + 9
+    if table_bytes > len(data):
+        raise ValueError(f"{what}: seek table of {count} frames is larger than the file")
+    start = len(data) - table_bytes
+    if int.from_bytes(data[start:start + 4], "little") != SEEK_TABLE_SKIPPABLE_MAGIC:
+        raise ValueError(f"{what}: the seek table is not in a 0x184D2A5E skippable frame")
+    if int.from_bytes(data[start + 4:start + 8], "little") != table_bytes - 8:
+        raise ValueError(f"{what}: seek table Frame_Size disagrees with its frame count")
+    entries = []
+    for k in range(count):
+        at = start + 8 + k * entry_size
+        fields = [int.from_bytes(data[at + 4 * i:at + 4 * i + 4], "little")
+                  for i in range(entry_size // 4)]
+        entries.append((fields[0], fields[1], fields[2] if entry_size == 12 else None))
+    if sum(e[0] for e in entries) != start:
+        raise ValueError(f"{what}: frames add up to {sum(e[0] for e in entries)} bytes, "
+                         f"but {start} precede the seek table")
+    return SeekTable(descriptor, entries, table_bytes)
+
+
+def Xxh64Low32(data: bytes) -> int:
+    """The low 32 bits of XXH64(data, seed 0), the seekable format's frame checksum.
+    It is also exactly the content checksum zstd appends to a frame, so it is read off a
+    frame python3-zstandard writes: no XXH64 implementation needed."""
+    import zstandard  # pylint: disable=import-outside-toplevel
+    frame = zstandard.ZstdCompressor(level=1, write_checksum=True).compress(data)
+    return int.from_bytes(frame[-4:], "little")
+
+
+def DecodeFrame(frame: bytes, max_size: int) -> bytes:
+    import zstandard  # pylint: disable=import-outside-toplevel
+    return zstandard.ZstdDecompressor().decompress(frame, max_output_size=max_size)

@@ -101,8 +101,9 @@ TEST_F(PackTest, ReshardsBySize) {
   ASSERT_EQ(packed->shards.size(), 3u);
   EXPECT_EQ(packed->shards[0].name, "model-00001-of-00003.safetensors");
   for (const Tensor& t : packed->tensors) {
-    if (t.name == "a.w")
+    if (t.name == "a.w") {
       EXPECT_EQ(packed->shards[t.shard].name, "model-00002-of-00003.safetensors");
+    }
   }
   ExpectSameTensors(*packed);
 }
