@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make pkg-config clang-format
           libfuse3-dev fuse3 nlohmann-json3-dev libzstd-dev zstd libxxhash-dev libcli11-dev
-          libgtest-dev googletest python3-numpy)
+          libgtest-dev googletest python3-numpy python3-zstandard)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
