@@ -1,4 +1,5 @@
 // ckptfs: mount a sharded ML checkpoint as one read-only file system.
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,15 @@ namespace {
 std::string Absolute(const std::string& path) {
   char buf[PATH_MAX];
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
+}
+
+// Multi-MiB buffers (decoded frames, reply buffers) are allocated and freed all the time
+// across threads. glibc's default raises its mmap threshold after the first such free, so
+// later ones land in per-thread arenas that keep the memory: RSS would drift far above
+// --cache-size. A fixed threshold sends them to mmap, and back to the system on free.
+void BoundAllocatorMemory() {
+  ::mallopt(M_MMAP_THRESHOLD, 256 << 10);
+  ::mallopt(M_ARENA_MAX, 4);
 }
 
 // A checkpoint with thousands of shards keeps one descriptor per shard open.
@@ -111,6 +121,7 @@ int main(int argc, char** argv) {
   }
 
   RaiseOpenFileLimit();
+  BoundAllocatorMemory();
   if (mount->parsed()) {
     mount_options.mountpoint = mountpoint;
     mount_options.foreground |= mount_options.debug;

@@ -37,6 +37,8 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -109,6 +111,22 @@ class BlockCache {
   struct Shard;
   Shard& ShardFor(const BlockKey& key) const;
   void Unpin(Entry* entry);
+  // Evicted buffers kept for reuse, bounded by MaxSpareBytes() (not charged: they hold no
+  // block, but they count towards the memory the cache may take beyond its capacity).
+  static constexpr uint64_t kMaxSpareBytes = 16ull << 20;
+  // Block memory straight from mmap: see AllocateBuffer in the .cc.
+  struct BufferFree {
+    size_t bytes = 0;
+    void operator()(uint8_t* p) const;
+  };
+  using Buffer = std::unique_ptr<uint8_t[], BufferFree>;
+  static Buffer AllocateBuffer(size_t size);
+  void KeepSpare(Buffer buffer, size_t size);
+  Buffer TakeSpare(size_t size);
+  uint64_t MaxSpareBytes() const;
+  std::mutex spare_mu_;
+  std::vector<std::pair<size_t, Buffer>> spares_;  // guarded by spare_mu_
+  uint64_t spare_bytes_ = 0;                       // guarded by spare_mu_
   // Runs the loader for `entry` (pinned by the caller, state loading) and publishes the
   // outcome to every waiter.
   Status Load(Shard& shard, Entry* entry, const Loader& loader);

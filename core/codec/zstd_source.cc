@@ -57,7 +57,8 @@ ZstdSource::ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index,
       context_(context),
       cache_id_(context.cache().NewSourceId()),
       whole_(std::any_of(index_.frames.begin(), index_.frames.end(),
-                         [](const Frame& f) { return f.decoded_size > kMaxCachedFrame; })) {}
+                         [](const Frame& f) { return f.decoded_size > kMaxCachedFrame; })),
+      queued_(new std::atomic<bool>[index_.frames.size()]()) {}
 
 ZstdSource::~ZstdSource() {
   if (spill_fd_ >= 0) ::close(spill_fd_);
@@ -72,30 +73,51 @@ Status ZstdSource::DecodeFrame(size_t i, std::span<uint8_t> out) const {
            std::to_string(f.compressed_offset) + " (decoded offset " +
            std::to_string(f.decoded_offset) + "): ";
   };
-  if (f.compressed_size > ZSTD_compressBound(f.decoded_size) + 64) {
-    return Status::Corruption(where() + "compressed size larger than any encoding of the frame");
+  // Streams the compressed bytes through a small per-thread buffer straight into `out`
+  // (a stable output buffer: no window copy). A whole-frame input buffer per decode would
+  // cost page faults, and one per FUSE thread would cost more memory than the cache bound
+  // allows.
+  constexpr size_t kChunk = 256 << 10;
+  thread_local std::unique_ptr<uint8_t[]> in(new uint8_t[kChunk]);
+  ZSTD_DCtx* dctx = ThreadDCtx();
+  ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+  ZSTD_DCtx_setParameter(dctx, ZSTD_d_stableOutBuffer, 1);
+  ZSTD_outBuffer output{out.data(), out.size(), 0};
+  size_t ret = 1;
+  for (uint64_t read = 0; read < f.compressed_size;) {
+    const size_t n = std::min<uint64_t>(kChunk, f.compressed_size - read);
+    CKPTFS_RETURN_IF_ERROR(compressed_->ReadAt(f.compressed_offset + read, {in.get(), n}));
+    read += n;
+    ZSTD_inBuffer input{in.get(), n, 0};
+    while (input.pos < input.size) {
+      // The frame ended before its compressed bytes did: the index lumps frames together.
+      if (ret == 0) {
+        return Status::Corruption(where() + "compressed bytes are not exactly one zstd frame");
+      }
+      const size_t in_before = input.pos, out_before = output.pos;
+      ret = ZSTD_decompressStream(dctx, &output, &input);
+      if (ZSTD_isError(ret)) return Status::Corruption(where() + ZSTD_getErrorName(ret));
+      if (ret != 0 && input.pos == in_before && output.pos == out_before) {
+        return Status::Corruption(where() + "decodes past the " + std::to_string(out.size()) +
+                                  " bytes the index gives");
+      }
+    }
   }
-  // Allocated per decode, not kept per thread: 16 FUSE threads each holding a frame's
-  // worth of compressed bytes would add up to more than the cache bound allows.
-  std::unique_ptr<uint8_t[]> in(new uint8_t[f.compressed_size]);
-  CKPTFS_RETURN_IF_ERROR(compressed_->ReadAt(f.compressed_offset, {in.get(), f.compressed_size}));
   context_.compressed_bytes_read.fetch_add(f.compressed_size, std::memory_order_relaxed);
-  // Exactly one frame: a lying seek table could otherwise span two and decode both.
-  const size_t frame_size = ZSTD_findFrameCompressedSize(in.get(), f.compressed_size);
-  if (ZSTD_isError(frame_size) || frame_size != f.compressed_size) {
-    return Status::Corruption(where() + "compressed bytes are not exactly one zstd frame");
+  if (ret != 0) {
+    return Status::Corruption(
+        where() + (output.pos == output.size
+                       ? "decodes past the " + std::to_string(out.size()) + " bytes the index gives"
+                       : std::string("frame is truncated")));
   }
-  const size_t n =
-      ZSTD_decompressDCtx(ThreadDCtx(), out.data(), out.size(), in.get(), f.compressed_size);
-  if (ZSTD_isError(n)) return Status::Corruption(where() + ZSTD_getErrorName(n));
-  if (n != out.size()) {
-    return Status::Corruption(where() + "decodes to " + std::to_string(n) + " bytes, index says " +
-                              std::to_string(out.size()));
+  if (output.pos != out.size()) {
+    return Status::Corruption(where() + "decodes to " + std::to_string(output.pos) +
+                              " bytes, index says " + std::to_string(out.size()));
   }
   if (f.checksum && SeekableChecksum(out) != *f.checksum) {
     return Status::Corruption(where() + "checksum mismatch");
   }
-  context_.bytes_decoded.fetch_add(n, std::memory_order_relaxed);
+  context_.bytes_decoded.fetch_add(output.pos, std::memory_order_relaxed);
   context_.frames_decoded.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
@@ -118,8 +140,20 @@ void ZstdSource::ScheduleFrames(uint64_t begin, uint64_t end) const {
     const Frame& f = index_.frames[i];
     if (f.decoded_offset >= end || f.decoded_size > budget) break;
     budget -= f.decoded_size;
-    if (context_.cache().ContainsOrLoading(BlockKey{cache_id_, i})) continue;
-    if (!context_.TrySubmit([this, i] { (void)GetFrame(i); })) break;
+    // One queued task per frame: a frame queued but not yet loading is not yet in the
+    // cache, and overlapping readahead windows would otherwise queue it again and again.
+    if (queued_[i].exchange(true, std::memory_order_acq_rel)) continue;
+    if (context_.cache().ContainsOrLoading(BlockKey{cache_id_, i})) {
+      queued_[i].store(false, std::memory_order_release);
+      continue;
+    }
+    if (!context_.TrySubmit([this, i] {
+          (void)GetFrame(i);
+          queued_[i].store(false, std::memory_order_release);
+        })) {
+      queued_[i].store(false, std::memory_order_release);
+      break;
+    }
     context_.prefetches.fetch_add(1, std::memory_order_relaxed);
   }
 }

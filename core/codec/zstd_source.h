@@ -68,6 +68,7 @@ class ZstdSource final : public ByteSource {
   CodecContext& context_;
   uint64_t cache_id_;
   bool whole_;
+  std::unique_ptr<std::atomic<bool>[]> queued_;  // frame has a prefetch task queued
   mutable std::mutex spill_mu_;
   mutable std::atomic<int> spill_fd_{-1};
 };
