@@ -48,6 +48,7 @@ class BlockCache::Entry {
   Status error;              // when kFailed
   uint32_t refs = 0;         // Handles plus callers inside GetOrLoad (loader and waiters)
   uint64_t released_at = 0;  // clock_ value when the last pin went; orders eviction
+  bool drop_after_use = false;
   // Links of the shard's LRU list, non-null exactly while the entry is unpinned and cached.
   Entry* prev = nullptr;
   Entry* next = nullptr;
@@ -216,11 +217,28 @@ Status BlockCache::Load(Shard& shard, Entry* entry, const Loader& loader) {
   return status;
 }
 
+void BlockCache::Handle::DropAfterUse() {
+  if (entry_ == nullptr) return;
+  std::lock_guard lock(cache_->ShardFor(entry_->key).mu);
+  entry_->drop_after_use = true;
+}
+
 void BlockCache::Unpin(Entry* entry) {
   Shard& shard = ShardFor(entry->key);
   {
-    std::lock_guard lock(shard.mu);
+    std::unique_lock lock(shard.mu);
     if (--entry->refs > 0) return;
+    if (entry->drop_after_use) {
+      shard.table.erase(entry->key);
+      entries_.fetch_sub(1, std::memory_order_relaxed);
+      charged_bytes_.fetch_sub(entry->size, std::memory_order_relaxed);
+      pinned_bytes_.fetch_sub(entry->size, std::memory_order_relaxed);
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      lock.unlock();
+      KeepSpare(std::move(entry->data), entry->size);
+      delete entry;
+      return;
+    }
     // Handles only ever point at ready entries, which stay in the table until evicted,
     // and eviction only takes unpinned ones: this entry is still cached.
     pinned_bytes_.fetch_sub(entry->size, std::memory_order_relaxed);
@@ -333,6 +351,7 @@ BlockCache::Counters BlockCache::counters() const {
   c.misses = misses_.load(std::memory_order_relaxed);
   c.coalesced = coalesced_.load(std::memory_order_relaxed);
   c.evictions = evictions_.load(std::memory_order_relaxed);
+  c.dropped = dropped_.load(std::memory_order_relaxed);
   c.load_errors = load_errors_.load(std::memory_order_relaxed);
   c.bytes_loaded = bytes_loaded_.load(std::memory_order_relaxed);
   c.charged_bytes = charged_bytes_.load(std::memory_order_relaxed);

@@ -58,7 +58,8 @@ ZstdSource::ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index,
       cache_id_(context.cache().NewSourceId()),
       whole_(std::any_of(index_.frames.begin(), index_.frames.end(),
                          [](const Frame& f) { return f.decoded_size > kMaxCachedFrame; })),
-      queued_(new std::atomic<bool>[index_.frames.size()]()) {}
+      queued_(new std::atomic<bool>[index_.frames.size()]()),
+      consumed_(new std::atomic<uint64_t>[index_.frames.size()]()) {}
 
 ZstdSource::~ZstdSource() {
   if (spill_fd_ >= 0) ::close(spill_fd_);
@@ -123,9 +124,11 @@ Status ZstdSource::DecodeFrame(size_t i, std::span<uint8_t> out) const {
 }
 
 Result<BlockCache::Handle> ZstdSource::GetFrame(size_t i) const {
-  auto handle =
-      context_.cache().GetOrLoad(BlockKey{cache_id_, i}, index_.frames[i].decoded_size,
-                                 [this, i](std::span<uint8_t> out) { return DecodeFrame(i, out); });
+  auto handle = context_.cache().GetOrLoad(BlockKey{cache_id_, i}, index_.frames[i].decoded_size,
+                                           [this, i](std::span<uint8_t> out) {
+                                             consumed_[i].store(0, std::memory_order_relaxed);
+                                             return DecodeFrame(i, out);
+                                           });
   if (!handle.ok()) context_.decode_errors.fetch_add(1, std::memory_order_relaxed);
   return handle;
 }
@@ -180,6 +183,11 @@ Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
     const size_t n = std::min<uint64_t>(out.size() - done, f.decoded_size - from);
     std::memcpy(out.data() + done, frame.data().data() + from, n);
     done += n;
+    // Every byte of the frame has now been handed out (readers stream through shards in
+    // order, give or take the reordering of parallel FUSE requests): recycle its buffer.
+    if (consumed_[i].fetch_add(n, std::memory_order_relaxed) + n >= f.decoded_size) {
+      frame.DropAfterUse();
+    }
   }
   return Status::Ok();
 }
