@@ -48,7 +48,7 @@ class BlockCache::Entry {
   Status error;              // when kFailed
   uint32_t refs = 0;         // Handles plus callers inside GetOrLoad (loader and waiters)
   uint64_t released_at = 0;  // clock_ value when the last pin went; orders eviction
-  bool drop_after_use = false;
+  bool consumed = false;     // a reader has read it all: evicted before unconsumed blocks
   // Links of the shard's LRU list, non-null exactly while the entry is unpinned and cached.
   Entry* prev = nullptr;
   Entry* next = nullptr;
@@ -58,15 +58,23 @@ struct BlockCache::Shard {
   std::mutex mu;
   std::condition_variable loaded;  // a load in this shard finished (ready or failed)
   std::unordered_map<BlockKey, Entry*, KeyHash> table;
-  Entry lru;  // dummy head of a circular list: lru.next is the least recently released
+  // Dummy heads of two circular lists of unpinned entries, each in release order (next is
+  // the least recently released): consumed blocks, evicted first, and the others.
+  Entry lru;
+  Entry cold;
 
-  Shard() { lru.prev = lru.next = &lru; }
-  bool LruEmpty() const { return lru.next == &lru; }
+  Shard() {
+    lru.prev = lru.next = &lru;
+    cold.prev = cold.next = &cold;
+  }
+  static bool Empty(const Entry& head) { return head.next == &head; }
+  bool LruEmpty() const { return Empty(lru); }
   void LruAppend(Entry* e) {
-    e->next = &lru;
-    e->prev = lru.prev;
+    Entry& head = e->consumed ? cold : lru;
+    e->next = &head;
+    e->prev = head.prev;
     e->prev->next = e;
-    lru.prev = e;
+    head.prev = e;
   }
   static void LruRemove(Entry* e) {
     e->prev->next = e->next;
@@ -142,6 +150,7 @@ Result<BlockCache::Handle> BlockCache::GetOrLoad(const BlockKey& key, size_t siz
       }
       if (entry->state == Entry::State::kReady) {
         hits_.fetch_add(1, std::memory_order_relaxed);
+        entry->consumed = false;  // wanted again: back among the blocks worth keeping
         return Handle(this, entry);
       }
       coalesced_.fetch_add(1, std::memory_order_relaxed);
@@ -217,28 +226,17 @@ Status BlockCache::Load(Shard& shard, Entry* entry, const Loader& loader) {
   return status;
 }
 
-void BlockCache::Handle::DropAfterUse() {
+void BlockCache::Handle::MarkConsumed() {
   if (entry_ == nullptr) return;
   std::lock_guard lock(cache_->ShardFor(entry_->key).mu);
-  entry_->drop_after_use = true;
+  entry_->consumed = true;
 }
 
 void BlockCache::Unpin(Entry* entry) {
   Shard& shard = ShardFor(entry->key);
   {
-    std::unique_lock lock(shard.mu);
+    std::lock_guard lock(shard.mu);
     if (--entry->refs > 0) return;
-    if (entry->drop_after_use) {
-      shard.table.erase(entry->key);
-      entries_.fetch_sub(1, std::memory_order_relaxed);
-      charged_bytes_.fetch_sub(entry->size, std::memory_order_relaxed);
-      pinned_bytes_.fetch_sub(entry->size, std::memory_order_relaxed);
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-      lock.unlock();
-      KeepSpare(std::move(entry->data), entry->size);
-      delete entry;
-      return;
-    }
     // Handles only ever point at ready entries, which stay in the table until evicted,
     // and eviction only takes unpinned ones: this entry is still cached.
     pinned_bytes_.fetch_sub(entry->size, std::memory_order_relaxed);
@@ -254,23 +252,30 @@ void BlockCache::EvictIfNeeded() {
   std::vector<std::unique_ptr<Entry>> victims;
   std::lock_guard evict_lock(evict_mu_);
   while (charged_bytes_.load(std::memory_order_relaxed) > capacity_) {
-    // The globally least recently released entry is the oldest of the shards' LRU heads.
+    // The victim is the globally least recently released consumed entry if there is one,
+    // else the least recently released of all: the oldest of the shards' list heads.
     // One lock at a time: a snapshot that a reader may change before we come back, which
     // at worst evicts a slightly younger block.
     size_t oldest_shard = shard_count_;
+    bool oldest_cold = false;
     uint64_t oldest_tick = std::numeric_limits<uint64_t>::max();
     for (size_t i = 0; i < shard_count_; ++i) {
       std::lock_guard lock(shards_[i].mu);
-      if (!shards_[i].LruEmpty() && shards_[i].lru.next->released_at < oldest_tick) {
-        oldest_tick = shards_[i].lru.next->released_at;
+      const bool cold = !Shard::Empty(shards_[i].cold);
+      const Entry* head = cold ? shards_[i].cold.next : shards_[i].lru.next;
+      if (!cold && shards_[i].LruEmpty()) continue;
+      if ((cold && !oldest_cold) || (cold == oldest_cold && head->released_at < oldest_tick)) {
+        oldest_tick = head->released_at;
         oldest_shard = i;
+        oldest_cold = cold;
       }
     }
     if (oldest_shard == shard_count_) break;  // everything left is pinned
     Shard& shard = shards_[oldest_shard];
     std::lock_guard lock(shard.mu);
-    if (shard.LruEmpty()) continue;  // its entries were pinned meanwhile; look again
-    Entry* victim = shard.lru.next;
+    Entry& head = Shard::Empty(shard.cold) ? shard.lru : shard.cold;
+    if (Shard::Empty(head)) continue;  // its entries were pinned meanwhile; look again
+    Entry* victim = head.next;
     Shard::LruRemove(victim);
     shard.table.erase(victim->key);
     entries_.fetch_sub(1, std::memory_order_relaxed);
@@ -351,7 +356,6 @@ BlockCache::Counters BlockCache::counters() const {
   c.misses = misses_.load(std::memory_order_relaxed);
   c.coalesced = coalesced_.load(std::memory_order_relaxed);
   c.evictions = evictions_.load(std::memory_order_relaxed);
-  c.dropped = dropped_.load(std::memory_order_relaxed);
   c.load_errors = load_errors_.load(std::memory_order_relaxed);
   c.bytes_loaded = bytes_loaded_.load(std::memory_order_relaxed);
   c.charged_bytes = charged_bytes_.load(std::memory_order_relaxed);

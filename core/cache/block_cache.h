@@ -11,8 +11,8 @@
 // - On a miss the caller's loader fills a buffer of the requested size. Concurrent
 //   GetOrLoad calls for the same key wait for one load instead of decoding twice. A
 //   failed load is not cached: every waiter gets its Status and the next call retries.
-// - A reader that has consumed a block may mark it to be dropped after use, so streaming
-//   through a large checkpoint recycles a few buffers instead of cycling the whole cache.
+// - A reader that has consumed a block may mark it so: consumed blocks are evicted before
+//   all others (oldest first), so streaming cannot push out blocks decoded ahead.
 // - Thread safety: every method may be called from any thread. Keys are spread over
 //   several independently locked shards so readers of different blocks rarely contend.
 //
@@ -59,7 +59,6 @@ class BlockCache {
     uint64_t misses = 0;     // loads started
     uint64_t coalesced = 0;  // callers that waited for another caller's load
     uint64_t evictions = 0;
-    uint64_t dropped = 0;  // removed after use (Handle::DropAfterUse)
     uint64_t load_errors = 0;
     uint64_t bytes_loaded = 0;   // bytes produced by loaders (decoded bytes)
     uint64_t charged_bytes = 0;  // current total charge
@@ -82,10 +81,10 @@ class BlockCache {
 
     std::span<const uint8_t> data() const;
     explicit operator bool() const { return entry_ != nullptr; }
-    // The block is not worth keeping once its last pin goes (a reader has consumed it
-    // all): it is then removed and its buffer recycled for the next load, instead of
-    // pushing out blocks that may still be read. Counted in Counters::dropped.
-    void DropAfterUse();
+    // A reader has consumed the whole block: once unpinned it is evicted before any block
+    // not yet consumed, so streaming through a checkpoint recycles its own frames instead
+    // of pushing out frames decoded ahead or still wanted by other readers.
+    void MarkConsumed();
 
    private:
     friend class BlockCache;
@@ -156,7 +155,6 @@ class BlockCache {
   std::atomic<uint64_t> misses_{0};
   std::atomic<uint64_t> coalesced_{0};
   std::atomic<uint64_t> evictions_{0};
-  std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> load_errors_{0};
   std::atomic<uint64_t> bytes_loaded_{0};
   std::atomic<uint64_t> charged_bytes_{0};

@@ -183,10 +183,10 @@ Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
     const size_t n = std::min<uint64_t>(out.size() - done, f.decoded_size - from);
     std::memcpy(out.data() + done, frame.data().data() + from, n);
     done += n;
-    // Every byte of the frame has now been handed out (readers stream through shards in
-    // order, give or take the reordering of parallel FUSE requests): recycle its buffer.
+    // Every byte of the frame has now been handed out (counted, since parallel FUSE
+    // requests arrive out of order): it goes first when the cache needs room.
     if (consumed_[i].fetch_add(n, std::memory_order_relaxed) + n >= f.decoded_size) {
-      frame.DropAfterUse();
+      frame.MarkConsumed();
     }
   }
   return Status::Ok();

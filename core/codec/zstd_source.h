@@ -70,7 +70,7 @@ class ZstdSource final : public ByteSource {
   bool whole_;
   std::unique_ptr<std::atomic<bool>[]> queued_;  // frame has a prefetch task queued
   // Bytes of each frame handed out since it was last decoded; at its size the frame has
-  // been read through and is dropped from the cache after use.
+  // been read through and is marked consumed in the cache.
   std::unique_ptr<std::atomic<uint64_t>[]> consumed_;
   mutable std::mutex spill_mu_;
   mutable std::atomic<int> spill_fd_{-1};

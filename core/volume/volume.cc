@@ -149,7 +149,6 @@ std::string Volume::StatsJson() const {
                 {"misses", c.misses},
                 {"coalesced", c.coalesced},
                 {"evictions", c.evictions},
-                {"dropped_after_use", c.dropped},
                 {"load_errors", c.load_errors}};
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }

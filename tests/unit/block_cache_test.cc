@@ -106,6 +106,32 @@ TEST(BlockCacheTest, EvictsLeastRecentlyUsed) {
   EXPECT_EQ(cache.counters().evictions, 3u);
 }
 
+TEST(BlockCacheTest, ConsumedBlocksAreEvictedFirst) {
+  BlockCache cache(300);
+  const uint64_t src = cache.NewSourceId();
+  const BlockKey a{src, 0}, b{src, 1}, c{src, 2}, d{src, 3}, e{src, 4};
+  Touch(cache, a, 100);
+  {
+    auto h = cache.GetOrLoad(b, 100, PatternLoader(b));
+    ASSERT_TRUE(h.ok());
+    h->MarkConsumed();  // read through: b should go before a, although a is older
+  }
+  Touch(cache, c, 100);
+  Touch(cache, d, 100);
+  EXPECT_TRUE(cache.ContainsOrLoading(a));
+  EXPECT_FALSE(cache.ContainsOrLoading(b));
+  // A hit makes a consumed block worth keeping again.
+  {
+    auto h = cache.GetOrLoad(c, 100, PatternLoader(c));
+    ASSERT_TRUE(h.ok());
+    h->MarkConsumed();
+  }
+  Touch(cache, c, 100);
+  Touch(cache, e, 100);  // evicts a, the oldest, not c
+  EXPECT_FALSE(cache.ContainsOrLoading(a));
+  EXPECT_TRUE(cache.ContainsOrLoading(c));
+}
+
 TEST(BlockCacheTest, LruOrderHoldsAcrossSources) {
   // Keys of many sources land in different shards; the order must still be global.
   BlockCache cache(4 * 64);
