@@ -49,6 +49,7 @@ class BlockCache::Entry {
   uint32_t refs = 0;         // Handles plus callers inside GetOrLoad (loader and waiters)
   uint64_t released_at = 0;  // clock_ value when the last pin went; orders eviction
   bool consumed = false;     // a reader has read it all: evicted before unconsumed blocks
+  bool in_cold = false;      // linked in the shard's list of consumed blocks
   // Links of the shard's LRU list, non-null exactly while the entry is unpinned and cached.
   Entry* prev = nullptr;
   Entry* next = nullptr;
@@ -69,17 +70,23 @@ struct BlockCache::Shard {
   }
   static bool Empty(const Entry& head) { return head.next == &head; }
   bool LruEmpty() const { return Empty(lru); }
-  void LruAppend(Entry* e) {
+  // Links `e` into the list its state calls for; returns the bytes it adds to the cold list.
+  uint64_t LruAppend(Entry* e) {
+    e->in_cold = e->consumed;
     Entry& head = e->consumed ? cold : lru;
     e->next = &head;
     e->prev = head.prev;
     e->prev->next = e;
     head.prev = e;
+    return e->in_cold ? e->size : 0;
   }
-  static void LruRemove(Entry* e) {
+  // Unlinks `e`; returns the bytes it takes off the cold list.
+  static uint64_t LruRemove(Entry* e) {
     e->prev->next = e->next;
     e->next->prev = e->prev;
     e->prev = e->next = nullptr;
+    const bool was_cold = std::exchange(e->in_cold, false);
+    return was_cold ? e->size : 0;
   }
 };
 
@@ -145,7 +152,7 @@ Result<BlockCache::Handle> BlockCache::GetOrLoad(const BlockKey& key, size_t siz
                                        std::to_string(size));
       }
       if (entry->refs++ == 0) {
-        Shard::LruRemove(entry);
+        cold_bytes_.fetch_sub(Shard::LruRemove(entry), std::memory_order_relaxed);
         pinned_bytes_.fetch_add(entry->size, std::memory_order_relaxed);
       }
       if (entry->state == Entry::State::kReady) {
@@ -241,17 +248,24 @@ void BlockCache::Unpin(Entry* entry) {
     // and eviction only takes unpinned ones: this entry is still cached.
     pinned_bytes_.fetch_sub(entry->size, std::memory_order_relaxed);
     entry->released_at = clock_.fetch_add(1, std::memory_order_relaxed);
-    shard.LruAppend(entry);
+    cold_bytes_.fetch_add(shard.LruAppend(entry), std::memory_order_relaxed);
   }
   EvictIfNeeded();
 }
 
+bool BlockCache::OverBudget() const {
+  return charged_bytes_.load(std::memory_order_relaxed) > capacity_ ||
+         cold_bytes_.load(std::memory_order_relaxed) > ColdBudget();
+}
+
+uint64_t BlockCache::ColdBudget() const { return capacity_ / 8; }
+
 void BlockCache::EvictIfNeeded() {
-  if (charged_bytes_.load(std::memory_order_relaxed) <= capacity_) return;
+  if (!OverBudget()) return;
   // Freed after every lock is dropped: releasing megabytes can mean munmap.
   std::vector<std::unique_ptr<Entry>> victims;
   std::lock_guard evict_lock(evict_mu_);
-  while (charged_bytes_.load(std::memory_order_relaxed) > capacity_) {
+  while (OverBudget()) {
     // The victim is the globally least recently released consumed entry if there is one,
     // else the least recently released of all: the oldest of the shards' list heads.
     // One lock at a time: a snapshot that a reader may change before we come back, which
@@ -276,7 +290,7 @@ void BlockCache::EvictIfNeeded() {
     Entry& head = Shard::Empty(shard.cold) ? shard.lru : shard.cold;
     if (Shard::Empty(head)) continue;  // its entries were pinned meanwhile; look again
     Entry* victim = head.next;
-    Shard::LruRemove(victim);
+    cold_bytes_.fetch_sub(Shard::LruRemove(victim), std::memory_order_relaxed);
     shard.table.erase(victim->key);
     entries_.fetch_sub(1, std::memory_order_relaxed);
     charged_bytes_.fetch_sub(victim->size, std::memory_order_relaxed);

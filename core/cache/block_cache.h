@@ -12,7 +12,8 @@
 //   GetOrLoad calls for the same key wait for one load instead of decoding twice. A
 //   failed load is not cached: every waiter gets its Status and the next call retries.
 // - A reader that has consumed a block may mark it so: consumed blocks are evicted before
-//   all others (oldest first), so streaming cannot push out blocks decoded ahead.
+//   all others (oldest first), so streaming cannot push out blocks decoded ahead, and
+//   they may use only an eighth of the capacity, so streaming touches little memory.
 // - Thread safety: every method may be called from any thread. Keys are spread over
 //   several independently locked shards so readers of different blocks rarely contend.
 //
@@ -128,6 +129,12 @@ class BlockCache {
   using Buffer = std::unique_ptr<uint8_t[], BufferFree>;
   static Buffer AllocateBuffer(size_t size);
   void KeepSpare(Buffer buffer, size_t size);
+  // Consumed blocks may hold at most ColdBudget() bytes even when the cache has room:
+  // a reader streaming through a checkpoint then recycles a few buffers instead of
+  // touching fresh memory up to the capacity, while a recent re-read still hits.
+  uint64_t ColdBudget() const;
+  bool OverBudget() const;
+  std::atomic<uint64_t> cold_bytes_{0};
   Buffer TakeSpare(size_t size);
   uint64_t MaxSpareBytes() const;
   std::mutex spare_mu_;
