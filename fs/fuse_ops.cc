@@ -24,8 +24,6 @@ namespace {
 // for as long as it likes; only the stats file changes.
 constexpr double kCacheTimeout = 86400.0;
 constexpr uint64_t kMaxRead = 1u << 20;
-// Bounded number of pieces one read may splice; more than that are copied.
-constexpr size_t kMaxSplicePieces = 64;
 
 struct FsContext {
   std::unique_ptr<Volume> volume;
@@ -124,52 +122,30 @@ void ReplyStatsRead(fuse_req_t req, const std::string& snapshot, size_t size, of
   fuse_reply_buf(req, snapshot.data() + start, std::min(size, snapshot.size() - start));
 }
 
-// Replies with the planned bytes: stored ranges go to the kernel by file descriptor (libfuse
-// splices them when it can), synthesized bytes by pointer. Sources without a descriptor, or
-// very fragmented reads, are copied into one buffer instead.
+// Replies with the planned bytes in one fuse_bufvec: plain shards by descriptor (libfuse
+// splices them), cache blocks and headers by pointer. Nothing is copied here; pinned
+// blocks stay pinned until the reply has been written.
 void ReplyPlan(fuse_req_t req, const Volume& volume, const std::vector<ReadPiece>& plan) {
-  const bool by_fd = plan.size() <= kMaxSplicePieces &&
-                     std::all_of(plan.begin(), plan.end(), [](const ReadPiece& p) {
-                       return !p.source || p.source->Fd() >= 0;
-                     });
-  size_t total = 0;
-  for (const ReadPiece& p : plan) total += p.length;
-  if (!by_fd) {
-    // One buffer per worker thread, reused: at most max_read bytes each, and no page
-    // faults on every read.
-    thread_local std::vector<uint8_t> buf;
-    if (buf.size() < total) buf.resize(total);
-    Status s = volume.ReadInto(plan, buf.data());
-    if (!s.ok()) return ReplyError(req, s);
-    fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), total);
-    return;
-  }
-  // The kernel will read these descriptors itself: make sure they still hold the bytes
-  // the layout was built from.
-  for (const ReadPiece& p : plan) {
-    if (!p.source) continue;
-    Status s = p.source->CheckUnchanged();
-    if (!s.ok()) {
-      Stats::Add(volume.stats().read_errors, 1);
-      return ReplyError(req, s);
-    }
-  }
-  // fuse_bufvec ends in a one-element array; allocate room for every piece.
-  std::vector<uint8_t> storage(sizeof(fuse_bufvec) + sizeof(fuse_buf) * plan.size());
+  Gathered gathered;
+  Status s = volume.Gather(plan, &gathered);
+  if (!s.ok()) return ReplyError(req, s);
+  // fuse_bufvec ends in a one-element array; allocate room for every segment.
+  std::vector<uint8_t> storage(sizeof(fuse_bufvec) +
+                               sizeof(fuse_buf) * std::max<size_t>(1, gathered.segments.size()));
   auto* bufv = reinterpret_cast<fuse_bufvec*>(storage.data());
-  bufv->count = plan.size();
-  for (size_t i = 0; i < plan.size(); ++i) {
+  *bufv = fuse_bufvec{};
+  bufv->count = gathered.segments.size();
+  for (size_t i = 0; i < gathered.segments.size(); ++i) {
+    const ReplySegment& seg = gathered.segments[i];
     fuse_buf& b = bufv->buf[i];
     b = fuse_buf{};
-    b.size = plan[i].length;
-    if (plan[i].source) {
+    b.size = seg.length;
+    if (seg.fd >= 0) {
       b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-      b.fd = plan[i].source->Fd();
-      b.pos = static_cast<off_t>(plan[i].offset);
-      Stats::Add(volume.stats().bytes_fetched, b.size);
+      b.fd = seg.fd;
+      b.pos = static_cast<off_t>(seg.offset);
     } else {
-      b.mem = const_cast<char*>(plan[i].inline_bytes);
-      Stats::Add(volume.stats().bytes_synthesized, b.size);
+      b.mem = const_cast<uint8_t*>(seg.data);
     }
   }
   int err = fuse_reply_data(req, bufv, FUSE_BUF_SPLICE_MOVE);

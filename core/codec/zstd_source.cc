@@ -175,19 +175,37 @@ Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
     CKPTFS_RETURN_IF_ERROR(EnsureSpilled());
     return PreadAll(spill_fd_, offset, out, Name());
   }
-  size_t done = 0;
-  for (size_t i = index_.FrameAt(offset); done < out.size(); ++i) {
+  uint8_t* dest = out.data();
+  return ForEachFrame(offset, out.size(), [&](BlockCache::Handle&, std::span<const uint8_t> bytes) {
+    std::memcpy(dest, bytes.data(), bytes.size());
+    dest += bytes.size();
+  });
+}
+
+Status ZstdSource::Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const {
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
+  return ForEachFrame(
+      offset, length, [&](BlockCache::Handle& frame, std::span<const uint8_t> bytes) {
+        out->push_back({bytes, std::make_shared<BlockCache::Handle>(std::move(frame))});
+      });
+}
+
+Status ZstdSource::ForEachFrame(
+    uint64_t offset, uint64_t length,
+    const std::function<void(BlockCache::Handle&, std::span<const uint8_t>)>& fn) const {
+  uint64_t done = 0;
+  for (size_t i = index_.FrameAt(offset); done < length; ++i) {
     const Frame& f = index_.frames[i];
     CKPTFS_ASSIGN_OR_RETURN(BlockCache::Handle frame, GetFrame(i));
     const uint64_t from = offset + done - f.decoded_offset;
-    const size_t n = std::min<uint64_t>(out.size() - done, f.decoded_size - from);
-    std::memcpy(out.data() + done, frame.data().data() + from, n);
-    done += n;
+    const size_t n = std::min<uint64_t>(length - done, f.decoded_size - from);
     // Every byte of the frame has now been handed out (counted, since parallel FUSE
     // requests arrive out of order): it goes first when the cache needs room.
     if (consumed_[i].fetch_add(n, std::memory_order_relaxed) + n >= f.decoded_size) {
       frame.MarkConsumed();
     }
+    fn(frame, frame.data().subspan(from, n));
+    done += n;
   }
   return Status::Ok();
 }

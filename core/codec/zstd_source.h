@@ -44,6 +44,8 @@ class ZstdSource final : public ByteSource {
   int Fd() const override { return spill_fd_.load(std::memory_order_acquire); }
   void Prefetch(uint64_t offset, uint64_t length) const override;
   Status CheckUnchanged() const override;
+  bool CanLend() const override { return !whole_; }
+  Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override;
 
   const FrameIndex& index() const { return index_; }
   bool decodes_whole() const { return whole_; }
@@ -57,6 +59,11 @@ class ZstdSource final : public ByteSource {
   ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index, CodecContext& context);
 
   Result<BlockCache::Handle> GetFrame(size_t i) const;
+  // Calls `fn(frame, bytes)` for each cached frame overlapping [offset, offset + length),
+  // with the overlapping bytes; counts them towards the frame being consumed.
+  Status ForEachFrame(
+      uint64_t offset, uint64_t length,
+      const std::function<void(BlockCache::Handle&, std::span<const uint8_t>)>& fn) const;
   void ScheduleFrames(uint64_t begin, uint64_t end) const;
   Status ReadPrefix(uint64_t offset, std::span<uint8_t> out) const;
   Status EnsureSpilled() const;

@@ -20,6 +20,10 @@ Status ByteSource::CheckRange(uint64_t offset, uint64_t len) const {
   return Status::Ok();
 }
 
+Status ByteSource::Lend(uint64_t, uint64_t, std::vector<LentBytes>*) const {
+  return Status::Unsupported(Name() + ": cannot lend bytes");
+}
+
 Result<std::unique_ptr<LocalFileSource>> LocalFileSource::Open(const std::string& path,
                                                                std::string name) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -19,10 +19,17 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 
 namespace ckptfs {
+
+// Bytes a source lends without copying; `bytes` stays valid while `keep_alive` lives.
+struct LentBytes {
+  std::span<const uint8_t> bytes;
+  std::shared_ptr<const void> keep_alive;
+};
 
 class ByteSource {
  public:
@@ -34,6 +41,11 @@ class ByteSource {
   virtual const std::string& Name() const = 0;
   virtual int Fd() const { return -1; }
   virtual Status CheckUnchanged() const { return Status::Ok(); }
+  // Whether Lend works: sources that hold decoded bytes in memory (a cache) lend them,
+  // so a reply can be sent from there without a copy into a buffer first.
+  virtual bool CanLend() const { return false; }
+  // Appends spans covering [offset, offset + length), in order. Same errors as ReadAt.
+  virtual Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const;
   // A hint that [offset, offset + length) will be read soon; sources that fetch or decode
   // may start now. Never required for correctness.
   virtual void Prefetch(uint64_t /*offset*/, uint64_t /*length*/) const {}

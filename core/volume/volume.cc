@@ -90,6 +90,39 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
   return Status::Ok();
 }
 
+Status Volume::Gather(std::span<const ReadPiece> plan, Gathered* out) const {
+  std::vector<LentBytes> lent;
+  for (const ReadPiece& p : plan) {
+    Status s;
+    if (!p.source) {
+      out->segments.push_back({reinterpret_cast<const uint8_t*>(p.inline_bytes), -1, 0, p.length});
+      Stats::Add(stats_.bytes_synthesized, p.length);
+      continue;
+    }
+    if (p.source->Fd() >= 0 && (s = p.source->CheckUnchanged()).ok()) {
+      out->segments.push_back({nullptr, p.source->Fd(), p.offset, p.length});
+    } else if (s.ok() && p.source->CanLend() &&
+               (s = p.source->Lend(p.offset, p.length, &lent)).ok()) {
+      for (LentBytes& l : lent) {
+        out->segments.push_back({l.bytes.data(), -1, 0, l.bytes.size()});
+        out->keep_alive.push_back(std::move(l.keep_alive));
+      }
+      lent.clear();
+    } else if (s.ok()) {
+      auto buf = std::make_shared<std::vector<uint8_t>>(p.length);
+      s = p.source->ReadAt(p.offset, *buf);
+      out->segments.push_back({buf->data(), -1, 0, p.length});
+      out->keep_alive.push_back(std::move(buf));
+    }
+    if (!s.ok()) {
+      Stats::Add(stats_.read_errors, 1);
+      return s;
+    }
+    Stats::Add(stats_.bytes_fetched, p.length);
+  }
+  return Status::Ok();
+}
+
 Status Volume::ReadInto(std::span<const ReadPiece> plan, uint8_t* out) const {
   for (const ReadPiece& p : plan) {
     if (p.source) {

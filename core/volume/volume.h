@@ -35,6 +35,20 @@ struct ReadPiece {
   const char* inline_bytes = nullptr;  // valid while the Volume lives
 };
 
+// One contiguous part of a reply: bytes in memory, or a range of a file descriptor that
+// the kernel can read (splice) itself.
+struct ReplySegment {
+  const uint8_t* data = nullptr;  // memory, valid while the Gathered lives
+  int fd = -1;                    // or this descriptor...
+  uint64_t offset = 0;            // ...at this offset
+  uint64_t length = 0;
+};
+
+struct Gathered {
+  std::vector<ReplySegment> segments;
+  std::vector<std::shared_ptr<const void>> keep_alive;  // pinned cache blocks, copy buffers
+};
+
 class Volume {
  public:
   static Result<std::unique_ptr<Volume>> Open(const std::string& source_path,
@@ -58,6 +72,10 @@ class Volume {
                   Readahead* readahead = nullptr) const;
   // A sequential-read detector for file `ino`, windows sized to the cache.
   std::unique_ptr<Readahead> NewReadahead(uint64_t ino) const;
+  // Turns a plan into reply segments with as few copies as possible: descriptors of plain
+  // files (checked unchanged since mount), cache blocks lent by compressed sources, the
+  // header pool; only sources that can do neither are copied into a buffer.
+  Status Gather(std::span<const ReadPiece> plan, Gathered* out) const;
   // Copies the planned bytes into `out`, which must hold their total length.
   Status ReadInto(std::span<const ReadPiece> plan, uint8_t* out) const;
 
