@@ -10,53 +10,8 @@
 namespace ckptfs::mount_test {
 namespace {
 
-// A mount of the `mixed` checkpoint (every dtype and awkward name), generated once
-// per suite and mounted afresh for each test.
-class MountedMixedTest : public MountFixture {
- protected:
-  static void SetUpTestSuite() {
-    suite_dir_ = new TempDir();
-    suite_error_ = new std::string(GenerateCheckpoint(suite_dir_->Path("mixed"), {}));
-  }
-
-  static void TearDownTestSuite() {
-    delete suite_dir_;
-    delete suite_error_;
-  }
-
-  void SetUp() override {
-    MountFixture::SetUp();
-    if (IsSkipped()) return;
-    ASSERT_EQ(*suite_error_, "");
-    source_ = suite_dir_->Path("mixed");
-    mountpoint_ = scratch_->MakeDir("mnt");
-    ASSERT_NO_FATAL_FAILURE(Mount(source_, mountpoint_));
-  }
-
-  void Check(const std::string& script) { RunCheck(script, {source_, mountpoint_}); }
-
-  static TempDir* suite_dir_;
-  static std::string* suite_error_;
-  std::string source_;
-  std::string mountpoint_;
-};
-
-TempDir* MountedMixedTest::suite_dir_ = nullptr;
-std::string* MountedMixedTest::suite_error_ = nullptr;
-
-TEST_F(MountedMixedTest, RootListing) { Check("check_root.py"); }
-
-TEST_F(MountedMixedTest, NpyPlainAndMmap) { Check("check_npy.py"); }
-
-TEST_F(MountedMixedTest, NameEscaping) { Check("check_names.py"); }
-
-TEST_F(MountedMixedTest, Xattrs) { Check("check_xattrs.py"); }
-
-TEST_F(MountedMixedTest, MergedSafetensors) { Check("check_merged.py"); }
-
-TEST_F(MountedMixedTest, ShardsIdentical) { Check("check_shards.py"); }
-
-TEST_F(MountedMixedTest, ConcurrentRandomReads) { Check("check_random_reads.py"); }
+// The checks of a mounted mixed checkpoint (every dtype and awkward name) run over every
+// way of storing it, plain included: MountedZstdTest in zstd_mount_test.cc.
 
 using MountTest = MountFixture;
 

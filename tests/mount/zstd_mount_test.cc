@@ -30,8 +30,8 @@ ProcessResult Ckptfs(std::vector<std::string> args, milliseconds timeout) {
 }
 
 // ---------------------------------------------------------------------------
-// The mixed checkpoint compressed each way, mounted, passing every check that the
-// plain checkpoint passes.
+// The mixed checkpoint (every dtype and awkward name) stored plain and compressed each
+// way, mounted, passing every check with the plain checkpoint as the expectation.
 
 struct ZstdKind {
   const char* name;
@@ -41,6 +41,8 @@ struct ZstdKind {
 void PrintTo(const ZstdKind& k, std::ostream* os) { *os << k.name; }
 
 const ZstdKind kZstdKinds[] = {
+    // The plain checkpoint itself: the same body of checks over every way of storing it.
+    {"plain", {}},
     {"seekable", {"--compress", "seekable", "--frame-size", kFrameSize}},
     {"multiframe", {"--compress", "multiframe", "--frame-size", kFrameSize}},
     // What `zstd` writes by default: one frame per shard, decoded once on first touch.
@@ -59,6 +61,7 @@ class MountedZstdTest : public MountFixture, public testing::WithParamInterface<
     suite_error_ = new std::string(GenerateCheckpoint(suite_dir_->Path("plain"), {}));
     for (const ZstdKind& kind : kZstdKinds) {
       if (!suite_error_->empty()) break;
+      if (kind.generator_args.empty()) continue;  // "plain" is the base itself
       std::vector<std::string> args = {"--from", suite_dir_->Path("plain")};
       args.insert(args.end(), kind.generator_args.begin(), kind.generator_args.end());
       *suite_error_ = GenerateCheckpoint(suite_dir_->Path(kind.name), args);
@@ -75,7 +78,7 @@ class MountedZstdTest : public MountFixture, public testing::WithParamInterface<
     if (IsSkipped()) return;
     ASSERT_EQ(*suite_error_, "");
     plain_ = suite_dir_->Path("plain");
-    source_ = suite_dir_->Path(GetParam().name);
+    source_ = GetParam().generator_args.empty() ? plain_ : suite_dir_->Path(GetParam().name);
   }
 
   void MountIt() {
