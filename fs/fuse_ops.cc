@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -122,13 +123,25 @@ void ReplyStatsRead(fuse_req_t req, const std::string& snapshot, size_t size, of
   fuse_reply_buf(req, snapshot.data() + start, std::min(size, snapshot.size() - start));
 }
 
-// Replies with the planned bytes in one fuse_bufvec: plain shards by descriptor (libfuse
+// Replies with the planned bytes: plain shards by descriptor in a fuse_bufvec (libfuse
 // splices them), cache blocks and headers by pointer. Nothing is copied here; pinned
 // blocks stay pinned until the reply has been written.
 void ReplyPlan(fuse_req_t req, const Volume& volume, const std::vector<ReadPiece>& plan) {
   Gathered gathered;
   Status s = volume.Gather(plan, &gathered);
   if (!s.ok()) return ReplyError(req, s);
+  // All in memory (cache blocks, headers): writev them straight into the reply. libfuse's
+  // splice path would first copy them into a pipe, a second copy for nothing.
+  const bool all_memory = std::none_of(gathered.segments.begin(), gathered.segments.end(),
+                                       [](const ReplySegment& seg) { return seg.fd >= 0; });
+  if (all_memory) {
+    std::vector<iovec> iov(gathered.segments.size());
+    for (size_t i = 0; i < iov.size(); ++i) {
+      iov[i] = {const_cast<uint8_t*>(gathered.segments[i].data), gathered.segments[i].length};
+    }
+    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
+    return;
+  }
   // fuse_bufvec ends in a one-element array; allocate room for every segment.
   std::vector<uint8_t> storage(sizeof(fuse_bufvec) +
                                sizeof(fuse_buf) * std::max<size_t>(1, gathered.segments.size()));
