@@ -6,9 +6,10 @@
 // a range of a stored file or a span of synthesized bytes. A read that starts a tensor
 // tells the tensor's source to prefetch the rest of it; a read that continues a
 // sequential stream prefetches the stream's next window. Prefetch stays inside the file
-// being read, so reading one tensor file never decodes its neighbours. The front end can hand
-// stored ranges to the kernel by file descriptor (no copy) or call ReadInto to copy. Either way a
-// read crosses the layout once and touches each stored file once.
+// being read, so reading one tensor file never decodes its neighbours. Gather turns the
+// plan into reply segments with no copy (descriptors, pinned cache blocks, the header
+// pool); ReadInto copies instead, for callers that want plain bytes. Either way a read
+// crosses the layout once and touches each stored file once.
 //
 // Thread safety: every method is const or uses atomics; one Volume serves all FUSE worker
 // threads.
