@@ -210,37 +210,17 @@ Status ZstdSource::ForEachFrame(
   return Status::Ok();
 }
 
-// Streams from the first frame until `offset + out.size()` bytes are decoded.
+// Decodes from the first frame only as far as `offset + out.size()`.
 Status ZstdSource::ReadPrefix(uint64_t offset, std::span<uint8_t> out) const {
-  DCtxPtr dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   const uint64_t end = offset + out.size();
-  std::vector<uint8_t> in(1 << 20);
-  std::vector<uint8_t> buf(ZSTD_DStreamOutSize());
-  uint64_t compressed_pos = 0, decoded = 0;
-  while (decoded < end) {
-    if (compressed_pos >= compressed_->Size()) {
-      return Status::Corruption(Name() + ": stream ends before decoded offset " +
-                                std::to_string(end));
-    }
-    const size_t n = std::min<uint64_t>(in.size(), compressed_->Size() - compressed_pos);
-    CKPTFS_RETURN_IF_ERROR(compressed_->ReadAt(compressed_pos, {in.data(), n}));
-    ZSTD_inBuffer input{in.data(), n, 0};
-    while (input.pos < input.size && decoded < end) {
-      ZSTD_outBuffer output{buf.data(), buf.size(), 0};
-      const size_t r = ZSTD_decompressStream(dctx.get(), &output, &input);
-      if (ZSTD_isError(r)) {
-        return Status::Corruption(Name() + ": near compressed offset " +
-                                  std::to_string(compressed_pos + input.pos) + ": " +
-                                  ZSTD_getErrorName(r));
-      }
-      // Copy the overlap of [decoded, decoded + output.pos) with [offset, end).
-      const uint64_t lo = std::max(offset, decoded), hi = std::min(end, decoded + output.pos);
-      if (lo < hi) std::memcpy(out.data() + (lo - offset), buf.data() + (lo - decoded), hi - lo);
-      decoded += output.pos;
-    }
-    compressed_pos += input.pos;
-  }
-  return Status::Ok();
+  return DecodeStream(
+      [&](std::span<const uint8_t> chunk, uint64_t at) {
+        // Copy the overlap of [at, at + chunk.size()) with [offset, end).
+        const uint64_t lo = std::max(offset, at), hi = std::min<uint64_t>(end, at + chunk.size());
+        if (lo < hi) std::memcpy(out.data() + (lo - offset), chunk.data() + (lo - at), hi - lo);
+        return Status::Ok();
+      },
+      end);
 }
 
 Status ZstdSource::EnsureSpilled() const {
@@ -279,18 +259,24 @@ Status ZstdSource::EnsureSpilled() const {
 // Refuses to produce more than the index declared: a frame that lies about its size
 // cannot fill the disk.
 Status ZstdSource::DecodeStream(
-    const std::function<Status(std::span<const uint8_t>, uint64_t)>& sink) const {
+    const std::function<Status(std::span<const uint8_t>, uint64_t)>& sink, uint64_t stop_at) const {
+  // A partial decode stops as soon as it has enough; a whole one runs to the end of the
+  // input, so frame trailers (checksums) are checked and trailing garbage is caught.
+  const bool partial = stop_at < Size();
+  auto more = [&](uint64_t decoded) { return !partial || decoded < stop_at; };
   DCtxPtr dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   std::vector<uint8_t> in(4 << 20), buf(ZSTD_DStreamOutSize());
   uint64_t decoded = 0;
   size_t last = 0;
   for (const Frame& f : index_.frames) {
-    for (uint64_t pos = f.compressed_offset; pos < f.compressed_offset + f.compressed_size;) {
+    for (uint64_t pos = f.compressed_offset;
+         pos < f.compressed_offset + f.compressed_size && more(decoded);) {
       const size_t n = std::min<uint64_t>(in.size(), f.compressed_offset + f.compressed_size - pos);
       CKPTFS_RETURN_IF_ERROR(compressed_->ReadAt(pos, {in.data(), n}));
-      context_.compressed_bytes_read.fetch_add(n, std::memory_order_relaxed);
+      // Counters tell whole decodes only; a header prefix is read once, at mount.
+      if (!partial) context_.compressed_bytes_read.fetch_add(n, std::memory_order_relaxed);
       ZSTD_inBuffer input{in.data(), n, 0};
-      while (input.pos < input.size) {
+      while (input.pos < input.size && more(decoded)) {
         ZSTD_outBuffer output{buf.data(), buf.size(), 0};
         last = ZSTD_decompressStream(dctx.get(), &output, &input);
         if (ZSTD_isError(last)) {
@@ -308,17 +294,13 @@ Status ZstdSource::DecodeStream(
       pos += n;
     }
   }
-  if (last != 0 || decoded != Size()) {
+  if (!partial) context_.bytes_decoded.fetch_add(decoded, std::memory_order_relaxed);
+  if (partial ? decoded < stop_at : (decoded != Size() || last != 0)) {
     return Status::Corruption(Name() + ": decodes to " + std::to_string(decoded) +
                               " bytes, frames declare " + std::to_string(Size()));
   }
-  context_.bytes_decoded.fetch_add(decoded, std::memory_order_relaxed);
   return Status::Ok();
 }
-
-}  // namespace ckptfs
-
-namespace ckptfs {
 
 size_t ZstdSource::VerifyAll(const std::function<void(const Status&)>& report) const {
   if (whole_) {

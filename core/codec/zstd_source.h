@@ -67,8 +67,10 @@ class ZstdSource final : public ByteSource {
   void ScheduleFrames(uint64_t begin, uint64_t end) const;
   Status ReadPrefix(uint64_t offset, std::span<uint8_t> out) const;
   Status EnsureSpilled() const;
-  // Stream-decodes the whole shard, handing each decoded chunk and its offset to `sink`.
-  Status DecodeStream(const std::function<Status(std::span<const uint8_t>, uint64_t)>& sink) const;
+  // Stream-decodes from the first frame, handing each decoded chunk and its offset to
+  // `sink`, until at least `stop_at` bytes are out; with the default, the whole shard.
+  Status DecodeStream(const std::function<Status(std::span<const uint8_t>, uint64_t)>& sink,
+                      uint64_t stop_at = UINT64_MAX) const;
 
   std::unique_ptr<ByteSource> compressed_;
   FrameIndex index_;
