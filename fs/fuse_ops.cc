@@ -446,6 +446,7 @@ int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
   for (const std::string& name : ctx.volume->layout().hidden()) {
     LogInfo("%s: hidden at the mount root: the name belongs to a ckptfs view", name.c_str());
   }
+  for (const std::string& note : ctx.volume->layout().notes()) LogInfo("%s", note.c_str());
   if (options.foreground) return Serve(ctx, source, options, -1);
 
   int fds[2];

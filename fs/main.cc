@@ -36,8 +36,8 @@ void RaiseOpenFileLimit() {
 }
 
 int Mount(const std::string& source, ckptfs::MountOptions options,
-          const ckptfs::CodecOptions& codec) {
-  auto volume = ckptfs::Volume::Open(Absolute(source), codec);
+          const ckptfs::CodecOptions& codec, bool zip_crc) {
+  auto volume = ckptfs::Volume::Open(Absolute(source), codec, zip_crc);
   if (!volume.ok()) {
     std::fprintf(stderr, "ckptfs: %s\n", volume.status().message().c_str());
     return ckptfs::ExitCodeForOpenFailure(volume.status());
@@ -50,7 +50,8 @@ int Mount(const std::string& source, ckptfs::MountOptions options,
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "ckptfs: mount a sharded ML checkpoint (safetensors) as one read-only file system.\n"
+      "ckptfs: mount a sharded ML checkpoint (safetensors or torch.save) as one read-only\n"
+      "file system.\n"
       "Exit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ckptfs 0.1.0");
@@ -61,7 +62,7 @@ int main(int argc, char** argv) {
   CLI::App* mount = app.add_subcommand(
       "mount", "Mount SOURCE read-only at MOUNTPOINT; returns once the mount answers");
   mount
-      ->add_option("SOURCE", source, "checkpoint directory (index + shards) or a .safetensors file")
+      ->add_option("SOURCE", source, "checkpoint directory (index + shards) or one .safetensors/.bin/.pt file")
       ->required();
   mount->add_option("MOUNTPOINT", mountpoint, "an existing directory")->required();
   mount->add_flag("-f,--foreground", mount_options.foreground,
@@ -76,6 +77,10 @@ int main(int argc, char** argv) {
                     "where single-frame .zst shards are decoded once (default /var/tmp)");
   mount->add_option("--log-file", mount_options.log_file,
                     "append daemon log lines (read errors, warnings) to FILE instead of syslog");
+  bool zip_crc = false;
+  mount->add_flag("--zip-crc", zip_crc,
+                  "compute CRC-32s for pytorch_model.bin at mount (reads every tensor once) so "
+                  "zip testers pass; torch sources carry theirs already");
   mount->add_option("-o", o_options, "FUSE mount options, comma separated (e.g. allow_other)")
       ->delimiter(',')
       ->allow_extra_args(false);
@@ -86,18 +91,18 @@ int main(int argc, char** argv) {
   bool json = false;
   CLI::App* inspect = app.add_subcommand(
       "inspect", "List shards and tensors (dtype, shape, bytes) without mounting");
-  inspect->add_option("SOURCE", source, "checkpoint directory or .safetensors file")->required();
+  inspect->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
   inspect->add_flag("--json", json, "machine-readable output");
 
   CLI::App* verify =
       app.add_subcommand("verify", "Check structure and read every byte; exit 0 only if sound");
-  verify->add_option("SOURCE", source, "checkpoint directory or .safetensors file")->required();
+  verify->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
 
   std::string dest, frame_size = "4M", shard_size = "0";
   int level = 3;
   CLI::App* pack = app.add_subcommand(
       "pack", "Write SOURCE as seekable-zstd shards (random access, checksums) into DEST");
-  pack->add_option("SOURCE", source, "checkpoint directory or .safetensors file")->required();
+  pack->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
   pack->add_option("DEST", dest, "new or empty directory")->required();
   pack->add_option("--level", level, "zstd level (default 3)");
   pack->add_option("--frame-size", frame_size,
@@ -133,7 +138,7 @@ int main(int argc, char** argv) {
     }
     codec.cache_bytes = *bytes;
     mount_options.fuse_options = o_options;
-    return Mount(source, mount_options, codec);
+    return Mount(source, mount_options, codec, zip_crc);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint);
   if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec);

@@ -10,16 +10,24 @@
 #include <thread>
 #include <unordered_map>
 
+#include <zlib.h>
+
+#include <nlohmann/json.hpp>
+
 #include "core/codec/zstd_source.h"
 #include "core/format/hf_index.h"
+#include "core/format/torch_file.h"
 
 namespace ckptfs {
 namespace {
 
 constexpr std::string_view kIndexSuffix = ".safetensors.index.json";
+constexpr std::string_view kTorchIndexSuffix = ".bin.index.json";
 constexpr std::string_view kWeightSuffix = ".safetensors";
+constexpr std::string_view kTorchSuffixes[] = {".bin", ".pt", ".pth"};
 constexpr std::string_view kZstdSuffix = ".zst";
 constexpr std::string_view kPreferredIndex = "model.safetensors.index.json";
+constexpr std::string_view kPreferredTorchFile = "pytorch_model.bin";
 constexpr uint64_t kMaxIndexBytes = 256ull << 20;
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
@@ -79,12 +87,27 @@ Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
   return StoredFile{name, stored, std::move(decoded)};
 }
 
+std::string_view StripZst(std::string_view name) {
+  if (EndsWith(name, kZstdSuffix)) name.remove_suffix(kZstdSuffix.size());
+  return name;
+}
+
 // "x.safetensors" for both "x.safetensors" and "x.safetensors.zst"; empty otherwise.
 std::string WeightName(const std::string& file) {
-  std::string_view name = file;
-  if (EndsWith(name, kZstdSuffix)) name.remove_suffix(kZstdSuffix.size());
+  std::string_view name = StripZst(file);
   return EndsWith(name, kWeightSuffix) ? std::string(name) : std::string();
 }
+
+// "x.bin" for "x.bin" and "x.bin.zst" (likewise .pt, .pth); empty otherwise.
+std::string TorchWeightName(const std::string& file) {
+  std::string_view name = StripZst(file);
+  for (std::string_view suffix : kTorchSuffixes) {
+    if (EndsWith(name, suffix)) return std::string(name);
+  }
+  return std::string();
+}
+
+bool IsTorchShard(const std::string& name) { return !EndsWith(name, kWeightSuffix); }
 
 Result<std::string> ReadWhole(const ByteSource& source) {
   if (source.Size() > kMaxIndexBytes) {
@@ -95,28 +118,95 @@ Result<std::string> ReadWhole(const ByteSource& source) {
   return text;
 }
 
-// Adds the tensors of shard `shard_no`, described by `header`, merging its metadata.
-void AddShardTensors(Checkpoint& ckpt, uint32_t shard_no, SafetensorsHeader& header) {
+// What one weight file holds, shard-local: storage indices count from 0.
+struct ShardContents {
+  std::vector<Tensor> tensors;
+  std::vector<Storage> storages;
+  Metadata metadata;
+  std::string state_json;
+};
+
+ShardContents FromSafetensors(SafetensorsHeader& header, uint32_t shard_no) {
+  ShardContents out;
   for (TensorEntry& t : header.tensors) {
-    ckpt.tensors.push_back(Tensor{std::move(t.name), t.dtype, std::move(t.shape), shard_no,
-                                  header.data_start + t.begin, t.end - t.begin});
+    const uint64_t offset = header.data_start + t.begin, size = t.end - t.begin;
+    out.storages.push_back(Storage{shard_no, offset, size, t.dtype});
+    Tensor tensor{std::move(t.name), t.dtype, std::move(t.shape), shard_no, offset, size,
+                  static_cast<uint32_t>(out.storages.size() - 1), 0, {}};
+    out.tensors.push_back(std::move(tensor));
   }
-  for (auto& kv : header.metadata) {
+  out.metadata = std::move(header.metadata);
+  return out;
+}
+
+ShardContents FromTorch(TorchFile& file, uint32_t shard_no) {
+  ShardContents out;
+  for (const TorchStorage& s : file.storages) {
+    out.storages.push_back(Storage{shard_no, s.data_offset, s.size, s.dtype, true, s.crc32});
+  }
+  for (TorchTensor& t : file.tensors) {
+    const Storage& s = out.storages[t.storage];
+    const uint64_t element = DtypeSize(s.dtype);
+    Tensor tensor{std::move(t.name), s.dtype, std::move(t.shape), shard_no, 0, 0,
+                  t.storage, t.storage_offset, {}};
+    if (IsRowMajor(tensor.shape, t.stride)) {
+      // The interpreter checked that the view lies inside the storage.
+      tensor.offset = s.offset + t.storage_offset * element;
+      tensor.size = *TensorByteSize(s.dtype, tensor.shape);
+    } else {
+      tensor.stride = std::move(t.stride);
+    }
+    out.tensors.push_back(std::move(tensor));
+  }
+  out.state_json = std::move(file.state_json);
+  return out;
+}
+
+Result<ShardContents> ReadShard(const StoredFile& shard, uint32_t shard_no) {
+  if (IsTorchShard(shard.name)) {
+    CKPTFS_ASSIGN_OR_RETURN(TorchFile file, ReadTorchFile(*shard.source));
+    return FromTorch(file, shard_no);
+  }
+  CKPTFS_ASSIGN_OR_RETURN(SafetensorsHeader header, ReadSafetensorsHeader(*shard.source));
+  return FromSafetensors(header, shard_no);
+}
+
+// Adds one shard's tensors and storages, merging its metadata and state.
+void AddShard(Checkpoint& ckpt, ShardContents& shard) {
+  const uint32_t base = static_cast<uint32_t>(ckpt.storages.size());
+  ckpt.storages.insert(ckpt.storages.end(), shard.storages.begin(), shard.storages.end());
+  for (Tensor& t : shard.tensors) {
+    t.storage += base;
+    ckpt.tensors.push_back(std::move(t));
+  }
+  for (auto& kv : shard.metadata) {
     auto same_key = [&](const auto& m) { return m.first == kv.first; };
     if (std::none_of(ckpt.metadata.begin(), ckpt.metadata.end(), same_key)) {
       ckpt.metadata.push_back(std::move(kv));
     }
   }
+  if (shard.state_json.empty()) return;
+  if (ckpt.state_json.empty()) {
+    ckpt.state_json = std::move(shard.state_json);
+    return;
+  }
+  // Several shards with state (rare): merge their objects, first shard wins.
+  auto merged = nlohmann::json::parse(ckpt.state_json);
+  auto more = nlohmann::json::parse(shard.state_json);
+  if (merged.is_object() && more.is_object()) {
+    for (auto& [key, value] : more.items()) merged.emplace(key, value);
+    ckpt.state_json = merged.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
 }
 
 // Reads every shard's header, several at once: headers are independent, and a
 // checkpoint of thousands of shards would otherwise parse them one core at a time.
-std::vector<Result<SafetensorsHeader>> ReadHeaders(const std::vector<StoredFile>& shards) {
-  std::vector<Result<SafetensorsHeader>> headers(shards.size(), Status::Ok());
+std::vector<Result<ShardContents>> ReadShards(const std::vector<StoredFile>& shards) {
+  std::vector<Result<ShardContents>> contents(shards.size(), Status::Ok());
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next++; i < shards.size(); i = next++) {
-      headers[i] = ReadSafetensorsHeader(*shards[i].source);
+      contents[i] = ReadShard(shards[i], static_cast<uint32_t>(i));
     }
   };
   const size_t n_threads = std::min<size_t>(
@@ -125,7 +215,7 @@ std::vector<Result<SafetensorsHeader>> ReadHeaders(const std::vector<StoredFile>
   for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(work);
   work();
   for (std::thread& t : threads) t.join();
-  return headers;
+  return contents;
 }
 
 // Sorts tensors by name; a name stored in two shards is an error.
@@ -187,21 +277,31 @@ Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
     }
     ckpt.shards.push_back(std::move(opened).value());
   }
-  std::vector<Result<SafetensorsHeader>> headers = ReadHeaders(ckpt.shards);
+  std::vector<Result<ShardContents>> contents = ReadShards(ckpt.shards);
   // Merged in shard order, so the first error reported is always the same one.
   for (uint32_t i = 0; i < ckpt.shards.size(); ++i) {
-    if (!headers[i].ok()) return headers[i].status();
-    AddShardTensors(ckpt, i, headers[i].value());
+    if (!contents[i].ok()) return contents[i].status();
+    AddShard(ckpt, contents[i].value());
+  }
+  contents.clear();
+  if (!names.empty() && IsTorchShard(names.front())) {
+    ckpt.format = CheckpointFormat::kTorch;
+    // A safetensors conversion of torch weights: what transformers' loader looks for.
+    ckpt.metadata = {{"format", "pt"}};
   }
   return SortTensors(ckpt);
 }
 
-// Every other regular file is shown unchanged, except weight files that are not part of
-// this checkpoint (a stale or foreign .safetensors would only mislead).
+// Every other regular file is shown unchanged, except safetensors weight files that are
+// not part of this checkpoint (a stale or foreign .safetensors would only mislead). Other
+// torch files (training_args.bin, optimizer.pt) are shown: they are not weights.
 Status OpenOthers(const SourceDir& dir, Checkpoint& ckpt) {
+  auto stored_as = [&](const std::string& name) {
+    return [&name](const StoredFile& f) { return f.stored_name == name; };
+  };
   for (const std::string& name : dir.files) {
-    bool used = std::any_of(ckpt.index.begin(), ckpt.index.end(),
-                            [&](const StoredFile& f) { return f.name == name; });
+    bool used = std::any_of(ckpt.index.begin(), ckpt.index.end(), stored_as(name)) ||
+                std::any_of(ckpt.shards.begin(), ckpt.shards.end(), stored_as(name));
     if (used || !WeightName(name).empty()) continue;
     CKPTFS_ASSIGN_OR_RETURN(StoredFile other, OpenStored(dir, name));
     ckpt.others.push_back(std::move(other));
@@ -214,6 +314,12 @@ Result<std::string> ChooseIndex(const SourceDir& dir) {
   for (const std::string& f : dir.files) {
     if (EndsWith(f, kIndexSuffix)) indexes.push_back(f);
   }
+  // A repository with both keeps the safetensors copy current; torch's is the fallback.
+  if (indexes.empty()) {
+    for (const std::string& f : dir.files) {
+      if (EndsWith(f, kTorchIndexSuffix)) indexes.push_back(f);
+    }
+  }
   if (indexes.size() <= 1) return indexes.empty() ? std::string() : indexes[0];
   // transformers names it model.safetensors.index.json; prefer that when several exist.
   if (std::find(indexes.begin(), indexes.end(), kPreferredIndex) != indexes.end()) {
@@ -223,11 +329,39 @@ Result<std::string> ChooseIndex(const SourceDir& dir) {
                                  indexes[1] + "); cannot tell which is the checkpoint");
 }
 
+// Without an index, the one weights file: a .safetensors file, else a torch file
+// (pytorch_model.bin preferred, since trainers leave training_args.bin beside it).
+Result<std::string> ChooseSingleFile(const SourceDir& dir) {
+  for (auto* name_of : {&WeightName, &TorchWeightName}) {
+    std::vector<std::string> weights;
+    for (const std::string& f : dir.files) {
+      std::string weight = (*name_of)(f);
+      if (!weight.empty() && (weights.empty() || weights.back() != weight)) {
+        weights.push_back(weight);
+      }
+    }
+    if (weights.size() == 1) return weights[0];
+    if (weights.empty()) continue;
+    if (name_of == &TorchWeightName && Contains(weights, std::string(kPreferredTorchFile))) {
+      return std::string(kPreferredTorchFile);
+    }
+    return Status::InvalidArgument(dir.path + ": " + std::to_string(weights.size()) +
+                                   " weight files (" + weights[0] + ", " + weights[1] +
+                                   ", ...) but no index json to join them");
+  }
+  return Status::InvalidArgument(dir.path +
+                                 ": no checkpoint found (*.safetensors, *.bin, *.pt, *.pth, or "
+                                 "an *.index.json)");
+}
+
 }  // namespace
 
 std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt) {
-  std::vector<uint32_t> order(ckpt.tensors.size());
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<uint32_t> order;
+  order.reserve(ckpt.tensors.size());
+  for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
+    if (ckpt.tensors[i].contiguous()) order.push_back(i);
+  }
   // Tensors are sorted by name; a stable sort keeps that order within one element size.
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
     return DtypeSize(ckpt.tensors[a].dtype) > DtypeSize(ckpt.tensors[b].dtype);
@@ -239,6 +373,50 @@ uint64_t Checkpoint::TotalTensorBytes() const {
   uint64_t total = 0;
   for (const Tensor& t : tensors) total += t.size;
   return total;
+}
+
+std::string MetadataJson(const Checkpoint& ckpt) {
+  nlohmann::json out;
+  if (ckpt.format == CheckpointFormat::kTorch) {
+    out = ckpt.state_json.empty() ? nlohmann::json::object()
+                                  : nlohmann::json::parse(ckpt.state_json);
+  } else {
+    out = nlohmann::json::object();
+    nlohmann::json meta = nlohmann::json::object();
+    for (const auto& [key, value] : ckpt.metadata) meta[key] = value;
+    out["__metadata__"] = std::move(meta);
+  }
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+Status ComputeStorageCrcs(Checkpoint& ckpt) {
+  std::atomic<size_t> next{0};
+  std::vector<Status> errors(ckpt.storages.size(), Status::Ok());
+  auto work = [&] {
+    std::vector<uint8_t> buf(4 << 20);
+    for (size_t i = next++; i < ckpt.storages.size(); i = next++) {
+      Storage& s = ckpt.storages[i];
+      if (s.has_crc32) continue;
+      uLong crc = crc32(0, nullptr, 0);
+      for (uint64_t done = 0; done < s.size;) {
+        const uint64_t n = std::min<uint64_t>(buf.size(), s.size - done);
+        errors[i] = ckpt.shards[s.shard].source->ReadAt(s.offset + done, {buf.data(), n});
+        if (!errors[i].ok()) break;
+        crc = crc32(crc, buf.data(), static_cast<uInt>(n));
+        done += n;
+      }
+      s.crc32 = static_cast<uint32_t>(crc);
+      s.has_crc32 = errors[i].ok();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < std::max(1u, std::thread::hardware_concurrency()); ++t) {
+    threads.emplace_back(work);
+  }
+  work();
+  for (std::thread& t : threads) t.join();
+  for (const Status& e : errors) CKPTFS_RETURN_IF_ERROR(e);
+  return Status::Ok();
 }
 
 Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
@@ -253,22 +431,8 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
     CKPTFS_RETURN_IF_ERROR(OpenShards(dir, index.shard_files, index_name, codec, ckpt));
     CKPTFS_RETURN_IF_ERROR(CheckAgainstIndex(ckpt, index, index_name));
   } else {
-    std::vector<std::string> weights;
-    for (const std::string& f : dir.files) {
-      std::string weight = WeightName(f);
-      if (!weight.empty() && (weights.empty() || weights.back() != weight))
-        weights.push_back(weight);
-    }
-    if (weights.empty()) {
-      return Status::InvalidArgument(dir.path +
-                                     ": no *.safetensors file or *.safetensors.index.json found");
-    }
-    if (weights.size() > 1) {
-      return Status::InvalidArgument(dir.path + ": " + std::to_string(weights.size()) +
-                                     " .safetensors files but no *.safetensors.index.json to "
-                                     "join them");
-    }
-    CKPTFS_RETURN_IF_ERROR(OpenShards(dir, weights, dir.path, codec, ckpt));
+    CKPTFS_ASSIGN_OR_RETURN(std::string weight, ChooseSingleFile(dir));
+    CKPTFS_RETURN_IF_ERROR(OpenShards(dir, {weight}, dir.path, codec, ckpt));
   }
   CKPTFS_RETURN_IF_ERROR(OpenOthers(dir, ckpt));
   return ckpt;
@@ -281,9 +445,10 @@ Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& 
   }
   if (S_ISREG(st.st_mode)) {
     auto [dir, name] = SplitPath(source_path);
-    if (WeightName(name).empty()) {
-      return Status::InvalidArgument(source_path +
-                                     ": not a .safetensors(.zst) file or a directory");
+    if (WeightName(name).empty() && TorchWeightName(name).empty()) {
+      return Status::InvalidArgument(
+          source_path + ": not a .safetensors, .bin, .pt or .pth file (or .zst of one), or a "
+                        "directory");
     }
     return OpenCheckpointIn(LocalDir(dir, {name}), codec);
   }

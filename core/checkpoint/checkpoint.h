@@ -1,8 +1,10 @@
 // Checkpoint: what OpenCheckpoint finds in SOURCE, validated, with every file open.
 //
-// SOURCE is a directory holding either a `*.safetensors.index.json` with its shards or a
-// single `*.safetensors` file, or the path of one `*.safetensors` file. Any weight file
-// may be stored as NAME.zst instead, decoded on read through `codec`. Opening reads only
+// SOURCE is a directory holding an index (`*.safetensors.index.json`, or
+// `pytorch_model.bin.index.json` as transformers writes it) with its shards, or a single
+// weights file (`*.safetensors`, or a torch.save file: `*.bin`, `*.pt`, `*.pth`), or the
+// path of one such file. Any weight file may be stored as NAME.zst instead, decoded on
+// read through `codec`. Opening reads only
 // headers, so its cost grows with the number of tensors, not the bytes of the checkpoint.
 // Every inconsistency (missing or truncated shard, a tensor listed in the index but not in
 // its shard or the reverse, a tensor in two shards, a bad header) is a Status whose
@@ -32,14 +34,34 @@ struct StoredFile {
   std::unique_ptr<ByteSource> source;  // the decoded bytes
 };
 
+// The bytes of one storage: a safetensors tensor's data, or a torch storage record.
+// Tensors view storages; tied weights are several tensors over one storage.
+struct Storage {
+  uint32_t shard = 0;   // index into Checkpoint::shards
+  uint64_t offset = 0;  // absolute byte offset within the shard file
+  uint64_t size = 0;    // bytes
+  Dtype dtype = Dtype::kU8;
+  bool has_crc32 = false;  // torch records carry one; ComputeStorageCrcs fills the rest
+  uint32_t crc32 = 0;
+};
+
 struct Tensor {
   std::string name;
   Dtype dtype;
   std::vector<uint64_t> shape;
   uint32_t shard;   // index into Checkpoint::shards
-  uint64_t offset;  // absolute byte offset within the shard file
-  uint64_t size;    // bytes
+  uint64_t offset;  // absolute byte offset within the shard file (contiguous tensors)
+  uint64_t size;    // bytes (contiguous tensors; 0 otherwise)
+  uint32_t storage = 0;          // index into Checkpoint::storages
+  uint64_t storage_offset = 0;   // elements from the start of the storage
+  std::vector<uint64_t> stride;  // empty: row-major, so [offset, offset + size) holds it
+
+  // A tensor whose bytes are not one row-major range (a transposed view torch saved as
+  // is) only appears in views that carry strides: the merged pytorch_model.bin.
+  bool contiguous() const { return stride.empty(); }
 };
+
+enum class CheckpointFormat : uint8_t { kSafetensors, kTorch };
 
 struct Checkpoint {
   std::string source_path;
@@ -47,12 +69,23 @@ struct Checkpoint {
   std::vector<StoredFile> index;   // the index json, if any (shown under shards/)
   std::vector<StoredFile> others;  // non-weight files, shown at the mount root
   std::vector<Tensor> tensors;     // sorted by name
+  std::vector<Storage> storages;   // in shard order, then offset
   Metadata metadata;               // union of the shards' __metadata__, first shard wins
+  CheckpointFormat format = CheckpointFormat::kSafetensors;
+  std::string state_json;  // torch: the non-tensor values, as JSON; empty if none
 
   uint64_t TotalTensorBytes() const;
 };
 
-// Tensor indices ordered by element size (largest first), then name. With an 8-aligned
+// What /.ckptfs/metadata.json shows: the non-tensor values of a torch checkpoint, or the
+// safetensors __metadata__ as {"__metadata__": {...}}. Pretty-printed, newline-terminated.
+std::string MetadataJson(const Checkpoint& ckpt);
+
+// Computes the CRC-32 of every storage that lacks one by reading it through its shard,
+// in parallel; zip testers check them in the merged pytorch_model.bin.
+Status ComputeStorageCrcs(Checkpoint& ckpt);
+
+// Contiguous tensor indices ordered by element size (largest first), then name. With an 8-aligned
 // data start, laying tensors end to end in this order keeps every tensor aligned to its
 // element size with no padding: the order of every safetensors file ckptfs writes.
 std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt);

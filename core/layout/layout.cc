@@ -4,8 +4,12 @@
 #include <numeric>
 #include <unordered_map>
 
+#include <zlib.h>
+
 #include "core/format/npy.h"
 #include "core/format/safetensors.h"
+#include "core/format/torch_file.h"
+#include "core/format/zip.h"
 #include "core/layout/escape.h"
 
 namespace ckptfs {
@@ -104,8 +108,23 @@ class Layout::DirectoryWalker {
 
 namespace {
 
-constexpr std::string_view kReservedRootNames[] = {"model.safetensors", "tensors", "shards",
-                                                   ".ckptfs"};
+constexpr std::string_view kReservedRootNames[] = {"model.safetensors", "pytorch_model.bin",
+                                                   "tensors", "shards", ".ckptfs"};
+// torch's reader takes the archive name from the records; torch.save uses the file stem.
+constexpr std::string_view kTorchArchive = "pytorch_model/";
+constexpr std::string_view kTorchVersion = "3\n";  // the format version torch 1.13 writes
+
+uint32_t Crc32(std::string_view bytes) {
+  return static_cast<uint32_t>(
+      crc32(crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()),
+            static_cast<uInt>(bytes.size())));
+}
+
+std::string JoinShape(std::span<const uint64_t> dims) {
+  std::string out;
+  for (uint64_t d : dims) out += (out.empty() ? "" : ",") + std::to_string(d);
+  return "(" + out + ")";
+}
 
 std::string OneTensorHeader(const Tensor& t, const Metadata& metadata) {
   TensorEntry entry{t.name, t.dtype, t.shape, 0, t.size};
@@ -113,6 +132,69 @@ std::string OneTensorHeader(const Tensor& t, const Metadata& metadata) {
 }
 
 }  // namespace
+
+// The merged torch.save zip: data.pkl, one stored record per storage, version, then the
+// central directory. Records follow the pickle's order, which is the order of the
+// storages in the shards, so torch.load reads the file front to back.
+void Layout::AddTorchZip(Builder& b, const Checkpoint& ckpt) {
+  std::vector<uint32_t> order;
+  for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
+    const Tensor& t = ckpt.tensors[i];
+    if (TorchStorageClass(t.dtype)) {
+      order.push_back(i);
+    } else {
+      notes_.push_back("tensor \"" + t.name + "\" (" + std::string(DtypeName(t.dtype)) +
+                       ") is not in pytorch_model.bin: PyTorch 1.13 has no such type");
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
+    const Storage& sa = ckpt.storages[ckpt.tensors[x].storage];
+    const Storage& sb = ckpt.storages[ckpt.tensors[y].storage];
+    return std::tie(sa.shard, sa.offset) < std::tie(sb.shard, sb.offset);
+  });
+  std::unordered_map<uint32_t, uint64_t> keys;  // storage -> record key, in first-use order
+  std::vector<uint32_t> records_of;             // record key -> storage
+  std::vector<TorchPickleEntry> entries;
+  std::vector<std::vector<uint64_t>> strides;  // owned here while entries point at them
+  strides.reserve(order.size());
+  for (uint32_t i : order) {
+    const Tensor& t = ckpt.tensors[i];
+    auto [it, added] = keys.emplace(t.storage, records_of.size());
+    if (added) records_of.push_back(t.storage);
+    const Storage& s = ckpt.storages[t.storage];
+    strides.push_back(t.contiguous() ? RowMajorStrides(t.shape) : t.stride);
+    entries.push_back(TorchPickleEntry{t.name, t.dtype, it->second, s.size / DtypeSize(s.dtype),
+                                       t.storage_offset, t.shape, strides.back()});
+  }
+  const std::string pickle = BuildTorchPickle(entries);
+  std::vector<TorchPickleEntry>().swap(entries);
+  std::vector<std::vector<uint64_t>>().swap(strides);
+
+  const std::string archive(kTorchArchive);
+  std::vector<ZipRecord> records;
+  records.push_back({archive + "data.pkl", pickle.size(), Crc32(pickle)});
+  for (size_t key = 0; key < records_of.size(); ++key) {
+    const Storage& s = ckpt.storages[records_of[key]];
+    records.push_back({archive + "data/" + std::to_string(key), s.size, s.crc32});
+  }
+  records.push_back({archive + "version", kTorchVersion.size(), Crc32(kTorchVersion)});
+
+  const uint64_t ino = b.AddFile(kRoot, "pytorch_model.bin");
+  std::vector<uint64_t> header_offsets;
+  for (size_t r = 0; r < records.size(); ++r) {
+    header_offsets.push_back(nodes_[ino].size);
+    b.AppendInline(ino, ZipLocalHeader(records[r], header_offsets.back()));
+    if (r == 0) {
+      b.AppendInline(ino, pickle);
+    } else if (r + 1 == records.size()) {
+      b.AppendInline(ino, kTorchVersion);
+    } else {
+      const Storage& s = ckpt.storages[records_of[r - 1]];
+      b.AppendSource(ino, s.shard, s.offset, s.size, /*tensor=*/true);
+    }
+  }
+  b.AppendInline(ino, ZipCentralDirectory(records, header_offsets, nodes_[ino].size));
+}
 
 Layout Layout::Build(const Checkpoint& ckpt) {
   Layout layout;
@@ -154,10 +236,19 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     b.AppendSource(merged, t.shard, t.offset, t.size, /*tensor=*/true);
   }
 
+  layout.AddTorchZip(b, ckpt);
+
   // One file per tensor.
   DirectoryWalker walker(b, b.AddDir(kRoot, "tensors"));
   for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
     const Tensor& t = ckpt.tensors[i];
+    if (!t.contiguous()) {
+      layout.notes_.push_back("tensor \"" + t.name + "\" is a strided view (shape " +
+                              JoinShape(t.shape) + ", stride " + JoinShape(t.stride) +
+                              "): only in pytorch_model.bin, not in model.safetensors or "
+                              "tensors/");
+      continue;
+    }
     std::vector<std::string> parts = TensorPathComponents(t.name);
     std::string leaf = std::move(parts.back());
     parts.pop_back();
@@ -180,6 +271,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
 
   uint64_t meta_dir = b.AddDir(kRoot, ".ckptfs");
   b.AddFile(meta_dir, "stats.json", NodeKind::kStats);
+  b.AppendInline(b.AddFile(meta_dir, "metadata.json"), MetadataJson(ckpt));
   b.Finish();
   return layout;
 }

@@ -7,9 +7,14 @@
 //                               (largest first) then name, so all are aligned
 //   /tensors/a/b/leaf.npy       .npy header + the tensor (one-tensor .safetensors when
 //                               numpy lacks the dtype)
+//   /pytorch_model.bin          a torch.save zip of every tensor with a torch type:
+//                               synthesized pickle and zip headers around one stored
+//                               record per storage, each an extent over the shard bytes
 //   /shards/NAME                each stored weight file and the index, unchanged
 //   /NAME                       every non-weight file of SOURCE, unchanged
 //   /.ckptfs/stats.json         a kStats node, its bytes made at open by the caller
+//   /.ckptfs/metadata.json      the non-tensor values (MetadataJson)
+// Strided tensors (non-contiguous torch views) are only in pytorch_model.bin.
 // Inode numbers are node indices; kRoot is 1 as FUSE expects. Memory and build time grow
 // with the number of tensors, never with checkpoint bytes. Thread safety: immutable after
 // Build, so any number of readers may use it at once.
@@ -70,10 +75,14 @@ class Layout {
   uint64_t node_count() const { return nodes_.size() - 1; }
   // Names SOURCE had that the views shadow (e.g. a stray "tensors" file), for a log line.
   const std::vector<std::string>& hidden() const { return hidden_; }
+  // Tensors some view leaves out, and why, for log lines at mount.
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   class Builder;
   class DirectoryWalker;
+
+  void AddTorchZip(Builder& b, const Checkpoint& ckpt);
 
   std::vector<Node> nodes_;         // [0] unused so inode == index
   std::vector<uint64_t> children_;  // directory child lists, each sorted by name
@@ -81,6 +90,7 @@ class Layout {
   std::string pool_;  // synthesized bytes
   std::vector<const ByteSource*> sources_;
   std::vector<std::string> hidden_;
+  std::vector<std::string> notes_;
 };
 
 }  // namespace ckptfs

@@ -1,0 +1,76 @@
+// pickle: a restricted unpickler for the data.pkl record of torch checkpoints.
+//
+// It never runs code and never imports anything: it turns the opcode stream into a tree
+// of plain values held in one arena, and leaves the meaning of calls to the caller
+// (core/format/torch_checkpoint). Only the globals torch's weights_only loader accepts
+// may be named (collections.OrderedDict, torch._utils._rebuild_tensor_v2, torch storage
+// classes, ...); any other GLOBAL / STACK_GLOBAL is an error naming it, before anything
+// else happens. Opcodes are the data-only subset of protocols 0-5 that torch.save and
+// python's pickle emit for dicts, lists, tuples, numbers, strings and bytes; INST, OBJ,
+// NEWOBJ_EX, EXT*, PERSID (text) and BUILD on anything but a call result are refused.
+//
+// Limits, so hostile input cannot exhaust the machine: the input is what the caller read
+// (it caps the record size); values, container items and the memo are each capped by the
+// input length (every opcode consumes at least one byte), strings are slices of the input
+// length, and MARK nesting is capped at kMaxPickleDepth. Cycles (a list appended to
+// itself) are representable; walkers must bound their recursion.
+//
+// Thread safety: Unpickle is a pure function.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ckptfs {
+
+inline constexpr uint32_t kMaxPickleDepth = 256;
+
+enum class PickleKind : uint8_t {
+  kNone,
+  kBool,        // int_value 0 or 1
+  kInt,         // int_value (ints beyond 64 bits are refused)
+  kFloat,       // float_value
+  kString,      // text (UTF-8)
+  kBytes,       // text (raw bytes; also SHORT_BINSTRING / BINSTRING)
+  kTuple,       // items
+  kList,        // items
+  kSet,         // items (EMPTY_SET/ADDITEMS, FROZENSET)
+  kDict,        // items: key0, value0, key1, value1, ... in insertion order; a repeated
+                // key keeps its first position and takes the last value, as python does
+  kGlobal,      // text "module.name", e.g. "torch._utils._rebuild_tensor_v2"
+  kCall,        // REDUCE or NEWOBJ: items = {callable, args tuple}; `state` set by BUILD
+  kPersistent,  // BINPERSID: items = {the persistent id}
+};
+
+struct PickleValue {
+  static constexpr uint32_t kNoState = UINT32_MAX;
+
+  PickleKind kind = PickleKind::kNone;
+  int64_t int_value = 0;
+  double float_value = 0;
+  std::string text;
+  std::vector<uint32_t> items;  // indices into PickleTree::values
+  uint32_t state = kNoState;    // kCall: the BUILD argument, if any
+};
+
+struct PickleTree {
+  std::vector<PickleValue> values;
+  uint32_t root = 0;  // the value STOP returned
+
+  const PickleValue& at(uint32_t index) const { return values[index]; }
+};
+
+// Whether the weights_only loader of torch accepts the global `module.name`.
+bool IsAllowedPickleGlobal(std::string_view module, std::string_view name);
+
+// Parses `data` (a whole pickle, STOP included). Errors are Corruption (malformed stream,
+// truncated, stack underflow, limits) or Unsupported (a disallowed global or opcode);
+// every message starts with `file_name`, says what was wrong and at which byte offset:
+//   "ckpt.bin: data.pkl: global os.system is not allowed (byte 2)"
+Result<PickleTree> Unpickle(std::string_view data, const std::string& file_name);
+
+}  // namespace ckptfs

@@ -1,0 +1,525 @@
+#include "core/format/torch_file.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "core/format/pickle.h"
+#include "core/format/zip.h"
+
+namespace ckptfs {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxNesting = 64;
+constexpr std::string_view kPickleRecord = "data.pkl";
+
+struct StorageClass {
+  std::string_view name;
+  Dtype dtype;
+};
+constexpr StorageClass kStorageClasses[] = {
+    {"DoubleStorage", Dtype::kF64}, {"FloatStorage", Dtype::kF32}, {"HalfStorage", Dtype::kF16},
+    {"BFloat16Storage", Dtype::kBF16}, {"LongStorage", Dtype::kI64}, {"IntStorage", Dtype::kI32},
+    {"ShortStorage", Dtype::kI16}, {"CharStorage", Dtype::kI8}, {"ByteStorage", Dtype::kU8},
+    {"BoolStorage", Dtype::kBool},
+};
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// The legacy formats have no zip signature; name them so the user knows what to do.
+Status CheckZipMagic(const ByteSource& source) {
+  uint8_t head[512] = {};
+  const uint64_t n = std::min<uint64_t>(sizeof(head), source.Size());
+  CKPTFS_RETURN_IF_ERROR(source.ReadAt(0, {head, n}));
+  if (n >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0) return Status::Ok();
+  const std::string resave = "; load and re-save it with torch.save from PyTorch >= 1.6";
+  if (n >= 262 && std::memcmp(head + 257, "ustar", 5) == 0) {
+    return Status::Unsupported(source.Name() +
+                               ": legacy tar checkpoint (torch.save before PyTorch 1.6)" + resave);
+  }
+  if (n >= 2 && head[0] == 0x80 && head[1] <= 5) {
+    return Status::Unsupported(
+        source.Name() +
+        ": legacy pickle checkpoint (_use_new_zipfile_serialization=False)" + resave);
+  }
+  return Status::Corruption(source.Name() + ": neither a torch.save zip nor a safetensors file");
+}
+
+// Turns the unpickled tree into tensors and JSON state.
+class Interpreter {
+ public:
+  Interpreter(const ByteSource& source, const PickleTree& tree,
+              const std::vector<ZipEntry>& entries, std::string prefix)
+      : source_(source), tree_(tree), prefix_(std::move(prefix)) {
+    for (const ZipEntry& e : entries) records_.emplace(e.name, &e);
+  }
+
+  Result<TorchFile> Run() {
+    bool has_state = false;
+    json state;
+    CKPTFS_RETURN_IF_ERROR(Visit(tree_.root, "", 0, &state, &has_state));
+    if (has_state) out_.state_json = state.dump(-1, ' ', false, json::error_handler_t::replace);
+    return std::move(out_);
+  }
+
+ private:
+  const PickleValue& At(uint32_t i) const { return tree_.at(i); }
+
+  Status Bad(const std::string& what) const {
+    return Status::Corruption(source_.Name() + ": " + what);
+  }
+
+  bool IsGlobal(uint32_t v, std::string_view name) const {
+    return At(v).kind == PickleKind::kGlobal && At(v).text == name;
+  }
+
+  // The args tuple of call `v`, or nullptr.
+  const PickleValue* Args(const PickleValue& v) const {
+    if (v.items.size() != 2 || At(v.items[1]).kind != PickleKind::kTuple) return nullptr;
+    return &At(v.items[1]);
+  }
+
+  Result<uint64_t> NonNegative(uint32_t v, const std::string& what) const {
+    const PickleValue& p = At(v);
+    if (p.kind != PickleKind::kInt || p.int_value < 0) return Bad(what + " is not a size");
+    return static_cast<uint64_t>(p.int_value);
+  }
+
+  Result<std::vector<uint64_t>> Sizes(uint32_t v, const std::string& what) const {
+    const PickleValue* p = &At(v);
+    if (p->kind == PickleKind::kCall && IsGlobal(p->items[0], "torch.Size") && Args(*p) &&
+        Args(*p)->items.size() == 1) {
+      p = &At(Args(*p)->items[0]);  // torch.Size((2, 3))
+    }
+    if (p->kind != PickleKind::kTuple && p->kind != PickleKind::kList) {
+      return Bad(what + " is not a tuple");
+    }
+    std::vector<uint64_t> out;
+    for (uint32_t item : p->items) {
+      CKPTFS_ASSIGN_OR_RETURN(uint64_t n, NonNegative(item, what));
+      out.push_back(n);
+    }
+    return out;
+  }
+
+  // Registers the storage a persistent id names, checking it against its record.
+  Result<uint32_t> Storage(uint32_t v, const std::string& tensor) {
+    const PickleValue& pid = At(v);
+    const PickleValue* t = pid.kind == PickleKind::kPersistent && pid.items.size() == 1
+                               ? &At(pid.items[0])
+                               : nullptr;
+    if (!t || t->kind != PickleKind::kTuple || t->items.size() != 5 ||
+        At(t->items[0]).text != "storage" || At(t->items[1]).kind != PickleKind::kGlobal ||
+        At(t->items[2]).kind != PickleKind::kString) {
+      return Bad("tensor \"" + tensor + "\": storage reference is malformed");
+    }
+    const std::string& cls = At(t->items[1]).text;
+    const std::string& key = At(t->items[2]).text;
+    std::string_view short_cls = std::string_view(cls).substr(cls.rfind('.') + 1);
+    auto known = std::find_if(std::begin(kStorageClasses), std::end(kStorageClasses),
+                              [&](const StorageClass& c) { return c.name == short_cls; });
+    if (known == std::end(kStorageClasses)) {
+      return Status::Unsupported(source_.Name() + ": tensor \"" + tensor + "\": storage type " +
+                                 cls + " is not supported");
+    }
+    CKPTFS_ASSIGN_OR_RETURN(uint64_t numel, NonNegative(t->items[4], "storage size"));
+    auto seen = keys_.find(key);
+    if (seen != keys_.end()) {
+      const TorchStorage& s = out_.storages[seen->second];
+      if (s.dtype != known->dtype || s.size / DtypeSize(s.dtype) != numel) {
+        return Status::Unsupported(source_.Name() + ": storage " + key +
+                                   " is used with two types or sizes");
+      }
+      return seen->second;
+    }
+    auto record = records_.find(prefix_ + "data/" + key);
+    if (record == records_.end()) {
+      return Bad("tensor \"" + tensor + "\": storage record " + prefix_ + "data/" + key +
+                 " is missing from the zip");
+    }
+    const ZipEntry& e = *record->second;
+    if (e.method != 0) {
+      return Status::Unsupported(source_.Name() + ": record " + e.name +
+                                 " is compressed; torch.save stores records uncompressed");
+    }
+    const uint64_t element = DtypeSize(known->dtype);
+    if (numel > UINT64_MAX / element || numel * element != e.size) {
+      return Bad("record " + e.name + " holds " + std::to_string(e.size) + " bytes but its " +
+                 cls + " claims " + std::to_string(numel) + " elements");
+    }
+    out_.storages.push_back(TorchStorage{key, known->dtype, e.data_offset, e.size, e.crc32});
+    keys_.emplace(key, out_.storages.size() - 1);
+    return static_cast<uint32_t>(out_.storages.size() - 1);
+  }
+
+  // _rebuild_tensor(_v2)(storage, storage_offset, size, stride, ...).
+  Status AddTensor(const PickleValue& args, const std::string& name) {
+    if (args.items.size() < 4) return Bad("tensor \"" + name + "\": too few rebuild arguments");
+    TorchTensor t;
+    t.name = name;
+    CKPTFS_ASSIGN_OR_RETURN(t.storage, Storage(args.items[0], name));
+    CKPTFS_ASSIGN_OR_RETURN(t.storage_offset, NonNegative(args.items[1], "storage offset"));
+    CKPTFS_ASSIGN_OR_RETURN(t.shape, Sizes(args.items[2], "tensor \"" + name + "\" shape"));
+    CKPTFS_ASSIGN_OR_RETURN(t.stride, Sizes(args.items[3], "tensor \"" + name + "\" stride"));
+    if (t.stride.size() != t.shape.size()) {
+      return Bad("tensor \"" + name + "\": shape and stride differ in length");
+    }
+    // The last element the view touches must lie inside the storage.
+    const TorchStorage& s = out_.storages[t.storage];
+    const uint64_t storage_numel = s.size / DtypeSize(s.dtype);
+    bool empty = false, overflow = false;
+    uint64_t last = t.storage_offset;
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      if (t.shape[i] == 0) empty = true;
+      uint64_t reach = 0;
+      if (t.shape[i] > 0) {
+        overflow |= __builtin_mul_overflow(t.shape[i] - 1, t.stride[i], &reach);
+        overflow |= __builtin_add_overflow(last, reach, &last);
+      }
+    }
+    if (!empty && (overflow || last >= storage_numel)) {
+      return Bad("tensor \"" + name + "\": shape and strides reach past its storage of " +
+                 std::to_string(storage_numel) + " elements");
+    }
+    out_.tensors.push_back(std::move(t));
+    return Status::Ok();
+  }
+
+  // Adds the tensor `v` builds, if it is a tensor; *is_tensor says whether it was.
+  Status MaybeTensor(uint32_t v, const std::string& name, int depth, bool* is_tensor) {
+    *is_tensor = false;
+    const PickleValue& call = At(v);
+    if (call.kind != PickleKind::kCall || call.items.size() != 2) return Status::Ok();
+    const PickleValue* args = Args(call);
+    if (At(call.items[0]).kind != PickleKind::kGlobal || !args) return Status::Ok();
+    const std::string& fn = At(call.items[0]).text;
+    if (fn == "torch._utils._rebuild_tensor_v2" || fn == "torch._utils._rebuild_tensor") {
+      *is_tensor = true;
+      return AddTensor(*args, name);
+    }
+    if (depth > kMaxNesting) return Bad("tensor \"" + name + "\": nested too deeply");
+    if ((fn == "torch._utils._rebuild_parameter" ||
+         fn == "torch._utils._rebuild_parameter_with_state" ||
+         fn == "torch.nn.parameter.Parameter") &&
+        !args->items.empty()) {
+      CKPTFS_RETURN_IF_ERROR(MaybeTensor(args->items[0], name, depth + 1, is_tensor));
+      if (!*is_tensor) return Bad("parameter \"" + name + "\" does not hold a tensor");
+      return Status::Ok();
+    }
+    if (fn == "torch._tensor._rebuild_from_type_v2" && args->items.size() >= 3 &&
+        IsGlobal(args->items[0], "torch._utils._rebuild_tensor_v2") &&
+        At(args->items[2]).kind == PickleKind::kTuple) {
+      *is_tensor = true;
+      return AddTensor(At(args->items[2]), name);
+    }
+    if (StartsWith(fn, "torch._utils._rebuild_")) {
+      return Status::Unsupported(source_.Name() + ": \"" + name + "\": " + fn +
+                                 " (sparse, quantized or meta tensors) is not supported");
+    }
+    return Status::Ok();
+  }
+
+  Result<std::string> KeyText(uint32_t v) const {
+    const PickleValue& k = At(v);
+    switch (k.kind) {
+      case PickleKind::kString:
+      case PickleKind::kBytes:
+        return k.text;
+      case PickleKind::kInt:
+        return std::to_string(k.int_value);
+      case PickleKind::kBool:
+        return std::string(k.int_value ? "True" : "False");
+      case PickleKind::kNone:
+        return std::string("None");
+      default:
+        return Bad("dict key that is not a string or number");
+    }
+  }
+
+  static std::string Join(const std::string& name, const std::string& part) {
+    return name.empty() ? part : name + "." + part;
+  }
+
+  // Walks value `v` named `name`: tensors are collected, anything else becomes *state
+  // (*has_state false when `v` held only tensors).
+  Status Visit(uint32_t v, const std::string& name, int depth, json* state, bool* has_state) {
+    if (depth > kMaxNesting) return Bad("\"" + name + "\": containers nested too deeply");
+    bool is_tensor = false;
+    CKPTFS_RETURN_IF_ERROR(MaybeTensor(v, name.empty() ? "tensor" : name, depth, &is_tensor));
+    *has_state = !is_tensor;
+    if (is_tensor) return Status::Ok();
+    const PickleValue& p = At(v);
+    switch (p.kind) {
+      case PickleKind::kNone:
+        *state = nullptr;
+        return Status::Ok();
+      case PickleKind::kBool:
+        *state = p.int_value != 0;
+        return Status::Ok();
+      case PickleKind::kInt:
+        *state = p.int_value;
+        return Status::Ok();
+      case PickleKind::kFloat:
+        *state = p.float_value;
+        return Status::Ok();
+      case PickleKind::kString:
+      case PickleKind::kBytes:
+      case PickleKind::kGlobal:  // torch.float32 and the like
+        *state = p.text;
+        return Status::Ok();
+      case PickleKind::kDict: {
+        *state = json::object();
+        bool any_tensor = false;
+        for (size_t i = 0; i + 1 < p.items.size(); i += 2) {
+          CKPTFS_ASSIGN_OR_RETURN(std::string key, KeyText(p.items[i]));
+          json child;
+          bool child_state = false;
+          const size_t before = out_.tensors.size();
+          CKPTFS_RETURN_IF_ERROR(
+              Visit(p.items[i + 1], Join(name, key), depth + 1, &child, &child_state));
+          any_tensor |= out_.tensors.size() != before;
+          if (child_state) (*state)[key] = std::move(child);
+        }
+        *has_state = !state->empty() || !any_tensor;
+        return Status::Ok();
+      }
+      case PickleKind::kTuple:
+      case PickleKind::kList:
+      case PickleKind::kSet: {
+        *state = json::array();
+        bool any_tensor = false;
+        for (size_t i = 0; i < p.items.size(); ++i) {
+          json child;
+          bool child_state = false;
+          const size_t before = out_.tensors.size();
+          CKPTFS_RETURN_IF_ERROR(
+              Visit(p.items[i], Join(name, std::to_string(i)), depth + 1, &child, &child_state));
+          any_tensor |= out_.tensors.size() != before;
+          if (child_state) state->push_back(std::move(child));
+        }
+        *has_state = !state->empty() || !any_tensor;
+        return Status::Ok();
+      }
+      case PickleKind::kCall: {
+        const PickleValue* args = Args(p);
+        if (args && IsGlobal(p.items[0], "torch.Size") && args->items.size() == 1) {
+          return Visit(args->items[0], name, depth + 1, state, has_state);
+        }
+        if (args && IsGlobal(p.items[0], "torch.device") && !args->items.empty()) {
+          std::string device = At(args->items[0]).text;  // device("cuda", 0) -> "cuda:0"
+          if (args->items.size() > 1) device += ":" + std::to_string(At(args->items[1]).int_value);
+          *state = device;
+          return Status::Ok();
+        }
+        return Status::Unsupported(source_.Name() + ": \"" + name + "\": cannot represent " +
+                                   (At(p.items[0]).kind == PickleKind::kGlobal
+                                        ? At(p.items[0]).text
+                                        : std::string("a call")));
+      }
+      case PickleKind::kPersistent:
+        return Bad("\"" + name + "\": storage outside a tensor");
+    }
+    return Status::Ok();
+  }
+
+  const ByteSource& source_;
+  const PickleTree& tree_;
+  std::string prefix_;
+  std::unordered_map<std::string, const ZipEntry*> records_;
+  std::unordered_map<std::string, uint32_t> keys_;
+  TorchFile out_;
+};
+
+// --- Writing -------------------------------------------------------------------------
+
+class PickleWriter {
+ public:
+  void Op(char op) { out_.push_back(op); }
+  void Raw(std::string_view bytes) { out_ += bytes; }
+  void Le(uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+  }
+  void Int(uint64_t v) {
+    if (v < 0x100) {
+      Op('K');
+      Le(v, 1);
+    } else if (v < 0x10000) {
+      Op('M');
+      Le(v, 2);
+    } else if (v < 0x80000000) {
+      Op('J');
+      Le(v, 4);
+    } else {
+      // LONG1: little-endian two's complement, with a zero byte if the top bit is set.
+      int n = 0;
+      for (uint64_t x = v; x; x >>= 8) ++n;
+      const bool pad = (v >> (8 * n - 1)) & 1;
+      Op('\x8a');
+      Le(n + pad, 1);
+      Le(v, n);
+      if (pad) Le(0, 1);
+    }
+  }
+  void Unicode(std::string_view s) {
+    Op('X');
+    Le(s.size(), 4);
+    Raw(s);
+  }
+  void Global(std::string_view module, std::string_view name) {
+    Op('c');
+    Raw(module);
+    Op('\n');
+    Raw(name);
+    Op('\n');
+  }
+  // Memo slots: each shared value is written once, then fetched.
+  void Put(uint32_t slot) {
+    Op('r');  // LONG_BINPUT
+    Le(slot, 4);
+  }
+  void Get(uint32_t slot) {
+    Op('j');  // LONG_BINGET
+    Le(slot, 4);
+  }
+  void Tuple(std::span<const uint64_t> values) {
+    static constexpr char kSmall[] = {')', '\x85', '\x86', '\x87'};  // EMPTY_TUPLE, TUPLE1..3
+    if (values.size() > 3) Op('(');
+    for (uint64_t v : values) Int(v);
+    Op(values.size() <= 3 ? kSmall[values.size()] : 't');
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+}  // namespace
+
+bool IsRowMajor(std::span<const uint64_t> shape, std::span<const uint64_t> stride) {
+  uint64_t expected = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 0) return true;
+    // A dimension of one is never stepped along, so its stride does not matter.
+    if (shape[i] != 1 && stride[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+std::vector<uint64_t> RowMajorStrides(std::span<const uint64_t> shape) {
+  std::vector<uint64_t> stride(shape.size());
+  uint64_t step = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    stride[i] = step;
+    step *= std::max<uint64_t>(shape[i], 1);
+  }
+  return stride;
+}
+
+std::optional<std::string_view> TorchStorageClass(Dtype dtype) {
+  for (const StorageClass& c : kStorageClasses) {
+    if (c.dtype == dtype) return c.name;
+  }
+  return std::nullopt;
+}
+
+Result<TorchFile> ReadTorchFile(const ByteSource& source) {
+  CKPTFS_RETURN_IF_ERROR(CheckZipMagic(source));
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<ZipEntry> entries, ReadZipDirectory(source));
+  // torch names every record ARCHIVE/...; its reader takes ARCHIVE from the records.
+  const ZipEntry* pickle = nullptr;
+  for (const ZipEntry& e : entries) {
+    const size_t slash = e.name.find('/');
+    if (slash != std::string::npos && e.name.substr(slash + 1) == kPickleRecord) {
+      if (pickle) return Status::Corruption(source.Name() + ": two data.pkl records");
+      pickle = &e;
+    }
+  }
+  if (!pickle) return Status::Corruption(source.Name() + ": no data.pkl record in the zip");
+  const std::string prefix = pickle->name.substr(0, pickle->name.size() - kPickleRecord.size());
+  for (const ZipEntry& e : entries) {
+    if (e.name == prefix + "byteorder" && e.size != 6) {
+      return Status::Unsupported(source.Name() + ": big-endian checkpoint");
+    }
+  }
+  if (pickle->method != 0) {
+    return Status::Unsupported(source.Name() + ": data.pkl is compressed");
+  }
+  if (pickle->size > kMaxTorchPickle) {
+    return Status::Corruption(source.Name() + ": data.pkl larger than 64 MiB");
+  }
+  std::string data(pickle->size, '\0');
+  CKPTFS_RETURN_IF_ERROR(
+      source.ReadAt(pickle->data_offset, {reinterpret_cast<uint8_t*>(data.data()), data.size()}));
+  CKPTFS_ASSIGN_OR_RETURN(PickleTree tree, Unpickle(data, source.Name()));
+  return Interpreter(source, tree, entries, prefix).Run();
+}
+
+std::string BuildTorchPickle(std::span<const TorchPickleEntry> entries) {
+  enum Slot : uint32_t { kOrderedDict, kRebuild, kStorage, kCpu, kFirstClass };
+  std::unordered_map<std::string_view, uint32_t> class_slots;
+  PickleWriter w;
+  w.Op('\x80');  // PROTO 2
+  w.Le(2, 1);
+  w.Global("collections", "OrderedDict");
+  w.Put(kOrderedDict);
+  w.Op(')');  // EMPTY_TUPLE
+  w.Op('R');  // REDUCE
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const TorchPickleEntry& e = entries[i];
+    if (i % 1000 == 0) w.Op('(');  // MARK: SETITEMS in batches, as pickle does
+    w.Unicode(e.name);
+    if (i == 0) {
+      w.Global("torch._utils", "_rebuild_tensor_v2");
+      w.Put(kRebuild);
+    } else {
+      w.Get(kRebuild);
+    }
+    w.Op('(');  // args
+    w.Op('(');  // the persistent id ('storage', class, key, 'cpu', numel)
+    if (i == 0) {
+      w.Unicode("storage");
+      w.Put(kStorage);
+    } else {
+      w.Get(kStorage);
+    }
+    const std::string_view cls = *TorchStorageClass(e.dtype);
+    auto [slot, added] = class_slots.emplace(cls, kFirstClass + class_slots.size());
+    if (added) {
+      w.Global("torch", cls);
+      w.Put(slot->second);
+    } else {
+      w.Get(slot->second);
+    }
+    w.Unicode(std::to_string(e.key));
+    if (i == 0) {
+      w.Unicode("cpu");
+      w.Put(kCpu);
+    } else {
+      w.Get(kCpu);
+    }
+    w.Int(e.storage_numel);
+    w.Op('t');  // TUPLE
+    w.Op('Q');  // BINPERSID
+    w.Int(e.storage_offset);
+    w.Tuple(e.shape);
+    w.Tuple(e.stride);
+    w.Op('\x89');  // NEWFALSE: requires_grad
+    w.Get(kOrderedDict);
+    w.Op(')');
+    w.Op('R');  // backward hooks: OrderedDict()
+    w.Op('t');
+    w.Op('R');
+    if (i % 1000 == 999 || i + 1 == entries.size()) w.Op('u');  // SETITEMS
+  }
+  w.Op('.');  // STOP
+  return w.Take();
+}
+
+}  // namespace ckptfs

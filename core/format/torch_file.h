@@ -1,0 +1,87 @@
+// torch_file: checkpoints written by torch.save (PyTorch >= 1.6 zip format), read into
+// storages and tensor views without running any of their code; and the pickle of a
+// merged checkpoint that torch.load reads back.
+//
+// A torch.save file is a zip of stored records: ARCHIVE/data.pkl (the pickled object),
+// ARCHIVE/data/KEY (the raw bytes of each storage), ARCHIVE/version. The pickle is parsed
+// by the restricted unpickler (pickle.h); tensors are the calls torch's weights_only
+// loader would make (_rebuild_tensor_v2, _rebuild_parameter, Parameter, ...). Nested
+// containers name their tensors by joining keys with '.': {"model": {"fc.weight": t}}
+// gives "model.fc.weight", list items are numbered. Everything that is not a tensor is
+// kept as JSON (`state_json`) mirroring the containers, tensors left out.
+//
+// Untrusted input: every storage a tensor uses must be a stored record of exactly the
+// size its pickle claims, and every tensor's shape, strides and offset must stay inside
+// its storage (checked arithmetic). Errors name the file and the reason; the pre-1.6
+// formats (tar, raw pickle) are refused by name.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/format/dtype.h"
+#include "core/source/byte_source.h"
+#include "core/status.h"
+
+namespace ckptfs {
+
+inline constexpr uint64_t kMaxTorchPickle = 64ull << 20;
+
+struct TorchStorage {
+  std::string key;  // the record is ARCHIVE/data/KEY
+  Dtype dtype;
+  uint64_t data_offset = 0;  // in the file
+  uint64_t size = 0;         // bytes
+  uint32_t crc32 = 0;        // as the zip directory records it
+};
+
+struct TorchTensor {
+  std::string name;
+  uint32_t storage = 0;         // index into TorchFile::storages
+  uint64_t storage_offset = 0;  // elements
+  std::vector<uint64_t> shape;
+  std::vector<uint64_t> stride;  // elements, one per dimension
+};
+
+struct TorchFile {
+  std::vector<TorchStorage> storages;
+  std::vector<TorchTensor> tensors;  // in pickle order
+  std::string state_json;            // non-tensor values as a JSON value; empty if none
+};
+
+// Reads the directory and pickle of the torch.save file in `source`.
+Result<TorchFile> ReadTorchFile(const ByteSource& source);
+
+// Whether a tensor with this shape and these strides covers one dense row-major range.
+bool IsRowMajor(std::span<const uint64_t> shape, std::span<const uint64_t> stride);
+
+// Row-major strides of `shape`.
+std::vector<uint64_t> RowMajorStrides(std::span<const uint64_t> shape);
+
+// The storage class torch.load knows for `dtype` ("FloatStorage"), or nullopt where
+// PyTorch 1.13 has none (U16, U32, U64, F8 variants).
+std::optional<std::string_view> TorchStorageClass(Dtype dtype);
+
+// One entry of a merged checkpoint's pickle: a tensor viewing storage record `key`.
+struct TorchPickleEntry {
+  std::string_view name;
+  Dtype dtype;
+  uint64_t key;             // record ARCHIVE/data/<key>
+  uint64_t storage_numel;   // elements of the storage
+  uint64_t storage_offset;  // elements
+  std::span<const uint64_t> shape;
+  std::span<const uint64_t> stride;
+};
+
+// data.pkl for an OrderedDict of `entries` in order, using only what torch.save writes
+// (protocol 2) so torch.load reads it with and without weights_only. Every entry's dtype
+// must have a TorchStorageClass.
+std::string BuildTorchPickle(std::span<const TorchPickleEntry> entries);
+
+}  // namespace ckptfs
