@@ -36,7 +36,7 @@ Status ReadEverything(const ByteSource& source) {
 }
 
 // How a shard is stored, for inspect.
-std::string Storage(const StoredFile& f) {
+std::string StorageKind(const StoredFile& f) {
   const auto* zstd = dynamic_cast<const ZstdSource*>(f.source.get());
   if (!zstd) return "plain";
   const size_t frames = zstd->index().frames.size();
@@ -55,28 +55,40 @@ std::string HumanBytes(uint64_t n) {
   return buf;
 }
 
+// Bytes of the tensor's elements, also for a strided view (whose `size` is 0).
+uint64_t ViewBytes(const Tensor& t) {
+  return t.contiguous() ? t.size : TensorByteSize(t.dtype, t.shape).value_or(0);
+}
+
 nlohmann::json InspectJson(const Checkpoint& ckpt) {
   using nlohmann::json;
   json shards = json::array();
   for (const StoredFile& s : ckpt.shards) {
     shards.push_back({{"file", s.name},
                       {"stored_as", s.stored_name},
-                      {"storage", Storage(s)},
+                      {"storage", StorageKind(s)},
                       {"bytes", s.source->Size()}});
   }
   json tensors = json::array();
   for (const Tensor& t : ckpt.tensors) {
-    tensors.push_back({{"name", t.name},
-                       {"dtype", DtypeName(t.dtype)},
-                       {"shape", t.shape},
-                       {"bytes", t.size},
-                       {"shard", ckpt.shards[t.shard].name},
-                       {"offset", t.offset}});
+    json entry = {{"name", t.name},
+                  {"dtype", DtypeName(t.dtype)},
+                  {"shape", t.shape},
+                  {"bytes", ViewBytes(t)},
+                  {"shard", ckpt.shards[t.shard].name},
+                  {"offset", t.offset}};
+    if (!t.contiguous()) {
+      // A strided view: where its storage starts and how it steps through it.
+      entry["offset"] = ckpt.storages[t.storage].offset;
+      entry["storage_offset"] = t.storage_offset;
+      entry["stride"] = t.stride;
+    }
+    tensors.push_back(std::move(entry));
   }
   json metadata = json::object();
   for (const auto& [k, v] : ckpt.metadata) metadata[k] = v;
   return {{"source", ckpt.source_path},
-          {"format", "safetensors"},
+          {"format", ckpt.format == CheckpointFormat::kTorch ? "torch" : "safetensors"},
           {"index", ckpt.index.empty() ? json(nullptr) : json(ckpt.index[0].name)},
           {"shards", shards},
           {"tensor_count", ckpt.tensors.size()},
@@ -91,7 +103,7 @@ void PrintInspectTable(const Checkpoint& ckpt) {
   std::printf("shards   %zu\n", ckpt.shards.size());
   for (const StoredFile& s : ckpt.shards) {
     std::printf("  %s  %s  (%s)\n", s.stored_name.c_str(), HumanBytes(s.source->Size()).c_str(),
-                Storage(s).c_str());
+                StorageKind(s).c_str());
   }
   std::printf("tensors  %zu, %s\n\n", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str());
@@ -100,9 +112,10 @@ void PrintInspectTable(const Checkpoint& ckpt) {
   std::printf("%-*s  %-8s  %-20s  %12s  %s\n", static_cast<int>(width), "TENSOR", "DTYPE", "SHAPE",
               "BYTES", "SHARD");
   for (const Tensor& t : ckpt.tensors) {
-    std::printf("%-*s  %-8s  %-20s  %12llu  %s\n", static_cast<int>(width), t.name.c_str(),
+    std::printf("%-*s  %-8s  %-20s  %12llu  %s%s\n", static_cast<int>(width), t.name.c_str(),
                 std::string(DtypeName(t.dtype)).c_str(), ShapeToJson(t.shape).c_str(),
-                static_cast<unsigned long long>(t.size), ckpt.shards[t.shard].name.c_str());
+                static_cast<unsigned long long>(ViewBytes(t)), ckpt.shards[t.shard].name.c_str(),
+                t.contiguous() ? "" : "  (strided: only in pytorch_model.bin)");
   }
 }
 
@@ -171,6 +184,21 @@ int RunVerify(const std::string& source, const CodecOptions& codec) {
       } else if (Status s = ReadEverything(*f.source); !s.ok()) {
         report(s);
       }
+    }
+  }
+  // torch.save records carry a CRC-32 of each storage: check what the zip promised.
+  for (const Storage& s : ckpt.storages) {
+    if (!s.has_crc32 || damaged) continue;
+    Result<uint32_t> crc = ReadStorageCrc(ckpt, s);
+    if (!crc.ok()) {
+      report(crc.status());
+    } else if (crc.value() != s.crc32) {
+      char line[160];
+      std::snprintf(line, sizeof(line),
+                    ": storage at byte %llu (%llu bytes) has CRC-32 %08x, the zip says %08x",
+                    static_cast<unsigned long long>(s.offset),
+                    static_cast<unsigned long long>(s.size), crc.value(), s.crc32);
+      report(Status::Corruption(ckpt.shards[s.shard].name + line));
     }
   }
   if (damaged) return 2;

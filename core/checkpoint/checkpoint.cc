@@ -191,11 +191,13 @@ void AddShard(Checkpoint& ckpt, ShardContents& shard) {
     return;
   }
   // Several shards with state (rare): merge their objects, first shard wins.
-  auto merged = nlohmann::json::parse(ckpt.state_json);
-  auto more = nlohmann::json::parse(shard.state_json);
+  auto merged = nlohmann::ordered_json::parse(ckpt.state_json);
+  auto more = nlohmann::ordered_json::parse(shard.state_json);
   if (merged.is_object() && more.is_object()) {
-    for (auto& [key, value] : more.items()) merged.emplace(key, value);
-    ckpt.state_json = merged.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    for (auto& [key, value] : more.items()) {
+      if (!merged.contains(key)) merged[key] = value;
+    }
+    ckpt.state_json = merged.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   }
 }
 
@@ -376,37 +378,46 @@ uint64_t Checkpoint::TotalTensorBytes() const {
 }
 
 std::string MetadataJson(const Checkpoint& ckpt) {
-  nlohmann::json out;
+  nlohmann::ordered_json out;
   if (ckpt.format == CheckpointFormat::kTorch) {
-    out = ckpt.state_json.empty() ? nlohmann::json::object()
-                                  : nlohmann::json::parse(ckpt.state_json);
+    out = ckpt.state_json.empty() ? nlohmann::ordered_json::object()
+                                  : nlohmann::ordered_json::parse(ckpt.state_json);
   } else {
-    out = nlohmann::json::object();
-    nlohmann::json meta = nlohmann::json::object();
+    out = nlohmann::ordered_json::object();
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
     for (const auto& [key, value] : ckpt.metadata) meta[key] = value;
     out["__metadata__"] = std::move(meta);
   }
-  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+Result<uint32_t> ReadStorageCrc(const Checkpoint& ckpt, const Storage& storage) {
+  std::vector<uint8_t> buf(std::min<uint64_t>(storage.size, 4 << 20));
+  uLong crc = crc32(0, nullptr, 0);
+  for (uint64_t done = 0; done < storage.size;) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), storage.size - done);
+    CKPTFS_RETURN_IF_ERROR(
+        ckpt.shards[storage.shard].source->ReadAt(storage.offset + done, {buf.data(), n}));
+    crc = crc32(crc, buf.data(), static_cast<uInt>(n));
+    done += n;
+  }
+  return static_cast<uint32_t>(crc);
 }
 
 Status ComputeStorageCrcs(Checkpoint& ckpt) {
   std::atomic<size_t> next{0};
   std::vector<Status> errors(ckpt.storages.size(), Status::Ok());
   auto work = [&] {
-    std::vector<uint8_t> buf(4 << 20);
     for (size_t i = next++; i < ckpt.storages.size(); i = next++) {
       Storage& s = ckpt.storages[i];
       if (s.has_crc32) continue;
-      uLong crc = crc32(0, nullptr, 0);
-      for (uint64_t done = 0; done < s.size;) {
-        const uint64_t n = std::min<uint64_t>(buf.size(), s.size - done);
-        errors[i] = ckpt.shards[s.shard].source->ReadAt(s.offset + done, {buf.data(), n});
-        if (!errors[i].ok()) break;
-        crc = crc32(crc, buf.data(), static_cast<uInt>(n));
-        done += n;
+      Result<uint32_t> crc = ReadStorageCrc(ckpt, s);
+      if (!crc.ok()) {
+        errors[i] = crc.status();
+        continue;
       }
-      s.crc32 = static_cast<uint32_t>(crc);
-      s.has_crc32 = errors[i].ok();
+      s.crc32 = crc.value();
+      s.has_crc32 = true;
     }
   };
   std::vector<std::thread> threads;

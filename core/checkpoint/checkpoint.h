@@ -85,6 +85,9 @@ std::string MetadataJson(const Checkpoint& ckpt);
 // in parallel; zip testers check them in the merged pytorch_model.bin.
 Status ComputeStorageCrcs(Checkpoint& ckpt);
 
+// Reads `storage` through its shard and returns its CRC-32.
+Result<uint32_t> ReadStorageCrc(const Checkpoint& ckpt, const Storage& storage);
+
 // Contiguous tensor indices ordered by element size (largest first), then name. With an 8-aligned
 // data start, laying tensors end to end in this order keeps every tensor aligned to its
 // element size with no padding: the order of every safetensors file ckptfs writes.

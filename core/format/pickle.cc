@@ -458,8 +458,8 @@ class Unpickler {
   // the items have to land in a container.
   Status PushCall(std::string_view op, uint32_t callable, uint32_t args) {
     if (values_[callable].kind != PickleKind::kGlobal) {
-      return Refuse(std::string(op) + " calls a " + std::string(KindName(values_[callable].kind)) +
-                    ", not a global");
+      return Refuse(std::string(op) + " of " + std::string(KindName(values_[callable].kind)) +
+                    " (only globals are called)");
     }
     if (values_[args].kind != PickleKind::kTuple) return Error(std::string(op) + " needs a tuple");
     if (values_[callable].text == "collections.OrderedDict" && values_[args].items.empty()) {
@@ -491,10 +491,10 @@ class Unpickler {
     }
   }
 
-  // Puts `items` into `container` (list: appended; dict: key/value pairs; set: keys).
+  // Puts `items` into `container` (list, tuple: appended; dict: key/value pairs; set: keys).
   Status Fill(uint32_t container, std::span<const uint32_t> items) {
     const PickleKind kind = values_[container].kind;
-    if (kind == PickleKind::kList) {
+    if (kind == PickleKind::kList || kind == PickleKind::kTuple) {
       values_[container].items.insert(values_[container].items.end(), items.begin(), items.end());
     } else if (kind == PickleKind::kDict) {
       if (items.size() % 2 != 0) return Error("dict items are not key/value pairs");
@@ -509,7 +509,7 @@ class Unpickler {
   Status AddTo(PickleKind want, std::string_view op, std::span<const uint32_t> items) {
     CKPTFS_ASSIGN_OR_RETURN(const uint32_t target, Top());
     if (values_[target].kind != want) {
-      return Error(std::string(op) + " onto a " + std::string(KindName(values_[target].kind)));
+      return Error(std::string(op) + " onto " + std::string(KindName(values_[target].kind)));
     }
     return Fill(target, items);
   }
@@ -725,7 +725,7 @@ Status Unpickler::Step(uint8_t op) {
       CKPTFS_ASSIGN_OR_RETURN(const uint32_t target, Top());
       const PickleKind kind = values_[target].kind;
       if (kind != PickleKind::kCall && kind != PickleKind::kDict) {
-        return Refuse("BUILD on a " + std::string(KindName(kind)));
+        return Refuse("BUILD on " + std::string(KindName(kind)));
       }
       values_[target].state = state;
       return Status::Ok();

@@ -12,7 +12,7 @@
 namespace ckptfs {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr int kMaxNesting = 64;
 constexpr std::string_view kPickleRecord = "data.pkl";

@@ -259,6 +259,15 @@ Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const Pac
     return Status::InvalidArgument("--level must be between " + std::to_string(ZSTD_minCLevel()) +
                                    " and " + std::to_string(ZSTD_maxCLevel()));
   }
+  if (options.shard_size) {
+    // Resharding writes safetensors, which have no strides: refuse rather than drop.
+    for (const Tensor& t : ckpt.tensors) {
+      if (!t.contiguous()) {
+        return Status::Unsupported("--shard-size writes safetensors shards, which cannot hold "
+                                   "strided tensor \"" + t.name + "\"; pack without it");
+      }
+    }
+  }
   CKPTFS_RETURN_IF_ERROR(PrepareDest(dest));
 
   std::vector<OutputFile> files;
