@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make pkg-config clang-format
-          libfuse3-dev fuse3 nlohmann-json3-dev libzstd-dev zstd libxxhash-dev libcli11-dev
-          libgtest-dev googletest python3-numpy python3-zstandard)
+          libfuse3-dev fuse3 nlohmann-json3-dev libzstd-dev zstd libxxhash-dev libcli11-dev zlib1g-dev
+          libgtest-dev googletest python3-numpy python3-zstandard python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
