@@ -2,17 +2,15 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <thread>
 #include <unordered_map>
-
-#include <zlib.h>
-
-#include <nlohmann/json.hpp>
 
 #include "core/codec/zstd_source.h"
 #include "core/format/hf_index.h"
@@ -131,8 +129,15 @@ ShardContents FromSafetensors(SafetensorsHeader& header, uint32_t shard_no) {
   for (TensorEntry& t : header.tensors) {
     const uint64_t offset = header.data_start + t.begin, size = t.end - t.begin;
     out.storages.push_back(Storage{shard_no, offset, size, t.dtype});
-    Tensor tensor{std::move(t.name), t.dtype, std::move(t.shape), shard_no, offset, size,
-                  static_cast<uint32_t>(out.storages.size() - 1), 0, {}};
+    Tensor tensor{std::move(t.name),
+                  t.dtype,
+                  std::move(t.shape),
+                  shard_no,
+                  offset,
+                  size,
+                  static_cast<uint32_t>(out.storages.size() - 1),
+                  0,
+                  {}};
     out.tensors.push_back(std::move(tensor));
   }
   out.metadata = std::move(header.metadata);
@@ -147,12 +152,13 @@ ShardContents FromTorch(TorchFile& file, uint32_t shard_no) {
   for (TorchTensor& t : file.tensors) {
     const Storage& s = out.storages[t.storage];
     const uint64_t element = DtypeSize(s.dtype);
-    Tensor tensor{std::move(t.name), s.dtype, std::move(t.shape), shard_no, 0, 0,
-                  t.storage, t.storage_offset, {}};
+    Tensor tensor{std::move(t.name), s.dtype, std::move(t.shape), shard_no, 0, 0, t.storage,
+                  t.storage_offset,  {}};
     if (IsRowMajor(tensor.shape, t.stride)) {
       // The interpreter checked that the view lies inside the storage.
-      tensor.offset = s.offset + t.storage_offset * element;
-      tensor.size = *TensorByteSize(s.dtype, tensor.shape);
+      tensor.size = TensorByteSize(s.dtype, tensor.shape).value_or(0);  // 0: empty
+      // An empty view may name any offset; keep it at its storage.
+      tensor.offset = s.offset + (tensor.size ? t.storage_offset * element : 0);
     } else {
       tensor.stride = std::move(t.stride);
     }
@@ -458,8 +464,9 @@ Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& 
     auto [dir, name] = SplitPath(source_path);
     if (WeightName(name).empty() && TorchWeightName(name).empty()) {
       return Status::InvalidArgument(
-          source_path + ": not a .safetensors, .bin, .pt or .pth file (or .zst of one), or a "
-                        "directory");
+          source_path +
+          ": not a .safetensors, .bin, .pt or .pth file (or .zst of one), or a "
+          "directory");
     }
     return OpenCheckpointIn(LocalDir(dir, {name}), codec);
   }

@@ -49,9 +49,9 @@ struct Tensor {
   std::string name;
   Dtype dtype;
   std::vector<uint64_t> shape;
-  uint32_t shard;   // index into Checkpoint::shards
-  uint64_t offset;  // absolute byte offset within the shard file (contiguous tensors)
-  uint64_t size;    // bytes (contiguous tensors; 0 otherwise)
+  uint32_t shard;                // index into Checkpoint::shards
+  uint64_t offset;               // absolute byte offset within the shard file (contiguous tensors)
+  uint64_t size;                 // bytes (contiguous tensors; 0 otherwise)
   uint32_t storage = 0;          // index into Checkpoint::storages
   uint64_t storage_offset = 0;   // elements from the start of the storage
   std::vector<uint64_t> stride;  // empty: row-major, so [offset, offset + size) holds it

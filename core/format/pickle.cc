@@ -4,114 +4,50 @@
 #include <array>
 #include <bit>
 #include <charconv>
+#include <map>
+#include <set>
 #include <span>
+#include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace ckptfs {
 namespace {
 
 // torch 1.13's weights_only loader (_get_allowed_globals), plus what newer torch writes and
 // accepts. Kept sorted for binary search; matched on "module.name", as torch does.
+// clang-format off
 constexpr std::array<std::string_view, 97> kAllowedGlobals = {
-    "collections.OrderedDict",
-    "torch.BFloat16Storage",
-    "torch.BFloat16Tensor",
-    "torch.BoolStorage",
-    "torch.BoolTensor",
-    "torch.ByteStorage",
-    "torch.ByteTensor",
-    "torch.CharStorage",
-    "torch.CharTensor",
-    "torch.ComplexDoubleStorage",
-    "torch.ComplexFloatStorage",
-    "torch.DoubleStorage",
-    "torch.DoubleTensor",
-    "torch.FloatStorage",
-    "torch.FloatTensor",
-    "torch.HalfStorage",
-    "torch.HalfTensor",
-    "torch.IntStorage",
-    "torch.IntTensor",
-    "torch.LongStorage",
-    "torch.LongTensor",
-    "torch.QInt32Storage",
-    "torch.QInt8Storage",
-    "torch.QUInt2x4Storage",
-    "torch.QUInt4x2Storage",
-    "torch.QUInt8Storage",
-    "torch.ShortStorage",
-    "torch.ShortTensor",
-    "torch.Size",
-    "torch.Tensor",
-    "torch.UntypedStorage",
-    "torch._tensor._rebuild_from_type_v2",
-    "torch._utils._rebuild_meta_tensor_no_storage",
-    "torch._utils._rebuild_parameter",
-    "torch._utils._rebuild_parameter_with_state",
-    "torch._utils._rebuild_sparse_csr_tensor",
-    "torch._utils._rebuild_sparse_tensor",
-    "torch._utils._rebuild_tensor",
-    "torch._utils._rebuild_tensor_v2",
-    "torch.bfloat16",
-    "torch.bool",
-    "torch.complex128",
-    "torch.complex32",
-    "torch.complex64",
-    "torch.cuda.BFloat16Storage",
-    "torch.cuda.BFloat16Tensor",
-    "torch.cuda.BoolStorage",
-    "torch.cuda.BoolTensor",
-    "torch.cuda.ByteStorage",
-    "torch.cuda.ByteTensor",
-    "torch.cuda.CharStorage",
-    "torch.cuda.CharTensor",
-    "torch.cuda.ComplexDoubleStorage",
-    "torch.cuda.ComplexFloatStorage",
-    "torch.cuda.DoubleStorage",
-    "torch.cuda.DoubleTensor",
-    "torch.cuda.FloatStorage",
-    "torch.cuda.FloatTensor",
-    "torch.cuda.HalfStorage",
-    "torch.cuda.HalfTensor",
-    "torch.cuda.IntStorage",
-    "torch.cuda.IntTensor",
-    "torch.cuda.LongStorage",
-    "torch.cuda.LongTensor",
-    "torch.cuda.ShortStorage",
-    "torch.cuda.ShortTensor",
-    "torch.cuda.sparse.BFloat16Tensor",
-    "torch.cuda.sparse.ByteTensor",
-    "torch.cuda.sparse.CharTensor",
-    "torch.cuda.sparse.DoubleTensor",
-    "torch.cuda.sparse.FloatTensor",
-    "torch.cuda.sparse.HalfTensor",
-    "torch.cuda.sparse.IntTensor",
-    "torch.cuda.sparse.LongTensor",
-    "torch.cuda.sparse.ShortTensor",
-    "torch.device",
-    "torch.float16",
-    "torch.float32",
-    "torch.float64",
-    "torch.int16",
-    "torch.int32",
-    "torch.int64",
-    "torch.int8",
-    "torch.nn.parameter.Parameter",
-    "torch.serialization._get_layout",
-    "torch.sparse.BFloat16Tensor",
-    "torch.sparse.ByteTensor",
-    "torch.sparse.CharTensor",
-    "torch.sparse.DoubleTensor",
-    "torch.sparse.FloatTensor",
-    "torch.sparse.HalfTensor",
-    "torch.sparse.IntTensor",
-    "torch.sparse.LongTensor",
-    "torch.sparse.ShortTensor",
-    "torch.storage.TypedStorage",
-    "torch.storage.UntypedStorage",
-    "torch.uint8",
-};
+  "collections.OrderedDict", "torch.BFloat16Storage", "torch.BFloat16Tensor", "torch.BoolStorage",
+  "torch.BoolTensor", "torch.ByteStorage", "torch.ByteTensor", "torch.CharStorage",
+  "torch.CharTensor", "torch.ComplexDoubleStorage", "torch.ComplexFloatStorage",
+  "torch.DoubleStorage", "torch.DoubleTensor", "torch.FloatStorage", "torch.FloatTensor",
+  "torch.HalfStorage", "torch.HalfTensor", "torch.IntStorage", "torch.IntTensor",
+  "torch.LongStorage", "torch.LongTensor", "torch.QInt32Storage", "torch.QInt8Storage",
+  "torch.QUInt2x4Storage", "torch.QUInt4x2Storage", "torch.QUInt8Storage", "torch.ShortStorage",
+  "torch.ShortTensor", "torch.Size", "torch.Tensor", "torch.UntypedStorage",
+  "torch._tensor._rebuild_from_type_v2", "torch._utils._rebuild_meta_tensor_no_storage",
+  "torch._utils._rebuild_parameter", "torch._utils._rebuild_parameter_with_state",
+  "torch._utils._rebuild_sparse_csr_tensor", "torch._utils._rebuild_sparse_tensor",
+  "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2", "torch.bfloat16", "torch.bool",
+  "torch.complex128", "torch.complex32", "torch.complex64", "torch.cuda.BFloat16Storage",
+  "torch.cuda.BFloat16Tensor", "torch.cuda.BoolStorage", "torch.cuda.BoolTensor",
+  "torch.cuda.ByteStorage", "torch.cuda.ByteTensor", "torch.cuda.CharStorage",
+  "torch.cuda.CharTensor", "torch.cuda.ComplexDoubleStorage", "torch.cuda.ComplexFloatStorage",
+  "torch.cuda.DoubleStorage", "torch.cuda.DoubleTensor", "torch.cuda.FloatStorage",
+  "torch.cuda.FloatTensor", "torch.cuda.HalfStorage", "torch.cuda.HalfTensor",
+  "torch.cuda.IntStorage", "torch.cuda.IntTensor", "torch.cuda.LongStorage",
+  "torch.cuda.LongTensor", "torch.cuda.ShortStorage", "torch.cuda.ShortTensor",
+  "torch.cuda.sparse.BFloat16Tensor", "torch.cuda.sparse.ByteTensor",
+  "torch.cuda.sparse.CharTensor", "torch.cuda.sparse.DoubleTensor", "torch.cuda.sparse.FloatTensor",
+  "torch.cuda.sparse.HalfTensor", "torch.cuda.sparse.IntTensor", "torch.cuda.sparse.LongTensor",
+  "torch.cuda.sparse.ShortTensor", "torch.device", "torch.float16", "torch.float32",
+  "torch.float64", "torch.int16", "torch.int32", "torch.int64", "torch.int8",
+  "torch.nn.parameter.Parameter", "torch.serialization._get_layout", "torch.sparse.BFloat16Tensor",
+  "torch.sparse.ByteTensor", "torch.sparse.CharTensor", "torch.sparse.DoubleTensor",
+  "torch.sparse.FloatTensor", "torch.sparse.HalfTensor", "torch.sparse.IntTensor",
+  "torch.sparse.LongTensor", "torch.sparse.ShortTensor", "torch.storage.TypedStorage",
+  "torch.storage.UntypedStorage", "torch.uint8"};
+// clang-format on
 static_assert(std::is_sorted(kAllowedGlobals.begin(), kAllowedGlobals.end()));
 constexpr size_t kLongestGlobal = [] {
   size_t n = 0;
@@ -139,28 +75,20 @@ enum Op : uint8_t {
 
 // Names for the opcodes that exist but are refused, so the error says what the file wanted.
 std::string_view RefusedName(uint8_t op) {
-  switch (op) {
-    case kInst:
-      return "INST";
-    case kObj:
-      return "OBJ";
-    case kPersId:
-      return "PERSID";
-    case kNewObjEx:
-      return "NEWOBJ_EX";
-    case kExt1:
-      return "EXT1";
-    case kExt2:
-      return "EXT2";
-    case kExt4:
-      return "EXT4";
-    case kNextBuffer:
-      return "NEXT_BUFFER";
-    case kReadonlyBuffer:
-      return "READONLY_BUFFER";
-    default:
-      return "unknown";
+  static constexpr std::pair<uint8_t, std::string_view> kNames[] = {
+      {kInst, "INST"},
+      {kObj, "OBJ"},
+      {kPersId, "PERSID"},
+      {kNewObjEx, "NEWOBJ_EX"},
+      {kExt1, "EXT1"},
+      {kExt2, "EXT2"},
+      {kExt4, "EXT4"},
+      {kNextBuffer, "NEXT_BUFFER"},
+      {kReadonlyBuffer, "READONLY_BUFFER"}};
+  for (auto [code, name] : kNames) {
+    if (code == op) return name;
   }
+  return "unknown";
 }
 
 std::string_view KindName(PickleKind kind) {
@@ -234,26 +162,22 @@ bool ByValue(const PickleValue& v) {
   }
 }
 
-struct KeyOps {
+// Orders the keys ByValue compares: kind, then number, then text. An ordered set rather
+// than a hash, so crafted keys cannot make lookups quadratic.
+struct KeyLess {
   const std::vector<PickleValue>* values;
-  size_t operator()(uint32_t i) const {
-    const PickleValue& v = (*values)[i];
-    const double f = v.float_value == 0 ? 0.0 : v.float_value;  // -0.0 == 0.0
-    return std::hash<std::string_view>()(v.text) ^ std::hash<int64_t>()(v.int_value) ^
-           std::hash<uint64_t>()(std::bit_cast<uint64_t>(f)) ^ static_cast<size_t>(v.kind);
-  }
   bool operator()(uint32_t a, uint32_t b) const {
     const PickleValue& x = (*values)[a];
     const PickleValue& y = (*values)[b];
-    return x.kind == y.kind && x.int_value == y.int_value && x.float_value == y.float_value &&
-           x.text == y.text;
+    return std::tie(x.kind, x.int_value, x.float_value, x.text) <
+           std::tie(y.kind, y.int_value, y.float_value, y.text);
   }
 };
 
 class Unpickler {
  public:
   Unpickler(std::string_view data, const std::string& file)
-      : data_(data), file_(file), keys_(16, KeyOps{&values_}, KeyOps{&values_}) {}
+      : data_(data), file_(file), keys_(KeyLess{&values_}) {}
 
   Result<PickleTree> Run() {
     if (data_.size() >= UINT32_MAX / 2) return Refuse("record too large to index");
@@ -370,8 +294,9 @@ class Unpickler {
   Status PushLong(std::string_view b) {
     const bool negative = !b.empty() && (static_cast<uint8_t>(b.back()) & 0x80);
     uint64_t u = negative ? ~uint64_t{0} : 0;
-    for (size_t i = std::min<size_t>(b.size(), 8); i-- > 0;)
+    for (size_t i = std::min<size_t>(b.size(), 8); i-- > 0;) {
       u = (u << 8) | static_cast<uint8_t>(b[i]);
+    }
     // Bytes past the eighth may only repeat the sign, and bit 63 must agree with it.
     const char fill = negative ? '\xff' : '\0';
     const bool extra_ok = b.size() <= 8 || (b.find_first_not_of(fill, 8) == b.npos &&
@@ -410,8 +335,9 @@ class Unpickler {
         auto [end, ec] = std::from_chars(
             s.data() + first, s.data() + std::min(first + std::min<size_t>(digits, 3), s.size()), v,
             hex ? 16 : 8);
-        if (ec != std::errc() || (hex && end != s.data() + first + 2))
+        if (ec != std::errc() || (hex && end != s.data() + first + 2)) {
           return Error("bad \\x escape");
+        }
         out += static_cast<char>(v & 0xff);
         i = static_cast<size_t>(end - s.data()) - 1;
       } else {
@@ -468,7 +394,7 @@ class Unpickler {
     return PushItems(PickleKind::kCall, {callable, args});
   }
 
-  // The first value equal to `v` as a key; each value is hashed once however often it is
+  // The first value equal to `v` as a key; each value is looked up once however often it is
   // used as a key, so a big string fetched again and again from the memo costs nothing.
   uint32_t KeyOf(uint32_t v) {
     if (canonical_.size() <= v) canonical_.resize(values_.size(), kNoValue);
@@ -477,7 +403,7 @@ class Unpickler {
   }
 
   // Adds `key` (and in a dict its value) as python does: an equal key already present
-  // keeps its position and takes the new value. Hashed, so a huge dict stays linear.
+  // keeps its position and takes the new value.
   void Insert(uint32_t container, uint32_t key, uint32_t value) {
     const uint64_t slot = (uint64_t{container} << 32) | KeyOf(key);
     std::vector<uint32_t>& items = values_[container].items;
@@ -519,15 +445,26 @@ class Unpickler {
     return Fill(stack_.back(), items);
   }
 
+  // Picklers number memo entries 0, 1, 2, ...: those go in a vector. Any other index goes
+  // in an ordered map, which crafted indices cannot slow down. At most one entry per byte.
   Status Memo(uint64_t index) {
     CKPTFS_ASSIGN_OR_RETURN(const uint32_t top, Top());
-    memo_[index] = top;  // one entry per PUT, each at least two bytes of input
+    if (index < memo_.size()) {
+      memo_[index] = top;
+    } else if (index == memo_.size() && !sparse_memo_.contains(index)) {
+      memo_.push_back(top);
+    } else {
+      sparse_memo_[index] = top;
+    }
     return Status::Ok();
   }
   Status Get(uint64_t index) {
-    auto it = memo_.find(index);
-    if (it == memo_.end()) return Error("memo entry " + std::to_string(index) + " was never set");
-    stack_.push_back(it->second);  // a reference, never a copy: python objects are shared
+    auto it = sparse_memo_.find(index);
+    if (index >= memo_.size() && it == sparse_memo_.end()) {
+      return Error("memo entry " + std::to_string(index) + " was never set");
+    }
+    // A reference, never a copy: python objects are shared.
+    stack_.push_back(index < memo_.size() ? memo_[index] : it->second);
     return Status::Ok();
   }
 
@@ -538,9 +475,10 @@ class Unpickler {
   std::vector<PickleValue> values_;
   std::vector<uint32_t> stack_;
   std::vector<size_t> marks_;  // stack heights at each open MARK
-  std::unordered_map<uint64_t, uint32_t> memo_;
+  std::vector<uint32_t> memo_;
+  std::map<uint64_t, uint32_t> sparse_memo_;
   std::vector<uint32_t> canonical_;  // KeyOf cache, by value index
-  std::unordered_set<uint32_t, KeyOps, KeyOps> keys_;
+  std::set<uint32_t, KeyLess> keys_;
   std::unordered_map<uint64_t, uint32_t> slots_;  // (container, KeyOf(key)) -> items index
 };
 
@@ -748,7 +686,7 @@ Status Unpickler::Step(uint8_t op) {
       return Memo(index);
     }
     case kMemoize:
-      return Memo(memo_.size());
+      return Memo(memo_.size() + sparse_memo_.size());
     case kBinGet:
     case kLongBinGet: {
       CKPTFS_ASSIGN_OR_RETURN(const uint64_t index, Le(op == kBinGet ? 1 : 4));

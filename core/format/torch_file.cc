@@ -22,9 +22,9 @@ struct StorageClass {
   Dtype dtype;
 };
 constexpr StorageClass kStorageClasses[] = {
-    {"DoubleStorage", Dtype::kF64}, {"FloatStorage", Dtype::kF32}, {"HalfStorage", Dtype::kF16},
-    {"BFloat16Storage", Dtype::kBF16}, {"LongStorage", Dtype::kI64}, {"IntStorage", Dtype::kI32},
-    {"ShortStorage", Dtype::kI16}, {"CharStorage", Dtype::kI8}, {"ByteStorage", Dtype::kU8},
+    {"DoubleStorage", Dtype::kF64},    {"FloatStorage", Dtype::kF32}, {"HalfStorage", Dtype::kF16},
+    {"BFloat16Storage", Dtype::kBF16}, {"LongStorage", Dtype::kI64},  {"IntStorage", Dtype::kI32},
+    {"ShortStorage", Dtype::kI16},     {"CharStorage", Dtype::kI8},   {"ByteStorage", Dtype::kU8},
     {"BoolStorage", Dtype::kBool},
 };
 
@@ -44,9 +44,9 @@ Status CheckZipMagic(const ByteSource& source) {
                                ": legacy tar checkpoint (torch.save before PyTorch 1.6)" + resave);
   }
   if (n >= 2 && head[0] == 0x80 && head[1] <= 5) {
-    return Status::Unsupported(
-        source.Name() +
-        ": legacy pickle checkpoint (_use_new_zipfile_serialization=False)" + resave);
+    return Status::Unsupported(source.Name() +
+                               ": legacy pickle checkpoint (_use_new_zipfile_serialization=False)" +
+                               resave);
   }
   return Status::Corruption(source.Name() + ": neither a torch.save zip nor a safetensors file");
 }
@@ -111,9 +111,8 @@ class Interpreter {
   // Registers the storage a persistent id names, checking it against its record.
   Result<uint32_t> Storage(uint32_t v, const std::string& tensor) {
     const PickleValue& pid = At(v);
-    const PickleValue* t = pid.kind == PickleKind::kPersistent && pid.items.size() == 1
-                               ? &At(pid.items[0])
-                               : nullptr;
+    const PickleValue* t =
+        pid.kind == PickleKind::kPersistent && pid.items.size() == 1 ? &At(pid.items[0]) : nullptr;
     if (!t || t->kind != PickleKind::kTuple || t->items.size() != 5 ||
         At(t->items[0]).text != "storage" || At(t->items[1]).kind != PickleKind::kGlobal ||
         At(t->items[2]).kind != PickleKind::kString) {
@@ -150,8 +149,8 @@ class Interpreter {
     }
     const uint64_t element = DtypeSize(known->dtype);
     if (numel > UINT64_MAX / element || numel * element != e.size) {
-      return Bad("record " + e.name + " holds " + std::to_string(e.size) + " bytes but its " +
-                 cls + " claims " + std::to_string(numel) + " elements");
+      return Bad("record " + e.name + " holds " + std::to_string(e.size) + " bytes but its " + cls +
+                 " claims " + std::to_string(numel) + " elements");
     }
     out_.storages.push_back(TorchStorage{key, known->dtype, e.data_offset, e.size, e.crc32});
     keys_.emplace(key, out_.storages.size() - 1);
@@ -402,9 +401,10 @@ class PickleWriter {
 }  // namespace
 
 bool IsRowMajor(std::span<const uint64_t> shape, std::span<const uint64_t> stride) {
+  // An empty tensor has no bytes to lay out.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return true;
   uint64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] == 0) return true;
     // A dimension of one is never stepped along, so its stride does not matter.
     if (shape[i] != 1 && stride[i] != expected) return false;
     expected *= shape[i];

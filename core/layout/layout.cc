@@ -1,10 +1,10 @@
 #include "core/layout/layout.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <numeric>
 #include <unordered_map>
-
-#include <zlib.h>
 
 #include "core/format/npy.h"
 #include "core/format/safetensors.h"
@@ -115,9 +115,9 @@ constexpr std::string_view kTorchArchive = "pytorch_model/";
 constexpr std::string_view kTorchVersion = "3\n";  // the format version torch 1.13 writes
 
 uint32_t Crc32(std::string_view bytes) {
-  return static_cast<uint32_t>(
-      crc32(crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()),
-            static_cast<uInt>(bytes.size())));
+  return static_cast<uint32_t>(crc32(crc32(0, nullptr, 0),
+                                     reinterpret_cast<const Bytef*>(bytes.data()),
+                                     static_cast<uInt>(bytes.size())));
 }
 
 std::string JoinShape(std::span<const uint64_t> dims) {

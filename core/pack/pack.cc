@@ -263,8 +263,10 @@ Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const Pac
     // Resharding writes safetensors, which have no strides: refuse rather than drop.
     for (const Tensor& t : ckpt.tensors) {
       if (!t.contiguous()) {
-        return Status::Unsupported("--shard-size writes safetensors shards, which cannot hold "
-                                   "strided tensor \"" + t.name + "\"; pack without it");
+        return Status::Unsupported(
+            "--shard-size writes safetensors shards, which cannot hold "
+            "strided tensor \"" +
+            t.name + "\"; pack without it");
       }
     }
   }
