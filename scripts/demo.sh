@@ -36,7 +36,34 @@ f = open('$mnt/model.safetensors', 'rb')
 n = struct.unpack('<Q', f.read(8))[0]
 h = json.loads(f.read(n))
 print('model.safetensors:', len([k for k in h if k != '__metadata__']), 'tensors in one file')"
+run /usr/bin/python3 -c "
+import torch
+sd = torch.load('$mnt/pytorch_model.bin', weights_only=True)
+print('pytorch_model.bin:', type(sd).__name__, 'of', len(sd), 'tensors; lm_head', sd['lm_head.weight'].dtype, tuple(sd['lm_head.weight'].shape))"
 run cat "$mnt/.ckptfs/stats.json"
+run "$ckptfs" umount "$mnt"
+
+# A training checkpoint written by torch.save is a source too: nested dicts become
+# directories, the rest lands in metadata.json.
+/usr/bin/python3 -c "
+import torch
+torch.manual_seed(0)
+m = torch.nn.Sequential()
+m.add_module('fc', torch.nn.Linear(64, 32))
+m.add_module('out', torch.nn.Linear(32, 8))
+opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+m(torch.randn(4, 64)).sum().backward()
+opt.step()
+torch.save({'epoch': 10, 'loss': 0.25, 'model_state_dict': m.state_dict(),
+            'optimizer_state_dict': opt.state_dict()}, '$work/train_state.pt')"
+run "$ckptfs" mount "$work/train_state.pt" "$mnt"
+run ls "$mnt" "$mnt/tensors/model_state_dict/fc" "$mnt/tensors/optimizer_state_dict/state/0"
+run head -4 "$mnt/.ckptfs/metadata.json"
+run /usr/bin/python3 -c "
+import numpy as np, torch
+src = torch.load('$work/train_state.pt')
+w = np.load('$mnt/tensors/model_state_dict/fc/weight.npy')
+print('fc.weight', w.shape, 'equal to torch.load of the source:', np.array_equal(w, src['model_state_dict']['fc.weight'].numpy()))"
 run "$ckptfs" umount "$mnt"
 
 # The same checkpoint stored as seekable zstd: mounts the same, decodes on read.
