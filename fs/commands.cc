@@ -71,12 +71,9 @@ nlohmann::json InspectJson(const Checkpoint& ckpt) {
   }
   json tensors = json::array();
   for (const Tensor& t : ckpt.tensors) {
-    json entry = {{"name", t.name},
-                  {"dtype", DtypeName(t.dtype)},
-                  {"shape", t.shape},
-                  {"bytes", ViewBytes(t)},
-                  {"shard", ckpt.shards[t.shard].name},
-                  {"offset", t.offset}};
+    json entry = {
+        {"name", t.name},        {"dtype", DtypeName(t.dtype)},        {"shape", t.shape},
+        {"bytes", ViewBytes(t)}, {"shard", ckpt.shards[t.shard].name}, {"offset", t.offset}};
     if (!t.contiguous()) {
       // A strided view: where its storage starts and how it steps through it.
       entry["offset"] = ckpt.storages[t.storage].offset;

@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
   CLI::App* mount = app.add_subcommand(
       "mount", "Mount SOURCE read-only at MOUNTPOINT; returns once the mount answers");
   mount
-      ->add_option("SOURCE", source, "checkpoint directory (index + shards) or one .safetensors/.bin/.pt file")
+      ->add_option("SOURCE", source,
+                   "checkpoint directory (index + shards) or one .safetensors/.bin/.pt file")
       ->required();
   mount->add_option("MOUNTPOINT", mountpoint, "an existing directory")->required();
   mount->add_flag("-f,--foreground", mount_options.foreground,
