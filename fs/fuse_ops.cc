@@ -350,6 +350,21 @@ void RedirectStdioToDevNull() {
 
 // Mounts and runs the session loop in this process. Failures before the loop starts are
 // reported on `ready_fd` (the waiting parent) or stderr in the foreground.
+// What the views leave out or shadow; the first lines only, since a checkpoint of many
+// strided tensors would otherwise flood the log.
+void LogLayoutNotes(const Volume& volume) {
+  constexpr size_t kMaxLines = 20;
+  for (const std::string& name : volume.layout().hidden()) {
+    LogInfo("%s: hidden at the mount root: the name belongs to a ckptfs view", name.c_str());
+  }
+  const std::vector<std::string>& notes = volume.layout().notes();
+  for (size_t i = 0; i < notes.size() && i < kMaxLines; ++i) LogInfo("%s", notes[i].c_str());
+  if (notes.size() > kMaxLines) {
+    LogInfo("... and %zu more tensors left out of some view (see ckptfs inspect)",
+            notes.size() - kMaxLines);
+  }
+}
+
 int Serve(FsContext& ctx, const std::string& source, const MountOptions& options, int ready_fd) {
   auto fail = [&](const std::string& msg) {
     if (ready_fd >= 0) {
@@ -388,6 +403,7 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
       return fail(options.log_file + ": cannot open log file: " + std::strerror(errno));
     }
     RedirectStdioToDevNull();
+    LogLayoutNotes(*ctx.volume);  // again, where the daemon's log lives
   }
   // Decode workers start here, in the process that serves: threads do not survive fork.
   ctx.volume->codec().StartWorkers();
@@ -443,10 +459,7 @@ int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
   ::clock_gettime(CLOCK_REALTIME, &ctx.mount_time);
   const std::string source = volume->checkpoint().source_path;
   ctx.volume = std::move(volume);
-  for (const std::string& name : ctx.volume->layout().hidden()) {
-    LogInfo("%s: hidden at the mount root: the name belongs to a ckptfs view", name.c_str());
-  }
-  for (const std::string& note : ctx.volume->layout().notes()) LogInfo("%s", note.c_str());
+  LogLayoutNotes(*ctx.volume);
   if (options.foreground) return Serve(ctx, source, options, -1);
 
   int fds[2];

@@ -81,9 +81,10 @@ TEST(Checkpoint, RefusesInconsistentIndexes) {
 }
 
 TEST(Checkpoint, RefusesAmbiguousOrEmptyDirectories) {
-  ExpectRefused({{"config.json", "{}"}}, "mem: ", "no *.safetensors");
+  ExpectRefused({{"config.json", "{}"}}, "mem: ", "no checkpoint found");
   ExpectRefused({{"1.safetensors", kA}, {"2.safetensors", kB}},
-                "mem: ", "no *.safetensors.index.json");
+                "mem: ", "2 weight files (1.safetensors, 2.safetensors, ...) but no index json");
+  ExpectRefused({{"a.bin", "x"}, {"b.pt", "y"}}, "mem: ", "2 weight files (a.bin, b.pt");
   ExpectRefused({{"x.safetensors.index.json", "{}"}, {"y.safetensors.index.json", "{}"}},
                 "mem: ", "several index files");
 }

@@ -77,7 +77,7 @@ TEST_F(LayoutTest, RootShowsViewsAndNonWeightFiles) {
     names.push_back(volume_->layout().Find(ino)->name);
   }
   EXPECT_EQ(names, (std::vector<std::string>{".ckptfs", "config.json", "model.safetensors",
-                                             "shards", "tensors"}));
+                                             "pytorch_model.bin", "shards", "tensors"}));
   EXPECT_EQ(ReadAll({"config.json"}), "{\"hidden\": 3}");
   EXPECT_EQ(volume_->layout().Find(Resolve({"tensors"}))->kind, NodeKind::kDirectory);
   EXPECT_EQ(volume_->layout().hidden(), std::vector<std::string>{"tensors"});
