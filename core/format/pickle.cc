@@ -186,6 +186,7 @@ class Unpickler {
       const auto op = static_cast<uint8_t>(data_[pos_++]);
       if (op != kStop) {
         CKPTFS_RETURN_IF_ERROR(Step(op));
+        if (values_.size() > kMaxPickleValues) return Error("more than 4M values");
         continue;
       }
       if (!marks_.empty()) return Error("STOP inside an unclosed MARK");

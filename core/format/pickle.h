@@ -11,13 +11,15 @@
 //
 // Limits, so hostile input cannot exhaust the machine: the input is what the caller read
 // (it caps the record size); values, container items and the memo are each capped by the
-// input length (every opcode consumes at least one byte), strings are slices of the input
-// length, and MARK nesting is capped at kMaxPickleDepth. Cycles (a list appended to
-// itself) are representable; walkers must bound their recursion.
+// input length (every opcode consumes at least one byte), and values also by
+// kMaxPickleValues; strings are slices of the input; MARK nesting is capped at
+// kMaxPickleDepth. Cycles (a list appended to itself) are representable; walkers must
+// bound their recursion.
 //
 // Thread safety: Unpickle is a pure function.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -28,6 +30,9 @@
 namespace ckptfs {
 
 inline constexpr uint32_t kMaxPickleDepth = 256;
+// About 350 MB of tree at most; a torch pickle spends ~15 values per tensor, so this
+// still admits a single file of a quarter million tensors.
+inline constexpr size_t kMaxPickleValues = size_t{1} << 22;
 
 enum class PickleKind : uint8_t {
   kNone,
@@ -42,7 +47,9 @@ enum class PickleKind : uint8_t {
   kDict,        // items: key0, value0, key1, value1, ... in insertion order; a repeated
                 // key keeps its first position and takes the last value, as python does
   kGlobal,      // text "module.name", e.g. "torch._utils._rebuild_tensor_v2"
-  kCall,        // REDUCE or NEWOBJ: items = {callable, args tuple}; `state` set by BUILD
+  kCall,        // REDUCE or NEWOBJ: items = {callable, args tuple}; `state` set by BUILD.
+                // collections.OrderedDict() (empty args) is a kDict instead, since
+                // torch.save fills state dicts with SETITEMS on that call's result.
   kPersistent,  // BINPERSID: items = {the persistent id}
 };
 
