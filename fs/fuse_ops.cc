@@ -31,7 +31,45 @@ struct FsContext {
   uid_t uid = 0;
   gid_t gid = 0;
   struct timespec mount_time = {};
+  bool splice_replies = true;  // see CanSpliceReplies
 };
+
+// libfuse splices a reply only through a pipe it can grow to its whole buffer (1 MiB of
+// data plus a header, rounded up to 2 MiB). Past fs.pipe-max-size (1 MiB by default)
+// that takes CAP_SYS_RESOURCE; without it libfuse falls back to a fresh 1 MiB malloc and
+// pread per reply, which costs page faults on every read. Probe once, the same way.
+bool CanSpliceReplies() {
+  int p[2];
+  if (::pipe(p) != 0) return false;
+  const bool ok = ::fcntl(p[0], F_SETPIPE_SZ, static_cast<int>(kMaxRead + 4096)) >= 0;
+  ::close(p[0]);
+  ::close(p[1]);
+  return ok;
+}
+
+// Copies the descriptor segments of `gathered` into `buf` (reused across replies by one
+// worker thread, so its pages stay mapped) and points the segments at it.
+Status CopyDescriptorSegments(Gathered& gathered, std::vector<uint8_t>& buf) {
+  uint64_t total = 0;
+  for (const ReplySegment& seg : gathered.segments) total += seg.fd >= 0 ? seg.length : 0;
+  if (buf.size() < total) buf.resize(total);
+  uint64_t used = 0;
+  for (ReplySegment& seg : gathered.segments) {
+    if (seg.fd < 0) continue;
+    for (uint64_t done = 0; done < seg.length;) {
+      const ssize_t n = ::pread(seg.fd, buf.data() + used + done, seg.length - done,
+                                static_cast<off_t>(seg.offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        return Status::IoError(std::string("read of a shard failed: ") +
+                               (n < 0 ? std::strerror(errno) : "end of file"));
+      done += static_cast<uint64_t>(n);
+    }
+    seg = ReplySegment{buf.data() + used, -1, 0, seg.length};
+    used += seg.length;
+  }
+  return Status::Ok();
+}
 
 FsContext& Ctx(fuse_req_t req) { return *static_cast<FsContext*>(fuse_req_userdata(req)); }
 
@@ -126,10 +164,19 @@ void ReplyStatsRead(fuse_req_t req, const std::string& snapshot, size_t size, of
 // Replies with the planned bytes: plain shards by descriptor in a fuse_bufvec (libfuse
 // splices them), cache blocks and headers by pointer. Nothing is copied here; pinned
 // blocks stay pinned until the reply has been written.
-void ReplyPlan(fuse_req_t req, const Volume& volume, const std::vector<ReadPiece>& plan) {
+void ReplyPlan(fuse_req_t req, const FsContext& ctx, const std::vector<ReadPiece>& plan) {
+  const Volume& volume = *ctx.volume;
   Gathered gathered;
   Status s = volume.Gather(plan, &gathered);
   if (!s.ok()) return ReplyError(req, s);
+  if (!ctx.splice_replies) {
+    thread_local std::vector<uint8_t> copy_buffer;
+    if (s = CopyDescriptorSegments(gathered, copy_buffer); !s.ok()) {
+      Stats::Add(volume.stats().read_errors, 1);
+      LogError("%s", s.message().c_str());
+      return ReplyError(req, s);
+    }
+  }
   // All in memory (cache blocks, headers): writev them straight into the reply. libfuse's
   // splice path would first copy them into a pipe, a second copy for nothing.
   const bool all_memory = std::none_of(gathered.segments.begin(), gathered.segments.end(),
@@ -180,7 +227,7 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
   if (!s.ok()) return ReplyError(req, s);
   Stats::Add(ctx.volume->stats().reads, 1);
   for (const ReadPiece& p : plan) Stats::Add(ctx.volume->stats().bytes_read, p.length);
-  ReplyPlan(req, *ctx.volume, plan);
+  ReplyPlan(req, ctx, plan);
 }
 
 // Lists a directory; with `plus` each entry also carries its attributes (READDIRPLUS), so
@@ -350,9 +397,15 @@ void RedirectStdioToDevNull() {
 
 // Mounts and runs the session loop in this process. Failures before the loop starts are
 // reported on `ready_fd` (the waiting parent) or stderr in the foreground.
-// What the views leave out or shadow; the first lines only, since a checkpoint of many
-// strided tensors would otherwise flood the log.
-void LogLayoutNotes(const Volume& volume) {
+// How replies go out, what the views leave out or shadow; the first lines only, since a checkpoint
+// of many strided tensors would otherwise flood the log.
+void LogLayoutNotes(const FsContext& ctx) {
+  const Volume& volume = *ctx.volume;
+  if (!ctx.splice_replies) {
+    LogInfo(
+        "replies are copied, not spliced: pipes cannot grow past fs.pipe-max-size "
+        "without CAP_SYS_RESOURCE");
+  }
   constexpr size_t kMaxLines = 20;
   for (const std::string& name : volume.layout().hidden()) {
     LogInfo("%s: hidden at the mount root: the name belongs to a ckptfs view", name.c_str());
@@ -403,7 +456,7 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
       return fail(options.log_file + ": cannot open log file: " + std::strerror(errno));
     }
     RedirectStdioToDevNull();
-    LogLayoutNotes(*ctx.volume);  // again, where the daemon's log lives
+    LogLayoutNotes(ctx);  // again, where the daemon's log lives
   }
   // Decode workers start here, in the process that serves: threads do not survive fork.
   ctx.volume->codec().StartWorkers();
@@ -457,9 +510,10 @@ int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
   ctx.uid = ::getuid();
   ctx.gid = ::getgid();
   ::clock_gettime(CLOCK_REALTIME, &ctx.mount_time);
+  ctx.splice_replies = CanSpliceReplies();
   const std::string source = volume->checkpoint().source_path;
   ctx.volume = std::move(volume);
-  LogLayoutNotes(*ctx.volume);
+  LogLayoutNotes(ctx);
   if (options.foreground) return Serve(ctx, source, options, -1);
 
   int fds[2];
