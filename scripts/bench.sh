@@ -1116,7 +1116,8 @@ splice_note() {
     echo "possible (fs.pipe-max-size $pmax, no CAP_SYS_RESOURCE)"
   else
     echo "NOT possible for 1 MiB replies: fs.pipe-max-size $pmax and no CAP_SYS_RESOURCE, so libfuse" \
-         "cannot grow its pipe past 1 MiB and copies each reply through a buffer (pread + writev)"
+         "cannot grow its pipe past 1 MiB: passthrough_ll copies each reply through a fresh buffer," \
+         "ckptfs through a reused per-thread one (pread + writev)"
   fi
 }
 

@@ -249,6 +249,12 @@ class Interpreter {
   // (*has_state false when `v` held only tensors).
   Status Visit(uint32_t v, const std::string& name, int depth, json* state, bool* has_state) {
     if (depth > kMaxNesting) return Bad("\"" + name + "\": containers nested too deeply");
+    // A value reached twice (tied weights) is walked twice, but a pickle cannot add a
+    // reference without adding a value (its key), so a legitimate walk stays within a
+    // few visits per value; containers shared at every level would double per level.
+    if (++visits_ > 4 * tree_.values.size() + 1024) {
+      return Bad("containers shared too many times over (" + std::to_string(visits_) + " paths)");
+    }
     bool is_tensor = false;
     CKPTFS_RETURN_IF_ERROR(MaybeTensor(v, name.empty() ? "tensor" : name, depth, &is_tensor));
     *has_state = !is_tensor;
@@ -332,6 +338,7 @@ class Interpreter {
   std::string prefix_;
   std::unordered_map<std::string, const ZipEntry*> records_;
   std::unordered_map<std::string, uint32_t> keys_;
+  uint64_t visits_ = 0;
   TorchFile out_;
 };
 

@@ -314,6 +314,19 @@ TEST(TorchFile, NestedStateBecomesNamesAndJson) {
   EXPECT_EQ(file->state_json, R"({"epoch":10,"tags":["a"]})");
 }
 
+TEST(TorchFile, ContainersSharedAtEveryLevelAreRefusedQuickly) {
+  // l0 = [1]; l(i+1) = [l(i), l(i)]: 60 levels would be 2^60 paths to walk.
+  std::string p = "\x80\x02]K\x01a";
+  for (int i = 0; i < 60; ++i) p += std::string("q\x00(h\x00h\x00l", 8);
+  p += ".";
+  std::string zip = MakeZip({{"archive/data.pkl", p}, {"archive/version", "3\n"}});
+  MemorySource source("dag.pt", zip);
+  auto file = ReadTorchFile(source);
+  ASSERT_FALSE(file.ok());
+  EXPECT_NE(file.status().message().find("shared too many times"), std::string::npos)
+      << file.status().message();
+}
+
 TEST(TorchFile, RowMajorIgnoresUnitDimensions) {
   EXPECT_TRUE(IsRowMajor(std::vector<uint64_t>{2, 1, 3}, std::vector<uint64_t>{3, 99, 1}));
   EXPECT_FALSE(IsRowMajor(std::vector<uint64_t>{2, 3}, std::vector<uint64_t>{1, 2}));
