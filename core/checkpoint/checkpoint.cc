@@ -300,17 +300,42 @@ Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
   return SortTensors(ckpt);
 }
 
-// Every other regular file is shown unchanged, except safetensors weight files that are
-// not part of this checkpoint (a stale or foreign .safetensors would only mislead). Other
-// torch files (training_args.bin, optimizer.pt) are shown: they are not weights.
+// The files of another copy of the weights: repositories often ship a torch index and
+// its .bin shards beside the safetensors ones. Best effort: an unreadable index hides
+// only itself.
+std::vector<std::string> AlternativeCopy(const SourceDir& dir, const Checkpoint& ckpt) {
+  std::vector<std::string> names;
+  for (const std::string& f : dir.files) {
+    const bool ours = !ckpt.index.empty() && ckpt.index[0].stored_name == f;
+    if (ours || !(EndsWith(f, kIndexSuffix) || EndsWith(f, kTorchIndexSuffix))) continue;
+    names.push_back(f);
+    auto source = dir.open(f);
+    if (!source.ok()) continue;
+    auto text = ReadWhole(**source);
+    auto index = text.ok() ? ParseHfIndex(*text, f) : Result<HfIndex>(text.status());
+    if (!index.ok()) continue;
+    for (const std::string& shard : index->shard_files) {
+      names.push_back(shard);
+      names.push_back(shard + std::string(kZstdSuffix));
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Every other regular file is shown unchanged, except weight files that are not part of
+// this checkpoint: a stale or foreign .safetensors, or the shards and index of another
+// copy of the weights, would only mislead. Other torch files (training_args.bin,
+// optimizer.pt) are shown: they are not weights.
 Status OpenOthers(const SourceDir& dir, Checkpoint& ckpt) {
   auto stored_as = [&](const std::string& name) {
     return [&name](const StoredFile& f) { return f.stored_name == name; };
   };
+  const std::vector<std::string> alternative = AlternativeCopy(dir, ckpt);
   for (const std::string& name : dir.files) {
     bool used = std::any_of(ckpt.index.begin(), ckpt.index.end(), stored_as(name)) ||
                 std::any_of(ckpt.shards.begin(), ckpt.shards.end(), stored_as(name));
-    if (used || !WeightName(name).empty()) continue;
+    if (used || !WeightName(name).empty() || Contains(alternative, name)) continue;
     CKPTFS_ASSIGN_OR_RETURN(StoredFile other, OpenStored(dir, name));
     ckpt.others.push_back(std::move(other));
   }

@@ -108,3 +108,25 @@ TEST(Checkpoint, LocalPathsThatAreNotCheckpoints) {
 
 }  // namespace
 }  // namespace ckptfs
+
+namespace ckptfs {
+namespace {
+
+TEST(Checkpoint, HidesTheOtherCopyOfTheWeights) {
+  // A repository shipping safetensors and torch shards: the safetensors copy is mounted
+  // and the torch index and shards are not shown as plain files; other files are.
+  auto ckpt = OpenCheckpointIn(
+      MemoryDir({{"1.safetensors", kA},
+                 {"model.safetensors.index.json", IndexJson({{"a", "1.safetensors"}})},
+                 {"pytorch_model.bin.index.json", IndexJson({{"a", "pytorch_model-1.bin"}})},
+                 {"pytorch_model-1.bin", "torch bytes"},
+                 {"training_args.bin", "not weights"}}),
+      testing::TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  std::vector<std::string> others;
+  for (const StoredFile& f : ckpt->others) others.push_back(f.name);
+  EXPECT_EQ(others, std::vector<std::string>{"training_args.bin"});
+}
+
+}  // namespace
+}  // namespace ckptfs
