@@ -25,6 +25,7 @@ namespace {
 // for as long as it likes; only the stats file changes.
 constexpr double kCacheTimeout = 86400.0;
 constexpr uint64_t kMaxRead = 1u << 20;
+constexpr size_t kMaxReplySegments = 256;  // well under IOV_MAX (1024), header included
 
 struct FsContext {
   std::unique_ptr<Volume> volume;
@@ -47,27 +48,33 @@ bool CanSpliceReplies() {
   return ok;
 }
 
-// Copies the descriptor segments of `gathered` into `buf` (reused across replies by one
-// worker thread, so its pages stay mapped) and points the segments at it.
-Status CopyDescriptorSegments(Gathered& gathered, std::vector<uint8_t>& buf) {
+// Copies segments of `gathered` into `buf` (reused across replies by one worker thread,
+// so its pages stay mapped): the descriptor ones, or with `all` every one, leaving a
+// single segment.
+Status FlattenSegments(Gathered& gathered, std::vector<uint8_t>& buf, bool all) {
   uint64_t total = 0;
-  for (const ReplySegment& seg : gathered.segments) total += seg.fd >= 0 ? seg.length : 0;
+  for (const ReplySegment& seg : gathered.segments) {
+    total += all || seg.fd >= 0 ? seg.length : 0;
+  }
   if (buf.size() < total) buf.resize(total);
   uint64_t used = 0;
   for (ReplySegment& seg : gathered.segments) {
-    if (seg.fd < 0) continue;
-    for (uint64_t done = 0; done < seg.length;) {
+    if (seg.fd < 0 && !all) continue;
+    if (seg.fd < 0) std::memcpy(buf.data() + used, seg.data, seg.length);
+    for (uint64_t done = 0; seg.fd >= 0 && done < seg.length;) {
       const ssize_t n = ::pread(seg.fd, buf.data() + used + done, seg.length - done,
                                 static_cast<off_t>(seg.offset + done));
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
+      if (n <= 0) {
         return Status::IoError(std::string("read of a shard failed: ") +
                                (n < 0 ? std::strerror(errno) : "end of file"));
+      }
       done += static_cast<uint64_t>(n);
     }
     seg = ReplySegment{buf.data() + used, -1, 0, seg.length};
     used += seg.length;
   }
+  if (all) gathered.segments = {ReplySegment{buf.data(), -1, 0, total}};
   return Status::Ok();
 }
 
@@ -169,9 +176,13 @@ void ReplyPlan(fuse_req_t req, const FsContext& ctx, const std::vector<ReadPiece
   Gathered gathered;
   Status s = volume.Gather(plan, &gathered);
   if (!s.ok()) return ReplyError(req, s);
-  if (!ctx.splice_replies) {
+  // writev takes at most IOV_MAX pieces, and a reply the kernel refuses leaves its reader
+  // waiting forever: a read across many tiny tensors (a thousand small records in 1 MiB
+  // of pytorch_model.bin) goes out as one copied piece instead.
+  const bool too_many = gathered.segments.size() >= kMaxReplySegments;
+  if (!ctx.splice_replies || too_many) {
     thread_local std::vector<uint8_t> copy_buffer;
-    if (s = CopyDescriptorSegments(gathered, copy_buffer); !s.ok()) {
+    if (s = FlattenSegments(gathered, copy_buffer, too_many); !s.ok()) {
       Stats::Add(volume.stats().read_errors, 1);
       LogError("%s", s.message().c_str());
       return ReplyError(req, s);

@@ -133,17 +133,33 @@ std::string OneTensorHeader(const Tensor& t, const Metadata& metadata) {
 
 }  // namespace
 
+namespace {
+
+// Where the merged torch zip goes: its synthesized bytes and its storage ranges, in file
+// order. Layout::Build lays them out as extents; the first read makes the bytes again.
+class TorchZipSink {
+ public:
+  virtual ~TorchZipSink() = default;
+  virtual void Bytes(std::string_view bytes) = 0;
+  virtual void StorageBytes(const Storage& storage) = 0;
+  uint64_t offset() const { return offset_; }
+
+ protected:
+  uint64_t offset_ = 0;
+};
+
 // The merged torch.save zip: data.pkl, one stored record per storage, version, then the
 // central directory. Records follow the pickle's order, which is the order of the
-// storages in the shards, so torch.load reads the file front to back.
-void Layout::AddTorchZip(Builder& b, const Checkpoint& ckpt) {
+// storages in the shards, so torch.load reads the file front to back. Deterministic:
+// the same checkpoint always gives the same pieces.
+void EmitTorchZip(const Checkpoint& ckpt, TorchZipSink& sink, std::vector<std::string>* notes) {
   std::vector<uint32_t> order;
   for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
     const Tensor& t = ckpt.tensors[i];
     if (TorchStorageClass(t.dtype)) {
       order.push_back(i);
-    } else {
-      notes_.push_back("tensor \"" + t.name + "\" (" + std::string(DtypeName(t.dtype)) +
+    } else if (notes) {
+      notes->push_back("tensor \"" + t.name + "\" (" + std::string(DtypeName(t.dtype)) +
                        ") is not in pytorch_model.bin: PyTorch 1.13 has no such type");
     }
   }
@@ -179,25 +195,75 @@ void Layout::AddTorchZip(Builder& b, const Checkpoint& ckpt) {
   }
   records.push_back({archive + "version", kTorchVersion.size(), Crc32(kTorchVersion)});
 
-  const uint64_t ino = b.AddFile(kRoot, "pytorch_model.bin");
   std::vector<uint64_t> header_offsets;
   for (size_t r = 0; r < records.size(); ++r) {
-    header_offsets.push_back(nodes_[ino].size);
-    b.AppendInline(ino, ZipLocalHeader(records[r], header_offsets.back()));
+    header_offsets.push_back(sink.offset());
+    sink.Bytes(ZipLocalHeader(records[r], header_offsets.back()));
     if (r == 0) {
-      b.AppendInline(ino, pickle);
+      sink.Bytes(pickle);
     } else if (r + 1 == records.size()) {
-      b.AppendInline(ino, kTorchVersion);
+      sink.Bytes(kTorchVersion);
     } else {
-      const Storage& s = ckpt.storages[records_of[r - 1]];
-      b.AppendSource(ino, s.shard, s.offset, s.size, /*tensor=*/true);
+      sink.StorageBytes(ckpt.storages[records_of[r - 1]]);
     }
   }
-  b.AppendInline(ino, ZipCentralDirectory(records, header_offsets, nodes_[ino].size));
+  sink.Bytes(ZipCentralDirectory(records, header_offsets, sink.offset()));
+}
+
+// Concatenates the synthesized bytes, skipping storages: the kLazy pool.
+class LazyPoolSink final : public TorchZipSink {
+ public:
+  explicit LazyPoolSink(std::string& out) : out_(out) {}
+  void Bytes(std::string_view bytes) override {
+    out_ += bytes;
+    offset_ += bytes.size();
+  }
+  void StorageBytes(const Storage& storage) override { offset_ += storage.size; }
+
+ private:
+  std::string& out_;
+};
+
+}  // namespace
+
+// Extents of pytorch_model.bin: storages point at their shards, synthesized bytes at the
+// kLazy pool, whose offsets are counted here and filled on first read.
+class Layout::TorchZipExtents final : public TorchZipSink {
+ public:
+  TorchZipExtents(Builder& b, uint64_t ino) : b_(b), ino_(ino) {}
+  void Bytes(std::string_view bytes) override {
+    b_.AppendSource(ino_, Extent::kLazy, pool_offset_, bytes.size());
+    pool_offset_ += bytes.size();
+    offset_ += bytes.size();
+  }
+  void StorageBytes(const Storage& s) override {
+    b_.AppendSource(ino_, s.shard, s.offset, s.size, /*tensor=*/true);
+    offset_ += s.size;
+  }
+
+ private:
+  Builder& b_;
+  uint64_t ino_;
+  uint64_t pool_offset_ = 0;
+};
+
+void Layout::AddTorchZip(Builder& b, const Checkpoint& ckpt) {
+  TorchZipExtents extents(b, b.AddFile(kRoot, "pytorch_model.bin"));
+  EmitTorchZip(ckpt, extents, &notes_);
+}
+
+std::string_view Layout::InlineBytes(const Extent& e) const {
+  if (e.source == Extent::kInline) return std::string_view(pool_).substr(e.source_offset, e.length);
+  std::call_once(lazy_->once, [this] {
+    LazyPoolSink sink(lazy_->bytes);
+    EmitTorchZip(*ckpt_, sink, nullptr);
+  });
+  return std::string_view(lazy_->bytes).substr(e.source_offset, e.length);
 }
 
 Layout Layout::Build(const Checkpoint& ckpt) {
   Layout layout;
+  layout.ckpt_ = &ckpt;
   Builder b(layout);
   // Sources: shards first so a tensor's shard number is its source number.
   for (const auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {

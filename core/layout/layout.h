@@ -21,6 +21,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,13 +34,16 @@
 namespace ckptfs {
 
 struct Extent {
-  static constexpr uint32_t kInline = UINT32_MAX;
+  static constexpr uint32_t kInline = UINT32_MAX;    // bytes in the header pool
+  static constexpr uint32_t kLazy = UINT32_MAX - 1;  // bytes made on first read (torch zip)
 
   uint64_t file_offset;  // where the extent starts in the file
   uint64_t length;
   uint64_t source_offset;  // offset in the source, or in the inline pool
-  uint32_t source;         // index into Layout::sources(), or kInline
+  uint32_t source;         // index into Layout::sources(), or kInline / kLazy
   bool tensor = false;     // the whole data of one tensor: a read of its start prefetches the rest
+
+  bool synthesized() const { return source >= kLazy; }
 };
 
 enum class NodeKind : uint8_t { kDirectory, kFile, kStats };
@@ -68,9 +73,9 @@ class Layout {
   std::span<const uint64_t> Children(uint64_t dir) const;
   // The extents of file `ino` overlapping [offset, offset + length), in file order.
   std::span<const Extent> Extents(uint64_t ino, uint64_t offset, uint64_t length) const;
-  std::string_view InlineBytes(const Extent& e) const {
-    return std::string_view(pool_).substr(e.source_offset, e.length);
-  }
+  // The bytes of a synthesized extent. The first call for a kLazy extent makes the
+  // merged torch zip's headers (once, thread-safe); `ckpt` must still be alive then.
+  std::string_view InlineBytes(const Extent& e) const;
   const ByteSource& Source(uint32_t index) const { return *sources_[index]; }
   uint64_t node_count() const { return nodes_.size() - 1; }
   // Names SOURCE had that the views shadow (e.g. a stray "tensors" file), for a log line.
@@ -81,13 +86,23 @@ class Layout {
  private:
   class Builder;
   class DirectoryWalker;
+  class TorchZipExtents;
 
   void AddTorchZip(Builder& b, const Checkpoint& ckpt);
+
+  // pytorch_model.bin's synthesized bytes (pickle, zip headers) cost ~300 bytes a
+  // tensor, and most mounts never read that file: they are made again on first read.
+  struct LazyBytes {
+    std::once_flag once;
+    std::string bytes;
+  };
 
   std::vector<Node> nodes_;         // [0] unused so inode == index
   std::vector<uint64_t> children_;  // directory child lists, each sorted by name
   std::vector<Extent> extents_;
   std::string pool_;  // synthesized bytes
+  const Checkpoint* ckpt_ = nullptr;
+  std::unique_ptr<LazyBytes> lazy_ = std::make_unique<LazyBytes>();
   std::vector<const ByteSource*> sources_;
   std::vector<std::string> hidden_;
   std::vector<std::string> notes_;

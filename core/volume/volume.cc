@@ -48,7 +48,7 @@ std::unique_ptr<Readahead> Volume::NewReadahead(uint64_t ino) const {
 
 void Volume::Prefetch(uint64_t ino, ByteRange range) const {
   for (const Extent& e : layout_.Extents(ino, range.begin, range.size())) {
-    if (e.source == Extent::kInline) continue;
+    if (e.synthesized()) continue;
     const uint64_t from = std::max(range.begin, e.file_offset);
     const uint64_t to = std::min(range.end, e.file_offset + e.length);
     layout_.Source(e.source).Prefetch(e.source_offset + (from - e.file_offset), to - from);
@@ -71,7 +71,7 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
     const uint64_t skip = from - e.file_offset;
     ReadPiece piece;
     piece.length = to - from;
-    if (e.source == Extent::kInline) {
+    if (e.synthesized()) {
       piece.inline_bytes = layout_.InlineBytes(e).data() + skip;
     } else {
       piece.source = &layout_.Source(e.source);

@@ -29,6 +29,25 @@ TEST_F(MountTest, SingleFileSource) {
   }
 }
 
+// 1 MiB of a merged file can span thousands of tiny tensors: each read must still go
+// out as one reply (writev takes at most 1024 pieces, and a refused reply would leave
+// the reader waiting forever), plain and from the zstd cache.
+TEST_F(MountTest, ManyTinyTensorsPerRead) {
+  const std::string plain = scratch_->Path("tiny");
+  ASSERT_NO_FATAL_FAILURE(
+      Generate(plain, {"--kind", "headers", "--shards", "4", "--tensors", "20000"}));
+  const std::string packed = scratch_->Path("tiny.zst");
+  ProcessResult pack = RunProcess({kCkptfs, "pack", plain, packed}, kGenerateTimeout);
+  ASSERT_EQ(pack.exit_code, 0) << pack.Describe();
+  for (const std::string& source : {plain, packed}) {
+    SCOPED_TRACE("SOURCE " + source);
+    const std::string mountpoint = scratch_->MakeDir("mnt" + std::to_string(mounts_.size()));
+    ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint));
+    RunCheck("check_merged.py", {plain, mountpoint});
+    RunCheck("check_torch_bin.py", {plain, mountpoint, "--crc", "zero"});
+  }
+}
+
 TEST_F(MountTest, Inspect) {
   const std::string source = scratch_->Path("mixed");
   ASSERT_NO_FATAL_FAILURE(Generate(source));
