@@ -8,20 +8,10 @@ usage: check_torch_inspect.py CKPTFS SRC
 """
 
 import json
-import subprocess
 
 from checklib import Checker, RunMain
-from check_inspect import FindTensors
+from check_inspect import FindTensors, Run
 from check_torch_lib import LoadAnySource, NormalizeDtype
-
-TIMEOUT_S = 60
-
-
-def Run(ck: Checker, argv: list):
-    result = subprocess.run(argv, capture_output=True, timeout=TIMEOUT_S)
-    ok = ck.Equal(result.returncode, 0,
-                  f"{' '.join(argv[1:])} exit code (stderr {result.stderr[-500:]!r})")
-    return result.stdout.decode("utf-8", errors="replace") if ok else None
 
 
 def Main(args) -> int:

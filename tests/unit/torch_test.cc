@@ -1,5 +1,6 @@
 // torch.save files: the zip reader and writer, the tensor interpreter over the restricted
 // unpickler, and the merged pytorch_model.bin view built by Layout.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,8 @@
 
 namespace ckptfs {
 namespace {
+
+using ::testing::HasSubstr;
 
 // A real torch.save (PyTorch 1.13) of OrderedDict(w=arange(6).reshape(2,3) f32, tied=w,
 // b=bf16[1.5,-2], slice=arange(10)[4:7] i64, t=w.t()), written to a BytesIO (archive/).
@@ -210,35 +213,31 @@ TEST(TorchFile, WrittenPickleReadsBack) {
   EXPECT_EQ(file->tensors[1].storage_offset, 4u);
 }
 
+// The refusal ReadTorchFile gives for a file of one storage record and `entries`.
+std::string Refusal(const std::string& name, const std::vector<TorchPickleEntry>& entries,
+                    size_t storage_bytes) {
+  MemorySource source(name, MakeTorchFile(entries, Repeat('\0', storage_bytes)));
+  auto file = ReadTorchFile(source);
+  return file.ok() ? "accepted" : file.status().message();
+}
+
 TEST(TorchFile, ViewPastItsStorageIsRefused) {
   const std::vector<uint64_t> shape{4}, stride{1};
   // The storage holds 4 floats; the view starts at element 2 and wants 4.
-  std::vector<TorchPickleEntry> entries{{"x", Dtype::kF32, 0, 4, 2, shape, stride}};
-  MemorySource source("big.bin", MakeTorchFile(entries, Repeat('\0', 16)));
-  auto file = ReadTorchFile(source);
-  ASSERT_FALSE(file.ok());
-  EXPECT_NE(file.status().message().find("big.bin: tensor \"x\""), std::string::npos)
-      << file.status().message();
+  EXPECT_THAT(Refusal("big.bin", {{"x", Dtype::kF32, 0, 4, 2, shape, stride}}, 16),
+              HasSubstr("big.bin: tensor \"x\""));
 }
 
 TEST(TorchFile, StorageSizeMustMatchItsRecord) {
   const std::vector<uint64_t> shape{4}, stride{1};
-  std::vector<TorchPickleEntry> entries{{"x", Dtype::kF32, 0, 8, 0, shape, stride}};
-  MemorySource source("short.bin", MakeTorchFile(entries, Repeat('\0', 16)));
-  auto file = ReadTorchFile(source);
-  ASSERT_FALSE(file.ok());
-  EXPECT_NE(file.status().message().find("holds 16 bytes"), std::string::npos)
-      << file.status().message();
+  EXPECT_THAT(Refusal("short.bin", {{"x", Dtype::kF32, 0, 8, 0, shape, stride}}, 16),
+              HasSubstr("holds 16 bytes"));
 }
 
 TEST(TorchFile, MissingStorageRecordIsRefused) {
   const std::vector<uint64_t> shape{1}, stride{1};
-  std::vector<TorchPickleEntry> entries{{"x", Dtype::kF32, 7, 1, 0, shape, stride}};
-  MemorySource source("miss.bin", MakeTorchFile(entries, Repeat('\0', 4)));
-  auto file = ReadTorchFile(source);
-  ASSERT_FALSE(file.ok());
-  EXPECT_NE(file.status().message().find("archive/data/7 is missing"), std::string::npos)
-      << file.status().message();
+  EXPECT_THAT(Refusal("miss.bin", {{"x", Dtype::kF32, 7, 1, 0, shape, stride}}, 4),
+              HasSubstr("archive/data/7 is missing"));
 }
 
 TEST(TorchFile, LegacyFormatsAreNamed) {
@@ -334,6 +333,18 @@ TEST(TorchFile, RowMajorIgnoresUnitDimensions) {
   EXPECT_EQ(RowMajorStrides(std::vector<uint64_t>{2, 3, 4}), (std::vector<uint64_t>{12, 4, 1}));
 }
 
+// File `ino` of `volume`, read through the same plan a FUSE read uses.
+std::string ReadWholeFile(const Volume& volume, uint64_t ino) {
+  const uint64_t size = volume.layout().Find(ino)->size;
+  std::vector<ReadPiece> plan;
+  std::string bytes(size, '\0');
+  if (!volume.PlanRead(ino, 0, size, &plan).ok() ||
+      !volume.ReadInto(plan, reinterpret_cast<uint8_t*>(bytes.data())).ok()) {
+    return "read failed";
+  }
+  return bytes;
+}
+
 TEST(TorchLayout, TorchSourceGetsEveryViewAndStridedTensorsOnlyInTheBin) {
   auto ckpt = OpenCheckpointIn(testing::MemoryDir({{"pytorch_model.bin", kRealTorchFile},
                                                    {"training_args.bin", "not weights"}}),
@@ -352,10 +363,7 @@ TEST(TorchLayout, TorchSourceGetsEveryViewAndStridedTensorsOnlyInTheBin) {
   // The merged .bin reads back with the same five tensors and three storages.
   const uint64_t bin = layout.Lookup(Layout::kRoot, "pytorch_model.bin");
   ASSERT_NE(bin, 0u);
-  std::vector<ReadPiece> plan;
-  ASSERT_TRUE(volume->PlanRead(bin, 0, layout.Find(bin)->size, &plan).ok());
-  std::string bytes(layout.Find(bin)->size, '\0');
-  ASSERT_TRUE(volume->ReadInto(plan, reinterpret_cast<uint8_t*>(bytes.data())).ok());
+  const std::string bytes = ReadWholeFile(*volume, bin);
   MemorySource merged("merged.bin", bytes);
   auto file = ReadTorchFile(merged);
   ASSERT_TRUE(file.ok()) << file.status().message();
@@ -380,10 +388,7 @@ TEST(TorchLayout, SafetensorsSourceGetsAMergedBin) {
   auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
   const Layout& layout = volume->layout();
   const uint64_t bin = layout.Lookup(Layout::kRoot, "pytorch_model.bin");
-  std::vector<ReadPiece> plan;
-  ASSERT_TRUE(volume->PlanRead(bin, 0, layout.Find(bin)->size, &plan).ok());
-  std::string bytes(layout.Find(bin)->size, '\0');
-  ASSERT_TRUE(volume->ReadInto(plan, reinterpret_cast<uint8_t*>(bytes.data())).ok());
+  const std::string bytes = ReadWholeFile(*volume, bin);
   MemorySource merged("merged.bin", bytes);
   auto file = ReadTorchFile(merged);
   ASSERT_TRUE(file.ok()) << file.status().message();
