@@ -160,6 +160,8 @@ class Interpreter {
   // _rebuild_tensor(_v2)(storage, storage_offset, size, stride, ...).
   Status AddTensor(const PickleValue& args, const std::string& name) {
     if (args.items.size() < 4) return Bad("tensor \"" + name + "\": too few rebuild arguments");
+    // A NUL would cut the name short in every path and listing, so two tensors could meet.
+    if (name.find('\0') != std::string::npos) return Bad("a tensor name contains a NUL byte");
     TorchTensor t;
     t.name = name;
     CKPTFS_ASSIGN_OR_RETURN(t.storage, Storage(args.items[0], name));

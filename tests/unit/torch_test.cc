@@ -240,6 +240,13 @@ TEST(TorchFile, MissingStorageRecordIsRefused) {
               HasSubstr("archive/data/7 is missing"));
 }
 
+TEST(TorchFile, NulInANameIsRefused) {
+  const std::vector<uint64_t> shape{1}, stride{1};
+  const std::string name("a\0b", 3);
+  EXPECT_THAT(Refusal("nul.bin", {{name, Dtype::kF32, 0, 1, 0, shape, stride}}, 4),
+              HasSubstr("NUL byte"));
+}
+
 TEST(TorchFile, LegacyFormatsAreNamed) {
   std::string tar(1024, '\0');
   tar.replace(257, 5, "ustar");
