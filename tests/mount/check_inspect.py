@@ -37,24 +37,32 @@ def Run(ck: Checker, argv: list):
     return result.stdout.decode("utf-8", errors="replace") if ok else None
 
 
-def Main(args) -> int:
-    ckptfs, src = args
-    ck = Checker("inspect")
-    source = LoadSource(src)
+def CheckInspect(ck: Checker, ckptfs: str, src: str, source, normalize=lambda d: d) -> None:
+    """Both inspect outputs against `source`; `normalize` maps inspect's dtype spelling
+    to the source's."""
     text = Run(ck, [ckptfs, "inspect", src])
     if text is not None:
         for name in source.tensors:
             ck.Expect(name in text, f"inspect output does not name {name!r}")
     text = Run(ck, [ckptfs, "inspect", src, "--json"])
-    if text is not None:
-        try:
-            found = []
-            FindTensors(json.loads(text), found)
-        except ValueError as e:
-            ck.Fail(f"inspect --json is not valid JSON ({e}): {text[:300]!r}")
-            return ck.Finish("")
-        want = sorted((t.name, t.dtype, t.shape) for t in source.tensors.values())
-        ck.Equal(sorted(found), want, "inspect --json tensors (name, dtype, shape)")
+    if text is None:
+        return
+    try:
+        found = []
+        FindTensors(json.loads(text), found)
+    except ValueError as e:
+        ck.Fail(f"inspect --json is not valid JSON ({e}): {text[:300]!r}")
+        return
+    got = sorted((n, normalize(d), list(s)) for n, d, s in found)
+    want = sorted((t.name, t.dtype, list(t.shape)) for t in source.tensors.values())
+    ck.Equal(got, want, "inspect --json tensors (name, dtype, shape)")
+
+
+def Main(args) -> int:
+    ckptfs, src = args
+    ck = Checker("inspect")
+    source = LoadSource(src)
+    CheckInspect(ck, ckptfs, src, source)
     return ck.Finish(f"{len(source.tensors)} tensors")
 
 
