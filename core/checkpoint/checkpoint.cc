@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "core/codec/zstd_source.h"
 #include "core/format/hf_index.h"
 #include "core/format/torch_file.h"
+#include "core/source/http_source.h"
 
 namespace ckptfs {
 namespace {
@@ -60,6 +62,100 @@ SourceDir LocalDir(std::string path, std::vector<std::string> files) {
     CKPTFS_ASSIGN_OR_RETURN(auto file, LocalFileSource::Open(path + "/" + name, name));
     return std::unique_ptr<ByteSource>(std::move(file));
   };
+  return dir;
+}
+
+Result<std::string> ReadWhole(const ByteSource& source);
+
+bool IsUrl(std::string_view path) {
+  return path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0;
+}
+
+// Files a directory URL may hold besides weights. A server cannot list a directory, so
+// these are asked for by name, and a 404 only means the file is not there.
+constexpr std::string_view kKnownRemoteFiles[] = {"config.json",
+                                                  "generation_config.json",
+                                                  "tokenizer.json",
+                                                  "tokenizer_config.json",
+                                                  "special_tokens_map.json",
+                                                  "tokenizer.model",
+                                                  "vocab.json",
+                                                  "merges.txt",
+                                                  "added_tokens.json",
+                                                  "preprocessor_config.json"};
+
+// A SourceDir over a URL: a directory (ending in '/') whose index names the shards, or
+// one weights file. Objects found while discovering stay open for `open`, so each is
+// asked for once.
+Result<SourceDir> HttpDir(const std::string& url) {
+  const size_t slash = url.rfind('/');
+  const std::string base = url.substr(0, slash + 1);
+  auto found = std::make_shared<std::map<std::string, std::unique_ptr<ByteSource>>>();
+  auto probe = [base, found](const std::string& name) -> Result<bool> {
+    if (found->count(name)) return true;
+    auto source = HttpSource::Open(base + name, name);
+    if (!source.ok()) {
+      if (source.status().code() == Status::Code::kNotFound) return false;
+      return source.status();
+    }
+    found->emplace(name, std::move(source).value());
+    return true;
+  };
+  SourceDir dir{url, {}, nullptr};
+  dir.open = [base, found](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+    auto it = found->find(name);
+    if (it != found->end() && it->second) return std::move(it->second);
+    CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(base + name, name));
+    return std::unique_ptr<ByteSource>(std::move(source));
+  };
+  auto add_weight = [&](const std::string& name) -> Result<bool> {
+    for (const std::string& stored : {name, name + std::string(kZstdSuffix)}) {
+      CKPTFS_ASSIGN_OR_RETURN(bool there, probe(stored));
+      if (there) {
+        dir.files.push_back(stored);
+        return true;
+      }
+    }
+    return false;
+  };
+  if (slash + 1 < url.size()) {  // one file
+    const std::string name = url.substr(slash + 1);
+    CKPTFS_ASSIGN_OR_RETURN(bool there, probe(name));
+    if (!there) return Status::NotFound(url + ": not found");
+    dir.files.push_back(name);
+    return dir;
+  }
+  bool have_weights = false;
+  for (std::string_view index_name :
+       {kPreferredIndex, std::string_view("pytorch_model.bin.index.json")}) {
+    const std::string name(index_name);
+    CKPTFS_ASSIGN_OR_RETURN(bool there, probe(name));
+    if (!there) continue;
+    CKPTFS_ASSIGN_OR_RETURN(std::string text, ReadWhole(*found->at(name)));
+    CKPTFS_ASSIGN_OR_RETURN(HfIndex index, ParseHfIndex(text, name));
+    dir.files.push_back(name);
+    for (const std::string& shard : index.shard_files) {
+      CKPTFS_ASSIGN_OR_RETURN(bool stored, add_weight(shard));
+      if (!stored) return Status::NotFound(shard + ": shard named in " + name + " is missing");
+    }
+    have_weights = true;
+    break;
+  }
+  for (std::string_view single : {"model.safetensors", "pytorch_model.bin"}) {
+    if (have_weights) break;
+    CKPTFS_ASSIGN_OR_RETURN(have_weights, add_weight(std::string(single)));
+  }
+  if (!have_weights) {
+    return Status::InvalidArgument(url +
+                                   ": no model.safetensors.index.json, "
+                                   "pytorch_model.bin.index.json, model.safetensors or "
+                                   "pytorch_model.bin found");
+  }
+  for (std::string_view other : kKnownRemoteFiles) {
+    CKPTFS_ASSIGN_OR_RETURN(bool there, probe(std::string(other)));
+    if (there) dir.files.push_back(std::string(other));
+  }
+  std::sort(dir.files.begin(), dir.files.end());
   return dir;
 }
 
@@ -481,6 +577,10 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
 }
 
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec) {
+  if (IsUrl(source_path)) {
+    CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, HttpDir(source_path));
+    return OpenCheckpointIn(dir, codec);
+  }
   struct stat st;
   if (::stat(source_path.c_str(), &st) != 0) {
     return Status::NotFound(source_path + ": no such file or directory");

@@ -1,0 +1,240 @@
+#include "core/source/http_source.h"
+
+#include <curl/curl.h>
+#include <strings.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+namespace ckptfs {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+void GlobalInit() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+// What one request collects: the body into caller memory, and the validators.
+struct Transfer {
+  uint8_t* out = nullptr;
+  uint64_t capacity = 0;
+  uint64_t got = 0;
+  bool overflow = false;
+  std::string etag;
+  std::string last_modified;
+};
+
+size_t OnBody(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t len = size * count;
+  // More than asked for (a server ignoring Range): stop, rather than buffer the object.
+  if (len > t->capacity - t->got) {
+    t->overflow = true;
+    return 0;
+  }
+  std::memcpy(t->out + t->got, data, len);
+  t->got += len;
+  return len;
+}
+
+std::string HeaderValue(std::string_view line, size_t name_len) {
+  std::string_view v = line.substr(name_len);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) {
+    v.remove_suffix(1);
+  }
+  return std::string(v);
+}
+
+size_t OnHeader(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::string_view line(data, size * count);
+  auto is = [&](const char* name) {
+    return line.size() > std::strlen(name) &&
+           ::strncasecmp(line.data(), name, std::strlen(name)) == 0;
+  };
+  if (is("HTTP/")) {  // a new response (after a redirect or 100): forget the last one's
+    t->etag.clear();
+    t->last_modified.clear();
+  } else if (is("etag:")) {
+    t->etag = HeaderValue(line, 5);
+  } else if (is("last-modified:")) {
+    t->last_modified = HeaderValue(line, 14);
+  }
+  return line.size();
+}
+
+bool Retryable(CURLcode rc, long code) {
+  switch (rc) {
+    case CURLE_OK:
+      return code == 429 || (code >= 500 && code <= 599);
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string Describe(CURLcode rc, long code) {
+  if (rc != CURLE_OK) return curl_easy_strerror(rc);
+  return "HTTP " + std::to_string(code);
+}
+
+}  // namespace
+
+class HttpSource::Handle {
+ public:
+  Handle() : curl(curl_easy_init()) {}
+  ~Handle() { curl_easy_cleanup(curl); }
+  CURL* curl;
+};
+
+HttpSource::HttpSource(std::string url, std::string name, HttpOptions options)
+    : url_(std::move(url)), name_(std::move(name)), options_(options) {}
+
+HttpSource::~HttpSource() = default;
+
+std::unique_ptr<HttpSource::Handle> HttpSource::Acquire() const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle_.empty()) {
+      auto h = std::move(idle_.back());
+      idle_.pop_back();
+      return h;
+    }
+  }
+  return std::make_unique<Handle>();
+}
+
+void HttpSource::Release(std::unique_ptr<Handle> handle) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_.push_back(std::move(handle));
+}
+
+namespace {
+
+// One request on `curl`, body into `t` (none for HEAD). Returns curl's code; *code gets
+// the HTTP status.
+CURLcode Perform(CURL* curl, const std::string& url, const std::string& range,
+                 const std::string& extra_header, const HttpOptions& options, milliseconds budget,
+                 Transfer* t, long* code) {
+  curl_easy_reset(curl);
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 5L);
+  curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, options.verify_tls ? 1L : 0L);
+  curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, options.verify_tls ? 2L : 0L);
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(std::min(options.connect_timeout, budget).count()));
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS,
+                   static_cast<long>(std::max<int64_t>(1, budget.count())));
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, t);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, t);
+  if (range.empty()) {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  } else {
+    curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
+  }
+  curl_slist* headers = nullptr;
+  if (!extra_header.empty()) headers = curl_slist_append(headers, extra_header.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  const CURLcode rc = curl_easy_perform(curl);
+  *code = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, code);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, nullptr);
+  curl_slist_free_all(headers);
+  return rc;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::string name,
+                                                     HttpOptions options) {
+  GlobalInit();
+  std::unique_ptr<HttpSource> source(new HttpSource(std::move(url), std::move(name), options));
+  // Opening is what a mount waits on: a server that is down should be said at once, not
+  // after a read's worth of retries.
+  const auto deadline = Clock::now() + std::min(options.timeout, options.connect_timeout);
+  milliseconds backoff(50);
+  for (;;) {
+    auto handle = source->Acquire();
+    Transfer t;
+    long code = 0;
+    const auto budget = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    const CURLcode rc = Perform(handle->curl, source->url_, "", "", options, budget, &t, &code);
+    curl_off_t length = -1;
+    curl_easy_getinfo(handle->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+    source->Release(std::move(handle));
+    if (rc == CURLE_OK && code == 200) {
+      if (length < 0) return Status::IoError(source->name_ + ": the server gives no size");
+      source->size_ = static_cast<uint64_t>(length);
+      // A weak ETag cannot be matched strongly; fall back on the modification time.
+      if (!t.etag.empty() && t.etag.rfind("W/", 0) != 0) {
+        source->validator_header_ = "If-Match: " + t.etag;
+      } else if (!t.last_modified.empty()) {
+        source->validator_header_ = "If-Unmodified-Since: " + t.last_modified;
+      }
+      return source;
+    }
+    if (rc == CURLE_OK && code == 404) {
+      return Status::NotFound(source->name_ + ": not found at " + source->url_);
+    }
+    if (!Retryable(rc, code) || Clock::now() + backoff >= deadline) {
+      return Status::IoError(source->name_ + ": " + source->url_ + ": " + Describe(rc, code));
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, milliseconds(2000));
+  }
+}
+
+Status HttpSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+  if (out.empty()) return Status::Ok();
+  const std::string range = std::to_string(offset) + "-" + std::to_string(offset + out.size() - 1);
+  const auto deadline = Clock::now() + options_.timeout;
+  milliseconds backoff(50);
+  for (;;) {
+    auto handle = Acquire();
+    Transfer t;
+    t.out = out.data();
+    t.capacity = out.size();
+    long code = 0;
+    const auto budget = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    const CURLcode rc =
+        Perform(handle->curl, url_, range, validator_header_, options_, budget, &t, &code);
+    Release(std::move(handle));
+    if (rc == CURLE_OK && code == 412) {
+      return Status::IoError(name_ + ": changed on the server since it was mounted");
+    }
+    if (t.overflow || (rc == CURLE_OK && code == 200 && !(offset == 0 && out.size() == size_))) {
+      return Status::IoError(name_ + ": the server does not honour range requests");
+    }
+    if (rc == CURLE_OK && (code == 206 || code == 200)) {
+      if (t.got != out.size()) {
+        return Status::IoError(name_ + ": short answer (" + std::to_string(t.got) + " of " +
+                               std::to_string(out.size()) + " bytes)");
+      }
+      return Status::Ok();
+    }
+    if (!Retryable(rc, code) || Clock::now() + backoff >= deadline) {
+      return Status::IoError(name_ + ": read of bytes " + range + " failed: " + Describe(rc, code));
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, milliseconds(2000));
+  }
+}
+
+}  // namespace ckptfs
