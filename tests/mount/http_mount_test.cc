@@ -51,9 +51,11 @@ class HttpMountTest : public MountFixture {
     ASSERT_NO_FATAL_FAILURE(StartServer());
   }
 
+  // The server goes first: its config and pid file live in the scratch directory that
+  // MountFixture::TearDown removes.
   void TearDown() override {
-    MountFixture::TearDown();
     StopServer();
+    MountFixture::TearDown();
   }
 
   void StartServer() {
