@@ -101,7 +101,7 @@ Result<SourceDir> HttpDir(const std::string& url) {
     found->emplace(name, std::move(source).value());
     return true;
   };
-  SourceDir dir{url, {}, nullptr};
+  SourceDir dir{RedactedUrl(url), {}, nullptr};
   dir.open = [base, found](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     auto it = found->find(name);
     if (it != found->end() && it->second) return std::move(it->second);
@@ -121,7 +121,7 @@ Result<SourceDir> HttpDir(const std::string& url) {
   if (slash + 1 < url.size()) {  // one file
     const std::string name = url.substr(slash + 1);
     CKPTFS_ASSIGN_OR_RETURN(bool there, probe(name));
-    if (!there) return Status::NotFound(url + ": not found");
+    if (!there) return Status::NotFound(dir.path + ": not found");
     dir.files.push_back(name);
     return dir;
   }

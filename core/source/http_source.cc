@@ -92,6 +92,15 @@ std::string Describe(CURLcode rc, long code) {
 
 }  // namespace
 
+std::string RedactedUrl(const std::string& url) {
+  const size_t scheme = url.find("://");
+  const size_t host = scheme == std::string::npos ? 0 : scheme + 3;
+  const size_t at = url.find('@', host);
+  const size_t slash = url.find('/', host);
+  if (at == std::string::npos || (slash != std::string::npos && at > slash)) return url;
+  return url.substr(0, host) + url.substr(at + 1);
+}
+
 class HttpSource::Handle {
  public:
   Handle() : curl(curl_easy_init()) {}
@@ -190,10 +199,11 @@ Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::strin
       return source;
     }
     if (rc == CURLE_OK && code == 404) {
-      return Status::NotFound(source->name_ + ": not found at " + source->url_);
+      return Status::NotFound(source->name_ + ": not found at " + RedactedUrl(source->url_));
     }
     if (!Retryable(rc, code) || Clock::now() + backoff >= deadline) {
-      return Status::IoError(source->name_ + ": " + source->url_ + ": " + Describe(rc, code));
+      return Status::IoError(source->name_ + ": " + RedactedUrl(source->url_) + ": " +
+                             Describe(rc, code));
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(2000));

@@ -31,6 +31,10 @@ struct HttpOptions {
   bool verify_tls = true;
 };
 
+// `url` without any user:password@ part: what messages and stats may show, since
+// credentials are never logged.
+std::string RedactedUrl(const std::string& url);
+
 class HttpSource final : public ByteSource {
  public:
   // HEADs `url`. NotFound for a 404 (so callers can probe optional files), IoError when

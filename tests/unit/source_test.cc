@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/source/byte_source.h"
+#include "core/source/http_source.h"
 
 namespace ckptfs {
 namespace {
@@ -63,6 +64,18 @@ TEST(FaultySource, FailsTheNthReadAndShortReads) {
   FaultySource short_file(base, {.readable_bytes = 50});
   EXPECT_TRUE(short_file.ReadAt(40, Bytes(out)).ok());
   EXPECT_FALSE(short_file.ReadAt(45, Bytes(out)).ok());
+}
+
+}  // namespace
+}  // namespace ckptfs
+
+namespace ckptfs {
+namespace {
+
+TEST(HttpUrl, CredentialsNeverReachMessages) {
+  EXPECT_EQ(RedactedUrl("https://user:secret@host/a/b"), "https://host/a/b");
+  EXPECT_EQ(RedactedUrl("http://host/a@b"), "http://host/a@b");
+  EXPECT_EQ(RedactedUrl("http://host:8080/x/"), "http://host:8080/x/");
 }
 
 }  // namespace
