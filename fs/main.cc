@@ -36,8 +36,8 @@ void RaiseOpenFileLimit() {
 }
 
 int Mount(const std::string& source, ckptfs::MountOptions options,
-          const ckptfs::CodecOptions& codec, bool zip_crc) {
-  auto volume = ckptfs::Volume::Open(Absolute(source), codec, zip_crc);
+          const ckptfs::CodecOptions& codec, bool zip_crc, const ckptfs::HttpOptions& http) {
+  auto volume = ckptfs::Volume::Open(Absolute(source), codec, zip_crc, http);
   if (!volume.ok()) {
     std::fprintf(stderr, "ckptfs: %s\n", volume.status().message().c_str());
     return ckptfs::ExitCodeForOpenFailure(volume.status());
@@ -79,6 +79,12 @@ int main(int argc, char** argv) {
   mount->add_option("--log-file", mount_options.log_file,
                     "append daemon log lines (read errors, warnings) to FILE instead of syslog");
   bool zip_crc = false;
+  double timeout_s = 30;
+  mount
+      ->add_option("--timeout", timeout_s,
+                   "seconds a read of an http(s) source may take, retries included, before "
+                   "it fails with EIO (default 30)")
+      ->check(CLI::Range(0.1, 3600.0));
   mount->add_flag("--zip-crc", zip_crc,
                   "compute CRC-32s for pytorch_model.bin at mount (reads every tensor once) so "
                   "zip testers pass; torch sources carry theirs already");
@@ -139,7 +145,9 @@ int main(int argc, char** argv) {
     }
     codec.cache_bytes = *bytes;
     mount_options.fuse_options = o_options;
-    return Mount(source, mount_options, codec, zip_crc);
+    return Mount(source, mount_options, codec, zip_crc,
+                 ckptfs::HttpOptions{
+                     .timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))});
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint);
   if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec);

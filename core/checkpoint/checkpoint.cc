@@ -87,13 +87,13 @@ constexpr std::string_view kKnownRemoteFiles[] = {"config.json",
 // A SourceDir over a URL: a directory (ending in '/') whose index names the shards, or
 // one weights file. Objects found while discovering stay open for `open`, so each is
 // asked for once.
-Result<SourceDir> HttpDir(const std::string& url) {
+Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http) {
   const size_t slash = url.rfind('/');
   const std::string base = url.substr(0, slash + 1);
   auto found = std::make_shared<std::map<std::string, std::unique_ptr<ByteSource>>>();
-  auto probe = [base, found](const std::string& name) -> Result<bool> {
+  auto probe = [base, found, http](const std::string& name) -> Result<bool> {
     if (found->count(name)) return true;
-    auto source = HttpSource::Open(base + name, name);
+    auto source = HttpSource::Open(base + name, name, http);
     if (!source.ok()) {
       if (source.status().code() == Status::Code::kNotFound) return false;
       return source.status();
@@ -102,10 +102,10 @@ Result<SourceDir> HttpDir(const std::string& url) {
     return true;
   };
   SourceDir dir{RedactedUrl(url), {}, nullptr};
-  dir.open = [base, found](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+  dir.open = [base, found, http](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     auto it = found->find(name);
     if (it != found->end() && it->second) return std::move(it->second);
-    CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(base + name, name));
+    CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(base + name, name, http));
     return std::unique_ptr<ByteSource>(std::move(source));
   };
   auto add_weight = [&](const std::string& name) -> Result<bool> {
@@ -576,9 +576,10 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
   return ckpt;
 }
 
-Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec) {
+Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,
+                                  const HttpOptions& http) {
   if (IsUrl(source_path)) {
-    CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, HttpDir(source_path));
+    CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, HttpDir(source_path, http));
     return OpenCheckpointIn(dir, codec);
   }
   struct stat st;

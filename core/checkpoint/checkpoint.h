@@ -22,6 +22,7 @@
 #include "core/format/dtype.h"
 #include "core/format/safetensors.h"
 #include "core/source/byte_source.h"
+#include "core/source/http_source.h"
 #include "core/status.h"
 
 namespace ckptfs {
@@ -108,6 +109,8 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec);
 
 // OpenCheckpointIn over a local directory, or over the directory of a .safetensors
 // path, in which case only that file is used.
-Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec);
+// An http(s):// SOURCE is read through HttpSource with `http`.
+Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,
+                                  const HttpOptions& http = {});
 
 }  // namespace ckptfs

@@ -21,9 +21,10 @@ uint64_t CurrentRssBytes() {
 }
 
 Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
-                                             const CodecOptions& codec_options, bool zip_crc) {
+                                             const CodecOptions& codec_options, bool zip_crc,
+                                             const HttpOptions& http) {
   auto codec = std::make_shared<CodecContext>(codec_options);
-  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path, *codec));
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path, *codec, http));
   if (zip_crc) CKPTFS_RETURN_IF_ERROR(ComputeStorageCrcs(ckpt));
   return FromCheckpoint(std::move(ckpt), std::move(codec));
 }

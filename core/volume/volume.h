@@ -55,7 +55,8 @@ class Volume {
   // With `zip_crc`, storages without a CRC-32 (safetensors ones) are read once to compute
   // it, so the merged pytorch_model.bin passes zip testers.
   static Result<std::unique_ptr<Volume>> Open(const std::string& source_path,
-                                              const CodecOptions& codec = {}, bool zip_crc = false);
+                                              const CodecOptions& codec = {}, bool zip_crc = false,
+                                              const HttpOptions& http = {});
   // Wraps an already opened checkpoint whose compressed sources use `codec`.
   static std::unique_ptr<Volume> FromCheckpoint(Checkpoint ckpt,
                                                 std::shared_ptr<CodecContext> codec);

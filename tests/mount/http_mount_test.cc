@@ -124,5 +124,23 @@ TEST_F(HttpMountTest, ObjectReplacedAfterMountGivesEio) {
   EXPECT_EQ(r.exit_code, 0) << "the daemon must stay up; " << r.Describe();
 }
 
+// The server lost mid-mount: a read fails with EIO once --timeout has passed, the
+// daemon stays up, and the same read succeeds once the server is back.
+TEST_F(HttpMountTest, ServerLostThenBack) {
+  const std::string source = www_ + "/mixed";
+  ASSERT_NO_FATAL_FAILURE(Generate(source));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(Mount(Url("mixed/"), mountpoint, nullptr, {"--timeout", "2"}));
+  const std::string shard = mountpoint + "/shards/model-00002-of-00008.safetensors";
+  StopServer();
+  ProcessResult r = RunProcess({"cat", shard}, seconds(60));
+  EXPECT_NE(r.exit_code, 0) << "a read with the server gone must fail; " << r.Describe();
+  EXPECT_NE(r.err.find("Input/output error"), std::string::npos) << r.Describe();
+  EXPECT_LE(r.elapsed, seconds(10)) << "EIO must come within about --timeout; " << r.Describe();
+  ASSERT_NO_FATAL_FAILURE(StartServer());
+  r = RunProcess({"cmp", shard, source + "/model-00002-of-00008.safetensors"}, seconds(60));
+  EXPECT_EQ(r.exit_code, 0) << "reads must work again once the server is back; " << r.Describe();
+}
+
 }  // namespace
 }  // namespace ckptfs::mount_test
