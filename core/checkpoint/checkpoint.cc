@@ -133,6 +133,8 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http) {
     if (!there) continue;
     CKPTFS_ASSIGN_OR_RETURN(std::string text, ReadWhole(*found->at(name)));
     CKPTFS_ASSIGN_OR_RETURN(HfIndex index, ParseHfIndex(text, name));
+    // Opening the checkpoint reads the index again: hand it these bytes, not the server.
+    (*found)[name] = std::make_unique<MemorySource>(name, std::move(text));
     dir.files.push_back(name);
     for (const std::string& shard : index.shard_files) {
       CKPTFS_ASSIGN_OR_RETURN(bool stored, add_weight(shard));
