@@ -17,8 +17,8 @@ namespace ckptfs {
 namespace {
 
 Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const CodecOptions& codec,
-                                             int* exit_code) {
-  auto volume = Volume::Open(source, codec);
+                                             const RemoteOptions& remote, int* exit_code) {
+  auto volume = Volume::Open(source, codec, /*zip_crc=*/false, remote);
   if (!volume.ok()) {
     std::fprintf(stderr, "ckptfs: %s\n", volume.status().message().c_str());
     *exit_code = ExitCodeForOpenFailure(volume.status());
@@ -148,9 +148,10 @@ int ExitCodeForOpenFailure(const Status& status) {
   return status.code() == Status::Code::kIoError ? 1 : 2;
 }
 
-int RunInspect(const std::string& source, bool json, const CodecOptions& codec) {
+int RunInspect(const std::string& source, bool json, const CodecOptions& codec,
+               const RemoteOptions& remote) {
   int rc = 0;
-  auto volume = OpenOrReport(source, codec, &rc);
+  auto volume = OpenOrReport(source, codec, remote, &rc);
   if (!volume.ok()) return rc;
   if (json) {
     std::puts(InspectJson((*volume)->checkpoint())
@@ -162,9 +163,9 @@ int RunInspect(const std::string& source, bool json, const CodecOptions& codec) 
   return 0;
 }
 
-int RunVerify(const std::string& source, const CodecOptions& codec) {
+int RunVerify(const std::string& source, const CodecOptions& codec, const RemoteOptions& remote) {
   int rc = 0;
-  auto volume = OpenOrReport(source, codec, &rc);
+  auto volume = OpenOrReport(source, codec, remote, &rc);
   if (!volume.ok()) return rc;
   // Structure is sound (Open validated every header and frame index); now decode or read
   // every stored byte once, reporting each damaged frame or unreadable file, one line each.
@@ -205,10 +206,10 @@ int RunVerify(const std::string& source, const CodecOptions& codec) {
 }
 
 int RunPack(const std::string& source, const std::string& dest, int level, uint64_t frame_size,
-            uint64_t shard_size) {
+            uint64_t shard_size, const RemoteOptions& remote) {
   int rc = 0;
   // Packing reads every byte once, front to back: a small cache is plenty.
-  auto volume = OpenOrReport(source, CodecOptions{.cache_bytes = 64u << 20}, &rc);
+  auto volume = OpenOrReport(source, CodecOptions{.cache_bytes = 64u << 20}, remote, &rc);
   if (!volume.ok()) return rc;
   PackOptions options;
   options.level = level;

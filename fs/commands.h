@@ -8,18 +8,20 @@
 #include <string>
 
 #include "core/codec/codec_context.h"
+#include "core/source/remote_options.h"
 
 namespace ckptfs {
 
 // "512M", "4G", "1048576", "64K" (binary units) -> bytes; nullopt if malformed.
 std::optional<uint64_t> ParseByteSize(const std::string& text);
 
-int RunInspect(const std::string& source, bool json, const CodecOptions& codec);
-int RunVerify(const std::string& source, const CodecOptions& codec);
+int RunInspect(const std::string& source, bool json, const CodecOptions& codec,
+               const RemoteOptions& remote);
+int RunVerify(const std::string& source, const CodecOptions& codec, const RemoteOptions& remote);
 int RunUmount(const std::string& mountpoint);
 // `level`, `frame_size`, `shard_size` as PackOptions; progress on stderr when a terminal.
 int RunPack(const std::string& source, const std::string& dest, int level, uint64_t frame_size,
-            uint64_t shard_size);
+            uint64_t shard_size, const RemoteOptions& remote);
 
 // Exit code for a failure to open a checkpoint: 2 for invalid input, 1 for I/O trouble.
 int ExitCodeForOpenFailure(const class Status& status);

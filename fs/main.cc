@@ -35,9 +35,62 @@ void RaiseOpenFileLimit() {
   }
 }
 
+// Local paths are made absolute; URLs are left as they are.
+std::string SourceArg(const std::string& source) {
+  return source.find("://") == std::string::npos ? Absolute(source) : source;
+}
+
+// Options for http(s):// and s3:// sources, shared by every subcommand that opens one.
+struct RemoteArgs {
+  double timeout_s = 30;
+  std::string addressing = "auto";
+  std::string cache_dir_size = "10G";
+  ckptfs::RemoteOptions options;
+
+  void AddTo(CLI::App* cmd) {
+    cmd->add_option("--timeout", timeout_s,
+                    "seconds a read of a remote source may take, retries included, before it "
+                    "fails with EIO (default 30)")
+        ->check(CLI::Range(0.1, 3600.0));
+    cmd->add_option("--endpoint", options.s3.endpoint,
+                    "S3-compatible store for s3:// sources (e.g. http://127.0.0.1:9000); "
+                    "default AWS, or AWS_ENDPOINT_URL");
+    cmd->add_option("--region", options.s3.region,
+                    "S3 region (default AWS_REGION, AWS_DEFAULT_REGION, the profile's, us-east-1)");
+    cmd->add_option("--addressing", addressing,
+                    "S3 addressing: path (endpoint/bucket/key), virtual (bucket.endpoint/key) or "
+                    "auto: virtual for AWS, path for --endpoint (default auto)")
+        ->check(CLI::IsMember({"auto", "path", "virtual"}));
+  }
+  void AddCacheDirTo(CLI::App* cmd) {
+    cmd->add_option("--cache-dir", options.cache_dir,
+                    "keep bytes fetched from remote sources in DIR, across mounts and shared "
+                    "by mounts using the same DIR");
+    cmd->add_option("--cache-dir-size", cache_dir_size,
+                    "bytes --cache-dir may hold; least recently used go first (default 10G)");
+  }
+  // Fills `options` from the parsed strings; false (after one line on stderr) if malformed.
+  bool Finish() {
+    using Addressing = ckptfs::S3Options::Addressing;
+    options.http.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    options.s3.addressing = addressing == "path"      ? Addressing::kPath
+                            : addressing == "virtual" ? Addressing::kVirtualHost
+                                                      : Addressing::kAuto;
+    auto bytes = ckptfs::ParseByteSize(cache_dir_size);
+    if (!bytes || *bytes == 0) {
+      std::fprintf(stderr, "ckptfs: --cache-dir-size %s: not a size (e.g. 50G)\n",
+                   cache_dir_size.c_str());
+      return false;
+    }
+    options.cache_dir_bytes = *bytes;
+    if (!options.cache_dir.empty()) options.cache_dir = Absolute(options.cache_dir);
+    return true;
+  }
+};
+
 int Mount(const std::string& source, ckptfs::MountOptions options,
-          const ckptfs::CodecOptions& codec, bool zip_crc, const ckptfs::HttpOptions& http) {
-  auto volume = ckptfs::Volume::Open(Absolute(source), codec, zip_crc, http);
+          const ckptfs::CodecOptions& codec, bool zip_crc, const ckptfs::RemoteOptions& remote) {
+  auto volume = ckptfs::Volume::Open(SourceArg(source), codec, zip_crc, remote);
   if (!volume.ok()) {
     std::fprintf(stderr, "ckptfs: %s\n", volume.status().message().c_str());
     return ckptfs::ExitCodeForOpenFailure(volume.status());
@@ -63,7 +116,8 @@ int main(int argc, char** argv) {
       "mount", "Mount SOURCE read-only at MOUNTPOINT; returns once the mount answers");
   mount
       ->add_option("SOURCE", source,
-                   "checkpoint directory (index + shards) or one .safetensors/.bin/.pt file")
+                   "checkpoint directory (index + shards), one .safetensors/.bin/.pt file, or an "
+                   "http(s):// or s3:// URL of either")
       ->required();
   mount->add_option("MOUNTPOINT", mountpoint, "an existing directory")->required();
   mount->add_flag("-f,--foreground", mount_options.foreground,
@@ -79,12 +133,9 @@ int main(int argc, char** argv) {
   mount->add_option("--log-file", mount_options.log_file,
                     "append daemon log lines (read errors, warnings) to FILE instead of syslog");
   bool zip_crc = false;
-  double timeout_s = 30;
-  mount
-      ->add_option("--timeout", timeout_s,
-                   "seconds a read of an http(s) source may take, retries included, before "
-                   "it fails with EIO (default 30)")
-      ->check(CLI::Range(0.1, 3600.0));
+  RemoteArgs remote;
+  remote.AddTo(mount);
+  remote.AddCacheDirTo(mount);
   mount->add_flag("--zip-crc", zip_crc,
                   "compute CRC-32s for pytorch_model.bin at mount (reads every tensor once) so "
                   "zip testers pass; torch sources carry theirs already");
@@ -100,10 +151,12 @@ int main(int argc, char** argv) {
       "inspect", "List shards and tensors (dtype, shape, bytes) without mounting");
   inspect->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
   inspect->add_flag("--json", json, "machine-readable output");
+  remote.AddTo(inspect);
 
   CLI::App* verify =
       app.add_subcommand("verify", "Check structure and read every byte; exit 0 only if sound");
   verify->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
+  remote.AddTo(verify);
 
   std::string dest, frame_size = "4M", shard_size = "0";
   int level = 3;
@@ -116,6 +169,7 @@ int main(int argc, char** argv) {
                    "decoded bytes per frame: the unit of random access (default 4M)");
   pack->add_option("--shard-size", shard_size,
                    "regroup tensors into shards of at most this many bytes (default: keep)");
+  remote.AddTo(pack);
 
   // Refusals are one line on stderr; only --help and --version print more, to stdout.
   if (argc > 1 && argv[1][0] != '-' &&
@@ -134,6 +188,7 @@ int main(int argc, char** argv) {
 
   RaiseOpenFileLimit();
   BoundAllocatorMemory();
+  if (!remote.Finish()) return 2;
   if (mount->parsed()) {
     mount_options.mountpoint = mountpoint;
     mount_options.foreground |= mount_options.debug;
@@ -145,13 +200,11 @@ int main(int argc, char** argv) {
     }
     codec.cache_bytes = *bytes;
     mount_options.fuse_options = o_options;
-    return Mount(source, mount_options, codec, zip_crc,
-                 ckptfs::HttpOptions{
-                     .timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))});
+    return Mount(source, mount_options, codec, zip_crc, remote.options);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint);
-  if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec);
-  if (verify->parsed()) return ckptfs::RunVerify(source, codec);
+  if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, remote.options);
+  if (verify->parsed()) return ckptfs::RunVerify(source, codec, remote.options);
   if (pack->parsed()) {
     auto frame = ckptfs::ParseByteSize(frame_size);
     auto shard = ckptfs::ParseByteSize(shard_size);
@@ -160,7 +213,7 @@ int main(int argc, char** argv) {
                    (!frame ? frame_size : shard_size).c_str());
       return 2;
     }
-    return ckptfs::RunPack(source, Absolute(dest), level, *frame, *shard);
+    return ckptfs::RunPack(source, Absolute(dest), level, *frame, *shard, remote.options);
   }
   return 2;
 }

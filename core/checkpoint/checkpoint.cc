@@ -579,9 +579,9 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
 }
 
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,
-                                  const HttpOptions& http) {
+                                  const RemoteOptions& remote) {
   if (IsUrl(source_path)) {
-    CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, HttpDir(source_path, http));
+    CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, HttpDir(source_path, remote.http));
     return OpenCheckpointIn(dir, codec);
   }
   struct stat st;

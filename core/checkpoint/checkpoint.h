@@ -22,7 +22,7 @@
 #include "core/format/dtype.h"
 #include "core/format/safetensors.h"
 #include "core/source/byte_source.h"
-#include "core/source/http_source.h"
+#include "core/source/remote_options.h"
 #include "core/status.h"
 
 namespace ckptfs {
@@ -111,6 +111,6 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec);
 // path, in which case only that file is used.
 // An http(s):// SOURCE is read through HttpSource with `http`.
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,
-                                  const HttpOptions& http = {});
+                                  const RemoteOptions& remote = {});
 
 }  // namespace ckptfs

@@ -22,14 +22,9 @@
 #include <vector>
 
 #include "core/source/byte_source.h"
+#include "core/source/remote_options.h"
 
 namespace ckptfs {
-
-struct HttpOptions {
-  std::chrono::milliseconds timeout{30'000};  // per read, retries included
-  std::chrono::milliseconds connect_timeout{5'000};
-  bool verify_tls = true;
-};
 
 // `url` without any user:password@ part: what messages and stats may show, since
 // credentials are never logged.

@@ -22,9 +22,9 @@ uint64_t CurrentRssBytes() {
 
 Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
                                              const CodecOptions& codec_options, bool zip_crc,
-                                             const HttpOptions& http) {
+                                             const RemoteOptions& remote) {
   auto codec = std::make_shared<CodecContext>(codec_options);
-  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path, *codec, http));
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path, *codec, remote));
   if (zip_crc) CKPTFS_RETURN_IF_ERROR(ComputeStorageCrcs(ckpt));
   return FromCheckpoint(std::move(ckpt), std::move(codec));
 }

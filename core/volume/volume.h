@@ -56,7 +56,7 @@ class Volume {
   // it, so the merged pytorch_model.bin passes zip testers.
   static Result<std::unique_ptr<Volume>> Open(const std::string& source_path,
                                               const CodecOptions& codec = {}, bool zip_crc = false,
-                                              const HttpOptions& http = {});
+                                              const RemoteOptions& remote = {});
   // Wraps an already opened checkpoint whose compressed sources use `codec`.
   static std::unique_ptr<Volume> FromCheckpoint(Checkpoint ckpt,
                                                 std::shared_ptr<CodecContext> codec);

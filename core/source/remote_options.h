@@ -1,0 +1,41 @@
+// What a user says about remote sources (http(s):// and s3:// URLs): timeouts, the S3
+// endpoint and addressing, and the disk cache of fetched bytes. Plain values, no
+// behaviour: the CLI fills them and the opener hands them to the sources it makes.
+// Credentials are not here: S3 ones come from the environment and ~/.aws when a source
+// is opened, and are never logged.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace ckptfs {
+
+struct HttpOptions {
+  std::chrono::milliseconds timeout{30'000};  // per read, retries included
+  std::chrono::milliseconds connect_timeout{5'000};
+  bool verify_tls = true;
+};
+
+struct S3Options {
+  // Base URL of an S3-compatible store ("http://127.0.0.1:9000"); empty: AWS itself,
+  // https://s3.REGION.amazonaws.com.
+  std::string endpoint;
+  // Empty: AWS_REGION, then AWS_DEFAULT_REGION, then the profile's region, then us-east-1.
+  std::string region;
+  // Path style puts the bucket in the path (endpoint/bucket/key), virtual-host style in
+  // the host name (bucket.endpoint/key). Auto: virtual host for AWS, path style for a
+  // custom endpoint (what MinIO, Ceph and most S3-compatible stores expect).
+  enum class Addressing { kAuto, kPath, kVirtualHost };
+  Addressing addressing = Addressing::kAuto;
+};
+
+struct RemoteOptions {
+  HttpOptions http;
+  S3Options s3;
+  // Where fetched bytes are kept across mounts; empty: no disk cache.
+  std::string cache_dir;
+  uint64_t cache_dir_bytes = uint64_t{10} << 30;
+};
+
+}  // namespace ckptfs
