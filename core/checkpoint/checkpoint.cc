@@ -101,7 +101,7 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http) {
     found->emplace(name, std::move(source).value());
     return true;
   };
-  SourceDir dir{RedactedUrl(url), {}, nullptr};
+  SourceDir dir{RedactedUrl(url), {}, nullptr, /*remote=*/true};
   dir.open = [base, found, http](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     auto it = found->find(name);
     if (it != found->end() && it->second) return std::move(it->second);

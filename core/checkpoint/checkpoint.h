@@ -101,6 +101,9 @@ struct SourceDir {
   std::string path;                // shown in messages and stats
   std::vector<std::string> files;  // plain names, sorted
   std::function<Result<std::unique_ptr<ByteSource>>(const std::string& name)> open;
+  // Files come from a server (http, S3): after the headers are read, reads go through the
+  // block cache, the disk cache and parallel fetches (see RemoteSource).
+  bool remote = false;
 };
 
 // Finds and validates the checkpoint in `dir`: the index if there is one (preferring
