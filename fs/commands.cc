@@ -167,6 +167,7 @@ int RunVerify(const std::string& source, const CodecOptions& codec, const Remote
   int rc = 0;
   auto volume = OpenOrReport(source, codec, remote, &rc);
   if (!volume.ok()) return rc;
+  (*volume)->codec().StartWorkers();  // remote sources fetch ahead in parallel
   // Structure is sound (Open validated every header and frame index); now decode or read
   // every stored byte once, reporting each damaged frame or unreadable file, one line each.
   const Checkpoint& ckpt = (*volume)->checkpoint();
@@ -211,6 +212,7 @@ int RunPack(const std::string& source, const std::string& dest, int level, uint6
   // Packing reads every byte once, front to back: a small cache is plenty.
   auto volume = OpenOrReport(source, CodecOptions{.cache_bytes = 64u << 20}, remote, &rc);
   if (!volume.ok()) return rc;
+  (*volume)->codec().StartWorkers();  // remote sources fetch ahead in parallel
   PackOptions options;
   options.level = level;
   options.frame_size = frame_size;

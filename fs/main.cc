@@ -8,6 +8,7 @@
 
 #include "fs/commands.h"
 #include "fs/fuse_ops.h"
+#include "fs/log.h"
 
 namespace {
 
@@ -199,6 +200,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     codec.cache_bytes = *bytes;
+    codec.warn = [](const std::string& line) { ckptfs::LogError("%s", line.c_str()); };
     mount_options.fuse_options = o_options;
     return Mount(source, mount_options, codec, zip_crc, remote.options);
   }

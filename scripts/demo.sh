@@ -10,6 +10,7 @@ mnt=$work/mnt
 mkdir -p "$mnt"
 cleanup() {
   mountpoint -q "$mnt" && { "$ckptfs" umount "$mnt" || fusermount3 -uz "$mnt"; }
+  [ -f "$work/nginx/nginx.pid" ] && /usr/sbin/nginx -c "$work/nginx/nginx.conf" -s stop
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -78,5 +79,43 @@ print('lm_head', w.dtype, w.shape, 'from zstd')
 s = json.load(open('$mnt/.ckptfs/stats.json'))
 print('decoded', s['bytes_decompressed'], 'bytes in', s['frames_decoded'], 'frames; cache', s['cache'])"
 run cmp "$mnt/shards/model-00001-of-00002.safetensors" "$work/llama/model-00001-of-00002.safetensors"
+run "$ckptfs" umount "$mnt"
+
+# The same checkpoint served over HTTP (nginx on loopback): the mount fetches headers, a
+# read fetches about what it reads, and --cache-dir keeps fetched bytes for the next mount.
+port=$(/usr/bin/python3 -c "
+import socket
+s = socket.socket()
+s.bind(('127.0.0.1', 0))
+print(s.getsockname()[1])")
+mkdir -p "$work/nginx"
+printf '%s\n' "user root;" "pid $work/nginx/nginx.pid;" "error_log $work/nginx/error.log;" \
+  "events {}" "http {" "  access_log off;" "  client_body_temp_path $work/nginx;" \
+  "  proxy_temp_path $work/nginx;" "  fastcgi_temp_path $work/nginx;" \
+  "  uwsgi_temp_path $work/nginx;" "  scgi_temp_path $work/nginx;" \
+  "  server { listen 127.0.0.1:$port; root $work; }" "}" >"$work/nginx/nginx.conf"
+/usr/sbin/nginx -c "$work/nginx/nginx.conf"
+url=http://127.0.0.1:$port/llama/
+remote_stats() {
+  /usr/bin/python3 -c "
+import json
+r = json.load(open('$mnt/.ckptfs/stats.json'))['remote']
+print('$1: fetched', r['bytes_fetched'], 'bytes from the server in', r['requests'],
+      'requests,', r['disk_cache_bytes'], 'bytes from --cache-dir')"
+}
+run "$ckptfs" mount --cache-dir "$work/cache" "$url" "$mnt"
+remote_stats "after mount (headers only)"
+run /usr/bin/python3 -c "
+import numpy as np
+w = np.load('$mnt/tensors/model/embed_tokens/weight.npy')
+print('embed_tokens', w.dtype, w.shape, w.nbytes, 'bytes, over HTTP')"
+remote_stats "after one tensor"
+run cmp "$mnt/shards/model-00001-of-00002.safetensors" "$work/llama/model-00001-of-00002.safetensors"
+run cmp "$mnt/shards/model-00002-of-00002.safetensors" "$work/llama/model-00002-of-00002.safetensors"
+remote_stats "after both shards"
+run "$ckptfs" umount "$mnt"
+run "$ckptfs" mount --cache-dir "$work/cache" "$url" "$mnt"
+run cmp "$mnt/shards/model-00001-of-00002.safetensors" "$work/llama/model-00001-of-00002.safetensors"
+remote_stats "second mount, warm --cache-dir"
 run "$ckptfs" umount "$mnt"
 echo; echo "demo: ok"

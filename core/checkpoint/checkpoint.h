@@ -74,6 +74,7 @@ struct Checkpoint {
   Metadata metadata;               // union of the shards' __metadata__, first shard wins
   CheckpointFormat format = CheckpointFormat::kSafetensors;
   std::string state_json;  // torch: the non-tensor values, as JSON; empty if none
+  bool remote = false;     // files come from a server (SourceDir::remote)
 
   uint64_t TotalTensorBytes() const;
 };

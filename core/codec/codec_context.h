@@ -1,9 +1,13 @@
-// CodecContext: what every compressed source of one mount shares: the block cache of
-// decoded frames, the decode thread pool for readahead, and decode counters.
+// CodecContext: what every cached source of one mount shares: the block cache (decoded
+// frames of compressed shards, fetched blocks of remote ones), the decode workers and the
+// fetch workers for readahead, the disk cache of fetched bytes, and their counters.
 //
 // Worker threads start only on StartWorkers(), which the mount daemon calls after it
 // forks (threads do not survive fork). Before that, and after Shutdown(), prefetch
-// requests are dropped and every read decodes in the caller's thread. Thread-safe.
+// requests are dropped and every read decodes or fetches in the caller's thread.
+// Decoding is CPU work (one worker per core); fetching is waiting on a server, so it has
+// more workers: the number of range requests a sequential reader keeps in flight.
+// Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -18,11 +22,15 @@
 namespace ckptfs {
 
 class ThreadPool;
+class DiskCache;
 
 struct CodecOptions {
   uint64_t cache_bytes = 512ull << 20;
   size_t threads = 0;                  // decode workers; 0: one per core
   std::string spill_dir = "/var/tmp";  // where single-frame shards are decoded once
+  // Receives one line for events a user should see that are not a failed read (a corrupt
+  // disk cache entry dropped): core never logs itself. May be empty.
+  std::function<void(const std::string&)> warn;
 };
 
 class CodecContext {
@@ -33,8 +41,14 @@ class CodecContext {
   void StartWorkers();
   // Stops workers, dropping queued prefetches; call before the sources die.
   void Shutdown();
-  // Runs `task` on a worker if one is free enough; false if dropped.
+  // Runs `task` on a decode worker if one is free enough; false if dropped.
   bool TrySubmit(std::function<void()> task);
+  // Runs `task` on a fetch worker if the fetch queue has room; false if dropped.
+  bool TrySubmitFetch(std::function<void()> task);
+
+  // The disk cache remote sources share, or null. Set once, before sources use it.
+  void SetDiskCache(std::unique_ptr<DiskCache> disk);
+  DiskCache* disk_cache() const { return disk_.get(); }
 
   BlockCache& cache() { return cache_; }
   const CodecOptions& options() const { return options_; }
@@ -43,13 +57,19 @@ class CodecContext {
   std::atomic<uint64_t> compressed_bytes_read{0};  // compressed bytes fetched
   std::atomic<uint64_t> frames_decoded{0};
   std::atomic<uint64_t> decode_errors{0};
-  std::atomic<uint64_t> prefetches{0};  // frames scheduled ahead of readers
+  std::atomic<uint64_t> prefetches{0};            // frames scheduled ahead of readers
+  std::atomic<uint64_t> remote_bytes_fetched{0};  // bytes received from servers
+  std::atomic<uint64_t> remote_requests{0};       // range requests sent
+  std::atomic<uint64_t> remote_prefetches{0};     // blocks queued ahead of readers
+  std::atomic<uint64_t> disk_cache_bytes{0};      // bytes served from the disk cache
 
  private:
   CodecOptions options_;
   BlockCache cache_;
+  std::unique_ptr<DiskCache> disk_;  // before the pools: tasks may use it until joined
   std::mutex pool_mu_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> fetch_pool_;
 };
 
 }  // namespace ckptfs

@@ -43,6 +43,7 @@ class ZstdSource final : public ByteSource {
   // The spill file, once a single-frame shard has been decoded; -1 before.
   int Fd() const override { return spill_fd_.load(std::memory_order_acquire); }
   void Prefetch(uint64_t offset, uint64_t length) const override;
+  void BeginServing() override { compressed_->BeginServing(); }
   Status CheckUnchanged() const override;
   bool CanLend() const override { return !whole_; }
   Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override;

@@ -49,6 +49,10 @@ class ByteSource {
   // A hint that [offset, offset + length) will be read soon; sources that fetch or decode
   // may start now. Never required for correctness.
   virtual void Prefetch(uint64_t /*offset*/, uint64_t /*length*/) const {}
+  // The checkpoint is open and the mount now serves reads. Sources that read differently
+  // while headers are parsed (RemoteSource: exact ranges, then cached blocks) switch here;
+  // sources wrapping another pass it on.
+  virtual void BeginServing() {}
 
  protected:
   // Checks [offset, offset+len) lies within Size(); shared by implementations.

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/cache/disk_cache.h"
 #include "core/format/safetensors.h"
+#include "core/source/remote_source.h"
 
 namespace ckptfs {
 
@@ -31,6 +33,9 @@ Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
 
 std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
                                                std::shared_ptr<CodecContext> codec) {
+  for (auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
+    for (StoredFile& f : *group) f.source->BeginServing();
+  }
   return std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec)));
 }
 
@@ -41,6 +46,9 @@ std::unique_ptr<Readahead> Volume::NewReadahead(uint64_t ino) const {
   const Node* node = layout_.Find(ino);
   Readahead::Options options;
   options.limit = node ? node->size : 0;
+  // Every remote window is round trips: start with one block, and let a proven stream
+  // grow it.
+  if (ckpt_.remote) options.initial_window = RemoteSource::kBlockSize;
   // A window the cache cannot hold would evict its own frames before they are read.
   options.max_window = std::max<uint64_t>(
       options.initial_window, std::min(options.max_window, codec_->cache().capacity() / 4));
@@ -175,6 +183,22 @@ std::string Volume::StatsJson() const {
       {"decode_errors", load(codec_->decode_errors)},
       {"prefetched_frames", load(codec_->prefetches)},
   };
+  if (ckpt_.remote) {
+    j["remote"] = {{"bytes_fetched", load(codec_->remote_bytes_fetched)},
+                   {"requests", load(codec_->remote_requests)},
+                   {"prefetched_blocks", load(codec_->remote_prefetches)},
+                   {"disk_cache_bytes", load(codec_->disk_cache_bytes)}};
+    if (const DiskCache* disk = codec_->disk_cache()) {
+      const DiskCache::Counters d = disk->counters();
+      j["disk_cache"] = {{"hits", d.hits},
+                         {"misses", d.misses},
+                         {"corrupt", d.corrupt},
+                         {"bytes_used", d.bytes_used},
+                         {"bytes_written", d.bytes_written},
+                         {"evictions", d.evictions},
+                         {"write_errors", d.write_errors}};
+    }
+  }
   const BlockCache::Counters c = codec_->cache().counters();
   j["cache"] = {{"capacity_bytes", c.capacity_bytes},
                 {"charged_bytes", c.charged_bytes},

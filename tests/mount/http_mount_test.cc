@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <thread>
+
 #include "mount_harness.h"
 
 namespace ckptfs::mount_test {
@@ -42,10 +44,12 @@ class HttpMountTest : public MountFixture {
     conf_ = dir + "/nginx.conf";
     // Workers run as the test's user, which can read the scratch directory.
     std::ofstream(conf_) << "user root;\npid " << dir << "/nginx.pid;\nerror_log " << dir
-                         << "/error.log;\nevents {}\nhttp {\n  access_log " << dir
-                         << "/access.log;\n  client_body_temp_path " << dir
-                         << ";\n  proxy_temp_path " << dir << ";\n  fastcgi_temp_path " << dir
-                         << ";\n  uwsgi_temp_path " << dir << ";\n  scgi_temp_path " << dir
+                         << "/error.log;\nevents {}\nhttp {\n"
+                         << "  log_format bytes '$request_method $uri $status $body_bytes_sent';\n"
+                         << "  access_log " << dir << "/access.log bytes;\n"
+                         << "  client_body_temp_path " << dir << ";\n  proxy_temp_path " << dir
+                         << ";\n  fastcgi_temp_path " << dir << ";\n  uwsgi_temp_path " << dir
+                         << ";\n  scgi_temp_path " << dir
                          << ";\n  server { listen 127.0.0.1:" << port_ << "; root " << www_
                          << "; }\n}\n";
     ASSERT_NO_FATAL_FAILURE(StartServer());
@@ -68,6 +72,29 @@ class HttpMountTest : public MountFixture {
     if (!running_) return;
     RunProcess({kNginx, "-c", conf_, "-s", "stop"}, seconds(10));
     running_ = false;
+  }
+
+  // Bytes of weight files the server has sent so far, and in how many requests (from its
+  // access log, once it has been quiet for a moment: lines are written as requests end).
+  std::pair<uint64_t, int> WeightBytesServed() {
+    std::string log, last;
+    for (auto deadline = Clock::now() + seconds(10); Clock::now() < deadline;) {
+      std::this_thread::sleep_for(milliseconds(300));
+      log = ReadTextFile(scratch_->path() + "/nginx/access.log");
+      if (log == last) break;
+      last = log;
+    }
+    uint64_t bytes = 0;
+    int requests = 0;
+    std::istringstream lines(log);
+    for (std::string method, uri, status, sent; lines >> method >> uri >> status >> sent;) {
+      if (uri.find(".safetensors") == std::string::npos || uri.find(".json") != std::string::npos) {
+        continue;
+      }
+      bytes += std::stoull(sent);
+      ++requests;
+    }
+    return {bytes, requests};
   }
 
   std::string Url(const std::string& path) const {
@@ -140,6 +167,34 @@ TEST_F(HttpMountTest, ServerLostThenBack) {
   ASSERT_NO_FATAL_FAILURE(StartServer());
   r = RunProcess({"cmp", shard, source + "/model-00002-of-00008.safetensors"}, seconds(60));
   EXPECT_EQ(r.exit_code, 0) << "reads must work again once the server is back; " << r.Describe();
+}
+
+// DESIGN: a read of one tensor fetches about that tensor. nginx's log counts what the
+// server sent: the headers at mount, then the tensor plus at most one partial block at
+// each end (target: tensor + 2 MiB).
+TEST_F(HttpMountTest, OneTensorFetchesAboutItsBytes) {
+  const std::string source = www_ + "/bench";
+  ASSERT_NO_FATAL_FAILURE(Generate(source, {"--kind", "bench", "--total-bytes", "96M", "--tensors",
+                                            "12", "--shards", "3", "--dtype", "F32"}));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(Mount(Url("bench/"), mountpoint));
+  const auto [mount_bytes, mount_requests] = WeightBytesServed();
+  EXPECT_GE(mount_requests, 3) << "each shard's header is read at mount";
+  EXPECT_LE(mount_bytes, 64u << 10) << "a mount fetches headers only";
+
+  const ProcessResult r =
+      RunProcess({kPython, "-c", "import numpy, sys; print(numpy.load(sys.argv[1]).nbytes)",
+                  mountpoint + "/tensors/model/layers/5/weight.npy"},
+                 seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const uint64_t tensor_bytes = std::stoull(r.out);
+  ASSERT_GE(tensor_bytes, 7u << 20);
+  const auto [total_bytes, total_requests] = WeightBytesServed();
+  const uint64_t read_bytes = total_bytes - mount_bytes;
+  std::cout << "tensor " << tensor_bytes << " B: server sent " << read_bytes << " B in "
+            << total_requests - mount_requests << " requests\n";
+  EXPECT_GE(read_bytes, tensor_bytes);
+  EXPECT_LE(read_bytes, tensor_bytes + (2u << 20));
 }
 
 }  // namespace

@@ -1,0 +1,80 @@
+// RemoteSource: an object on a server (an HttpSource) read in blocks through the mount's
+// shared block cache, the disk cache, and many fetches in flight.
+//
+// Two phases. While a checkpoint is being opened, reads go straight to the server for
+// exactly the bytes asked for: parsing headers (a safetensors header, a zip's directory,
+// a seek table) then fetches only those bytes, not a block around each. Once the mount
+// serves (BeginServing), every read is cut into kBlockSize blocks, each fetched once into
+// the block cache and shared by all views, so a read of one tensor fetches that tensor
+// plus at most one partial block at each end.
+//
+// Where a block comes from, in order: the block cache (memory); the disk cache, when the
+// mount has one (checked against the object's identity: URL, ETag and size, so bytes of
+// an older version are never used); the server, after which the block is written to the
+// disk cache.
+//
+// Parallelism: Prefetch(range) queues the blocks of the range on the context's fetch
+// workers, so a read that starts a tensor fetches the rest of it in parallel chunks, and
+// a sequential reader's window (see Readahead) is in flight while it copies. A read that
+// spans several missing blocks queues all but the first before fetching the first itself.
+// Reads by the opener-side code (ReadAt, e.g. decoding a .zst shard or `verify`) also
+// feed a Readahead of their own, so streaming through the source fetches ahead too.
+// Prefetch never asks for more than a quarter of the cache, and the fetch queue is
+// bounded: a slow server means waiting, never unbounded memory.
+//
+// Thread-safe. Errors (the server's, with its retries and --timeout) are IoErrors naming
+// the object; a failed block is not cached, so the next read tries again.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "core/cache/prefetch.h"
+#include "core/codec/codec_context.h"
+#include "core/source/byte_source.h"
+
+namespace ckptfs {
+
+class DiskCache;
+
+class RemoteSource final : public ByteSource {
+ public:
+  static constexpr uint64_t kBlockSize = uint64_t{1} << 20;
+
+  // `identity` names this version of the object (see HttpSource::Identity); the disk
+  // cache keys blocks by it. `context` (and `disk`, if not null) must outlive the source.
+  RemoteSource(std::unique_ptr<ByteSource> object, std::string identity, CodecContext& context,
+               DiskCache* disk);
+  ~RemoteSource() override;
+
+  uint64_t Size() const override { return object_->Size(); }
+  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
+  const std::string& Name() const override { return object_->Name(); }
+  bool CanLend() const override { return serving_.load(std::memory_order_acquire); }
+  Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override;
+  void Prefetch(uint64_t offset, uint64_t length) const override;
+  void BeginServing() override;
+
+ private:
+  uint64_t BlockCount() const { return (Size() + kBlockSize - 1) / kBlockSize; }
+  uint64_t BlockLength(uint64_t block) const;
+  Result<BlockCache::Handle> GetBlock(uint64_t block) const;
+  Status LoadBlock(uint64_t block, std::span<uint8_t> out) const;
+  void Schedule(uint64_t first_block, uint64_t end_block) const;
+  // Calls `fn(handle, bytes)` for each block overlapping [offset, offset + length).
+  template <typename Fn>
+  Status ForEachBlock(uint64_t offset, uint64_t length, Fn&& fn) const;
+
+  std::unique_ptr<ByteSource> object_;
+  const std::string identity_;
+  CodecContext& context_;
+  DiskCache* const disk_;
+  const uint64_t cache_id_;
+  std::atomic<bool> serving_{false};
+  std::unique_ptr<std::atomic<bool>[]> queued_;        // block has a fetch task queued
+  std::unique_ptr<std::atomic<uint64_t>[]> consumed_;  // bytes handed out since loaded
+  std::unique_ptr<Readahead> readahead_;               // for ReadAt callers
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,218 @@
+// RemoteSource: exact reads while opening, whole cached blocks once serving, parallel
+// prefetch, failures not cached, and the disk cache serving a second mount.
+
+#include "core/source/remote_source.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "core/cache/disk_cache.h"
+
+namespace ckptfs {
+namespace {
+
+constexpr uint64_t kBlock = RemoteSource::kBlockSize;
+
+std::string Pattern(size_t n) {
+  std::string s(n, '\0');
+  uint32_t x = 12345;
+  for (char& c : s) {
+    x = x * 1103515245u + 12345u;
+    c = static_cast<char>(x >> 16);
+  }
+  return s;
+}
+
+// A server stand-in: records every range asked for and how many were in flight at once;
+// can fail reads or stall them.
+class FakeObject final : public ByteSource {
+ public:
+  explicit FakeObject(std::string bytes) : bytes_(std::move(bytes)) {}
+  uint64_t Size() const override { return bytes_.size(); }
+  const std::string& Name() const override { return name_; }
+  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override {
+    CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+    const int now = ++in_flight_;
+    for (int seen = max_in_flight_;
+         now > seen && !max_in_flight_.compare_exchange_weak(seen, now);) {
+    }
+    if (delay_us_) ::usleep(delay_us_);
+    --in_flight_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ranges_.emplace_back(offset, out.size());
+    }
+    if (failing_) return Status::IoError(name_ + ": server gone");
+    std::memcpy(out.data(), bytes_.data() + offset, out.size());
+    return Status::Ok();
+  }
+
+  std::vector<std::pair<uint64_t, uint64_t>> ranges() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ranges_;
+  }
+  uint64_t bytes_served() const {
+    uint64_t n = 0;
+    for (const auto& r : ranges()) n += r.second;
+    return n;
+  }
+
+  std::atomic<bool> failing_{false};
+  uint32_t delay_us_ = 0;
+  mutable std::atomic<int> max_in_flight_{0};
+
+ private:
+  std::string name_ = "model.safetensors";
+  std::string bytes_;
+  mutable std::atomic<int> in_flight_{0};
+  mutable std::mutex mu_;
+  mutable std::vector<std::pair<uint64_t, uint64_t>> ranges_;
+};
+
+struct Fixture {
+  explicit Fixture(size_t size, uint64_t cache = 64u << 20, DiskCache* disk = nullptr)
+      : bytes(Pattern(size)), codec(CodecOptions{.cache_bytes = cache}) {
+    auto object = std::make_unique<FakeObject>(bytes);
+    fake = object.get();
+    source = std::make_unique<RemoteSource>(
+        std::move(object), "http://h/m\n\"etag\"\n" + std::to_string(size), codec, disk);
+  }
+  ~Fixture() { codec.Shutdown(); }
+
+  std::string Read(uint64_t offset, uint64_t length) {
+    std::string out(length, '\0');
+    Status s = source->ReadAt(offset, {reinterpret_cast<uint8_t*>(out.data()), length});
+    EXPECT_TRUE(s.ok()) << s.message();
+    return out;
+  }
+
+  std::string bytes;
+  CodecContext codec;
+  FakeObject* fake = nullptr;
+  std::unique_ptr<RemoteSource> source;
+};
+
+TEST(RemoteSourceTest, WhileOpeningReadsExactlyTheBytesAsked) {
+  Fixture f(5 * kBlock);
+  EXPECT_EQ(f.Read(8, 100), f.bytes.substr(8, 100));
+  EXPECT_EQ(f.Read(3 * kBlock - 10, 20), f.bytes.substr(3 * kBlock - 10, 20));
+  const std::vector<std::pair<uint64_t, uint64_t>> want = {{8, 100}, {3 * kBlock - 10, 20}};
+  EXPECT_EQ(f.fake->ranges(), want);
+  EXPECT_FALSE(f.source->CanLend());
+}
+
+TEST(RemoteSourceTest, ServingFetchesWholeBlocksOnceAndServesRepeatsFromCache) {
+  Fixture f(3 * kBlock + 123);
+  f.source->BeginServing();
+  EXPECT_EQ(f.Read(kBlock + 5, 10), f.bytes.substr(kBlock + 5, 10));
+  EXPECT_EQ(f.Read(kBlock + 500, 1000), f.bytes.substr(kBlock + 500, 1000));
+  // The short last block is fetched at its true length.
+  EXPECT_EQ(f.Read(3 * kBlock + 100, 23), f.bytes.substr(3 * kBlock + 100, 23));
+  const std::vector<std::pair<uint64_t, uint64_t>> want = {{kBlock, kBlock}, {3 * kBlock, 123}};
+  EXPECT_EQ(f.fake->ranges(), want);
+  EXPECT_EQ(f.codec.remote_bytes_fetched.load(), kBlock + 123);
+}
+
+TEST(RemoteSourceTest, OneTensorCostsAtMostItsSizePlusTwoBlocks) {
+  Fixture f(40 * kBlock);
+  f.codec.StartWorkers();
+  f.source->BeginServing();
+  // A tensor starting and ending mid-block, read the way FUSE does: 128 KiB at a time,
+  // lent from the cache, the first read asking for the rest of the tensor ahead.
+  const uint64_t begin = 7 * kBlock + 4321, length = 9 * kBlock + 77;
+  std::string got;
+  for (uint64_t off = 0; off < length; off += 128 << 10) {
+    const uint64_t n = std::min<uint64_t>(128 << 10, length - off);
+    if (off == 0) f.source->Prefetch(begin + n, length - n);
+    std::vector<LentBytes> lent;
+    ASSERT_TRUE(f.source->Lend(begin + off, n, &lent).ok());
+    for (const LentBytes& l : lent) {
+      got.append(reinterpret_cast<const char*>(l.bytes.data()), l.bytes.size());
+    }
+  }
+  EXPECT_EQ(got, f.bytes.substr(begin, length));
+  f.codec.Shutdown();  // let queued prefetches finish or drop before counting
+  EXPECT_LE(f.fake->bytes_served(), length + 2 * kBlock);
+  for (const auto& [offset, size] : f.fake->ranges()) {
+    EXPECT_GE(offset + size, begin);
+    EXPECT_LE(offset, begin + length);
+  }
+}
+
+TEST(RemoteSourceTest, PrefetchFetchesBlocksInParallel) {
+  Fixture f(16 * kBlock);
+  f.fake->delay_us_ = 20'000;
+  f.codec.StartWorkers();
+  f.source->BeginServing();
+  EXPECT_EQ(f.Read(0, 16 * kBlock), f.bytes);  // one big read: later blocks fetched ahead
+  EXPECT_GE(f.fake->max_in_flight_.load(), 4);
+  EXPECT_EQ(f.fake->bytes_served(), 16 * kBlock);
+}
+
+TEST(RemoteSourceTest, SequentialReadAtStreamsAhead) {
+  Fixture f(32 * kBlock);
+  f.fake->delay_us_ = 2'000;
+  f.codec.StartWorkers();
+  f.source->BeginServing();
+  for (uint64_t off = 0; off < 32 * kBlock; off += 64 << 10) {
+    ASSERT_EQ(f.Read(off, 64 << 10), f.bytes.substr(off, 64 << 10));
+  }
+  EXPECT_GT(f.codec.remote_prefetches.load(), 8u);
+  EXPECT_EQ(f.fake->bytes_served(), 32 * kBlock);  // nothing fetched twice
+}
+
+TEST(RemoteSourceTest, FailedBlockIsNotCachedAndTheNextReadRetries) {
+  Fixture f(2 * kBlock);
+  f.source->BeginServing();
+  f.fake->failing_ = true;
+  std::string out(10, '\0');
+  Status s = f.source->ReadAt(0, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
+  EXPECT_EQ(s.code(), Status::Code::kIoError);
+  EXPECT_NE(s.message().find("model.safetensors"), std::string::npos) << s.message();
+  f.fake->failing_ = false;
+  EXPECT_EQ(f.Read(0, 10), f.bytes.substr(0, 10));
+}
+
+TEST(RemoteSourceTest, LendHandsOutCachedBlocks) {
+  Fixture f(3 * kBlock);
+  f.source->BeginServing();
+  ASSERT_TRUE(f.source->CanLend());
+  std::vector<LentBytes> lent;
+  ASSERT_TRUE(f.source->Lend(kBlock - 10, kBlock + 20, &lent).ok());
+  ASSERT_EQ(lent.size(), 3u);
+  std::string got;
+  for (const LentBytes& l : lent)
+    got.append(reinterpret_cast<const char*>(l.bytes.data()), l.bytes.size());
+  EXPECT_EQ(got, f.bytes.substr(kBlock - 10, kBlock + 20));
+  EXPECT_FALSE(f.source->Lend(3 * kBlock - 1, 2, &lent).ok());  // past the end
+}
+
+TEST(RemoteSourceTest, DiskCacheServesASecondMountWithoutTheServer) {
+  const std::string dir =
+      ::testing::TempDir() + "/remote_source_disk_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  {
+    auto disk = DiskCache::Open(dir, 64u << 20);
+    ASSERT_TRUE(disk.ok()) << disk.status().message();
+    Fixture first(4 * kBlock + 9, 64u << 20, disk->get());
+    first.source->BeginServing();
+    EXPECT_EQ(first.Read(0, 4 * kBlock + 9), first.bytes);
+    EXPECT_EQ(first.fake->bytes_served(), 4 * kBlock + 9);
+  }
+  auto disk = DiskCache::Open(dir, 64u << 20);
+  ASSERT_TRUE(disk.ok()) << disk.status().message();
+  Fixture second(4 * kBlock + 9, 64u << 20, disk->get());
+  second.source->BeginServing();
+  EXPECT_EQ(second.Read(0, 4 * kBlock + 9), second.bytes);
+  EXPECT_EQ(second.fake->bytes_served(), 0u);
+  EXPECT_EQ(second.codec.disk_cache_bytes.load(), 4 * kBlock + 9);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ckptfs
