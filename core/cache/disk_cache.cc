@@ -253,16 +253,12 @@ Result<std::unique_ptr<DiskCache>> DiskCache::Open(const std::string& dir, uint6
     close(tag);
   }
 
-  // Learn the size of what is there, and trim it if the capacity was lowered. If another
-  // process is evicting right now, it trims; this one only counts.
+  // Learn the size of what is there, and trim it if the capacity was lowered.
   {
     std::lock_guard<std::mutex> lock(cache->evict_mu_);
-    if (flock(lock_fd, LOCK_EX | LOCK_NB) == 0) {
-      cache->ScanAndEvict(capacity_bytes, capacity_bytes / 10 * 9);
-      flock(lock_fd, LOCK_UN);
-    } else {
-      cache->ScanAndEvict(UINT64_MAX, UINT64_MAX);
-    }
+    const bool locked = flock(lock_fd, LOCK_EX) == 0;
+    cache->ScanAndEvict(capacity_bytes, capacity_bytes / 10 * 9);
+    if (locked) flock(lock_fd, LOCK_UN);
   }
   return cache;
 }
@@ -365,25 +361,31 @@ void DiskCache::Put(std::string_view object, uint64_t block, std::span<const uin
     TryEvict(file_bytes);
   }
   // Reserve the bytes: threads writing while another evicts may pass the capacity only
-  // by the slack; beyond it a block is dropped rather than made to wait.
-  int64_t used = used_.load(std::memory_order_relaxed);
+  // by the slack; beyond it a block is dropped rather than made to wait. in_flight_ moves
+  // first, so that a scan reading used_ then in_flight_ counts this write at least once
+  // (see ScanAndEvict).
+  const auto delta = static_cast<int64_t>(file_bytes);
+  in_flight_.fetch_add(delta);
+  int64_t used = used_.load();
   do {
-    if (used + static_cast<int64_t>(file_bytes) > static_cast<int64_t>(capacity_ + slack_)) {
+    if (used + delta > static_cast<int64_t>(capacity_ + slack_)) {
+      in_flight_.fetch_sub(delta);
       return;
     }
-  } while (!used_.compare_exchange_weak(used, used + static_cast<int64_t>(file_bytes),
-                                        std::memory_order_relaxed));
+  } while (!used_.compare_exchange_weak(used, used + delta));
 
   const Name name = Name::For(object, block);
   const UniqueFd sub(OpenSubdir(name.sub[0], /*create=*/true));
   if (!sub) {
     WriteFailed(dir_ + "/" + name.sub, errno);
   } else if (WriteEntry(sub.get(), name, object, block, bytes)) {
+    in_flight_.fetch_sub(delta);  // published: a scan sees the file from now on
     bytes_written_.fetch_add(bytes.size(), std::memory_order_relaxed);
     written_since_scan_.fetch_add(file_bytes, std::memory_order_relaxed);
     return;
   }
-  used_.fetch_sub(static_cast<int64_t>(file_bytes), std::memory_order_relaxed);
+  in_flight_.fetch_sub(delta);
+  used_.fetch_sub(delta);
 }
 
 bool DiskCache::WriteEntry(int sub, const Name& name, std::string_view object, uint64_t block,
@@ -433,19 +435,34 @@ bool DiskCache::WriteEntry(int sub, const Name& name, std::string_view object, u
 
 void DiskCache::TryEvict(uint64_t file_bytes) {
   std::unique_lock<std::mutex> lock(evict_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return;                        // another thread is at it
-  if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) return;  // another process is at it
-  const uint64_t room = capacity_ - file_bytes;         // Put checked file_bytes <= capacity_
+  if (!lock.owns_lock()) return;  // another thread is at it; the slack covers the wait
+  // Another process evicting: wait for it (one scan), then scan anyway, since its view of
+  // this process's writes was as stale as this one's of its. Not waiting starves the
+  // process that loses the race for the lock: its estimate never comes down. Where flock
+  // does not work (some network filesystems) evictors may overlap and evict a little
+  // too much, which is harmless.
+  int rc;
+  while ((rc = flock(lock_fd_, LOCK_EX)) != 0 && errno == EINTR) {
+  }
+  const uint64_t room = capacity_ - file_bytes;  // Put checked file_bytes <= capacity_
   ScanAndEvict(room, std::min(room, capacity_ / 10 * 9));
-  flock(lock_fd_, LOCK_UN);
+  if (rc == 0) flock(lock_fd_, LOCK_UN);
 }
 
 void DiskCache::ScanAndEvict(uint64_t trigger, uint64_t target) {
   // The estimate moves on while the scan runs (other threads' Puts and drops); what the
-  // scan finds replaces only what the estimate held when it began.
-  const int64_t used_before = used_.load(std::memory_order_relaxed);
+  // scan finds replaces only the published part of what the estimate held when it began.
+  // This instance's writes in progress are not in the scan (its own temporary files are
+  // skipped) but in in_flight_. Reading used_ before in_flight_, in the opposite order
+  // of Put's updates, errs towards counting a write twice until the next scan, never
+  // towards losing it.
+  const int64_t used_before = used_.load();
+  const int64_t in_flight_before = in_flight_.load();
   written_since_scan_.store(0, std::memory_order_relaxed);
   const int64_t now = NowNs();
+  char own_temp[64];
+  const int own_temp_len =
+      std::snprintf(own_temp, sizeof(own_temp), "%s%016" PRIx64 "-", kTempPrefix, nonce_);
 
   std::vector<ScanEntry> entries;
   uint64_t total = 0;
@@ -467,6 +484,9 @@ void DiskCache::ScanAndEvict(uint64_t trigger, uint64_t target) {
       // Names vanish under a scan whenever another process evicts: not an error.
       if (fstatat(sub, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
       if (kind == Kind::kTemp) {
+        if (std::strncmp(de->d_name, own_temp, static_cast<size_t>(own_temp_len)) == 0) {
+          continue;  // in in_flight_
+        }
         if (S_ISREG(st.st_mode) && now - ToNs(st.st_mtim) > kStaleTempNs) {
           unlinkat(sub, de->d_name, 0);  // left by a writer that crashed
         } else if (S_ISREG(st.st_mode)) {
@@ -508,7 +528,7 @@ void DiskCache::ScanAndEvict(uint64_t trigger, uint64_t target) {
       }
     }
   }
-  used_.fetch_add(static_cast<int64_t>(total) - used_before, std::memory_order_relaxed);
+  used_.fetch_add(static_cast<int64_t>(total) - used_before + in_flight_before);
 }
 
 void DiskCache::Drop(int sub, const Name& name, const struct stat* seen, const std::string& why) {

@@ -16,8 +16,11 @@
 // - Bounded: the files of the cache (entries, plus temporary files being written) take
 //   at most the capacity; a Put that would pass it first evicts the least recently used
 //   entries down to 90% of it. While one thread evicts, others write on into a slack of
-//   1/16 of the capacity rather than wait; past that their blocks are dropped. Sizes are
-//   file sizes (header included), not disk blocks used.
+//   1/16 of the capacity rather than wait; past that their blocks are dropped. Alone, a
+//   process never passes capacity + slack. Processes sharing the directory see each
+//   other's writes only when they scan (a process rescans after writing a slack's worth),
+//   so each other process may add its slack and the blocks it is writing at that moment.
+//   Sizes are file sizes (header included), not disk blocks used.
 // - LRU across remounts and processes: recency is the entry file's access time, set on
 //   a hit, so it survives remounts and every process sharing the directory sees the same
 //   order. Open and each eviction scan the directory to learn what is there.
@@ -30,7 +33,8 @@
 //   outside it, and only names the cache itself creates are ever removed (one-hex-digit
 //   subdirectories holding 32-hex-digit entries and `.tmp-*` files).
 // - Thread safety: Get, Put and counters may be called from any thread at once. A hit
-//   takes no lock at all; a Put takes one only to evict, and never waits for it.
+//   takes no lock at all; a Put takes one only to evict. One thread evicts at a time while
+//   the others write on (see Bounded); it may wait for another process's eviction.
 //   `warn` is called from the thread that met the event, never concurrently with itself.
 //
 // On-disk format (version 1), all integers little-endian:
@@ -138,7 +142,11 @@ class DiskCache {
   int corrupt_warnings_ = 0;
   int64_t last_write_warning_ns_ = INT64_MIN;
 
-  std::atomic<int64_t> used_{0};  // estimated bytes in the directory
+  // Estimated bytes in the directory, this instance's writes in progress included: a Put
+  // reserves its bytes here before it writes. in_flight_ is the part of used_ reserved but
+  // not yet published, which a scan cannot see (its temporary files may not exist yet).
+  std::atomic<int64_t> used_{0};
+  std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> written_since_scan_{0};
   std::atomic<uint64_t> next_temp_{0};
   std::atomic<uint64_t> hits_{0}, misses_{0}, corrupt_{0}, bytes_read_{0}, bytes_written_{0},
