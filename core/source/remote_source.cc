@@ -30,7 +30,12 @@ RemoteSource::RemoteSource(std::unique_ptr<ByteSource> object, std::string ident
 
 RemoteSource::~RemoteSource() = default;
 
-void RemoteSource::BeginServing() { serving_.store(true, std::memory_order_release); }
+void RemoteSource::BeginServing() {
+  serving_.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(opening_mu_);
+  opening_block_ = UINT64_MAX;
+  std::vector<uint8_t>().swap(opening_bytes_);
+}
 
 uint64_t RemoteSource::BlockLength(uint64_t block) const {
   return std::min(kBlockSize, Size() - block * kBlockSize);
@@ -108,13 +113,47 @@ Status RemoteSource::ForEachBlock(uint64_t offset, uint64_t length, Fn&& fn) con
   return Status::Ok();
 }
 
-Status RemoteSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
-  if (!serving_.load(std::memory_order_acquire)) {
-    CKPTFS_RETURN_IF_ERROR(object_->ReadAt(offset, out));
-    context_.remote_requests.fetch_add(1, std::memory_order_relaxed);
-    context_.remote_bytes_fetched.fetch_add(out.size(), std::memory_order_relaxed);
+bool RemoteSource::ReadFromDisk(uint64_t offset, std::span<uint8_t> out) const {
+  std::lock_guard<std::mutex> lock(opening_mu_);
+  for (uint64_t done = 0; done < out.size();) {
+    const uint64_t block = (offset + done) / kBlockSize;
+    if (opening_block_ != block) {
+      opening_bytes_.resize(BlockLength(block));
+      opening_block_ = UINT64_MAX;
+      if (!disk_->Get(identity_, block, opening_bytes_)) return false;
+      opening_block_ = block;
+    }
+    const uint64_t from = offset + done - block * kBlockSize;
+    const uint64_t n = std::min<uint64_t>(out.size() - done, opening_bytes_.size() - from);
+    std::memcpy(out.data() + done, opening_bytes_.data() + from, n);
+    done += n;
+  }
+  return true;
+}
+
+Status RemoteSource::ReadWhileOpening(uint64_t offset, std::span<uint8_t> out) const {
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+  if (disk_ && !out.empty() && ReadFromDisk(offset, out)) {
+    context_.disk_cache_bytes.fetch_add(out.size(), std::memory_order_relaxed);
     return Status::Ok();
   }
+  CKPTFS_RETURN_IF_ERROR(object_->ReadAt(offset, out));
+  context_.remote_requests.fetch_add(1, std::memory_order_relaxed);
+  context_.remote_bytes_fetched.fetch_add(out.size(), std::memory_order_relaxed);
+  // Whole blocks read here (an index or config file read whole) are kept for next time.
+  if (disk_) {
+    const uint64_t end = offset + out.size();
+    for (uint64_t b = (offset + kBlockSize - 1) / kBlockSize; b * kBlockSize < end; ++b) {
+      const uint64_t length = BlockLength(b);
+      if (b * kBlockSize + length > end) break;
+      disk_->Put(identity_, b, out.subspan(b * kBlockSize - offset, length));
+    }
+  }
+  return Status::Ok();
+}
+
+Status RemoteSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
+  if (!serving_.load(std::memory_order_acquire)) return ReadWhileOpening(offset, out);
   const ByteRange ahead = readahead_->OnRead(offset, out.size());
   if (!ahead.empty()) Prefetch(ahead.begin, ahead.size());
   uint8_t* dest = out.data();

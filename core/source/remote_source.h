@@ -3,7 +3,9 @@
 //
 // Two phases. While a checkpoint is being opened, reads go straight to the server for
 // exactly the bytes asked for: parsing headers (a safetensors header, a zip's directory,
-// a seek table) then fetches only those bytes, not a block around each. Once the mount
+// a seek table) then fetches only those bytes, not a block around each. (A warm disk
+// cache holding every block a header read touches answers it instead, so a second mount
+// sends the server nothing but the requests that check each object is unchanged.) Once the mount
 // serves (BeginServing), every read is cut into kBlockSize blocks, each fetched once into
 // the block cache and shared by all views, so a read of one tensor fetches that tensor
 // plus at most one partial block at each end.
@@ -28,7 +30,9 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/cache/prefetch.h"
 #include "core/codec/codec_context.h"
@@ -61,6 +65,10 @@ class RemoteSource final : public ByteSource {
   uint64_t BlockLength(uint64_t block) const;
   Result<BlockCache::Handle> GetBlock(uint64_t block) const;
   Status LoadBlock(uint64_t block, std::span<uint8_t> out) const;
+  // Before BeginServing: exact ranges from the server, unless the disk cache holds every
+  // block the range touches.
+  Status ReadWhileOpening(uint64_t offset, std::span<uint8_t> out) const;
+  bool ReadFromDisk(uint64_t offset, std::span<uint8_t> out) const;
   void Schedule(uint64_t first_block, uint64_t end_block) const;
   // Calls `fn(handle, bytes)` for each block overlapping [offset, offset + length).
   template <typename Fn>
@@ -75,6 +83,11 @@ class RemoteSource final : public ByteSource {
   std::unique_ptr<std::atomic<bool>[]> queued_;        // block has a fetch task queued
   std::unique_ptr<std::atomic<uint64_t>[]> consumed_;  // bytes handed out since loaded
   std::unique_ptr<Readahead> readahead_;               // for ReadAt callers
+  // The disk cache block last read while opening: header parsing makes many small reads
+  // (a zip's local headers), most within one block.
+  mutable std::mutex opening_mu_;
+  mutable uint64_t opening_block_ = UINT64_MAX;  // guarded by opening_mu_
+  mutable std::vector<uint8_t> opening_bytes_;   // guarded by opening_mu_
 };
 
 }  // namespace ckptfs

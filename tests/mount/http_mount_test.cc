@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "mount_harness.h"
@@ -40,18 +41,9 @@ class HttpMountTest : public MountFixture {
     www_ = scratch_->MakeDir("www");
     port_ = FreePort();
     ASSERT_NE(port_, 0);
-    const std::string dir = scratch_->MakeDir("nginx");
-    conf_ = dir + "/nginx.conf";
-    // Workers run as the test's user, which can read the scratch directory.
-    std::ofstream(conf_) << "user root;\npid " << dir << "/nginx.pid;\nerror_log " << dir
-                         << "/error.log;\nevents {}\nhttp {\n"
-                         << "  log_format bytes '$request_method $uri $status $body_bytes_sent';\n"
-                         << "  access_log " << dir << "/access.log bytes;\n"
-                         << "  client_body_temp_path " << dir << ";\n  proxy_temp_path " << dir
-                         << ";\n  fastcgi_temp_path " << dir << ";\n  uwsgi_temp_path " << dir
-                         << ";\n  scgi_temp_path " << dir
-                         << ";\n  server { listen 127.0.0.1:" << port_ << "; root " << www_
-                         << "; }\n}\n";
+    scratch_->MakeDir("nginx");
+    conf_ = scratch_->path() + "/nginx/nginx.conf";
+    WriteConfig("");
     ASSERT_NO_FATAL_FAILURE(StartServer());
   }
 
@@ -60,6 +52,29 @@ class HttpMountTest : public MountFixture {
   void TearDown() override {
     StopServer();
     MountFixture::TearDown();
+  }
+
+  // nginx.conf serving www_, with `extra` inside the server block.
+  void WriteConfig(const std::string& extra) {
+    const std::string dir = scratch_->path() + "/nginx";
+    // Workers run as the test's user, which can read the scratch directory.
+    std::ofstream(conf_) << "user root;\npid " << dir << "/nginx.pid;\nerror_log " << dir
+                         << "/error.log;\nevents {}\nhttp {\n"
+                         << "  log_format bytes '$request_method $uri $status $body_bytes_sent';\n"
+                         << "  access_log " << dir << "/access.log bytes;\n"
+                         << "  client_body_temp_path " << dir << ";\n  proxy_temp_path " << dir
+                         << ";\n  fastcgi_temp_path " << dir << ";\n  uwsgi_temp_path " << dir
+                         << ";\n  scgi_temp_path " << dir
+                         << ";\n  server { listen 127.0.0.1:" << port_ << "; root " << www_ << "; "
+                         << extra << " }\n}\n";
+  }
+
+  // Reloads the running server with `extra` in its server block.
+  void RestartServerWith(const std::string& extra) {
+    WriteConfig(extra);
+    const ProcessResult r = RunProcess({kNginx, "-c", conf_, "-s", "reload"}, seconds(10));
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    std::this_thread::sleep_for(seconds(1));  // new workers take over asynchronously
   }
 
   void StartServer() {
@@ -195,6 +210,113 @@ TEST_F(HttpMountTest, OneTensorFetchesAboutItsBytes) {
             << total_requests - mount_requests << " requests\n";
   EXPECT_GE(read_bytes, tensor_bytes);
   EXPECT_LE(read_bytes, tensor_bytes + (2u << 20));
+}
+
+// --cache-dir: two mounts share one directory while reading at once; a third mount finds
+// entries damaged on disk, drops and refetches them (bytes stay right); a fourth, with
+// the cache warm, sends the server no body bytes at all.
+TEST_F(HttpMountTest, CacheDirSharedDamagedAndWarm) {
+  const std::string source = www_ + "/bench";
+  ASSERT_NO_FATAL_FAILURE(Generate(
+      source, {"--kind", "bench", "--total-bytes", "24M", "--tensors", "6", "--shards", "2"}));
+  const std::string cache = scratch_->path() + "/cache";
+  const std::vector<std::string> options = {"--cache-dir", cache, "--cache-dir-size", "1G"};
+  const std::vector<std::string> shards = {"model-00001-of-00002.safetensors",
+                                           "model-00002-of-00002.safetensors"};
+  auto compare_all = [&](const std::vector<std::string>& mountpoints) {
+    std::string script;
+    for (const std::string& m : mountpoints) {
+      for (const std::string& s : shards) {
+        script += "cmp " + m + "/shards/" + s + " " + source + "/" + s + " & pids=\"$pids $!\"; ";
+      }
+    }
+    script += "for p in $pids; do wait $p || exit 1; done";
+    const ProcessResult r = RunProcess({"sh", "-c", script}, seconds(120));
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  };
+  auto remote_stats = [&](const std::string& mountpoint) {
+    const ProcessResult r =
+        RunProcess({kPython, "-c",
+                    "import json, sys; s = json.load(open(sys.argv[1]))\n"
+                    "print(s['remote']['bytes_fetched'], s['disk_cache']['corrupt'])",
+                    mountpoint + "/.ckptfs/stats.json"},
+                   seconds(30));
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    std::pair<uint64_t, uint64_t> fetched_corrupt{~0ull, ~0ull};
+    std::istringstream(r.out) >> fetched_corrupt.first >> fetched_corrupt.second;
+    return fetched_corrupt;
+  };
+  auto unmount = [&](const std::string& mountpoint) {
+    EXPECT_EQ(RunProcess({kCkptfs, "umount", mountpoint}, seconds(30)).exit_code, 0);
+  };
+
+  const std::string a = scratch_->MakeDir("a"), b = scratch_->MakeDir("b");
+  ASSERT_NO_FATAL_FAILURE(Mount(Url("bench/"), a, nullptr, options));
+  ASSERT_NO_FATAL_FAILURE(Mount(Url("bench/"), b, nullptr, options));
+  compare_all({a, b});
+  unmount(a);
+  unmount(b);
+
+  // Damage every entry: flip the last payload byte of half, truncate the others.
+  std::vector<std::filesystem::path> entries;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(cache)) {
+    if (e.is_regular_file() && e.path().filename().string().size() == 32)
+      entries.push_back(e.path());
+  }
+  ASSERT_GE(entries.size(), 24u) << "every block read should be in " << cache;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (i % 2) {
+      std::filesystem::resize_file(entries[i], std::filesystem::file_size(entries[i]) / 2);
+    } else {
+      std::fstream f(entries[i], std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(-1, std::ios::end);
+      const char c = static_cast<char>(f.get() ^ 0x5a);
+      f.seekp(-1, std::ios::end);
+      f.put(c);
+    }
+  }
+  const std::string c = scratch_->MakeDir("c");
+  ASSERT_NO_FATAL_FAILURE(Mount(Url("bench/"), c, nullptr, options));
+  compare_all({c});
+  const auto [refetched, corrupt] = remote_stats(c);
+  EXPECT_GE(corrupt, entries.size() / 2) << "damaged entries must be noticed";
+  EXPECT_GE(refetched, 24u << 20) << "damaged entries must be fetched again";
+  unmount(c);
+
+  const std::string d = scratch_->MakeDir("d");
+  ASSERT_NO_FATAL_FAILURE(Mount(Url("bench/"), d, nullptr, options));
+  compare_all({d});
+  const auto [warm_fetched, warm_corrupt] = remote_stats(d);
+  EXPECT_EQ(warm_fetched, 0u) << "a warm --cache-dir answers every read";
+  EXPECT_EQ(warm_corrupt, 0u);
+}
+
+// A slow server (nginx limit_rate): reads take their time, and the daemon's memory stays
+// near --cache-size however much is asked for at once.
+TEST_F(HttpMountTest, SlowServerKeepsMemoryBounded) {
+  const std::string source = www_ + "/slow";
+  ASSERT_NO_FATAL_FAILURE(Generate(
+      source, {"--kind", "bench", "--total-bytes", "48M", "--tensors", "6", "--shards", "2"}));
+  ASSERT_NO_FATAL_FAILURE(RestartServerWith("location /slow/ { limit_rate 4m; }"));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(Mount(Url("slow/"), mountpoint, nullptr, {"--cache-size", "16M"}));
+  // Four readers at once, each asking for a whole shard or the merged file.
+  const ProcessResult r = RunProcess(
+      {"sh", "-c",
+       "cd " + mountpoint +
+           " && (cat model.safetensors >/dev/null & cat shards/model-00001-of-00002.safetensors "
+           ">/dev/null & cat shards/model-00002-of-00002.safetensors >/dev/null & "
+           "cat pytorch_model.bin >/dev/null & wait) & "
+           "peak=0; while kill -0 $! 2>/dev/null; do "
+           "rss=$(/usr/bin/python3 -c \"import json; print(json.load(open('" +
+           mountpoint +
+           "/.ckptfs/stats.json'))['rss_bytes'])\"); "
+           "[ $rss -gt $peak ] && peak=$rss; sleep 0.5; done; echo $peak"},
+      seconds(300));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const uint64_t peak = std::stoull(r.out);
+  std::cout << "peak daemon RSS " << (peak >> 20) << " MiB with --cache-size 16M\n";
+  EXPECT_LE(peak, uint64_t{64} << 20) << "memory must stay bounded; " << r.Describe();
 }
 
 }  // namespace
