@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make pkg-config clang-format
           libfuse3-dev fuse3 nlohmann-json3-dev libzstd-dev zstd libxxhash-dev libcli11-dev zlib1g-dev
-          libcurl4-openssl-dev nginx-light
+          libcurl4-openssl-dev libtinyxml2-dev nginx-light
           libgtest-dev googletest python3-numpy python3-zstandard python3-torch)
 missing=()
 for p in "${packages[@]}"; do

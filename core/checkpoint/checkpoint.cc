@@ -17,6 +17,7 @@
 #include "core/format/hf_index.h"
 #include "core/format/torch_file.h"
 #include "core/source/http_source.h"
+#include "core/source/s3.h"
 
 namespace ckptfs {
 namespace {
@@ -68,7 +69,7 @@ SourceDir LocalDir(std::string path, std::vector<std::string> files) {
 Result<std::string> ReadWhole(const ByteSource& source);
 
 bool IsUrl(std::string_view path) {
-  return path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0;
+  return path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0 || IsS3Url(path);
 }
 
 // Files a directory URL may hold besides weights. A server cannot list a directory, so
@@ -158,6 +159,51 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http) {
     if (there) dir.files.push_back(std::string(other));
   }
   std::sort(dir.files.begin(), dir.files.end());
+  return dir;
+}
+
+// A SourceDir over s3://bucket/prefix/ or s3://bucket/key. A directory is one
+// ListObjectsV2 (paged), which gives every object's size and ETag: files are made from
+// it with no request each. One object is HEADed. Only objects directly under the prefix
+// with safe names are files (S3CheckpointFiles): deeper keys are subdirectories.
+Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote) {
+  CKPTFS_ASSIGN_OR_RETURN(S3Url where, ParseS3Url(url));
+  CKPTFS_ASSIGN_OR_RETURN(S3Target target, ResolveS3(where, remote));
+  auto target_ptr = std::make_shared<const S3Target>(std::move(target));
+  SourceDir dir{where.ToString(), {}, nullptr, /*remote=*/true};
+  auto listed = std::make_shared<std::map<std::string, S3Object>>();
+  auto headed = std::make_shared<std::map<std::string, std::unique_ptr<ByteSource>>>();
+  if (where.IsDirectory()) {
+    CKPTFS_ASSIGN_OR_RETURN(std::vector<S3Object> objects, ListS3(*target_ptr, where));
+    for (auto& [name, object] : S3CheckpointFiles(where.key, std::move(objects))) {
+      dir.files.push_back(name);
+      listed->emplace(name, std::move(object));
+    }
+    if (dir.files.empty()) return Status::NotFound(dir.path + ": no objects under this prefix");
+  } else {
+    const std::string name = where.key.substr(where.key.rfind('/') + 1);
+    CKPTFS_ASSIGN_OR_RETURN(auto object, HttpSource::Open(target_ptr->ObjectUrl(where.key), name,
+                                                          target_ptr->http, dir.path));
+    headed->emplace(name, std::move(object));
+    dir.files.push_back(name);
+  }
+  dir.open = [target_ptr, listed, headed, where,
+              shown = dir.path](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+    if (auto it = headed->find(name); it != headed->end() && it->second) {
+      return std::move(it->second);
+    }
+    if (auto it = listed->find(name); it != listed->end()) {
+      const S3Object& o = it->second;
+      return std::unique_ptr<ByteSource>(HttpSource::FromListing(target_ptr->ObjectUrl(o.key), name,
+                                                                 o.size, o.etag, target_ptr->http));
+    }
+    if (!where.IsDirectory() && headed->count(name)) {  // the one object, opened again
+      CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(target_ptr->ObjectUrl(where.key), name,
+                                                            target_ptr->http, shown));
+      return std::unique_ptr<ByteSource>(std::move(source));
+    }
+    return Status::NotFound(name + ": not in " + shown);
+  };
   return dir;
 }
 
@@ -581,6 +627,10 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,
                                   const RemoteOptions& remote) {
   if (IsUrl(source_path)) {
+    if (IsS3Url(source_path)) {
+      CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, S3Dir(source_path, remote));
+      return OpenCheckpointIn(dir, codec);
+    }
     CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, HttpDir(source_path, remote.http));
     return OpenCheckpointIn(dir, codec);
   }

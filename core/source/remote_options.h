@@ -1,8 +1,9 @@
 // What a user says about remote sources (http(s):// and s3:// URLs): timeouts, the S3
 // endpoint and addressing, and the disk cache of fetched bytes. Plain values, no
 // behaviour: the CLI fills them and the opener hands them to the sources it makes.
-// Credentials are not here: S3 ones come from the environment and ~/.aws when a source
-// is opened, and are never logged.
+// Credentials are not filled by the CLI: S3 ones come from the environment and ~/.aws
+// when a source is opened (core/source/s3.h), land in HttpOptions::sigv4, and are never
+// logged.
 #pragma once
 
 #include <chrono>
@@ -11,10 +12,19 @@
 
 namespace ckptfs {
 
+// What AWS Signature Version 4 needs to sign a request to S3. Secrets: never print them.
+struct AwsSigning {
+  std::string region;      // "us-east-1"
+  std::string access_key;  // empty: requests go unsigned (anonymous)
+  std::string secret_key;
+  std::string session_token;  // empty unless temporary credentials
+};
+
 struct HttpOptions {
   std::chrono::milliseconds timeout{30'000};  // per read, retries included
   std::chrono::milliseconds connect_timeout{5'000};
   bool verify_tls = true;
+  AwsSigning sigv4;  // S3 objects: every request signed for service "s3"
 };
 
 struct S3Options {
