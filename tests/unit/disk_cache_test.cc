@@ -556,6 +556,41 @@ TEST(DiskCacheTest, EvictsLeastRecentlyUsedAcrossReopen) {
   for (int i : {0, 2, 3, 4}) EXPECT_TRUE(GetMatches(*cache, Identity(i), 0, 4096)) << i;
 }
 
+TEST(DiskCacheTest, HitsRecordRecencyOnANoatimeMount) {
+  // The kernel moves access times by itself on relatime mounts, which would hide a cache
+  // that never records its hits; on a noatime mount only the cache's own update counts.
+  TempDir dir;
+  const uint64_t entry = FileBytes(Identity(0), 4096);
+  const uint64_t capacity = 4 * entry + 100;
+  const int status = RunInChild([&]() -> int {
+    if (!PrivateMounts() ||
+        mount(dir.path().c_str(), dir.path().c_str(), nullptr, MS_BIND, nullptr) != 0 ||
+        mount(nullptr, dir.path().c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_NOATIME, nullptr) !=
+            0) {
+      return kChildSkip;
+    }
+    auto cache = DiskCache::Open(dir.path(), capacity);
+    if (!cache.ok()) return 1;
+    for (int i = 0; i < 4; ++i) Put(**cache, Identity(i), 0, 4096);
+    for (int i = 0; i < 4; ++i) {
+      struct timespec times[2];
+      clock_gettime(CLOCK_REALTIME, &times[0]);
+      times[0].tv_sec -= (4 - i) * 3600;
+      times[1] = times[0];
+      const std::string path = EntryPath(dir.path(), Identity(i), 0);
+      if (utimensat(AT_FDCWD, path.c_str(), times, 0) != 0) return 2;
+    }
+    std::vector<uint8_t> out(4096);
+    if (!(*cache)->Get(Identity(0), 0, out)) return 3;
+    Put(**cache, Identity(4), 0, 4096);
+    if (!Exists(EntryPath(dir.path(), Identity(0), 0))) return 4;  // the hit was not recorded
+    if (Exists(EntryPath(dir.path(), Identity(1), 0))) return 5;
+    return 0;
+  });
+  if (status == kChildSkip) GTEST_SKIP() << "no private mount namespace here (needs root)";
+  EXPECT_EQ(status, 0);
+}
+
 TEST(DiskCacheTest, LowerCapacityOnReopenTrims) {
   TempDir dir;
   const uint64_t entry = FileBytes(Identity(0), 4096);
