@@ -19,6 +19,21 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# s3rver (npm), the S3 server the S3 mount tests run on loopback; Node and npm from Debian
+# only if npm is missing. Kept in a fixed place the tests look in; skipped once there.
+s3rver_dir=/opt/ckptfs-s3rver
+if [ ! -x "$s3rver_dir/node_modules/.bin/s3rver" ]; then
+  sudo_cmd=(); [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  if ! command -v npm >/dev/null; then
+    echo "setup: installing nodejs npm"
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  echo "setup: installing s3rver into $s3rver_dir"
+  "${sudo_cmd[@]}" env CI=true npm_config_yes=true npm install --prefix "$s3rver_dir" s3rver@3 \
+    --no-audit --no-fund --no-update-notifier --loglevel=error </dev/null >/dev/null
+fi
+
 build_dir=${1:-build}
 shift || true
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null

@@ -5,7 +5,9 @@ JSON giving every tensor's dtype and shape, and no tensor the source lacks.
 The JSON schema is ckptfs's to choose; tensors are found as objects with
 name/dtype/shape keys, or as {name: {dtype, shape, ...}} members, anywhere in it.
 
-usage: check_inspect.py CKPTFS SRC
+usage: check_inspect.py CKPTFS SRC [TARGET]
+
+TARGET (default SRC) is what `ckptfs inspect` is given: a URL serving SRC's files, say.
 """
 
 import json
@@ -59,12 +61,12 @@ def CheckInspect(ck: Checker, ckptfs: str, src: str, source, normalize=lambda d:
 
 
 def Main(args) -> int:
-    ckptfs, src = args
+    ckptfs, src, *target = args
     ck = Checker("inspect")
     source = LoadSource(src)
-    CheckInspect(ck, ckptfs, src, source)
+    CheckInspect(ck, ckptfs, target[0] if target else src, source)
     return ck.Finish(f"{len(source.tensors)} tensors")
 
 
 if __name__ == "__main__":
-    RunMain(Main, "CKPTFS SRC")
+    RunMain(Main, "CKPTFS SRC [TARGET]")
