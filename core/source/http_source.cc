@@ -254,7 +254,13 @@ Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::strin
       return Status::IoError(source->name_ + ": access denied to " + shown + " (HTTP 403)", EACCES);
     }
     if (!Retryable(rc, code) || Clock::now() + backoff >= deadline) {
-      return Status::IoError(source->name_ + ": " + shown + ": " + Describe(rc, code));
+      // S3 answers a signed HEAD for a bucket of another region with a bodiless 301 or 400.
+      const bool region =
+          !options.sigv4.access_key.empty() && rc == CURLE_OK && (code == 301 || code == 400);
+      return Status::IoError(source->name_ + ": " + shown + ": " + Describe(rc, code) +
+                             (region ? " (is the bucket in region " + options.sigv4.region +
+                                           "? give its region with --region)"
+                                     : ""));
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(2000));
