@@ -13,10 +13,12 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/cache/disk_cache.h"
 #include "core/codec/zstd_source.h"
 #include "core/format/hf_index.h"
 #include "core/format/torch_file.h"
 #include "core/source/http_source.h"
+#include "core/source/remote_source.h"
 #include "core/source/s3.h"
 
 namespace ckptfs {
@@ -88,26 +90,35 @@ constexpr std::string_view kKnownRemoteFiles[] = {"config.json",
 // A SourceDir over a URL: a directory (ending in '/') whose index names the shards, or
 // one weights file. Objects found while discovering stay open for `open`, so each is
 // asked for once.
-Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http) {
+// An object read through the block cache, the disk cache and parallel fetches once the
+// mount serves (see RemoteSource).
+std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, CodecContext& codec) {
+  std::string identity = object->Identity();
+  return std::make_unique<RemoteSource>(std::move(object), std::move(identity), codec,
+                                        codec.disk_cache());
+}
+
+Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http, CodecContext& codec) {
   const size_t slash = url.rfind('/');
   const std::string base = url.substr(0, slash + 1);
   auto found = std::make_shared<std::map<std::string, std::unique_ptr<ByteSource>>>();
-  auto probe = [base, found, http](const std::string& name) -> Result<bool> {
+  auto probe = [base, found, http, &codec](const std::string& name) -> Result<bool> {
     if (found->count(name)) return true;
     auto source = HttpSource::Open(base + name, name, http);
     if (!source.ok()) {
       if (source.status().code() == Status::Code::kNotFound) return false;
       return source.status();
     }
-    found->emplace(name, std::move(source).value());
+    found->emplace(name, CachedRemote(std::move(source).value(), codec));
     return true;
   };
   SourceDir dir{RedactedUrl(url), {}, nullptr, /*remote=*/true};
-  dir.open = [base, found, http](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+  dir.open = [base, found, http,
+              &codec](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     auto it = found->find(name);
     if (it != found->end() && it->second) return std::move(it->second);
     CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(base + name, name, http));
-    return std::unique_ptr<ByteSource>(std::move(source));
+    return CachedRemote(std::move(source), codec);
   };
   auto add_weight = [&](const std::string& name) -> Result<bool> {
     for (const std::string& stored : {name, name + std::string(kZstdSuffix)}) {
@@ -166,7 +177,7 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http) {
 // ListObjectsV2 (paged), which gives every object's size and ETag: files are made from
 // it with no request each. One object is HEADed. Only objects directly under the prefix
 // with safe names are files (S3CheckpointFiles): deeper keys are subdirectories.
-Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote) {
+Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, CodecContext& codec) {
   CKPTFS_ASSIGN_OR_RETURN(S3Url where, ParseS3Url(url));
   CKPTFS_ASSIGN_OR_RETURN(S3Target target, ResolveS3(where, remote));
   auto target_ptr = std::make_shared<const S3Target>(std::move(target));
@@ -184,23 +195,24 @@ Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote) {
     const std::string name = where.key.substr(where.key.rfind('/') + 1);
     CKPTFS_ASSIGN_OR_RETURN(auto object, HttpSource::Open(target_ptr->ObjectUrl(where.key), name,
                                                           target_ptr->http, dir.path));
-    headed->emplace(name, std::move(object));
+    headed->emplace(name, CachedRemote(std::move(object), codec));
     dir.files.push_back(name);
   }
-  dir.open = [target_ptr, listed, headed, where,
-              shown = dir.path](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+  dir.open = [target_ptr, listed, headed, where, shown = dir.path,
+              &codec](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     if (auto it = headed->find(name); it != headed->end() && it->second) {
       return std::move(it->second);
     }
     if (auto it = listed->find(name); it != listed->end()) {
       const S3Object& o = it->second;
-      return std::unique_ptr<ByteSource>(HttpSource::FromListing(target_ptr->ObjectUrl(o.key), name,
-                                                                 o.size, o.etag, target_ptr->http));
+      return CachedRemote(HttpSource::FromListing(target_ptr->ObjectUrl(o.key), name, o.size,
+                                                  o.etag, target_ptr->http),
+                          codec);
     }
     if (!where.IsDirectory() && headed->count(name)) {  // the one object, opened again
       CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(target_ptr->ObjectUrl(where.key), name,
                                                             target_ptr->http, shown));
-      return std::unique_ptr<ByteSource>(std::move(source));
+      return CachedRemote(std::move(source), codec);
     }
     return Status::NotFound(name + ": not in " + shown);
   };
@@ -531,6 +543,15 @@ Result<std::string> ChooseSingleFile(const SourceDir& dir) {
                                  "an *.index.json)");
 }
 
+// The --cache-dir every remote source of this mount shares, if one was asked for.
+Status OpenDiskCache(const RemoteOptions& remote, CodecContext& codec) {
+  if (remote.cache_dir.empty() || codec.disk_cache()) return Status::Ok();
+  CKPTFS_ASSIGN_OR_RETURN(
+      auto disk, DiskCache::Open(remote.cache_dir, remote.cache_dir_bytes, codec.options().warn));
+  codec.SetDiskCache(std::move(disk));
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt) {
@@ -608,6 +629,7 @@ Status ComputeStorageCrcs(Checkpoint& ckpt) {
 Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
   Checkpoint ckpt;
   ckpt.source_path = dir.path;
+  ckpt.remote = dir.remote;
   CKPTFS_ASSIGN_OR_RETURN(std::string index_name, ChooseIndex(dir));
   if (!index_name.empty()) {
     CKPTFS_ASSIGN_OR_RETURN(StoredFile index_file, OpenStored(dir, index_name));
@@ -627,11 +649,12 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,
                                   const RemoteOptions& remote) {
   if (IsUrl(source_path)) {
+    CKPTFS_RETURN_IF_ERROR(OpenDiskCache(remote, codec));
     if (IsS3Url(source_path)) {
-      CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, S3Dir(source_path, remote));
+      CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, S3Dir(source_path, remote, codec));
       return OpenCheckpointIn(dir, codec);
     }
-    CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, HttpDir(source_path, remote.http));
+    CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, HttpDir(source_path, remote.http, codec));
     return OpenCheckpointIn(dir, codec);
   }
   struct stat st;
