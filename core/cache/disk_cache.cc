@@ -181,8 +181,10 @@ DiskCache::DiskCache(std::string dir, int dir_fd, int lock_fd, uint64_t capacity
     : dir_(std::move(dir)),
       dir_fd_(dir_fd),
       lock_fd_(lock_fd),
-      capacity_(capacity),
-      slack_(capacity / 16),
+      // Far beyond any disk, and small enough that the signed arithmetic of the estimate
+      // cannot overflow: "unbounded" callers may pass UINT64_MAX.
+      capacity_(std::min<uint64_t>(capacity, uint64_t{1} << 60)),
+      slack_(capacity_ / 16),
       warn_(std::move(warn)) {}
 
 DiskCache::~DiskCache() {
@@ -257,7 +259,7 @@ Result<std::unique_ptr<DiskCache>> DiskCache::Open(const std::string& dir, uint6
   {
     std::lock_guard<std::mutex> lock(cache->evict_mu_);
     const bool locked = flock(lock_fd, LOCK_EX) == 0;
-    cache->ScanAndEvict(capacity_bytes, capacity_bytes / 10 * 9);
+    cache->ScanAndEvict(cache->capacity_, cache->capacity_ / 10 * 9);
     if (locked) flock(lock_fd, LOCK_UN);
   }
   return cache;
@@ -535,18 +537,24 @@ void DiskCache::Drop(int sub, const Name& name, const struct stat* seen, const s
   // Remove by name only what was judged: another process may have renamed a good entry
   // over the name since (a bad file found by name with no `seen` is a symlink).
   struct stat now;
+  int remove_error = 0;
   if (fstatat(sub, name.hex, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
       (seen == nullptr ? S_ISLNK(now.st_mode)
                        : now.st_dev == seen->st_dev && now.st_ino == seen->st_ino)) {
     // A directory goes only if empty: the cache never removes trees it did not create.
-    unlinkat(sub, name.hex, S_ISDIR(now.st_mode) ? AT_REMOVEDIR : 0);
+    if (unlinkat(sub, name.hex, S_ISDIR(now.st_mode) ? AT_REMOVEDIR : 0) != 0) {
+      remove_error = errno;
+    }
   }
   corrupt_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(warn_mu_);
   if (corrupt_warnings_ >= kMaxCorruptWarnings) return;
   ++corrupt_warnings_;
   std::string line = dir_ + "/" + name.sub + "/" + name.hex + ": cache entry " + why +
-                     "; removed, the block is fetched again";
+                     (remove_error == 0 ? "; removed"
+                                        : "; cannot remove it (" +
+                                              std::string(std::strerror(remove_error)) + ")") +
+                     ", the block is fetched again";
   if (corrupt_warnings_ == kMaxCorruptWarnings) line += " (further bad entries only counted)";
   if (warn_) warn_(line);
 }

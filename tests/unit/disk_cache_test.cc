@@ -361,7 +361,8 @@ TEST(DiskCacheTest, EntryOfAnotherKeyIsNeverReturned) {
 
 TEST(DiskCacheTest, DirectoryWhereAnEntryBelongs) {
   TempDir dir;
-  auto cache = OpenOrDie(dir.path(), 1 << 20);
+  WarnLog warns;
+  auto cache = OpenOrDie(dir.path(), 1 << 20, warns.Fn());
   ASSERT_TRUE(cache);
   const std::string obj = Identity(12);
   const std::string path = EntryPath(dir.path(), obj, 0);
@@ -380,6 +381,8 @@ TEST(DiskCacheTest, DirectoryWhereAnEntryBelongs) {
   Put(*cache, obj, 0, 100);
   EXPECT_FALSE(cache->Get(obj, 0, out));
   EXPECT_TRUE(Exists(path + "/keep"));
+  ASSERT_FALSE(warns.lines.empty());
+  EXPECT_NE(warns.lines.back().find("cannot remove"), std::string::npos) << warns.lines.back();
   EXPECT_EQ(cache->counters().write_errors, 1u);
   EXPECT_EQ(cache->counters().corrupt, 3u);
 }
@@ -609,6 +612,16 @@ TEST(DiskCacheTest, LowerCapacityOnReopenTrims) {
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(Exists(EntryPath(dir.path(), Identity(i), 0)), i >= 7) << i;
   }
+}
+
+TEST(DiskCacheTest, HugeCapacityIsNoOverflow) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.path(), UINT64_MAX);
+  ASSERT_TRUE(cache);
+  for (uint64_t b = 0; b < 3; ++b) Put(*cache, Identity(0), b, 1000);
+  for (uint64_t b = 0; b < 3; ++b) EXPECT_TRUE(GetMatches(*cache, Identity(0), b, 1000));
+  EXPECT_EQ(cache->counters().bytes_used, 3 * FileBytes(Identity(0), 1000));
+  EXPECT_EQ(cache->capacity(), uint64_t{1} << 60);
 }
 
 TEST(DiskCacheTest, ZeroCapacityStoresNothing) {
