@@ -2,9 +2,6 @@
 // the same python checks as local mounts; the server stopped or the object replaced
 // under a mount. Skips without nginx (Debian's nginx-light, installed by setup.sh).
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <filesystem>
 #include <thread>
 
@@ -15,22 +12,6 @@ namespace {
 
 constexpr char kNginx[] = "/usr/sbin/nginx";
 
-// A port nothing listens on right now (the kernel's choice for an ephemeral bind).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) ::close(fd);
-    return 0;
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // nginx serving scratch/www on a free loopback port, stopped in TearDown.
 class HttpMountTest : public MountFixture {
  protected:
@@ -39,7 +20,7 @@ class HttpMountTest : public MountFixture {
     if (IsSkipped()) return;
     if (::access(kNginx, X_OK) != 0) GTEST_SKIP() << kNginx << " missing (apt nginx-light)";
     www_ = scratch_->MakeDir("www");
-    port_ = FreePort();
+    port_ = FreeLoopbackPort();
     ASSERT_NE(port_, 0);
     scratch_->MakeDir("nginx");
     conf_ = scratch_->path() + "/nginx/nginx.conf";
