@@ -87,11 +87,11 @@ class DiskCache {
   static constexpr size_t kMaxIdentityBytes = 64 * 1024;
 
   // Opens the cache in `dir`, creating it (and missing parents) with mode 0700, and trims
-  // it to `capacity_bytes` if it holds more (capacities above 2^60 count as 2^60). Fails with a
-  // one-line Status naming the directory if it cannot be created, is not a directory or is not
-  // writable. `warn` receives one line for events a user should see: a corrupt entry dropped (the
-  // first few), the directory becoming unwritable or full (at most once per ten
-  // minutes, not per block). It may be empty.
+  // it to `capacity_bytes` if it holds more (capacities above 2^60 count as 2^60). Fails
+  // with a one-line Status naming the directory if it cannot be created, is not a
+  // directory or is not writable. `warn` receives one line for events a user should see:
+  // a corrupt entry dropped (the first ten), the directory becoming unwritable or full
+  // (at most once per ten minutes, not per block). It may be empty.
   static Result<std::unique_ptr<DiskCache>> Open(const std::string& dir, uint64_t capacity_bytes,
                                                  std::function<void(const std::string&)> warn = {});
   ~DiskCache();
