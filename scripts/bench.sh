@@ -2,7 +2,8 @@
 # ckptfs benchmark: every contender side by side in ONE run, ratios first.
 #
 #   scripts/bench.sh [--size 2G] [--workdir DIR] [--reps N] [--keep] [--no-build]
-#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch]
+#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote]
+#                    [SECTION...]
 #
 # What it measures (see DESIGN.md section 3, "Performance rules"):
 #   * sequential read of MNT/model.safetensors through ckptfs (merged view)
@@ -38,11 +39,36 @@
 #     was in the page cache just before the timed load (fincore). Then the
 #     time until `ckptfs mount` of the sharded torch source returns (cold and
 #     warm cache) and the daemon's RSS.
+#   * remote (HTTP): an F32 checkpoint of --size (32 tensors in 8 shards,
+#     64 MiB each at 2G; WORKDIR/bench-f32-*) served by an nginx the script
+#     starts on a free loopback port (Debian's default tuning: worker_processes
+#     auto, sendfile, tcp_nopush; access log with $body_bytes_sent per request)
+#     and always stops. Its files stay in the page cache (one untimed read
+#     first; no drop_caches but where said). Bytes the server sent come from
+#     the access log, counted once it has been quiet for 0.5 s.
+#     (a) time to first tensor: `ckptfs mount URL` until it returns + numpy.load
+#         of one tensor's MNT/tensors/.../<leaf>.npy (a tensor in the middle of
+#         the checkpoint; numpy imported before the timer, content checked
+#         after it), fresh mount, median of --reps; bytes sent during the mount
+#         and during the load, target: load <= tensor + 2 MiB, mount + load <=
+#         tensor + 2 MiB + what a mount needs (shard headers, index, small files);
+#         for reference, curl's time for a range GET of the same bytes;
+#     (b) sequential read of MNT/model.safetensors (`cat`, fresh mount, mount
+#         not timed) vs one `curl` process downloading the shards one after
+#         another (one kept-alive connection) to /dev/null (the target pair)
+#         and to files in the workdir, interleaved, median of --reps MB/s; bytes
+#         the server sent during each ckptfs read (no block fetched twice) and
+#         the daemon's CPU seconds per read;
+#     (c) --cache-dir: mount with a fresh --cache-dir, read the merged file,
+#         unmount, drop_caches, mount again with the same dir, read it again:
+#         bytes the server sent during the second read (nginx log and
+#         stats.json), target 0, and its time.
 #   The report's header also says whether libfuse can splice 1 MiB read
 #   replies here (pipe size limit) and whether a DAMON pageout scheme is
 #   evicting page cache (it makes "warm" data go cold within seconds).
-#   --sections picks a subset (default all four, in one run); --level
-#   defaults to 3, --frame-size to pack's own default.
+#   --sections (or bare section names: `bench.sh remote`) picks a subset
+#   (default all five, in one run); --level defaults to 3, --frame-size to
+#   pack's own default.
 # Targets are printed next to the figures as PASS/MISS. A MISS does not fail the
 # script; a contender that cannot run does (exit 1).
 #
@@ -60,7 +86,8 @@
 # mount/unmount) and c_<id>_read (replaces the default `cat FILES >
 # /dev/null`; must print the number of bytes it consumed if that differs from
 # the files' sizes), then append <id> to CONTENDERS (cold and warm) or
-# ZCONTENDERS (cold, zstd section) and any ratio rows to RATIOS or ZRATIOS.
+# ZCONTENDERS (cold, zstd section) or RCONTENDERS (fresh: a new mount, no
+# drop_caches; remote section) and any ratio rows to RATIOS, ZRATIOS or RRATIOS.
 # Torch contenders are t_<id>_label and t_<id>_file (the one file torch.load
 # reads), optional t_<id>_setup / t_<id>_teardown, listed in TCONTENDERS, with
 # ratio rows (mounted / physical seconds, target <=) in TRATIOS.
@@ -84,12 +111,14 @@ HDR_SHARDS=2000
 HDR_TENSORS=200000
 LEVEL=3
 FRAME=''            # --frame-size for ckptfs pack; '' = its default
-SECTIONS=plain,mount,zstd,torch
+SECTIONS=plain,mount,zstd,torch,remote
 RSS_CACHE=256M      # --cache-size for the peak RSS measurement
 RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
 RANDOM_TENSORS=32
 RANDOM_SEED=1
 TSHARDS=4           # shards of the torch section's generated checkpoint
+RTENSORS=32         # tensors of the remote section's checkpoint (64 MiB each at 2G)
+NGINX=/usr/sbin/nginx
 
 # ---------------------------------------------------------------- utilities
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
@@ -109,6 +138,7 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", (b-a)/1e9}'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END{
   if (NR==0) {print "nan"; exit}
   if (NR%2) print v[(NR+1)/2]; else printf "%.3f\n", (v[NR/2]+v[NR/2+1])/2}'; }
+max_of() { printf '%s\n' "$@" | sort -g | tail -n 1; }
 # fmt helpers
 mib() { awk -v b="$1" 'BEGIN{printf "%.0f", b/1048576}'; }
 gib() { awk -v b="$1" 'BEGIN{printf "%.2f", b/1073741824}'; }
@@ -170,6 +200,95 @@ unmount_one() {
   ! is_mounted "$mnt"
 }
 
+# ------------------------------------------------------------------ nginx
+# One nginx at a time (remote section): its config, pid file and logs in NGINX_DIR.
+NGINX_DIR='' NGINX_PORT=''
+
+free_port() {   # a loopback port nothing listens on right now (the kernel's pick)
+  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+nginx_version() { "$NGINX" -v 2>&1 | sed 's|.*nginx/||'; }
+
+# nginx_start ROOT PROBE: nginx serving ROOT on a free loopback port (NGINX_PORT),
+# with Debian's default tuning (worker_processes auto, sendfile, tcp_nopush,
+# default keep-alive) and an access log line per request: msec method uri status
+# body_bytes_sent "range" request_time connection. Up once `curl -I` of ROOT/PROBE answers 200.
+nginx_start() {
+  local root=$1 probe=$2 try d conf
+  [[ -x $NGINX ]] || die "$NGINX missing (apt-get install nginx-light)"
+  d=$SCRATCH/nginx conf=$SCRATCH/nginx/nginx.conf
+  mkdir -p -- "$d"
+  for ((try = 1; try <= 5; try++)); do
+    NGINX_PORT=$(free_port) || die "cannot pick a free loopback port"
+    cat >"$conf" <<EOF
+user root;
+worker_processes auto;
+pid $d/nginx.pid;
+error_log $d/error.log;
+events { worker_connections 768; }
+http {
+  sendfile on;
+  tcp_nopush on;
+  default_type application/octet-stream;
+  log_format bytes '\$msec \$request_method \$uri \$status \$body_bytes_sent "\$http_range" \$request_time \$connection';
+  access_log $d/access.log bytes;
+  client_body_temp_path $d/body;
+  proxy_temp_path $d/proxy;
+  fastcgi_temp_path $d/fastcgi;
+  uwsgi_temp_path $d/uwsgi;
+  scgi_temp_path $d/scgi;
+  server { listen 127.0.0.1:$NGINX_PORT; root $root; }
+}
+EOF
+    rm -f -- "$d/nginx.pid"
+    if timeout 10 "$NGINX" -c "$conf" >>"$SCRATCH/logs/nginx.log" 2>&1; then
+      NGINX_DIR=$d   # from here on, cleanup stops it
+      timeout 15 curl -sSf -o /dev/null -I --retry 5 --retry-connrefused --retry-delay 1 \
+        "http://127.0.0.1:$NGINX_PORT/$probe" ||
+        { tail -n 5 "$d/error.log" >&2; die "nginx on 127.0.0.1:$NGINX_PORT does not serve $root/$probe"; }
+      log "nginx $(nginx_version) serving $root on 127.0.0.1:$NGINX_PORT"
+      return 0
+    fi
+    log "nginx did not start on port $NGINX_PORT (try $try): $(tail -n 1 "$SCRATCH/logs/nginx.log")"
+  done
+  die "nginx did not start (see $SCRATCH/logs/nginx.log, $d/error.log)"
+}
+
+# Stop our nginx (if any), bounded; TERM/KILL its master if `-s stop` fails.
+nginx_stop() {
+  [[ -n $NGINX_DIR ]] || return 0
+  local pid i
+  pid=$(cat "$NGINX_DIR/nginx.pid" 2>/dev/null || true)
+  timeout 10 "$NGINX" -c "$NGINX_DIR/nginx.conf" -s stop >/dev/null 2>&1 ||
+    { [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null; } || true
+  if [[ -n $pid ]]; then
+    for ((i = 0; i < 100; i++)); do pid_alive "$pid" || break; sleep 0.1; done
+    pid_alive "$pid" && { log "nginx $pid still running; sending KILL"; kill -KILL "$pid" 2>/dev/null || true; }
+  fi
+  NGINX_DIR=''
+}
+
+# nginx_mark: the access log's line count once no line has come for 0.5 s
+# (nginx writes a line as each request ends), at most 15 s
+nginx_mark() {
+  local n last=-1 i
+  for ((i = 0; i < 30; i++)); do
+    n=$(wc -l <"$NGINX_DIR/access.log")
+    [[ $n == "$last" ]] && break
+    last=$n
+    sleep 0.5
+  done
+  echo "$n"
+}
+
+# nginx_sent FROM TO: "bytes requests errors" of access-log lines FROM+1..TO
+# (every request; errors: status >= 400, but for 404s to HEADs: a mount asks for
+# optional files such as tokenizer_config.json by name)
+nginx_sent() {
+  awk -v a="$1" -v b="$2" 'NR > a && NR <= b {s += $5; n++; e += ($4 >= 400 && !($4 == 404 && $2 == "HEAD"))}
+    END {printf "%.0f %d %d\n", s, n, e}' "$NGINX_DIR/access.log"
+}
+
 SCRATCH=''
 GENERATED=()
 cleanup() {
@@ -177,6 +296,7 @@ cleanup() {
   trap - ERR
   set +e
   for mnt in "${!MOUNT_PID[@]}"; do unmount_one "$mnt" || { left=1; log "could not unmount $mnt"; }; done
+  nginx_stop   # after the mounts that talk to it, before the scratch dir holding its config
   # scratch (passthrough_ll build, daemon and build logs, mountpoints): removed
   # on success, kept after a failure for a look at its logs/
   if [[ -n $SCRATCH && -d $SCRATCH ]]; then
@@ -198,6 +318,7 @@ trap 'log "interrupted"; exit 130' INT
 trap 'log "terminated"; exit 143' TERM
 
 # --------------------------------------------------------------- arguments
+BARE_SECTIONS=()
 while (($#)); do
   case $1 in
     --size) SIZE=${2:?--size needs a value}; shift 2 ;;
@@ -214,6 +335,7 @@ while (($#)); do
     --frame-size=*) FRAME=${1#*=}; shift ;;
     --sections) SECTIONS=${2:?--sections needs a value}; shift 2 ;;
     --sections=*) SECTIONS=${1#*=}; shift ;;
+    plain|mount|zstd|torch|remote) BARE_SECTIONS+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; printf '%s: error: unknown argument %s\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
@@ -223,8 +345,9 @@ size_to_bytes "$SIZE" >/dev/null   # validate
 [[ $LEVEL =~ ^[0-9]+$ ]] && ((LEVEL >= 1 && LEVEL <= 19)) ||
   { echo "$PROG: error: --level must be 1..19" >&2; exit 2; }
 [[ -z $FRAME ]] || size_to_bytes "$FRAME" >/dev/null
-[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch))+,$ ]] ||
-  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch" >&2; exit 2; }
+((${#BARE_SECTIONS[@]})) && SECTIONS=$(IFS=,; echo "${BARE_SECTIONS[*]}")
+[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote))+,$ ]] ||
+  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote" >&2; exit 2; }
 section() { [[ ,$SECTIONS, == *,$1,* ]]; }
 mkdir -p -- "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
@@ -245,6 +368,11 @@ ensure_packages() {
   pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
   [[ -f /usr/share/doc/libfuse3-dev/examples/passthrough_ll.c ]] || missing+=(libfuse3-dev)
   [[ -x $PY ]] || missing+=(python3)
+  if section remote; then
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+    [[ -x $NGINX ]] || missing+=(nginx-light)
+    "$PY" -c 'import numpy' 2>/dev/null || missing+=(python3-numpy)
+  fi
   ((${#missing[@]})) || return 0
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   log "installing missing packages: ${missing[*]}"
@@ -465,18 +593,21 @@ read_files() {
 
 declare -A SAMPLES=() BYTES=()
 
-# run_sample ID cold|warm: one timed read, appended to SAMPLES[ID,MODE] as MB/s
+# run_sample ID cold|warm|fresh: one timed read, appended to SAMPLES[ID,MODE] as
+# MB/s. cold: drop_caches first; warm: one untimed read first; fresh: neither (a
+# new mount from setup, whatever is in the page cache stays).
 run_sample() {
   local id=$1 mode=$2 files bytes t0 t1 secs mbps out
   if has_fn "c_${id}_setup"; then "c_${id}_setup"; fi
   mapfile -t files < <("c_${id}_files")
   ((${#files[@]})) || die "$id: no files to read"
   bytes=$(sum_sizes "${files[@]}") || die "$id: cannot stat ${files[*]}"
-  if [[ $mode == warm ]]; then
-    if has_fn "c_${id}_read"; then "c_${id}_read" "${files[@]}" >/dev/null; else read_files "${files[@]}"; fi
-  else
-    drop_caches
-  fi
+  case $mode in
+    warm) if has_fn "c_${id}_read"; then "c_${id}_read" "${files[@]}" >/dev/null; else read_files "${files[@]}"; fi ;;
+    cold) drop_caches ;;
+    fresh) ;;
+    *) die "run_sample: unknown mode $mode" ;;
+  esac
   t0=$(now_ns)
   if has_fn "c_${id}_read"; then
     out=$("c_${id}_read" "${files[@]}"); [[ -n $out ]] && bytes=$out
@@ -760,11 +891,24 @@ resident_pct() {
   timeout 30 fincore -nb -o RES,SIZE -- "$1" 2>/dev/null |
     awk '{printf "%.0f", ($2 > 0 ? 100 * $1 / $2 : 0)} END {if (NR == 0) print "?"}'
 }
-# daemon_bytes_read MNT: stats.json's bytes_read (what the daemon has served)
-daemon_bytes_read() {
-  timeout 30 "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes_read"])' \
-    "$1/.ckptfs/stats.json" 2>/dev/null || echo 0
+# stats_fields MNT KEY...: values of MNT/.ckptfs/stats.json on one line; a KEY
+# may be dotted (remote.bytes_fetched); a missing one prints '-'
+stats_fields() {
+  local mnt=$1; shift
+  timeout 30 "$PY" - "$mnt/.ckptfs/stats.json" "$@" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+out = []
+for key in sys.argv[2:]:
+    v = j
+    for part in key.split("."):
+        v = v.get(part, "-") if isinstance(v, dict) else "-"
+    out.append(str(v))
+print(" ".join(out))
+EOF
 }
+# daemon_bytes_read MNT: stats.json's bytes_read (what the daemon has served)
+daemon_bytes_read() { stats_fields "$1" bytes_read 2>/dev/null || echo 0; }
 
 # torch_sample ID cold|warm: one timed load, appended to TSAMPLES[ID,MODE] (s).
 # Both members of a pair must load the same number of tensors and bytes. Warm
@@ -996,14 +1140,238 @@ torch_section() {
   unmount_one "$tm" || die "could not unmount $tm"
 }
 
+# --------------------------------------------------------- remote section
+# Contenders of the sequential read (section remote), mode fresh: each sample
+# reads on a new mount (or with a new curl process) while the server's files
+# stay in its page cache. Ratio rows as RATIOS (MB/s, num / den, target >=).
+RCONTENDERS=(ckptfs_http curl_null curl_file)
+RRATIOS=(
+  "ckptfs_http curl_null fresh 1.0"
+  "ckptfs_http curl_file fresh -"
+)
+
+c_ckptfs_http_label() { echo "ckptfs: cat MNT/model.safetensors, http source (fresh mount, not timed)"; }
+c_ckptfs_http_setup() {
+  ckptfs_mount "$RURL" "$SCRATCH/mnt/http"
+  RMARK_MOUNTED=$(nginx_mark)
+  RCPU0=$(proc_cpu "$CKPTFS_PID")
+}
+c_ckptfs_http_files() { echo "$SCRATCH/mnt/http/model.safetensors"; }
+c_ckptfs_http_teardown() {
+  local m out sent n err fetched req pre cpu
+  m=$(nginx_mark)
+  cpu=$(awk -v a="$RCPU0" -v b="$(proc_cpu "$CKPTFS_PID")" 'BEGIN{printf "%.2f", b - a}')
+  out=$(nginx_sent "$RMARK_MOUNTED" "$m"); read -r sent n err <<<"$out"
+  out=$(stats_fields "$SCRATCH/mnt/http" remote.bytes_fetched remote.requests remote.prefetched_blocks)
+  read -r fetched req pre <<<"$out"
+  unmount_one "$SCRATCH/mnt/http" || die "could not unmount ckptfs"
+  RSEQ_SENT+=("$sent") RSEQ_REQS+=("$n") RSEQ_ERRS=$((RSEQ_ERRS + err)) RSEQ_CPU+=("$cpu")
+  log "    read: daemon used ${cpu} CPU-s; server sent $(mib "$sent") MiB in $n requests ($err errors);" \
+      "stats.json: $(mib "$fetched") MiB fetched in $req requests, $pre blocks prefetched"
+}
+
+c_curl_null_label() { echo "curl: the ${#RSHARD_FILES[@]} shards one after another (one process) to /dev/null"; }
+c_curl_null_files() { printf '%s\n' "${RSHARD_FILES[@]}"; }
+c_curl_null_read() { curl_shards /dev/null "$@"; }
+
+c_curl_file_label() { echo "curl: the same, to files in the workdir (page cache, no fsync)"; }
+c_curl_file_files() { printf '%s\n' "${RSHARD_FILES[@]}"; }
+c_curl_file_setup() { rm -rf --one-file-system -- "$SCRATCH/dl"; mkdir -p -- "$SCRATCH/dl"; }
+c_curl_file_read() { curl_shards "$SCRATCH/dl" "$@"; }
+c_curl_file_teardown() { rm -rf --one-file-system -- "$SCRATCH/dl"; }
+
+# curl_shards DEST FILE...: one curl process GETs RURL/<name> of each FILE in
+# turn (one kept-alive connection) into DEST/<name>, or /dev/null; prints the
+# bytes downloaded
+curl_shards() {
+  local dest=$1 f args=() rc=0 out
+  shift
+  for f in "$@"; do
+    if [[ $dest == /dev/null ]]; then args+=("$RURL${f##*/}" -o /dev/null)
+    else args+=("$RURL${f##*/}" -o "$dest/${f##*/}"); fi
+  done
+  out=$(timeout --kill-after=10 "$READ_TIMEOUT" curl -sS --fail -w '%{size_download}\n' "${args[@]}") || rc=$?
+  ((rc == 124 || rc == 137)) && die "curl timed out after ${READ_TIMEOUT}s"
+  ((rc == 0)) || die "curl failed (exit $rc): ${args[*]}"
+  awk '{s += $1} END {printf "%.0f\n", s}' <<<"$out"
+}
+
+# remote_pick DIR: key=value lines: the tensor (a) loads (the one just past the
+# middle in file order, so not at a shard's start), its shard, absolute offset
+# and size; the tensor count; the bytes a mount needs: shard headers (8-byte
+# length + json) and the other files of DIR (index, config, tokenizer).
+remote_pick() {
+  "$PY" - "$1" <<'EOF'
+import json, os, sys
+d = sys.argv[1]
+index = json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"]
+shards = sorted(set(index.values()))
+tensors, header_bytes = [], 0
+for shard in shards:
+    with open(os.path.join(d, shard), "rb") as f:
+        hlen = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(hlen))
+    header_bytes += 8 + hlen
+    for name, e in header.items():
+        if name != "__metadata__":
+            b, end = e["data_offsets"]
+            tensors.append((shard, 8 + hlen + b, end - b, name, e["dtype"]))
+tensors.sort()
+shard, offset, nbytes, name, dtype = tensors[min(len(tensors) - 1, len(tensors) // 2 + 1)]
+assert dtype in ("F16", "F32", "F64"), f"{name}: {dtype} has no .npy view"
+print(f"name={name}")
+print(f"path=tensors/{'/'.join(name.split('.'))}.npy")
+print(f"shard={shard}")
+print(f"offset={offset}")
+print(f"nbytes={nbytes}")
+print(f"count={len(tensors)}")
+print(f"header_bytes={header_bytes}")
+print(f"other_bytes={sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if n not in shards)}")
+EOF
+}
+
+# One timed numpy.load of a .npy (numpy imported before the timer), then its
+# bytes compared with the tensor's bytes in the shard. Prints "seconds nbytes same".
+RT_LOAD_PY='
+import sys, time, numpy
+path, shard, offset, nbytes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+t0 = time.perf_counter()
+a = numpy.load(path)
+secs = time.perf_counter() - t0
+with open(shard, "rb") as f:
+    f.seek(offset)
+    same = a.nbytes == nbytes and a.tobytes() == f.read(nbytes)
+print(f"{secs:.3f} {a.nbytes} {int(same)}")
+'
+
+# remote_ttft_sample: (a) once: fresh mount, numpy.load of the picked tensor;
+# appends to the RTT_* arrays
+remote_ttft_sample() {
+  local mnt=$SCRATCH/mnt/ttft m0 m1 m2 out rc=0 secs nbytes same fetched req pre
+  local msent mreq merr lsent lreq lerr
+  m0=$(nginx_mark)
+  ckptfs_mount "$RURL" "$mnt"
+  m1=$(nginx_mark)
+  out=$(timeout --kill-after=10 "$READ_TIMEOUT" "$PY" -c "$RT_LOAD_PY" "$mnt/${RT[path]}" \
+    "$RDATA/${RT[shard]}" "${RT[offset]}" "${RT[nbytes]}" 2>>"$SCRATCH/logs/numpy_load.log") || rc=$?
+  ((rc == 0)) || { tail -n 20 "$SCRATCH/logs/numpy_load.log" >&2; die "numpy.load of $mnt/${RT[path]} failed (exit $rc)"; }
+  read -r secs nbytes same <<<"$out"
+  [[ $same == 1 ]] || die "numpy.load of $mnt/${RT[path]} gave $nbytes B that differ from ${RT[shard]}'s"
+  m2=$(nginx_mark)
+  out=$(stats_fields "$mnt" remote.bytes_fetched remote.requests remote.prefetched_blocks)
+  read -r fetched req pre <<<"$out"
+  unmount_one "$mnt" || die "could not unmount ckptfs"
+  out=$(nginx_sent "$m0" "$m1"); read -r msent mreq merr <<<"$out"
+  out=$(nginx_sent "$m1" "$m2"); read -r lsent lreq lerr <<<"$out"
+  # reference: a range GET of the same bytes, curl's own transfer time
+  out=$(timeout 120 curl -sS --fail -o /dev/null -w '%{time_total}' \
+    -r "${RT[offset]}-$((RT[offset] + RT[nbytes] - 1))" "$RURL${RT[shard]}") ||
+    die "curl -r of ${RT[shard]} failed"
+  RTT_CURL+=("$(awk -v s="$out" 'BEGIN{printf "%.3f", s}')")
+  RTT_MOUNT+=("$CKPTFS_MOUNT_SECS") RTT_LOAD+=("$secs")
+  RTT_TOTAL+=("$(awk -v a="$CKPTFS_MOUNT_SECS" -v b="$secs" 'BEGIN{printf "%.3f", a + b}')")
+  RTT_MSENT+=("$msent") RTT_MREQ+=("$mreq") RTT_LSENT+=("$lsent") RTT_LREQ+=("$lreq")
+  RTT_TOTAL_SENT+=($((msent + lsent)))
+  RTT_ERRS=$((RTT_ERRS + merr + lerr))
+  log "  mount ${CKPTFS_MOUNT_SECS}s + numpy.load ${secs}s; server sent $msent B in $mreq requests" \
+      "at mount, $lsent B in $lreq requests for the tensor ($nbytes B);" \
+      "stats.json: $fetched B fetched in $req requests, $pre blocks prefetched; curl -r of the same bytes ${RTT_CURL[-1]}s"
+}
+
+# remote_cache_dir: (c): a fresh --cache-dir filled by one read of the merged
+# file, then drop_caches, a second mount with it and a second read; sets RC[*]
+remote_cache_dir() {
+  local cdir=$SCRATCH/cache-dir mnt=$SCRATCH/mnt/cached m0 m1 m2 m3 m4 t0 out size
+  size=$(($(size_to_bytes "$SIZE") * 2 / 1048576 + 64))M
+  declare -gA RC=()
+  rm -rf --one-file-system -- "$cdir"
+  mkdir -p -- "$cdir"
+  m0=$(nginx_mark)
+  ckptfs_mount "$RURL" "$mnt" --cache-dir "$cdir" --cache-dir-size "$size"
+  m1=$(nginx_mark)
+  t0=$(now_ns); read_files "$mnt/model.safetensors"; RC[secs1]=$(elapsed "$t0" "$(now_ns)")
+  m2=$(nginx_mark)
+  out=$(stats_fields "$mnt" remote.bytes_fetched disk_cache.bytes_written disk_cache.write_errors)
+  read -r "RC[fetched1]" "RC[written1]" "RC[werr1]" <<<"$out"
+  unmount_one "$mnt" || die "could not unmount ckptfs"
+  out=$(nginx_sent "$m1" "$m2"); read -r "RC[sent1]" "RC[reqs1]" "RC[errs1]" <<<"$out"
+  log "  1st mount (fresh --cache-dir $size): read in ${RC[secs1]}s; server sent $(mib "${RC[sent1]}") MiB" \
+      "in ${RC[reqs1]} requests; disk cache wrote $(mib "${RC[written1]}") MiB (${RC[werr1]} write errors)"
+  drop_caches
+  ckptfs_mount "$RURL" "$mnt" --cache-dir "$cdir" --cache-dir-size "$size"
+  RC[mount2]=$CKPTFS_MOUNT_SECS
+  m3=$(nginx_mark)
+  t0=$(now_ns); read_files "$mnt/model.safetensors"; RC[secs2]=$(elapsed "$t0" "$(now_ns)")
+  m4=$(nginx_mark)
+  out=$(stats_fields "$mnt" remote.bytes_fetched remote.requests remote.disk_cache_bytes disk_cache.hits disk_cache.misses disk_cache.corrupt)
+  read -r "RC[fetched2]" "RC[req2]" "RC[dcbytes2]" "RC[hits2]" "RC[misses2]" "RC[corrupt2]" <<<"$out"
+  unmount_one "$mnt" || die "could not unmount ckptfs"
+  out=$(nginx_sent "$m2" "$m3"); read -r "RC[msent2]" "RC[mreqs2]" "RC[merrs2]" <<<"$out"
+  out=$(nginx_sent "$m3" "$m4"); read -r "RC[sent2]" "RC[reqs2]" "RC[errs2]" <<<"$out"
+  RC[du]=$(du -sb -- "$cdir" | cut -f1)
+  log "  2nd mount (same dir, after drop_caches): mount ${RC[mount2]}s, server sent ${RC[msent2]} B in ${RC[mreqs2]} requests;" \
+      "read in ${RC[secs2]}s, server sent ${RC[sent2]} B in ${RC[reqs2]} requests; stats.json: ${RC[fetched2]} B fetched," \
+      "${RC[dcbytes2]} B from the disk cache, ${RC[hits2]} hits / ${RC[misses2]} misses"
+  rm -rf --one-file-system -- "$cdir"
+}
+
+# The whole remote section: data, nginx, (a), (b), (c); nginx stopped at the end.
+remote_section() {
+  local r id key value t0 ts
+  RDATA=$WORKDIR/bench-f32-${SIZE}-${SHARDS}shards-${RTENSORS}tensors
+  gen_data "$RDATA" --kind bench --total-bytes "$SIZE" --dtype F32 --shards "$SHARDS" --tensors "$RTENSORS"
+  mapfile -t RSHARD_FILES < <(shard_files "$RDATA")
+  ((${#RSHARD_FILES[@]})) || die "no shard files found in $RDATA"
+  RBYTES=$(sum_sizes "${RSHARD_FILES[@]}")
+  declare -gA RT=()
+  while IFS='=' read -r key value; do RT[$key]=$value; done < <(remote_pick "$RDATA")
+  [[ -n ${RT[nbytes]:-} ]] || die "cannot pick a tensor from $RDATA"
+  RLOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+  nginx_start "$WORKDIR" "${RDATA##*/}/model.safetensors.index.json"
+  RURL=http://127.0.0.1:$NGINX_PORT/${RDATA##*/}/
+  log "warm-up: one untimed read of the shards (the server's page cache)"
+  read_files "${RSHARD_FILES[@]}"
+
+  RTT_MOUNT=() RTT_LOAD=() RTT_TOTAL=() RTT_MSENT=() RTT_MREQ=() RTT_LSENT=() RTT_LREQ=()
+  RTT_TOTAL_SENT=() RTT_CURL=() RTT_ERRS=0
+  log "(a) time to first tensor: numpy.load of ${RT[path]} ($(mib "${RT[nbytes]}") MiB), fresh mount, $REPS reps"
+  t0=$(now_ns)
+  for ((r = 1; r <= REPS; r++)); do remote_ttft_sample; done
+  log "(a) took $(elapsed "$t0" "$(now_ns)") s"
+
+  RSEQ_SENT=() RSEQ_REQS=() RSEQ_ERRS=0 RSEQ_CPU=()
+  log "(b) sequential read: ${#RCONTENDERS[@]} contenders x $REPS reps, interleaved"
+  t0=$(now_ns)
+  for ((r = 1; r <= REPS; r++)); do
+    log "rep $r/$REPS"
+    for id in "${RCONTENDERS[@]}"; do run_sample "$id" fresh; done
+  done
+  log "(b) took $(elapsed "$t0" "$(now_ns)") s"
+
+  log "(c) --cache-dir: read, unmount, drop_caches, mount with the same dir, read again"
+  t0=$(now_ns)
+  remote_cache_dir
+  log "(c) took $(elapsed "$t0" "$(now_ns)") s"
+
+  ts=$(date -u +%Y%m%d-%H%M%S)
+  RACCESS_LOG=$WORKDIR/results/remote-access-$ts.log.gz
+  gzip -c -- "$NGINX_DIR/access.log" >"$RACCESS_LOG" || RACCESS_LOG=''
+  nginx_stop
+  RLOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+}
+
 # ------------------------------------------------------------------- main
 build_ckptfs
-build_passthrough_ll
+if section plain; then build_passthrough_ll; fi
 
-DATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards
-gen_data "$DATA" --kind bench --total-bytes "$SIZE" --dtype BF16 --shards "$SHARDS"
-mapfile -t SHARD_FILES < <(shard_files "$DATA")
-((${#SHARD_FILES[@]})) || die "no shard files found in $DATA"
+# the plain BF16 checkpoint: read by plain, packed by zstd, a torch source
+DATA='' SHARD_FILES=()
+if section plain || section zstd || section torch; then
+  DATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards
+  gen_data "$DATA" --kind bench --total-bytes "$SIZE" --dtype BF16 --shards "$SHARDS"
+  mapfile -t SHARD_FILES < <(shard_files "$DATA")
+  ((${#SHARD_FILES[@]})) || die "no shard files found in $DATA"
+fi
 
 if section plain; then
 for id in "${CONTENDERS[@]}"; do
@@ -1027,6 +1395,12 @@ fi
 
 # ------------------------------------------------------------ mount cost
 proc_kb() { awk -v k="$2:" '$1==k {print $2}' "/proc/$1/status" 2>/dev/null; }
+# CPU seconds (user + system, all threads) a process has used so far
+proc_cpu() {
+  [[ -n $1 && -r /proc/$1/stat ]] || { echo 0; return 0; }
+  sed 's/.*) //' "/proc/$1/stat" |
+    awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($12 + $13) / hz}'
+}
 if section mount; then
 HDR=$WORKDIR/headers-${HDR_SHARDS}shards-${HDR_TENSORS}tensors
 gen_data "$HDR" --kind headers --shards "$HDR_SHARDS" --tensors "$HDR_TENSORS"
@@ -1062,6 +1436,9 @@ section zstd && zstd_section
 
 # ----------------------------------------------------------------- torch
 if section torch; then torch_section; fi
+
+# ---------------------------------------------------------------- remote
+if section remote; then remote_section; fi
 
 # ------------------------------------------------------------------ report
 verdict() { # value op target -> PASS/MISS
@@ -1154,7 +1531,8 @@ report() {
   echo "- commit: $commit; ckptfs $CKPTFS (build type ${CKPTFS_BUILD:-none})"
   echo "- FUSE splice: $(splice_note)"
   echo "- page cache: $(damon_note)"
-  echo "- data: $(gib "$(sum_sizes "${SHARD_FILES[@]}")") GiB bf16 in ${#SHARD_FILES[@]} shards ($DATA)"
+  [[ -z $DATA ]] ||
+    echo "- data: $(gib "$(sum_sizes "${SHARD_FILES[@]}")") GiB bf16 in ${#SHARD_FILES[@]} shards ($DATA)"
   echo "- sections: $SECTIONS"
   echo "- method: reader \`cat FILES > /dev/null\`; cold = fresh mount + sync + drop_caches;" \
        "warm = fresh mount, read once, time the 2nd read; one untimed warm-up read of the files first;" \
@@ -1279,6 +1657,63 @@ report() {
         echo "| daemon VmHWM after the timed loads through $id (max over samples) | $(mib $((TLOAD_HWM[$id] * 1024))) MiB | - | - |"
       fi
     done
+  fi
+  if section remote; then
+    local tb=${RT[nbytes]} mneed lmax mmax tmax rsmin rsmax
+    mneed=$((RT[header_bytes] + RT[other_bytes]))
+    mmax=$(max_of "${RTT_MSENT[@]}"); lmax=$(max_of "${RTT_LSENT[@]}")
+    tmax=$(max_of "${RTT_TOTAL_SENT[@]}")
+    echo
+    echo "### remote: HTTP source on a loopback nginx"
+    echo
+    echo "- data: $(gib "$RBYTES") GiB F32, ${RT[count]} tensors in ${#RSHARD_FILES[@]} shards ($RDATA);" \
+         "a mount needs $((RT[header_bytes])) B of shard headers + $((RT[other_bytes])) B of index, config and tokenizer"
+    echo "- server: nginx $(nginx_version) on 127.0.0.1, worker_processes auto ($(nproc)), sendfile, tcp_nopush," \
+         "default keep-alive; its files in the page cache (one untimed read first), no drop_caches but before (c)'s 2nd mount"
+    echo "- ckptfs: defaults (512M memory cache); bytes sent = nginx access log, \$body_bytes_sent of every request," \
+         "counted once the log has been quiet for 0.5 s${RACCESS_LOG:+; log saved as $RACCESS_LOG}"
+    echo "- curl $(curl --version | awk 'NR==1 {print $2}'): one process, the shards one after another on one connection"
+    echo "- load average (1/5/15 min) at the section's start / end: $RLOAD_START / $RLOAD_END (other work on the machine shows here)"
+    echo
+    echo "| (a) time to first tensor: numpy.load of MNT/${RT[path]} ($(mib "$tb") MiB), fresh mount, median of $REPS | s | samples |"
+    echo "|---|---:|---|"
+    echo "| \`ckptfs mount URL\` until it returns | $(median "${RTT_MOUNT[@]}") | $(IFS=/; echo "${RTT_MOUNT[*]}") |"
+    echo "| numpy.load (numpy imported before the timer) | $(median "${RTT_LOAD[@]}") | $(IFS=/; echo "${RTT_LOAD[*]}") |"
+    echo "| time to first tensor (mount + load) | $(median "${RTT_TOTAL[@]}") | $(IFS=/; echo "${RTT_TOTAL[*]}") |"
+    echo "| for reference: \`curl -r\` of the tensor's byte range to /dev/null (curl's time_total) | $(median "${RTT_CURL[@]}") | $(IFS=/; echo "${RTT_CURL[*]}") |"
+    echo
+    echo "| (a) bytes the server sent (max of $REPS) | value | target | result |"
+    echo "|---|---:|---|---|"
+    echo "| during the mount ($(IFS=/; echo "${RTT_MREQ[*]}") requests) | $mmax B | - (needs $mneed B) | - |"
+    echo "| during numpy.load ($(IFS=/; echo "${RTT_LREQ[*]}") requests) | $lmax B = tensor + $(awk -v a="$lmax" -v t="$tb" 'BEGIN{printf "%.2f", (a-t)/1048576}') MiB |" \
+         "<= tensor + 2 MiB = $((tb + 2097152)) B | $(verdict "$lmax" '<=' $((tb + 2097152))) |"
+    echo "| mount + load | $tmax B | <= tensor + 2 MiB + headers = $((tb + 2097152 + mneed)) B | $(verdict "$tmax" '<=' $((tb + 2097152 + mneed))) |"
+    ((RTT_ERRS == 0)) || echo "| requests answered >= 400 | $RTT_ERRS | 0 | MISS |"
+    echo
+    echo "| (b) sequential read of $(gib "$RBYTES") GiB, fresh mount / new curl, server page cache warm | MB | MB/s (median) | samples |"
+    echo "|---|---:|---:|---|"
+    contender_rows fresh "${RCONTENDERS[@]}"
+    echo
+    echo "| ratio (MB/s) | mode | value | target | result |"
+    echo "|---|---|---:|---|---|"
+    ratio_rows "${RRATIOS[@]}"
+    rsmin=$(printf '%s\n' "${RSEQ_SENT[@]}" | sort -g | head -n1); rsmax=$(max_of "${RSEQ_SENT[@]}")
+    echo
+    echo "| (b) bytes the server sent per ckptfs read (after the mount) | value | target | result |"
+    echo "|---|---:|---|---|"
+    echo "| min / max of $REPS ($(IFS=/; echo "${RSEQ_REQS[*]}") requests) | $rsmin / $rsmax B | <= the shards' $RBYTES B (no block fetched twice) | $(verdict "$rsmax" '<=' "$RBYTES") |"
+    echo "| daemon CPU per read (user + system, samples $(IFS=/; echo "${RSEQ_CPU[*]}")) | $(median "${RSEQ_CPU[@]}") s | - | - |"
+    ((RSEQ_ERRS == 0)) || echo "| requests answered >= 400 | $RSEQ_ERRS | 0 | MISS |"
+    echo
+    echo "| (c) \`--cache-dir\`: read, unmount, drop_caches, mount with the same dir, read again | value | target | result |"
+    echo "|---|---:|---|---|"
+    echo "| 1st mount (fresh dir): read of model.safetensors | ${RC[secs1]} s ($(awk -v b="${BYTES[ckptfs_http]}" -v s="${RC[secs1]}" 'BEGIN{printf "%.0f", (s > 0 ? b/1e6/s : 0)}') MB/s); server sent $(mib "${RC[sent1]}") MiB in ${RC[reqs1]} requests | - | - |"
+    echo "| disk cache after it: bytes written / dir size (du) | $(mib "${RC[written1]}") / $(mib "${RC[du]}") MiB | - | - |"
+    echo "| 2nd mount: \`ckptfs mount\` until it returns; server sent at mount | ${RC[mount2]} s; ${RC[msent2]} B in ${RC[mreqs2]} requests | - | - |"
+    echo "| 2nd mount: bytes the server sent during the read (nginx log; ${RC[reqs2]} requests) | ${RC[sent2]} B | 0 | $(verdict "${RC[sent2]}" '<=' 0) |"
+    echo "| 2nd mount: stats.json remote.bytes_fetched (whole mount) / remote.disk_cache_bytes | ${RC[fetched2]} / ${RC[dcbytes2]} B | - | - |"
+    echo "| 2nd mount: disk_cache hits / misses / corrupt | ${RC[hits2]} / ${RC[misses2]} / ${RC[corrupt2]} | - | - |"
+    echo "| 2nd mount: read of model.safetensors | ${RC[secs2]} s ($(awk -v b="${BYTES[ckptfs_http]}" -v s="${RC[secs2]}" 'BEGIN{printf "%.0f", (s > 0 ? b/1e6/s : 0)}') MB/s) | - | - |"
   fi
 }
 
