@@ -118,21 +118,46 @@ HttpSource::HttpSource(std::string url, std::string name, HttpOptions options)
 
 HttpSource::~HttpSource() = default;
 
-std::unique_ptr<HttpSource::Handle> HttpSource::Acquire() const {
+namespace {
+
+// Idle handles beyond this are closed: more than the fetch workers and FUSE threads that
+// can be in a request at once.
+constexpr size_t kMaxIdleHandles = 32;
+
+// The process's idle handles. One pool for every object, not one per object: a handle
+// keeps its connections, so a merged read across eight shards reuses a few connections
+// instead of opening a set per shard (it opened about 75 with one pool per shard).
+template <typename Handle>
+struct IdlePool {
+  std::mutex mu;
+  std::vector<std::unique_ptr<Handle>> handles;  // guarded by mu
+};
+
+template <typename Handle>
+IdlePool<Handle>& Idle() {
+  static auto* pool = new IdlePool<Handle>;  // never destroyed: used until exit
+  return *pool;
+}
+
+}  // namespace
+
+std::unique_ptr<HttpSource::Handle> HttpSource::Acquire() {
+  auto& pool = Idle<Handle>();
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!idle_.empty()) {
-      auto h = std::move(idle_.back());
-      idle_.pop_back();
+    std::lock_guard<std::mutex> lock(pool.mu);
+    if (!pool.handles.empty()) {
+      auto h = std::move(pool.handles.back());
+      pool.handles.pop_back();
       return h;
     }
   }
   return std::make_unique<Handle>();
 }
 
-void HttpSource::Release(std::unique_ptr<Handle> handle) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  idle_.push_back(std::move(handle));
+void HttpSource::Release(std::unique_ptr<Handle> handle) {
+  auto& pool = Idle<Handle>();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  if (pool.handles.size() < kMaxIdleHandles) pool.handles.push_back(std::move(handle));
 }
 
 namespace {
@@ -234,7 +259,7 @@ Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::strin
   const auto deadline = Clock::now() + std::min(options.timeout, options.connect_timeout);
   milliseconds backoff(50);
   for (;;) {
-    auto handle = source->Acquire();
+    auto handle = Acquire();
     Transfer t;
     long code = 0;
     const auto budget = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
@@ -243,7 +268,7 @@ Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::strin
     const CURLcode rc = Perform(handle->curl, head, options, budget, &t, &code);
     curl_off_t length = -1;
     curl_easy_getinfo(handle->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
-    source->Release(std::move(handle));
+    Release(std::move(handle));
     if (rc == CURLE_OK && code == 200) {
       if (length < 0) return Status::IoError(source->name_ + ": the server gives no size");
       source->size_ = static_cast<uint64_t>(length);

@@ -6,8 +6,9 @@
 // from the same object: an object replaced after mount gives an IoError naming it, never
 // bytes mixed from two versions.
 //
-// Connections are kept alive: finished handles go back to a pool and the next read
-// reuses one, so a stream of reads pays the TCP and TLS handshakes once per thread.
+// Connections are kept alive: finished handles go back to one pool shared by every
+// source of the process, and the next read of any object reuses one, so a stream of
+// reads pays the TCP and TLS handshakes once per thread, not once per thread and shard.
 // TLS peers are verified. Connection errors, timeouts, 429 and 5xx are retried with
 // exponential backoff until `timeout` has passed since the read began; other failures
 // (404, 403, a server that ignores ranges) fail at once.
@@ -78,8 +79,8 @@ class HttpSource final : public ByteSource {
   HttpSource(std::string url, std::string name, HttpOptions options);
 
   void SetValidator(const std::string& etag, const std::string& last_modified);
-  std::unique_ptr<Handle> Acquire() const;
-  void Release(std::unique_ptr<Handle> handle) const;
+  static std::unique_ptr<Handle> Acquire();
+  static void Release(std::unique_ptr<Handle> handle);
 
   std::string url_;
   std::string name_;
@@ -87,8 +88,6 @@ class HttpSource final : public ByteSource {
   uint64_t size_ = 0;
   std::string validator_;         // the ETag or Last-Modified value, or empty
   std::string validator_header_;  // "If-Match: ..." or "If-Unmodified-Since: ...", or empty
-  mutable std::mutex mu_;
-  mutable std::vector<std::unique_ptr<Handle>> idle_;
 };
 
 }  // namespace ckptfs
