@@ -41,23 +41,28 @@ uint64_t RemoteSource::BlockLength(uint64_t block) const {
   return std::min(kBlockSize, Size() - block * kBlockSize);
 }
 
-Status RemoteSource::LoadBlock(uint64_t block, std::span<uint8_t> out) const {
+Status RemoteSource::LoadBlock(uint64_t block, std::span<uint8_t> out, bool* from_server) const {
   consumed_[block].store(0, std::memory_order_relaxed);
   if (disk_ && disk_->Get(identity_, block, out)) {
     context_.disk_cache_bytes.fetch_add(out.size(), std::memory_order_relaxed);
     return Status::Ok();
   }
+  *from_server = true;
   CKPTFS_RETURN_IF_ERROR(object_->ReadAt(block * kBlockSize, out));
   context_.remote_requests.fetch_add(1, std::memory_order_relaxed);
   context_.remote_bytes_fetched.fetch_add(out.size(), std::memory_order_relaxed);
-  if (disk_) disk_->Put(identity_, block, out);
   return Status::Ok();
 }
 
 Result<BlockCache::Handle> RemoteSource::GetBlock(uint64_t block) const {
-  return context_.cache().GetOrLoad(
+  bool from_server = false;
+  auto handle = context_.cache().GetOrLoad(
       BlockKey{cache_id_, block}, BlockLength(block),
-      [this, block](std::span<uint8_t> out) { return LoadBlock(block, out); });
+      [&](std::span<uint8_t> out) { return LoadBlock(block, out, &from_server); });
+  // Written to the disk cache only now that the block is published: readers waiting for
+  // it have their bytes and need not wait for a file to be written.
+  if (disk_ && from_server && handle.ok()) disk_->Put(identity_, block, handle->data());
+  return handle;
 }
 
 void RemoteSource::Schedule(uint64_t first_block, uint64_t end_block) const {

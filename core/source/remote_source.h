@@ -64,7 +64,8 @@ class RemoteSource final : public ByteSource {
   uint64_t BlockCount() const { return (Size() + kBlockSize - 1) / kBlockSize; }
   uint64_t BlockLength(uint64_t block) const;
   Result<BlockCache::Handle> GetBlock(uint64_t block) const;
-  Status LoadBlock(uint64_t block, std::span<uint8_t> out) const;
+  // Fills `out` from the disk cache, else the server (then sets *from_server).
+  Status LoadBlock(uint64_t block, std::span<uint8_t> out, bool* from_server) const;
   // Before BeginServing: exact ranges from the server, unless the disk cache holds every
   // block the range touches.
   Status ReadWhileOpening(uint64_t offset, std::span<uint8_t> out) const;
