@@ -5,9 +5,10 @@ JSON giving every tensor's dtype and shape, and no tensor the source lacks.
 The JSON schema is ckptfs's to choose; tensors are found as objects with
 name/dtype/shape keys, or as {name: {dtype, shape, ...}} members, anywhere in it.
 
-usage: check_inspect.py CKPTFS SRC [TARGET]
+usage: check_inspect.py CKPTFS SRC [TARGET [OPTION...]]
 
-TARGET (default SRC) is what `ckptfs inspect` is given: a URL serving SRC's files, say.
+TARGET (default SRC) is what `ckptfs inspect` is given: a URL serving SRC's files, say;
+the OPTIONs go before it (--endpoint URL, say).
 """
 
 import json
@@ -39,14 +40,15 @@ def Run(ck: Checker, argv: list):
     return result.stdout.decode("utf-8", errors="replace") if ok else None
 
 
-def CheckInspect(ck: Checker, ckptfs: str, src: str, source, normalize=lambda d: d) -> None:
+def CheckInspect(ck: Checker, ckptfs: str, src: str, source, normalize=lambda d: d,
+                 options=()) -> None:
     """Both inspect outputs against `source`; `normalize` maps inspect's dtype spelling
-    to the source's."""
-    text = Run(ck, [ckptfs, "inspect", src])
+    to the source's; `options` go on inspect's command line."""
+    text = Run(ck, [ckptfs, "inspect", *options, src])
     if text is not None:
         for name in source.tensors:
             ck.Expect(name in text, f"inspect output does not name {name!r}")
-    text = Run(ck, [ckptfs, "inspect", src, "--json"])
+    text = Run(ck, [ckptfs, "inspect", *options, src, "--json"])
     if text is None:
         return
     try:
@@ -61,12 +63,12 @@ def CheckInspect(ck: Checker, ckptfs: str, src: str, source, normalize=lambda d:
 
 
 def Main(args) -> int:
-    ckptfs, src, *target = args
+    ckptfs, src, *rest = args
     ck = Checker("inspect")
     source = LoadSource(src)
-    CheckInspect(ck, ckptfs, target[0] if target else src, source)
+    CheckInspect(ck, ckptfs, rest[0] if rest else src, source, options=rest[1:])
     return ck.Finish(f"{len(source.tensors)} tensors")
 
 
 if __name__ == "__main__":
-    RunMain(Main, "CKPTFS SRC [TARGET]")
+    RunMain(Main, "CKPTFS SRC [TARGET [OPTION...]]")

@@ -1,16 +1,15 @@
-// HTTP sources: the real binary mounting checkpoints served by nginx on loopback, read by
-// the same python checks as local mounts; the server stopped or the object replaced
-// under a mount. Skips without nginx (Debian's nginx-light, installed by setup.sh).
+// HTTP sources beyond the common checks (which StoredCheckpointTest runs over HTTP too):
+// the real binary mounting checkpoints served by nginx on loopback; the server stopped or
+// the object replaced under a mount, bytes fetched per read, the disk cache, a slow
+// server. Skips without nginx (Debian's nginx-light, installed by setup.sh).
 
 #include <filesystem>
 #include <thread>
 
-#include "mount_harness.h"
+#include "remote_harness.h"
 
 namespace ckptfs::mount_test {
 namespace {
-
-constexpr char kNginx[] = "/usr/sbin/nginx";
 
 // nginx serving scratch/www on a free loopback port, stopped in TearDown.
 class HttpMountTest : public MountFixture {
@@ -18,56 +17,18 @@ class HttpMountTest : public MountFixture {
   void SetUp() override {
     MountFixture::SetUp();
     if (IsSkipped()) return;
-    if (::access(kNginx, X_OK) != 0) GTEST_SKIP() << kNginx << " missing (apt nginx-light)";
+    const std::string unavailable = NginxServer::UnavailableReason();
+    if (!unavailable.empty()) GTEST_SKIP() << unavailable;
     www_ = scratch_->MakeDir("www");
-    port_ = FreeLoopbackPort();
-    ASSERT_NE(port_, 0);
-    scratch_->MakeDir("nginx");
-    conf_ = scratch_->path() + "/nginx/nginx.conf";
-    WriteConfig("");
-    ASSERT_NO_FATAL_FAILURE(StartServer());
+    server_ = std::make_unique<NginxServer>(www_, scratch_->Path("nginx"));
+    ASSERT_EQ(server_->Start(), "");
   }
 
-  // The server goes first: its config and pid file live in the scratch directory that
+  // The server goes first: its config and logs live in the scratch directory that
   // MountFixture::TearDown removes.
   void TearDown() override {
-    StopServer();
+    server_.reset();
     MountFixture::TearDown();
-  }
-
-  // nginx.conf serving www_, with `extra` inside the server block.
-  void WriteConfig(const std::string& extra) {
-    const std::string dir = scratch_->path() + "/nginx";
-    // Workers run as the test's user, which can read the scratch directory.
-    std::ofstream(conf_) << "user root;\npid " << dir << "/nginx.pid;\nerror_log " << dir
-                         << "/error.log;\nevents {}\nhttp {\n"
-                         << "  log_format bytes '$request_method $uri $status $body_bytes_sent';\n"
-                         << "  access_log " << dir << "/access.log bytes;\n"
-                         << "  client_body_temp_path " << dir << ";\n  proxy_temp_path " << dir
-                         << ";\n  fastcgi_temp_path " << dir << ";\n  uwsgi_temp_path " << dir
-                         << ";\n  scgi_temp_path " << dir
-                         << ";\n  server { listen 127.0.0.1:" << port_ << "; root " << www_ << "; "
-                         << extra << " }\n}\n";
-  }
-
-  // Reloads the running server with `extra` in its server block.
-  void RestartServerWith(const std::string& extra) {
-    WriteConfig(extra);
-    const ProcessResult r = RunProcess({kNginx, "-c", conf_, "-s", "reload"}, seconds(10));
-    ASSERT_EQ(r.exit_code, 0) << r.Describe();
-    std::this_thread::sleep_for(seconds(1));  // new workers take over asynchronously
-  }
-
-  void StartServer() {
-    const ProcessResult r = RunProcess({kNginx, "-c", conf_}, seconds(10));
-    ASSERT_EQ(r.exit_code, 0) << r.Describe();
-    running_ = true;
-  }
-
-  void StopServer() {
-    if (!running_) return;
-    RunProcess({kNginx, "-c", conf_, "-s", "stop"}, seconds(10));
-    running_ = false;
   }
 
   // Bytes of weight files the server has sent so far, and in how many requests (from its
@@ -76,7 +37,7 @@ class HttpMountTest : public MountFixture {
     std::string log, last;
     for (auto deadline = Clock::now() + seconds(10); Clock::now() < deadline;) {
       std::this_thread::sleep_for(milliseconds(300));
-      log = ReadTextFile(scratch_->path() + "/nginx/access.log");
+      log = ReadTextFile(server_->AccessLogPath());
       if (log == last) break;
       last = log;
     }
@@ -93,28 +54,26 @@ class HttpMountTest : public MountFixture {
     return {bytes, requests};
   }
 
-  std::string Url(const std::string& path) const {
-    return "http://127.0.0.1:" + std::to_string(port_) + "/" + path;
-  }
+  std::string Url(const std::string& path) const { return server_->Url(path); }
 
-  std::string www_, conf_;
-  int port_ = 0;
-  bool running_ = false;
+  std::string www_;
+  std::unique_ptr<NginxServer> server_;
 };
 
-TEST_F(HttpMountTest, MixedCheckpointOverHttp) {
+// The common checks over HTTP are StoredCheckpointTest's (stored_checkpoint_test.cc);
+// here, the pytorch_model.bin view of a checkpoint read over HTTP.
+TEST_F(HttpMountTest, TorchBinOverHttp) {
   const std::string source = www_ + "/mixed";
   ASSERT_NO_FATAL_FAILURE(Generate(source));
   const std::string mountpoint = scratch_->MakeDir("mnt");
   ASSERT_NO_FATAL_FAILURE(Mount(Url("mixed/"), mountpoint));
-  for (const char* check : kMountChecks) RunCheck(check, {source, mountpoint});
   RunCheck("check_torch_bin.py", {source, mountpoint, "--crc", "zero"});
 }
 
 TEST_F(HttpMountTest, ServerDownAtMountIsOneLine) {
   const std::string source = www_ + "/mixed";
   ASSERT_NO_FATAL_FAILURE(Generate(source));
-  StopServer();
+  server_->Stop();
   const std::string mountpoint = scratch_->MakeDir("mnt");
   const ProcessResult r = RunProcess({kCkptfs, "mount", Url("mixed/"), mountpoint}, seconds(30));
   EXPECT_EQ(r.exit_code, 1) << r.Describe();
@@ -154,15 +113,8 @@ TEST_F(HttpMountTest, ServerLostThenBack) {
   ASSERT_NO_FATAL_FAILURE(Generate(source));
   const std::string mountpoint = scratch_->MakeDir("mnt");
   ASSERT_NO_FATAL_FAILURE(Mount(Url("mixed/"), mountpoint, nullptr, {"--timeout", "2"}));
-  const std::string shard = mountpoint + "/shards/model-00002-of-00008.safetensors";
-  StopServer();
-  ProcessResult r = RunProcess({"cat", shard}, seconds(60));
-  EXPECT_NE(r.exit_code, 0) << "a read with the server gone must fail; " << r.Describe();
-  EXPECT_NE(r.err.find("Input/output error"), std::string::npos) << r.Describe();
-  EXPECT_LE(r.elapsed, seconds(10)) << "EIO must come within about --timeout; " << r.Describe();
-  ASSERT_NO_FATAL_FAILURE(StartServer());
-  r = RunProcess({"cmp", shard, source + "/model-00002-of-00008.safetensors"}, seconds(60));
-  EXPECT_EQ(r.exit_code, 0) << "reads must work again once the server is back; " << r.Describe();
+  ExpectEioWhileDownThenRecovery(*server_, mountpoint + "/shards/model-00002-of-00008.safetensors",
+                                 source + "/model-00002-of-00008.safetensors");
 }
 
 // DESIGN: a read of one tensor fetches about that tensor. nginx's log counts what the
@@ -278,7 +230,7 @@ TEST_F(HttpMountTest, SlowServerKeepsMemoryBounded) {
   const std::string source = www_ + "/slow";
   ASSERT_NO_FATAL_FAILURE(Generate(
       source, {"--kind", "bench", "--total-bytes", "48M", "--tensors", "6", "--shards", "2"}));
-  ASSERT_NO_FATAL_FAILURE(RestartServerWith("location /slow/ { limit_rate 4m; }"));
+  ASSERT_EQ(server_->Reload("location /slow/ { limit_rate 4m; }"), "");
   const std::string mountpoint = scratch_->MakeDir("mnt");
   ASSERT_NO_FATAL_FAILURE(Mount(Url("slow/"), mountpoint, nullptr, {"--cache-size", "16M"}));
   // Four readers at once, each asking for a whole shard or the merged file.

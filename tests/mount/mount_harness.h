@@ -1,6 +1,7 @@
-// Shared harness of the mount tests (mount_test.cc, zstd_mount_test.cc): child
-// processes under deadlines, mount bookkeeping from /proc, scratch directories, and
-// the fixture that mounts the real ckptfs binary and runs the python checks.
+// Shared harness of the mount tests (every tests/mount/*_test.cc): child processes
+// under deadlines, mount bookkeeping from /proc, scratch directories, and the fixture
+// that mounts the real ckptfs binary and runs the python checks. The servers of the
+// remote tests (nginx, s3rver) are in remote_harness.h.
 //
 // Two rules keep a broken ckptfs from breaking the machine: every child process runs
 // under a deadline (a hung FUSE daemon hangs whoever touches the mount, so the test
@@ -10,12 +11,10 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,6 +52,13 @@ constexpr milliseconds kRefusalBudget = seconds(1);
 constexpr milliseconds kRefusalTimeout = seconds(5);
 // How long a daemon may take to exit after its mount is gone.
 constexpr milliseconds kDaemonExitTimeout = seconds(5);
+constexpr milliseconds kVerifyTimeout = seconds(120);
+
+// Frame size for the seekable and multi-frame test data: small enough that every
+// shard of the mixed checkpoint (about 1 MiB each) has several frames, so reads cross
+// frame boundaries.
+constexpr char kFrameSize[] = "256K";
+constexpr int kFrameBytes = 256 << 10;
 
 // ---------------------------------------------------------------------------
 // Child processes
@@ -177,6 +183,12 @@ inline ProcessResult RunProcess(std::vector<std::string> argv, milliseconds time
   return r;
 }
 
+// A ckptfs subcommand that is not mount, under a deadline.
+inline ProcessResult Ckptfs(std::vector<std::string> args, milliseconds timeout) {
+  args.insert(args.begin(), kCkptfs);
+  return RunProcess(args, timeout);
+}
+
 inline int LineCount(const std::string& text) {
   const auto newlines = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
   return newlines + (!text.empty() && text.back() != '\n' ? 1 : 0);
@@ -265,90 +277,6 @@ inline std::string FuseUnavailableReason() {
   close(fd);
   return "";
 }
-
-// ---------------------------------------------------------------------------
-// Servers the tests start (s3rver, a proxy): loopback ports and long-running children
-
-// A port nothing listens on right now (the kernel's choice for an ephemeral bind).
-inline int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) ::close(fd);
-    return 0;
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// Polls until something accepts connections on 127.0.0.1:port, or the timeout passes.
-inline bool WaitForPort(int port, milliseconds timeout) {
-  const Clock::time_point deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    const bool up = fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    if (fd >= 0) ::close(fd);
-    if (up) return true;
-    usleep(50000);
-  }
-  return false;
-}
-
-// A child that runs until stopped (a server), in its own process group, its output
-// appended to a log file. Stop() (and the destructor) end the whole group: SIGTERM, then
-// SIGKILL if it has not exited within a few seconds. Never left running.
-class BackgroundProcess {
- public:
-  BackgroundProcess() = default;
-  BackgroundProcess(const BackgroundProcess&) = delete;
-  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
-  ~BackgroundProcess() { Stop(); }
-
-  // False if it could not be started.
-  bool Start(std::vector<std::string> argv, const std::string& log_path) {
-    Stop();
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd < 0) return false;
-    pid_ = fork();
-    if (pid_ == 0) ExecChild(args, log_fd, log_fd);
-    close(log_fd);
-    if (pid_ < 0) pid_ = 0;
-    return pid_ > 0;
-  }
-
-  bool running() const { return pid_ > 0; }
-
-  void Stop() {
-    if (pid_ <= 0) return;
-    kill(-pid_, SIGTERM);
-    const Clock::time_point deadline = Clock::now() + seconds(5);
-    int status = 0;
-    while (waitpid(pid_, &status, WNOHANG) == 0) {
-      if (Clock::now() > deadline) {
-        kill(-pid_, SIGKILL);
-        waitpid(pid_, &status, 0);
-        break;
-      }
-      usleep(20000);
-    }
-    kill(-pid_, SIGKILL);  // anything the server itself left behind in its group
-    pid_ = 0;
-  }
-
- private:
-  pid_t pid_ = 0;
-};
 
 // ---------------------------------------------------------------------------
 // Scratch directories

@@ -11,7 +11,7 @@ namespace ckptfs::mount_test {
 namespace {
 
 // The checks of a mounted mixed checkpoint (every dtype and awkward name) run over every
-// way of storing it, plain included: MountedZstdTest in zstd_mount_test.cc.
+// way of storing it, plain included: StoredCheckpointTest in stored_checkpoint_test.cc.
 
 using MountTest = MountFixture;
 

@@ -1,171 +1,50 @@
-// S3 sources: the real binary mounting s3:// URLs from s3rver (npm, installed by
-// scripts/setup.sh into /opt/ckptfs-s3rver) on loopback, read by the same python checks
-// as local and HTTP mounts.
-//
-// s3rver 3.x does not verify SigV4 signatures (any signature passes for a known access
-// key), so every request goes through tests/mount/s3_sigv4_proxy.py, which checks each
-// signature the way S3 does (403 SignatureDoesNotMatch otherwise), refuses unsigned
-// requests, and caps ListObjectsV2 pages at 3 keys so that every mount pages through its
-// listing. Objects are uploaded straight to s3rver with signed PUTs (curl --aws-sigv4).
-// Skips without s3rver or node.
+// S3 sources beyond the common checks (which StoredCheckpointTest runs over S3 too): the
+// real binary mounting s3:// URLs from s3rver behind the SigV4-checking proxy
+// (remote_harness.h) on loopback: what a prefix shows, one object, inspect, virtual
+// hosts, credentials right and wrong, missing buckets and bad URLs, the store down and
+// back. Skips without s3rver or node.
 
-#include <optional>
-
-#include "mount_harness.h"
+#include "remote_harness.h"
 
 namespace ckptfs::mount_test {
 namespace {
 
-constexpr char kDefaultS3rver[] = "/opt/ckptfs-s3rver/node_modules/.bin/s3rver";
-constexpr char kBucket[] = "ckpt-bucket";
-// What the proxy accepts; s3rver itself knows only its own S3RVER key, used for uploads.
-constexpr char kKey[] = "CKPTFSTESTKEY";
-constexpr char kSecret[] = "ckptfs-Test-Secret/DoNotPrint+42";
+constexpr const char* kKey = S3Server::kKey;
+constexpr const char* kSecret = S3Server::kSecret;
 constexpr char kWrongSecret[] = "Wrong-Secret-DoNotPrint-7";
 // A non-weight file whose key needs every kind of escaping.
 constexpr char kOddName[] = "notes v1+final (copy)&=~'.txt";
 
-std::string S3rverPath() {
-  const char* path = getenv("CKPTFS_S3RVER");
-  return path ? path : kDefaultS3rver;
-}
-
-// RFC 3986 percent-encoding of a key, '/' kept: what curl must be given to PUT it.
-std::string EncodeKey(const std::string& key) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (const char ch : key) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
-      out += ch;
-    } else {
-      out += {'%', kHex[c >> 4], kHex[c & 15]};
-    }
-  }
-  return out;
-}
-
-// The environment the child processes (ckptfs, the checks) inherit; restored afterwards.
-class ScopedEnv {
- public:
-  ~ScopedEnv() {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        setenv(name.c_str(), value->c_str(), 1);
-      } else {
-        unsetenv(name.c_str());
-      }
-    }
-  }
-  void Set(const std::string& name, const char* value) {
-    if (std::none_of(saved_.begin(), saved_.end(), [&](auto& s) { return s.first == name; })) {
-      const char* old = getenv(name.c_str());
-      saved_.emplace_back(name, old ? std::make_optional<std::string>(old) : std::nullopt);
-    }
-    if (value) {
-      setenv(name.c_str(), value, 1);
-    } else {
-      unsetenv(name.c_str());
-    }
-  }
-
- private:
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
-
+// s3rver and its proxy, started in SetUp with the clients' environment set, stopped in
+// TearDown.
 class S3MountTest : public MountFixture {
  protected:
   void SetUp() override {
     MountFixture::SetUp();
     if (IsSkipped()) return;
-    if (::access(S3rverPath().c_str(), X_OK) != 0) {
-      GTEST_SKIP() << S3rverPath() << " missing (scripts/setup.sh installs s3rver from npm)";
-    }
-    if (RunProcess({"node", "--version"}, seconds(10)).exit_code != 0) {
-      GTEST_SKIP() << "node missing (scripts/setup.sh installs nodejs)";
-    }
-    data_ = scratch_->MakeDir("s3rver-data");
-    s3_port_ = FreeLoopbackPort();
-    do {
-      proxy_port_ = FreeLoopbackPort();
-    } while (proxy_port_ == s3_port_);
-    ASSERT_NE(s3_port_, 0);
-    ASSERT_NE(proxy_port_, 0);
-    // Only what the test says: no credentials, profile or endpoint of the machine's.
-    env_.Set("AWS_ACCESS_KEY_ID", kKey);
-    env_.Set("AWS_SECRET_ACCESS_KEY", kSecret);
-    for (const char* name : {"AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
-                             "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"}) {
-      env_.Set(name, nullptr);
-    }
-    env_.Set("AWS_SHARED_CREDENTIALS_FILE", scratch_->Path("no-credentials").c_str());
-    env_.Set("AWS_CONFIG_FILE", scratch_->Path("no-config").c_str());
-    // s3rver's continuation tokens use DES, which OpenSSL 3 keeps in its legacy provider.
-    env_.Set("NODE_OPTIONS", "--openssl-legacy-provider");
-    ASSERT_NO_FATAL_FAILURE(StartServers());
+    const std::string unavailable = S3Server::UnavailableReason();
+    if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+    server_ = std::make_unique<S3Server>(scratch_->Path("s3"));
+    server_->SetClientEnv(env_);
+    ASSERT_EQ(server_->Start(), "");
   }
 
   // The servers go first: s3rver's data and the logs live in the scratch directory that
   // MountFixture::TearDown removes.
   void TearDown() override {
-    StopServers();
+    server_.reset();
     MountFixture::TearDown();
   }
 
-  void StartServers(const std::vector<std::string>& proxy_options = {}) {
-    // --service-endpoint localhost: s3rver also answers BUCKET.s3.localhost (virtual hosts).
-    ASSERT_TRUE(s3rver_.Start(
-        {S3rverPath(), "-d", data_, "-a", "127.0.0.1", "-p", std::to_string(s3_port_), "--silent",
-         "--service-endpoint", "localhost", "--configure-bucket", kBucket},
-        scratch_->Path("s3rver.log")));
-    ASSERT_TRUE(WaitForPort(s3_port_, seconds(20)))
-        << "s3rver did not listen: " << ReadTextFile(scratch_->Path("s3rver.log"));
-    std::vector<std::string> proxy = {kPython,
-                                      ScriptPath("tests/mount/s3_sigv4_proxy.py"),
-                                      "--listen",
-                                      std::to_string(proxy_port_),
-                                      "--backend",
-                                      std::to_string(s3_port_),
-                                      "--key",
-                                      kKey,
-                                      "--secret",
-                                      kSecret,
-                                      "--require-auth",
-                                      "--max-keys",
-                                      "3"};
-    proxy.insert(proxy.end(), proxy_options.begin(), proxy_options.end());
-    ASSERT_TRUE(proxy_.Start(proxy, scratch_->Path("proxy.log")));
-    ASSERT_TRUE(WaitForPort(proxy_port_, seconds(20)))
-        << "the SigV4 proxy did not listen: " << ReadTextFile(scratch_->Path("proxy.log"));
-  }
+  std::string Endpoint() const { return server_->Endpoint(); }
+  static std::string Url(const std::string& key) { return S3Server::Url(key); }
 
-  void StopServers() {
-    proxy_.Stop();
-    s3rver_.Stop();
-  }
-
-  std::string Endpoint() const { return "http://127.0.0.1:" + std::to_string(proxy_port_); }
-  static std::string Url(const std::string& key) {
-    return std::string("s3://") + kBucket + "/" + key;
-  }
-
-  // PUTs `path` as `key`, signed, straight to s3rver.
   void Put(const std::string& path, const std::string& key) {
-    const ProcessResult r = RunProcess(
-        {"curl", "-sS", "--fail", "-o", "/dev/null", "--aws-sigv4", "aws:amz:us-east-1:s3",
-         "--user", "S3RVER:S3RVER", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-T", path,
-         "http://127.0.0.1:" + std::to_string(s3_port_) + "/" + kBucket + "/" + EncodeKey(key)},
-        seconds(60));
-    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    ASSERT_EQ(server_->Put(path, key), "");
   }
 
-  // Every regular file of `dir` under `prefix`.
   void Upload(const std::string& dir, const std::string& prefix) {
-    for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-      if (e.is_regular_file()) {
-        ASSERT_NO_FATAL_FAILURE(Put(e.path().string(), prefix + e.path().filename().string()));
-      }
-    }
+    ASSERT_EQ(server_->Upload(dir, prefix), "");
   }
 
   // A mixed checkpoint at scratch/NAME (with the oddly named extra file) uploaded under
@@ -179,9 +58,8 @@ class S3MountTest : public MountFixture {
   }
 
   void MountS3(const std::string& url, const std::string& mountpoint,
-               std::vector<std::string> options = {}) {
-    options.insert(options.begin(), {"--endpoint", Endpoint()});
-    Mount(url, mountpoint, nullptr, options);
+               const std::vector<std::string>& options = {}) {
+    Mount(url, mountpoint, nullptr, Concat(server_->ClientOptions(), options));
   }
 
   // One line on stderr, exit `code`, nothing mounted, no secret anywhere in the output.
@@ -197,14 +75,14 @@ class S3MountTest : public MountFixture {
   }
 
   ScopedEnv env_;
-  BackgroundProcess s3rver_, proxy_;
-  std::string data_;
-  int s3_port_ = 0, proxy_port_ = 0;
+  std::unique_ptr<S3Server> server_;
 };
 
-// A checkpoint under a prefix, through every check; keys needing escaping, a
-// subdirectory that is not shown, and the s3:// URL (never a secret) in stats and logs.
-TEST_F(S3MountTest, MixedCheckpointOverS3) {
+// The common checks over S3 are StoredCheckpointTest's (stored_checkpoint_test.cc). A
+// prefix shows exactly the keys right under it: one needing every kind of escaping, but
+// no key of a deeper "directory" or of a longer prefix; and stats and logs show the
+// s3:// URL, never the secret.
+TEST_F(S3MountTest, PrefixShowsOnlyItsKeysAndNoSecret) {
   const std::string source = UploadMixed("llama");
   ASSERT_FALSE(HasFatalFailure());
   ASSERT_NO_FATAL_FAILURE(Put(source + "/config.json", "llama/sub/config.json"));
@@ -212,8 +90,8 @@ TEST_F(S3MountTest, MixedCheckpointOverS3) {
   const std::string mountpoint = scratch_->MakeDir("mnt");
   const std::string log = scratch_->Path("daemon.log");
   ASSERT_NO_FATAL_FAILURE(MountS3(Url("llama/"), mountpoint, {"--log-file", log}));
-  for (const char* check : kMountChecks) RunCheck(check, {source, mountpoint});
-  RunCheck("check_torch_bin.py", {source, mountpoint, "--crc", "zero"});
+  RunCheck("check_root.py", {source, mountpoint});
+  RunCheck("check_shards.py", {source, mountpoint});
 
   const ProcessResult stats = RunProcess({"cat", mountpoint + "/.ckptfs/stats.json"}, seconds(30));
   EXPECT_EQ(stats.exit_code, 0) << stats.Describe();
@@ -222,18 +100,13 @@ TEST_F(S3MountTest, MixedCheckpointOverS3) {
   EXPECT_EQ(ReadTextFile(log).find(kSecret), std::string::npos);
 }
 
-// Seekable .zst shards over S3: range GETs of the frames a read needs.
-TEST_F(S3MountTest, PackedCheckpointOverS3) {
-  const std::string plain = scratch_->Path("plain");
-  ASSERT_NO_FATAL_FAILURE(Generate(plain));
-  const std::string packed = scratch_->Path("packed");
-  ASSERT_NO_FATAL_FAILURE(
-      Generate(packed, {"--from", plain, "--compress", "seekable", "--frame-size", "256K"}));
-  ASSERT_TRUE(fs::exists(packed + "/model-00001-of-00008.safetensors.zst"));
-  ASSERT_NO_FATAL_FAILURE(Upload(packed, "packed/"));
+// The pytorch_model.bin view of a checkpoint read over S3.
+TEST_F(S3MountTest, TorchBinOverS3) {
+  const std::string source = UploadMixed("llama");
+  ASSERT_FALSE(HasFatalFailure());
   const std::string mountpoint = scratch_->MakeDir("mnt");
-  ASSERT_NO_FATAL_FAILURE(MountS3(Url("packed/"), mountpoint));
-  for (const char* check : kMountChecks) RunCheck(check, {plain, mountpoint});
+  ASSERT_NO_FATAL_FAILURE(MountS3(Url("llama/"), mountpoint));
+  RunCheck("check_torch_bin.py", {source, mountpoint, "--crc", "zero"});
 }
 
 // One object by its URL: one HEAD, then range reads.
@@ -265,8 +138,8 @@ TEST_F(S3MountTest, VirtualHostAddressing) {
   ASSERT_FALSE(HasFatalFailure());
   const std::string mountpoint = scratch_->MakeDir("mnt");
   Mount(Url("llama/"), mountpoint, nullptr,
-        {"--endpoint", "http://s3.localhost:" + std::to_string(proxy_port_), "--addressing",
-         "virtual"});
+        {"--endpoint", "http://s3.localhost:" + std::to_string(server_->proxy_port()),
+         "--addressing", "virtual"});
   RunCheck("check_shards.py", {source, mountpoint});
   RunCheck("check_root.py", {source, mountpoint});
 }
@@ -293,8 +166,7 @@ TEST_F(S3MountTest, SessionToken) {
   const std::string source = UploadMixed("llama");
   ASSERT_FALSE(HasFatalFailure());
   const std::string token = "FwoGZXIvYXdzEBcaD/session+token=";
-  proxy_.Stop();
-  ASSERT_NO_FATAL_FAILURE(StartServers({"--token", token}));
+  ASSERT_EQ(server_->Start({"--token", token}), "");
   ProcessResult r =
       RunProcess({kCkptfs, "inspect", "--endpoint", Endpoint(), Url("llama/")}, seconds(30));
   ExpectOneLineFailure(r, 1, "access denied");
@@ -352,7 +224,7 @@ TEST_F(S3MountTest, MissingBucketEmptyPrefixBadUrl) {
 
 TEST_F(S3MountTest, ServerDownAtMountIsOneLine) {
   ASSERT_NO_FATAL_FAILURE(UploadMixed("llama"));
-  StopServers();
+  server_->Stop();
   const std::string mountpoint = scratch_->MakeDir("mnt");
   mounts_.push_back(mountpoint);
   const ProcessResult r = RunProcess(
@@ -369,15 +241,8 @@ TEST_F(S3MountTest, ServerLostThenBack) {
   ASSERT_FALSE(HasFatalFailure());
   const std::string mountpoint = scratch_->MakeDir("mnt");
   ASSERT_NO_FATAL_FAILURE(MountS3(Url("llama/"), mountpoint, {"--timeout", "2"}));
-  const std::string shard = mountpoint + "/shards/model-00002-of-00008.safetensors";
-  StopServers();
-  ProcessResult r = RunProcess({"cat", shard}, seconds(60));
-  EXPECT_NE(r.exit_code, 0) << "a read with the store gone must fail; " << r.Describe();
-  EXPECT_NE(r.err.find("Input/output error"), std::string::npos) << r.Describe();
-  EXPECT_LE(r.elapsed, seconds(10)) << "EIO must come within about --timeout; " << r.Describe();
-  ASSERT_NO_FATAL_FAILURE(StartServers());
-  r = RunProcess({"cmp", shard, source + "/model-00002-of-00008.safetensors"}, seconds(60));
-  EXPECT_EQ(r.exit_code, 0) << "reads must work again once the store is back; " << r.Describe();
+  ExpectEioWhileDownThenRecovery(*server_, mountpoint + "/shards/model-00002-of-00008.safetensors",
+                                 source + "/model-00002-of-00008.safetensors");
 }
 
 }  // namespace

@@ -1,11 +1,10 @@
-// Mount tests of zstd-compressed checkpoints: the real ckptfs binary over shards present
-// only as NAME.zst, in the three kinds ckptfs decodes (seekable, multi-frame,
-// single-frame), made by scripts/make_checkpoint.py from a plain checkpoint with the
-// same tensors. The python checks are given the plain checkpoint as what they expect
-// and read the compressed mount with real clients, so every byte is compared with
-// bytes no zstd decoder touched. Also: the decoded-block cache (a cache far smaller
-// than a shard, stats.json counters), damaged and hostile .zst files, `verify`, and
-// `ckptfs pack`.
+// Mount tests of zstd-compressed checkpoints beyond the common checks (which every kind
+// of storage passes in stored_checkpoint_test.cc): the decoded-block cache (a cache far
+// smaller than a shard, stats.json counters), odd layouts, damaged and hostile .zst
+// files, `verify`, and `ckptfs pack`. Compressed copies are made by
+// scripts/make_checkpoint.py from a plain checkpoint with the same tensors, which the
+// python checks are given as what they expect, so every byte read through a mount is
+// compared with bytes no zstd decoder touched.
 
 #include <regex>
 
@@ -14,125 +13,7 @@
 namespace ckptfs::mount_test {
 namespace {
 
-constexpr milliseconds kVerifyTimeout = seconds(120);
 constexpr milliseconds kPackTimeout = seconds(120);
-
-// Frame size for the seekable and multi-frame test data: small enough that every
-// shard of the mixed checkpoint (about 1 MiB each) has several frames, so reads cross
-// frame boundaries.
-constexpr char kFrameSize[] = "256K";
-constexpr int kFrameBytes = 256 << 10;
-
-// A ckptfs subcommand that is not mount, under a deadline.
-ProcessResult Ckptfs(std::vector<std::string> args, milliseconds timeout) {
-  args.insert(args.begin(), kCkptfs);
-  return RunProcess(args, timeout);
-}
-
-// ---------------------------------------------------------------------------
-// The mixed checkpoint (every dtype and awkward name) stored plain and compressed each
-// way, mounted, passing every check with the plain checkpoint as the expectation.
-
-struct ZstdKind {
-  const char* name;
-  std::vector<std::string> generator_args;  // given with --from PLAIN
-};
-
-void PrintTo(const ZstdKind& k, std::ostream* os) { *os << k.name; }
-
-const ZstdKind kZstdKinds[] = {
-    // The plain checkpoint itself: the same body of checks over every way of storing it.
-    {"plain", {}},
-    {"seekable", {"--compress", "seekable", "--frame-size", kFrameSize}},
-    {"multiframe", {"--compress", "multiframe", "--frame-size", kFrameSize}},
-    // What `zstd` writes by default: one frame per shard, decoded once on first touch.
-    {"single", {"--compress", "single"}},
-    // A seek table without checksums (flag 0), 1 MiB frames, zstd frame checksums on.
-    {"seekable_no_seek_checksums",
-     {"--compress", "seekable", "--frame-size", "1M", "--no-seek-checksums",
-      "--frame-checksums"}},
-};
-
-class MountedZstdTest : public MountFixture, public testing::WithParamInterface<ZstdKind> {
- protected:
-  // The plain checkpoint and one compressed copy per kind, made once for all kinds.
-  static void SetUpTestSuite() {
-    suite_dir_ = new TempDir();
-    suite_error_ = new std::string(GenerateCheckpoint(suite_dir_->Path("plain"), {}));
-    for (const ZstdKind& kind : kZstdKinds) {
-      if (!suite_error_->empty()) break;
-      if (kind.generator_args.empty()) continue;  // "plain" is the base itself
-      std::vector<std::string> args = {"--from", suite_dir_->Path("plain")};
-      args.insert(args.end(), kind.generator_args.begin(), kind.generator_args.end());
-      *suite_error_ = GenerateCheckpoint(suite_dir_->Path(kind.name), args);
-    }
-  }
-
-  static void TearDownTestSuite() {
-    delete suite_dir_;
-    delete suite_error_;
-  }
-
-  void SetUp() override {
-    MountFixture::SetUp();
-    if (IsSkipped()) return;
-    ASSERT_EQ(*suite_error_, "");
-    plain_ = suite_dir_->Path("plain");
-    source_ = GetParam().generator_args.empty() ? plain_ : suite_dir_->Path(GetParam().name);
-  }
-
-  void MountIt() {
-    mountpoint_ = scratch_->MakeDir("mnt");
-    ASSERT_NO_FATAL_FAILURE(Mount(source_, mountpoint_));
-  }
-
-  // Mounts the compressed copy and runs `script` expecting the plain checkpoint.
-  void Check(const std::string& script) {
-    ASSERT_NO_FATAL_FAILURE(MountIt());
-    RunCheck(script, {plain_, mountpoint_});
-  }
-
-  static TempDir* suite_dir_;
-  static std::string* suite_error_;
-  std::string plain_;
-  std::string source_;
-  std::string mountpoint_;
-};
-
-TempDir* MountedZstdTest::suite_dir_ = nullptr;
-std::string* MountedZstdTest::suite_error_ = nullptr;
-
-TEST_P(MountedZstdTest, RootListing) { Check("check_root.py"); }
-
-TEST_P(MountedZstdTest, NpyPlainAndMmap) { Check("check_npy.py"); }
-
-TEST_P(MountedZstdTest, NameEscaping) { Check("check_names.py"); }
-
-TEST_P(MountedZstdTest, Xattrs) { Check("check_xattrs.py"); }
-
-TEST_P(MountedZstdTest, MergedSafetensors) { Check("check_merged.py"); }
-
-// shards/ shows each shard decompressed under its plain name, and no NAME.zst.
-TEST_P(MountedZstdTest, ShardsDecompressed) { Check("check_shards.py"); }
-
-// 8 threads of random preads (page cache dropped as they go) over the merged file and
-// every shard, so frames are decoded concurrently and shared through the cache.
-TEST_P(MountedZstdTest, ConcurrentRandomReads) { Check("check_random_reads.py"); }
-
-// inspect reads only headers, here by decoding the first frame(s) of each shard.
-TEST_P(MountedZstdTest, Inspect) { RunCheck("check_inspect.py", {kCkptfs, source_}); }
-
-// verify decodes every frame (checking seek-table checksums where present): exit 0.
-TEST_P(MountedZstdTest, VerifySound) {
-  const ProcessResult r = Ckptfs({"verify", source_}, kVerifyTimeout);
-  EXPECT_EQ(r.exit_code, 0) << r.Describe();
-}
-
-std::string ZstdKindName(const testing::TestParamInfo<ZstdKind>& param) {
-  return param.param.name;
-}
-
-INSTANTIATE_TEST_SUITE_P(Kinds, MountedZstdTest, testing::ValuesIn(kZstdKinds), ZstdKindName);
 
 // ---------------------------------------------------------------------------
 // The cache, odd layouts, and pack
@@ -150,9 +31,8 @@ TEST_F(ZstdMountTest, CacheFarSmallerThanAShard) {
       Generate(source, {"--from", plain, "--compress", "seekable", "--frame-size", kFrameSize}));
   const std::string mountpoint = scratch_->MakeDir("mnt");
   ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, nullptr, {"--cache-size", "1M"}));
-  RunCheck("check_cache_stats.py",
-           {plain, mountpoint, std::to_string(1 << 20), std::to_string(kFrameBytes),
-            "--expect-evictions"});
+  RunCheck("check_cache_stats.py", {plain, mountpoint, std::to_string(1 << 20),
+                                    std::to_string(kFrameBytes), "--expect-evictions"});
   for (const char* check : kMountChecks) RunCheck(check, {plain, mountpoint});
   RunCheck("check_random_reads.py", {plain, mountpoint, "16", "200", "7"});
 }
@@ -198,8 +78,7 @@ TEST_F(ZstdMountTest, MultiframeWithoutContentSizes) {
                                             "--frame-size", kFrameSize, "--no-content-size"}));
   const std::string mountpoint = scratch_->MakeDir("mnt");
   mounts_.push_back(mountpoint);
-  const ProcessResult r =
-      RunProcess({kCkptfs, "mount", source, mountpoint}, kMountTimeout);
+  const ProcessResult r = RunProcess({kCkptfs, "mount", source, mountpoint}, kMountTimeout);
   if (r.exit_code != 0) {
     std::cout << "mount refused frames without content sizes: " << r.err;
     ExpectRefusal(r, {".safetensors"});
@@ -246,8 +125,8 @@ TEST_F(ZstdMountTest, PackThenMount) {
   const std::string plain = scratch_->Path("plain");
   const std::string dest = scratch_->Path("packed");
   ASSERT_NO_FATAL_FAILURE(Generate(plain));
-  const ProcessResult pack = Ckptfs(
-      {"pack", plain, dest, "--level", "3", "--frame-size", kFrameSize}, kPackTimeout);
+  const ProcessResult pack =
+      Ckptfs({"pack", plain, dest, "--level", "3", "--frame-size", kFrameSize}, kPackTimeout);
   ASSERT_EQ(pack.exit_code, 0) << pack.Describe();
   EXPECT_TRUE(RunCheck("check_packed.py", {plain, dest, std::to_string(kFrameBytes)}));
 
@@ -272,9 +151,9 @@ TEST_F(ZstdMountTest, PackReshards) {
   const std::string plain = scratch_->Path("plain");
   const std::string dest = scratch_->Path("packed");
   ASSERT_NO_FATAL_FAILURE(Generate(plain));
-  const ProcessResult pack = Ckptfs({"pack", plain, dest, "--level", "1", "--frame-size",
-                                     "128K", "--shard-size", "3M"},
-                                    kPackTimeout);
+  const ProcessResult pack =
+      Ckptfs({"pack", plain, dest, "--level", "1", "--frame-size", "128K", "--shard-size", "3M"},
+             kPackTimeout);
   ASSERT_EQ(pack.exit_code, 0) << pack.Describe();
   EXPECT_TRUE(RunCheck("check_packed.py",
                        {plain, dest, std::to_string(128 << 10), std::to_string(3 << 20)}));
@@ -304,8 +183,8 @@ TEST_F(ZstdMountTest, PackHelpAndProgress) {
   EXPECT_EQ(logged.find_first_of("\r\x1b"), std::string::npos)
       << "progress drawing on a pipe; " << piped.Describe();
 
-  const std::string command = std::string(kCkptfs) + " pack '" + plain + "' '" +
-                              scratch_->Path("tty") + "'";
+  const std::string command =
+      std::string(kCkptfs) + " pack '" + plain + "' '" + scratch_->Path("tty") + "'";
   const ProcessResult tty =
       RunProcess({"script", "-qefc", command, scratch_->Path("typescript")}, kPackTimeout);
   EXPECT_EQ(tty.exit_code, 0) << tty.Describe();
@@ -320,9 +199,9 @@ TEST_F(ZstdMountTest, BadCacheSize) {
   mounts_.push_back(mountpoint);
   for (const char* size : {"lots", "12Q", "-5M"}) {
     SCOPED_TRACE(std::string("--cache-size ") + size);
-    ExpectRefusal(RunProcess({kCkptfs, "mount", "--cache-size", size, source, mountpoint},
-                             kRefusalTimeout),
-                  {size});
+    ExpectRefusal(
+        RunProcess({kCkptfs, "mount", "--cache-size", size, source, mountpoint}, kRefusalTimeout),
+        {size});
     EXPECT_FALSE(IsMounted(mountpoint));
   }
 }
@@ -435,9 +314,9 @@ TEST_P(ZstHostileTest, MountRefusesOrReadsFail) {
   const std::string mountpoint = scratch_->MakeDir("mnt");
   const std::string log = scratch_->Path("daemon.log");
   mounts_.push_back(mountpoint);
-  const ProcessResult mount = RunProcess(
-      {kCkptfs, "mount", "--log-file", log, source_, mountpoint},
-      GetParam().expect == ZstExpect::kRefuse ? kRefusalTimeout : kMountTimeout);
+  const ProcessResult mount =
+      RunProcess({kCkptfs, "mount", "--log-file", log, source_, mountpoint},
+                 GetParam().expect == ZstExpect::kRefuse ? kRefusalTimeout : kMountTimeout);
   const ZstExpect expect = GetParam().expect;
   const bool refused = mount.exit_code != 0;
   if (expect == ZstExpect::kRefuse || (expect == ZstExpect::kEither && refused)) {
@@ -467,8 +346,8 @@ TEST_F(ZstdMountTest, VerifyReportsEveryDamagedShard) {
   const std::string source = scratch_->Path("two");
   const std::string other = scratch_->Path("other");
   ASSERT_NO_FATAL_FAILURE(Generate(source, {"--kind", "hostile", "--case", "zst-corrupt-frame"}));
-  ASSERT_NO_FATAL_FAILURE(Generate(other, {"--kind", "hostile", "--case", "zst-checksum-mismatch",
-                                           "--damage-shard", "3"}));
+  ASSERT_NO_FATAL_FAILURE(Generate(
+      other, {"--kind", "hostile", "--case", "zst-checksum-mismatch", "--damage-shard", "3"}));
   const std::string shard3 = "model-00003-of-00003.safetensors";
   fs::copy_file(other + "/" + shard3 + ".zst", source + "/" + shard3 + ".zst",
                 fs::copy_options::overwrite_existing);
@@ -483,13 +362,13 @@ TEST_F(ZstdMountTest, VerifyReportsEveryDamagedShard) {
   const std::string mountpoint = scratch_->MakeDir("mnt");
   ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint));
   for (const char* tensor : {"1/w1.npy", "2/w1.npy"}) {
-    const ProcessResult cat = RunProcess(
-        {"cat", "--", mountpoint + "/tensors/model/layers/" + tensor}, kCheckTimeout);
+    const ProcessResult cat =
+        RunProcess({"cat", "--", mountpoint + "/tensors/model/layers/" + tensor}, kCheckTimeout);
     EXPECT_NE(cat.err.find("Input/output error"), std::string::npos) << cat.Describe();
   }
   for (const char* tensor : {"0/w1.npy", "1/w0.npy", "2/w2.npy"}) {
-    const ProcessResult cat = RunProcess(
-        {"cat", "--", mountpoint + "/tensors/model/layers/" + tensor}, kCheckTimeout);
+    const ProcessResult cat =
+        RunProcess({"cat", "--", mountpoint + "/tensors/model/layers/" + tensor}, kCheckTimeout);
     EXPECT_EQ(cat.exit_code, 0) << cat.Describe();
   }
 }
