@@ -10,7 +10,7 @@ mnt=$work/mnt
 mkdir -p "$mnt"
 cleanup() {
   mountpoint -q "$mnt" && { "$ckptfs" umount "$mnt" || fusermount3 -uz "$mnt"; }
-  [ -f "$work/nginx/nginx.pid" ] && /usr/sbin/nginx -c "$work/nginx/nginx.conf" -s stop
+  [ -f "$work/nginx/nginx.pid" ] && /usr/sbin/nginx -c "$work/nginx/nginx.conf" -s stop 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
