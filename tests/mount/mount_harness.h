@@ -403,6 +403,15 @@ class MountFixture : public testing::Test {
   std::vector<std::string> mounts_;
 };
 
+// A gtest parameter name from a case's `name` field: test names allow only [A-Za-z0-9_],
+// and case names use '-'.
+template <typename Case>
+std::string CaseName(const testing::TestParamInfo<Case>& param) {
+  std::string name = param.param.name;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
 // The checks every mounted checkpoint must pass; each takes SRC MNT.
 const char* const kMountChecks[] = {
     "check_root.py",   "check_npy.py",    "check_names.py",        "check_xattrs.py",

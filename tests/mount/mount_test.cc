@@ -214,15 +214,8 @@ TEST_P(MountHostileTest, HostileInputs) {
   }
 }
 
-// Test names allow only [A-Za-z0-9_].
-std::string HostileCaseName(const testing::TestParamInfo<HostileCase>& param) {
-  std::string name = param.param.name;
-  std::replace(name.begin(), name.end(), '-', '_');
-  return name;
-}
-
 INSTANTIATE_TEST_SUITE_P(Cases, MountHostileTest, testing::ValuesIn(kHostileCases),
-                         HostileCaseName);
+                         CaseName<HostileCase>);
 
 }  // namespace
 }  // namespace ckptfs::mount_test

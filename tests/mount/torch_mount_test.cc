@@ -311,15 +311,8 @@ TEST_P(TorchHostileTest, RefusedWithoutRunningCode) {
   RunCheck("check_torch_payload.py", {source_ + "/" + GetParam().offender, marker_});
 }
 
-// Test names allow only [A-Za-z0-9_].
-std::string TorchHostileCaseName(const testing::TestParamInfo<TorchHostileCase>& param) {
-  std::string name = param.param.name;
-  std::replace(name.begin(), name.end(), '-', '_');
-  return name;
-}
-
 INSTANTIATE_TEST_SUITE_P(Torch, TorchHostileTest, testing::ValuesIn(kTorchHostileCases),
-                         TorchHostileCaseName);
+                         CaseName<TorchHostileCase>);
 
 }  // namespace
 }  // namespace ckptfs::mount_test

@@ -373,14 +373,8 @@ TEST_F(ZstdMountTest, VerifyReportsEveryDamagedShard) {
   }
 }
 
-std::string ZstHostileCaseName(const testing::TestParamInfo<ZstHostileCase>& param) {
-  std::string name = param.param.name;
-  std::replace(name.begin(), name.end(), '-', '_');
-  return name;
-}
-
 INSTANTIATE_TEST_SUITE_P(Cases, ZstHostileTest, testing::ValuesIn(kZstHostileCases),
-                         ZstHostileCaseName);
+                         CaseName<ZstHostileCase>);
 
 }  // namespace
 }  // namespace ckptfs::mount_test
