@@ -102,8 +102,8 @@ struct SourceDir {
   std::string path;                // shown in messages and stats
   std::vector<std::string> files;  // plain names, sorted
   std::function<Result<std::unique_ptr<ByteSource>>(const std::string& name)> open;
-  // Files come from a server (http, S3): after the headers are read, reads go through the
-  // block cache, the disk cache and parallel fetches (see RemoteSource).
+  // Files come from a server (http, S3), opened as RemoteSources: the mount then shows
+  // remote counters in stats.json and starts readahead with one block.
   bool remote = false;
 };
 
@@ -113,7 +113,8 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec);
 
 // OpenCheckpointIn over a local directory, or over the directory of a .safetensors
 // path, in which case only that file is used.
-// An http(s):// SOURCE is read through HttpSource with `http`.
+// An http(s):// or s3:// SOURCE is read through RemoteSources (see SourceDir::remote)
+// with `remote`'s options, sharing `remote.cache_dir` when one is given.
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,
                                   const RemoteOptions& remote = {});
 

@@ -108,11 +108,9 @@ std::string RedactedUrl(const std::string& url) {
 
 namespace {
 
-// What every request of a handle shares, set once: requests set everything else (see
-// Perform). Not curl_easy_reset between requests: it drops the receive buffer too, and
-// libcurl then maps a fresh one (and faults in its pages) for every block.
+// What every request sets the same way; Perform adds the rest after a curl_easy_reset, so
+// nothing of a handle's previous request (method, range, credentials) carries over.
 void ConfigureHandle(CURL* curl) {
-  if (!curl) return;
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   // Blocks are 1 MiB: receive in large pieces, not curl's default 16 KiB (64 system calls
   // and callbacks per block).
@@ -127,7 +125,7 @@ void ConfigureHandle(CURL* curl) {
 
 class HttpSource::Handle {
  public:
-  Handle() : curl(curl_easy_init()) { ConfigureHandle(curl); }
+  Handle() : curl(curl_easy_init()) {}
   ~Handle() { curl_easy_cleanup(curl); }
   CURL* curl;
 };
@@ -199,8 +197,8 @@ struct Request {
 // the HTTP status.
 CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
                  milliseconds budget, Transfer* t, long* code) {
-  // Every option a request may change is set here, each time, so nothing of the handle's
-  // previous request carries over.
+  curl_easy_reset(curl);  // keeps the handle's connections, drops its options
+  ConfigureHandle(curl);
   curl_easy_setopt(curl, CURLOPT_URL, request.url->c_str());
   curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, options.verify_tls ? 1L : 0L);
   curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, options.verify_tls ? 2L : 0L);
@@ -211,11 +209,10 @@ CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
                    static_cast<long>(std::max<int64_t>(1, budget.count())));
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, t);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, t);
-  curl_easy_setopt(curl, CURLOPT_RANGE, request.range.empty() ? nullptr : request.range.c_str());
-  if (request.range.empty() && !request.whole) {
+  if (!request.range.empty()) {
+    curl_easy_setopt(curl, CURLOPT_RANGE, request.range.c_str());
+  } else if (!request.whole) {
     curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);  // HEAD
-  } else {
-    curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
   }
   curl_slist* headers = nullptr;
   if (!request.extra_header.empty()) {
@@ -228,7 +225,7 @@ CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
     // signed, which S3 allows. It signs the path and query exactly as given: callers build
     // them in SigV4's canonical form (see core/source/s3.h).
     sigv4_provider = "aws:amz:" + aws.region + ":s3";
-    curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, sigv4_provider.c_str());  // and HTTPAUTH
+    curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, sigv4_provider.c_str());
     curl_easy_setopt(curl, CURLOPT_USERNAME, aws.access_key.c_str());
     curl_easy_setopt(curl, CURLOPT_PASSWORD, aws.secret_key.c_str());
     headers = curl_slist_append(headers, kEmptyBodySha256);
@@ -236,10 +233,6 @@ CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
       token_header = "x-amz-security-token: " + aws.session_token;
       headers = curl_slist_append(headers, token_header.c_str());
     }
-  } else {
-    // user:password@ in the URL still works: Basic is what curl uses for it.
-    curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, nullptr);
-    curl_easy_setopt(curl, CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_BASIC));
   }
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   const CURLcode rc = curl_easy_perform(curl);
@@ -334,7 +327,6 @@ Result<HttpResponse> HttpGet(const std::string& url, const std::string& name,
   milliseconds backoff(50);
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
   if (!curl) return Status::IoError(name + ": cannot start a transfer");
-  ConfigureHandle(curl.get());
   for (;;) {
     HttpResponse response;
     Transfer t;

@@ -5,8 +5,8 @@
 // exactly the bytes asked for: parsing headers (a safetensors header, a zip's directory,
 // a seek table) then fetches only those bytes, not a block around each. (A warm disk
 // cache holding every block a header read touches answers it instead, so a second mount
-// sends the server nothing but the requests that check each object is unchanged.) Once the mount
-// serves (BeginServing), every read is cut into kBlockSize blocks, each fetched once into
+// sends the server nothing but the requests that check each object is unchanged.) Once
+// the mount serves (BeginServing), every read is cut into kBlockSize blocks, each fetched once into
 // the block cache and shared by all views, so a read of one tensor fetches that tensor
 // plus at most one partial block at each end.
 //
@@ -19,8 +19,9 @@
 // workers, so a read that starts a tensor fetches the rest of it in parallel chunks, and
 // a sequential reader's window (see Readahead) is in flight while it copies. A read that
 // spans several missing blocks queues all but the first before fetching the first itself.
-// Reads by the opener-side code (ReadAt, e.g. decoding a .zst shard or `verify`) also
-// feed a Readahead of their own, so streaming through the source fetches ahead too.
+// ReadAt callers once serving (a ZstdSource decoding frames, `verify`, `pack`) feed a
+// Readahead of the source's own, so streaming through it fetches ahead too; FUSE reads
+// come through Lend and the volume's per-file readahead instead.
 // Prefetch never asks for more than a quarter of the cache, and the fetch queue is
 // bounded: a slow server means waiting, never unbounded memory.
 //
