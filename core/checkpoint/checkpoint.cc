@@ -98,13 +98,23 @@ std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, Cod
                                         codec.disk_cache());
 }
 
-Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http, CodecContext& codec) {
+Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, CodecContext& codec) {
   const size_t slash = url.rfind('/');
   const std::string base = url.substr(0, slash + 1);
+  // One deadline for every request of opening: discovery here, then the header reads of
+  // OpenCheckpointIn (the sources keep it until BeginServing).
+  HttpOptions http = options;
+  http.open_deadline = std::chrono::steady_clock::now() + http.timeout;
+  // The one file a URL names is asked for as the user wrote it; every other name (known
+  // names, names from an index) becomes one percent-encoded segment under `base`.
+  const std::string named_file = slash + 1 < url.size() ? url.substr(slash + 1) : std::string();
+  auto url_of = [base, named_file, url](const std::string& name) {
+    return !named_file.empty() && name == named_file ? url : base + EncodeUrlSegment(name);
+  };
   auto found = std::make_shared<std::map<std::string, std::unique_ptr<ByteSource>>>();
-  auto probe = [base, found, http, &codec](const std::string& name) -> Result<bool> {
+  auto probe = [url_of, found, http, &codec](const std::string& name) -> Result<bool> {
     if (found->count(name)) return true;
-    auto source = HttpSource::Open(base + name, name, http);
+    auto source = HttpSource::Open(url_of(name), name, http);
     if (!source.ok()) {
       if (source.status().code() == Status::Code::kNotFound) return false;
       return source.status();
@@ -113,11 +123,11 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http, Codec
     return true;
   };
   SourceDir dir{RedactedUrl(url), {}, nullptr, /*remote=*/true};
-  dir.open = [base, found, http,
+  dir.open = [url_of, found, http,
               &codec](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     auto it = found->find(name);
     if (it != found->end() && it->second) return std::move(it->second);
-    CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(base + name, name, http));
+    CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(url_of(name), name, http));
     return CachedRemote(std::move(source), codec);
   };
   auto add_weight = [&](const std::string& name) -> Result<bool> {
@@ -130,11 +140,10 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http, Codec
     }
     return false;
   };
-  if (slash + 1 < url.size()) {  // one file
-    const std::string name = url.substr(slash + 1);
-    CKPTFS_ASSIGN_OR_RETURN(bool there, probe(name));
+  if (!named_file.empty()) {  // one file
+    CKPTFS_ASSIGN_OR_RETURN(bool there, probe(named_file));
     if (!there) return Status::NotFound(dir.path + ": not found");
-    dir.files.push_back(name);
+    dir.files.push_back(named_file);
     return dir;
   }
   bool have_weights = false;
@@ -149,6 +158,12 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http, Codec
     (*found)[name] = std::make_unique<MemorySource>(name, std::move(text));
     dir.files.push_back(name);
     for (const std::string& shard : index.shard_files) {
+      // A server decodes what it is sent: "..%2Fx" would be "../x" to it.
+      if (const std::string problem = UrlNameProblem(shard); !problem.empty()) {
+        return Status::Corruption(name + ": shard name \"" + shard.substr(0, 200) +
+                                  "\" is not a plain file name inside the checkpoint directory (" +
+                                  problem + ")");
+      }
       CKPTFS_ASSIGN_OR_RETURN(bool stored, add_weight(shard));
       if (!stored) return Status::NotFound(shard + ": shard named in " + name + " is missing");
     }
@@ -180,6 +195,8 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& http, Codec
 Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, CodecContext& codec) {
   CKPTFS_ASSIGN_OR_RETURN(S3Url where, ParseS3Url(url));
   CKPTFS_ASSIGN_OR_RETURN(S3Target target, ResolveS3(where, remote));
+  // One deadline for every request of opening (see HttpDir).
+  target.http.open_deadline = std::chrono::steady_clock::now() + target.http.timeout;
   auto target_ptr = std::make_shared<const S3Target>(std::move(target));
   SourceDir dir{where.ToString(), {}, nullptr, /*remote=*/true};
   auto listed = std::make_shared<std::map<std::string, S3Object>>();

@@ -4,6 +4,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -27,6 +28,10 @@ struct Transfer {
   bool overflow = false;
   std::string etag;
   std::string last_modified;
+  std::string content_range;  // the header's value, or empty
+  bool had_content_range = false;
+  int64_t content_length = -1;  // -1: not said
+  std::string location;         // a 3xx's Location, without credentials
 };
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
@@ -65,6 +70,12 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
   if (is("HTTP/")) {  // a new response (after a redirect or 100): forget the last one's
     t->etag.clear();
     t->last_modified.clear();
+    t->content_range.clear();
+    t->had_content_range = false;
+  } else if (is("content-range:")) {
+    // Two of them is an answer with no one meaning: kept as unparseable.
+    t->content_range = t->had_content_range ? "(several)" : HeaderValue(line, 14);
+    t->had_content_range = true;
   } else if (is("etag:")) {
     t->etag = HeaderValue(line, 5);
   } else if (is("last-modified:")) {
@@ -95,7 +106,116 @@ std::string Describe(CURLcode rc, long code) {
   return "HTTP " + std::to_string(code);
 }
 
+// Describe, and where an unfollowed redirect of a signed request pointed.
+std::string Describe(CURLcode rc, long code, const Transfer& t, const HttpOptions& options) {
+  std::string why = Describe(rc, code);
+  if (rc == CURLE_OK && code >= 300 && code <= 399 && !options.sigv4.access_key.empty()) {
+    why += " redirect" + (t.location.empty() ? std::string() : " to " + t.location) +
+           " not followed (signed requests are never redirected: the credentials would go "
+           "with them)";
+  }
+  return why;
+}
+
+bool IsControl(unsigned char c) { return c < 0x20 || c == 0x7f; }
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// One round of percent-decoding; a '%' not followed by two hex digits stays as it is.
+std::string PercentDecode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && HexValue(text[i + 1]) >= 0 && HexValue(text[i + 2]) >= 0) {
+      out += static_cast<char>(HexValue(text[i + 1]) * 16 + HexValue(text[i + 2]));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+// Why `name` is no plain name in its directory, or empty.
+std::string SegmentProblem(std::string_view name) {
+  if (name.empty()) return "empty";
+  if (name == "." || name == "..") return "a '.' or '..' path segment";
+  if (name.find_first_of("/\\") != std::string_view::npos) return "it holds a '/' or '\\'";
+  if (std::any_of(name.begin(), name.end(), [](char c) { return IsControl(static_cast<unsigned char>(c)); })) {
+    return "it holds NUL or a control character";
+  }
+  return "";
+}
+
+// Decimal digits only, at most 19 of them (below 2^63).
+bool ParseDecimal(std::string_view text, uint64_t* value) {
+  if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != text.npos) {
+    return false;
+  }
+  uint64_t v = 0;
+  for (const char c : text) v = v * 10 + static_cast<uint64_t>(c - '0');
+  *value = v;
+  return true;
+}
+
 }  // namespace
+
+std::string UrlNameProblem(std::string_view name) {
+  std::string decoded(name);
+  // Each round a server may decode once more; a name that still changes after a few
+  // rounds is refused rather than followed further.
+  for (int round = 0; round < 4; ++round) {
+    const std::string problem = SegmentProblem(decoded);
+    if (!problem.empty()) {
+      return round == 0 ? problem
+                        : problem + " once percent-decoded (\"" + decoded.substr(0, 200) + "\")";
+    }
+    std::string next = PercentDecode(decoded);
+    if (next == decoded) return "";
+    decoded = std::move(next);
+  }
+  return "it is percent-encoded more than 3 times over";
+}
+
+std::string EncodeUrlSegment(std::string_view name) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(name.size());
+  for (const char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '_' || c == '.' || c == '~') {
+      out += ch;
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::optional<ContentRange> ParseContentRange(std::string_view value) {
+  constexpr std::string_view kUnit = "bytes ";
+  if (value.substr(0, kUnit.size()) != kUnit) return std::nullopt;
+  value.remove_prefix(kUnit.size());
+  const size_t dash = value.find('-');
+  const size_t slash = value.find('/');
+  if (dash == value.npos || slash == value.npos || slash < dash) return std::nullopt;
+  ContentRange range;
+  if (!ParseDecimal(value.substr(0, dash), &range.first) ||
+      !ParseDecimal(value.substr(dash + 1, slash - dash - 1), &range.last) ||
+      !ParseDecimal(value.substr(slash + 1), &range.total) || range.first > range.last ||
+      range.last >= range.total) {
+    return std::nullopt;
+  }
+  return range;
+}
 
 std::string RedactedUrl(const std::string& url) {
   const size_t scheme = url.find("://");
@@ -115,8 +235,6 @@ void ConfigureHandle(CURL* curl) {
   // Blocks are 1 MiB: receive in large pieces, not curl's default 16 KiB (64 system calls
   // and callbacks per block).
   curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L << 10);
-  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
-  curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 5L);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
 }
@@ -209,6 +327,22 @@ CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
                    static_cast<long>(std::max<int64_t>(1, budget.count())));
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, t);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, t);
+  const AwsSigning& aws = options.sigv4;
+  if (aws.access_key.empty()) {
+    // Unsigned: follow, but never from https down to http, nor to another scheme; the
+    // URL's user:password goes to its own host and port only (curl's default, kept here
+    // on purpose).
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(curl, CURLOPT_UNRESTRICTED_AUTH, 0L);
+    curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR,
+                     request.url->rfind("https://", 0) == 0 ? "https" : "http,https");
+  } else {
+    // Signed: libcurl would keep sending the x-amz-* headers (the session token among
+    // them) to any host a Location names, and a signature is only good for the URL it
+    // signs anyway. A redirect is an error.
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
+  }
   if (!request.range.empty()) {
     curl_easy_setopt(curl, CURLOPT_RANGE, request.range.c_str());
   } else if (!request.whole) {
@@ -219,7 +353,6 @@ CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
     headers = curl_slist_append(headers, request.extra_header.c_str());
   }
   std::string sigv4_provider, token_header;
-  const AwsSigning& aws = options.sigv4;
   if (!aws.access_key.empty()) {
     // libcurl signs host, x-amz-date and every x-amz-* header; Range and If-Match are not
     // signed, which S3 allows. It signs the path and query exactly as given: callers build
@@ -238,6 +371,14 @@ CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
   const CURLcode rc = curl_easy_perform(curl);
   *code = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, code);
+  curl_off_t length = -1;
+  curl_easy_getinfo(curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+  t->content_length = length;
+  char* location = nullptr;
+  if (*code >= 300 && *code <= 399 &&
+      curl_easy_getinfo(curl, CURLINFO_REDIRECT_URL, &location) == CURLE_OK && location) {
+    t->location = RedactedUrl(location);
+  }
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, nullptr);
   curl_slist_free_all(headers);
   // The handle goes back to a pool: leave no secret in it.
@@ -253,11 +394,30 @@ void HttpSource::SetValidator(const std::string& etag, const std::string& last_m
   if (!etag.empty() && etag.rfind("W/", 0) != 0) {
     validator_ = etag;
     validator_header_ = "If-Match: " + etag;
+    validator_is_etag_ = true;
   } else if (!last_modified.empty()) {
     validator_ = last_modified;
     validator_header_ = "If-Unmodified-Since: " + last_modified;
   }
 }
+
+namespace {
+
+// `deadline`, or the open deadline if that comes first.
+Clock::time_point WithOpenDeadline(Clock::time_point deadline, const HttpOptions& options) {
+  if (options.open_deadline == Clock::time_point{}) return deadline;
+  return std::min(deadline, options.open_deadline);
+}
+
+std::string OpenDeadlineNote(const HttpOptions& options, Clock::time_point deadline) {
+  if (options.open_deadline == Clock::time_point{} || deadline < options.open_deadline) return "";
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%g",
+                std::chrono::duration<double>(options.timeout).count());
+  return std::string(" (opening a checkpoint may take --timeout, ") + seconds + " s, in all)";
+}
+
+}  // namespace
 
 Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::string name,
                                                      HttpOptions options, std::string shown_url) {
@@ -266,22 +426,27 @@ Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::strin
   const std::string shown = shown_url.empty() ? RedactedUrl(source->url_) : shown_url;
   // Opening is what a mount waits on: a server that is down should be said at once, not
   // after a read's worth of retries.
-  const auto deadline = Clock::now() + std::min(options.timeout, options.connect_timeout);
+  const auto deadline = WithOpenDeadline(
+      Clock::now() + std::min(options.timeout, options.connect_timeout), options);
   milliseconds backoff(50);
   for (;;) {
-    auto handle = Acquire();
     Transfer t;
     long code = 0;
     const auto budget = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (budget.count() <= 0) {
+      return Status::IoError(source->name_ + ": " + shown + ": no answer in time" +
+                             OpenDeadlineNote(options, deadline));
+    }
+    auto handle = Acquire();
     Request head;
     head.url = &source->url_;
     const CURLcode rc = Perform(handle->curl, head, options, budget, &t, &code);
-    curl_off_t length = -1;
-    curl_easy_getinfo(handle->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
     Release(std::move(handle));
     if (rc == CURLE_OK && code == 200) {
-      if (length < 0) return Status::IoError(source->name_ + ": the server gives no size");
-      source->size_ = static_cast<uint64_t>(length);
+      if (t.content_length < 0) {
+        return Status::IoError(source->name_ + ": the server gives no size");
+      }
+      source->size_ = static_cast<uint64_t>(t.content_length);
       source->SetValidator(t.etag, t.last_modified);
       return source;
     }
@@ -293,12 +458,13 @@ Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::strin
     }
     if (!Retryable(rc, code) || Clock::now() + backoff >= deadline) {
       // S3 answers a signed HEAD for a bucket of another region with a bodiless 301 or 400.
-      const bool region =
-          !options.sigv4.access_key.empty() && rc == CURLE_OK && (code == 301 || code == 400);
-      return Status::IoError(source->name_ + ": " + shown + ": " + Describe(rc, code) +
+      const bool region = !options.sigv4.access_key.empty() && rc == CURLE_OK &&
+                          (code == 301 || code == 400) && t.location.empty();
+      return Status::IoError(source->name_ + ": " + shown + ": " +
+                             Describe(rc, code, t, options) +
                              (region ? " (is the bucket in region " + options.sigv4.region +
                                            "? give its region with --region)"
-                                     : ""));
+                                     : OpenDeadlineNote(options, deadline)));
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(2000));
@@ -323,7 +489,9 @@ Result<HttpResponse> HttpGet(const std::string& url, const std::string& name,
                              const HttpOptions& options, uint64_t max_bytes) {
   GlobalInit();
   const auto start = Clock::now();
-  const auto retry_deadline = start + std::min(options.timeout, options.connect_timeout);
+  const auto deadline = WithOpenDeadline(start + options.timeout, options);
+  const auto retry_deadline =
+      WithOpenDeadline(start + std::min(options.timeout, options.connect_timeout), options);
   milliseconds backoff(50);
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
   if (!curl) return Status::IoError(name + ": cannot start a transfer");
@@ -335,56 +503,156 @@ Result<HttpResponse> HttpGet(const std::string& url, const std::string& name,
     Request get;
     get.url = &url;
     get.whole = true;
-    const auto budget =
-        std::chrono::duration_cast<milliseconds>(start + options.timeout - Clock::now());
+    const auto budget = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (budget.count() <= 0) {
+      return Status::IoError(name + ": " + RedactedUrl(url) + ": no answer in time" +
+                             OpenDeadlineNote(options, deadline));
+    }
     const CURLcode rc = Perform(curl.get(), get, options, budget, &t, &response.status);
     if (t.overflow) {
       return Status::IoError(name + ": " + RedactedUrl(url) + ": answer larger than " +
                              std::to_string(max_bytes) + " bytes");
     }
-    if (rc == CURLE_OK && !Retryable(rc, response.status)) return response;
+    if (rc == CURLE_OK && !Retryable(rc, response.status)) {
+      response.location = std::move(t.location);
+      return response;
+    }
     if (!Retryable(rc, response.status) || Clock::now() + backoff >= retry_deadline) {
-      return Status::IoError(name + ": " + RedactedUrl(url) + ": " + Describe(rc, response.status));
+      return Status::IoError(name + ": " + RedactedUrl(url) + ": " +
+                             Describe(rc, response.status, t, options) +
+                             OpenDeadlineNote(options, deadline));
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(2000));
   }
 }
 
+namespace {
+
+// Whether a 200 or 206 answer is the bytes [offset, offset + length) of the version of the
+// object that was mounted (`validator`: its ETag, else Last-Modified). Every check is on
+// what the server said about the bytes, before any of them is used.
+Status CheckAnswer(const std::string& name, uint64_t size, const std::string& validator,
+                   bool validator_is_etag, long code, const Transfer& t, uint64_t offset,
+                   uint64_t length) {
+  const std::string asked =
+      std::to_string(offset) + "-" + std::to_string(offset + length - 1) + "/" + std::to_string(size);
+  auto mismatch = [&](const std::string& what) {
+    return Status::IoError(name + ": the server's answer for bytes " + asked + " " + what +
+                           "; not served");
+  };
+  if (code == 206) {
+    const std::optional<ContentRange> range = ParseContentRange(t.content_range);
+    if (!range) {
+      return mismatch(t.had_content_range ? "has a malformed Content-Range \"" +
+                                                t.content_range.substr(0, 100) + "\""
+                                          : "has no Content-Range");
+    }
+    if (range->first != offset || range->last != offset + length - 1 || range->total != size) {
+      return mismatch("is bytes " + std::to_string(range->first) + "-" +
+                      std::to_string(range->last) + "/" + std::to_string(range->total));
+    }
+  } else if (t.had_content_range) {
+    return mismatch("is a 200 with a Content-Range");
+  }
+  if (t.content_length >= 0 && static_cast<uint64_t>(t.content_length) != length) {
+    return mismatch("says it is " + std::to_string(t.content_length) + " bytes long");
+  }
+  if (t.got != length) {
+    return mismatch("is short (" + std::to_string(t.got) + " bytes)");
+  }
+  if (!validator.empty()) {
+    const std::string& said = validator_is_etag ? t.etag : t.last_modified;
+    if (said != validator) {
+      const char* header = validator_is_etag ? "ETag" : "Last-Modified";
+      return Status::IoError(name + ": changed on the server since it was mounted (" + header +
+                             " " + (said.empty() ? "missing" : said.substr(0, 100)) + ", was " +
+                             validator.substr(0, 100) + "); not served");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Clock::time_point HttpSource::ReadDeadline(Clock::time_point now) const {
+  const Clock::time_point deadline = now + options_.timeout;
+  if (!opening_.load(std::memory_order_acquire)) return deadline;
+  return WithOpenDeadline(deadline, options_);
+}
+
+std::optional<HttpSource::RecentFailure> HttpSource::FindRecentFailure(uint64_t offset,
+                                                                       uint64_t length) const {
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> lock(failures_mu_);
+  for (const RecentFailure& f : failures_) {
+    if (f.offset == offset && f.length == length && now - f.at < kRecentFailureWindow) return f;
+  }
+  return std::nullopt;
+}
+
+void HttpSource::NoteResult(uint64_t offset, uint64_t length, const Status& status,
+                            bool timed_out) const {
+  constexpr size_t kMaxRemembered = 16;
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> lock(failures_mu_);
+  std::erase_if(failures_, [&](const RecentFailure& f) {
+    return (f.offset == offset && f.length == length) || now - f.at >= kRecentFailureWindow;
+  });
+  if (status.ok()) return;
+  if (failures_.size() >= kMaxRemembered) failures_.erase(failures_.begin());
+  failures_.push_back({offset, length, now, timed_out, status});
+}
+
 Status HttpSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
   if (out.empty()) return Status::Ok();
-  const std::string range = std::to_string(offset) + "-" + std::to_string(offset + out.size() - 1);
-  const auto deadline = Clock::now() + options_.timeout;
+  // The same range failed a moment ago: this is most likely the kernel asking again for
+  // the read it was just refused, whose reader has waited for it already.
+  const std::optional<RecentFailure> recent = FindRecentFailure(offset, out.size());
+  if (recent && recent->timed_out) return recent->status;
+  bool timed_out = false;
+  Status status = Fetch(offset, out, ReadDeadline(Clock::now()), /*retry=*/!recent, &timed_out);
+  NoteResult(offset, out.size(), status, timed_out);
+  return status;
+}
+
+Status HttpSource::Fetch(uint64_t offset, std::span<uint8_t> out, Clock::time_point deadline,
+                         bool retry, bool* timed_out) const {
+  const uint64_t last = offset + out.size() - 1;
+  const std::string range = std::to_string(offset) + "-" + std::to_string(last);
+  const std::string failed = name_ + ": read of bytes " + range + " failed: ";
   milliseconds backoff(50);
   for (;;) {
-    auto handle = Acquire();
+    const auto budget = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (budget.count() <= 0) {
+      *timed_out = true;
+      return Status::IoError(failed + "no answer in time" + OpenDeadlineNote(options_, deadline));
+    }
     Transfer t;
     t.out = out.data();
     t.capacity = out.size();
     long code = 0;
-    const auto budget = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     Request get;
     get.url = &url_;
     get.range = range;
     get.extra_header = validator_header_;
+    auto handle = Acquire();
     const CURLcode rc = Perform(handle->curl, get, options_, budget, &t, &code);
     Release(std::move(handle));
     if (rc == CURLE_OK && code == 412) {
-      return Status::IoError(name_ + ": changed on the server since it was mounted");
+      return Status::IoError(name_ + ": changed on the server since it was mounted (HTTP 412)");
     }
     if (t.overflow || (rc == CURLE_OK && code == 200 && !(offset == 0 && out.size() == size_))) {
       return Status::IoError(name_ + ": the server does not honour range requests");
     }
     if (rc == CURLE_OK && (code == 206 || code == 200)) {
-      if (t.got != out.size()) {
-        return Status::IoError(name_ + ": short answer (" + std::to_string(t.got) + " of " +
-                               std::to_string(out.size()) + " bytes)");
-      }
-      return Status::Ok();
+      return CheckAnswer(name_, size_, validator_, validator_is_etag_, code, t, offset, out.size());
     }
-    if (!Retryable(rc, code) || Clock::now() + backoff >= deadline) {
-      return Status::IoError(name_ + ": read of bytes " + range + " failed: " + Describe(rc, code));
+    if (!retry || !Retryable(rc, code) || Clock::now() + backoff >= deadline) {
+      *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
+      return Status::IoError(failed + Describe(rc, code, t, options_) +
+                             (*timed_out ? OpenDeadlineNote(options_, deadline) : ""));
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(2000));

@@ -2,9 +2,13 @@
 //
 // Open() asks for the object's size and validator (ETag, else Last-Modified) with one
 // HEAD. Every ReadAt is then one `Range:` GET carrying `If-Match` (or
-// `If-Unmodified-Since`), and the answer must be a 206 of exactly the bytes asked for
-// from the same object: an object replaced after mount gives an IoError naming it, never
-// bytes mixed from two versions.
+// `If-Unmodified-Since`), and the answer is checked whole before a byte of it is used: a
+// 206 whose Content-Range is exactly the bytes asked for out of the object's size (or a
+// 200 for a read of the whole object), of exactly that length, whose ETag (or
+// Last-Modified) is the one seen at mount. Servers that ignore If-Match exist (s3rver),
+// so the answer's own validator is what proves the bytes are of the mounted version. Any
+// mismatch is an IoError (EIO) naming the object, never bytes: an object replaced after
+// mount, or a server answering from the wrong offset, is never served.
 //
 // Connections are kept alive: finished handles go back to one pool shared by every
 // source of the process, and the next read of any object reuses one, so a stream of
@@ -12,6 +16,21 @@
 // TLS peers are verified. Connection errors, timeouts, 429 and 5xx are retried with
 // exponential backoff until `timeout` has passed since the read began; other failures
 // (404, 403, a server that ignores ranges) fail at once.
+//
+// Time limits. A read gives up after HttpOptions::timeout, retries included. While the
+// checkpoint is being opened (until BeginServing) every request also ends by
+// HttpOptions::open_deadline, one deadline for all the objects of a mount. The kernel
+// asks again at once for a read that failed (a failed readahead is retried page by page,
+// an mmap fault twice more), so a range whose read timed out less than
+// kRecentFailureWindow ago fails again at once, and one that failed otherwise (refused,
+// 5xx) is tried once more without retries: a user's read waits for `timeout` once.
+//
+// Redirects. Signed requests (S3 with credentials) are never redirected: libcurl would
+// send the session token and x-amz-* headers to wherever the Location points. A 3xx is
+// then an error naming where it pointed. Unsigned requests follow up to 5 redirects,
+// only to http(s) (to https only from an https URL); libcurl sends a URL's
+// user:password only to the host and port it was given for (CURLOPT_UNRESTRICTED_AUTH
+// off), and the only other headers sent are If-Match / If-Unmodified-Since.
 //
 // S3 objects (HttpOptions::sigv4 with an access key) have every request signed with AWS
 // Signature Version 4 by libcurl, with the `x-amz-content-sha256` header S3 requires
@@ -21,10 +40,14 @@
 // Thread safety: every method may be called from any number of threads.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/source/byte_source.h"
@@ -36,10 +59,32 @@ namespace ckptfs {
 // credentials are never logged.
 std::string RedactedUrl(const std::string& url);
 
+// Empty if `name` (a file name an index or a listing gave) can be asked for as a file of
+// its directory, else why not: empty, or, as it is or percent-decoded (repeatedly: some
+// servers decode twice), a "." or ".." or holding '/', '\\', NUL or a control character.
+// `..%2Fx` and `%2E%2E%2Fx` are refused like `../x`.
+std::string UrlNameProblem(std::string_view name);
+
+// `name` as one URL path segment: RFC 3986 unreserved characters (A-Z a-z 0-9 - . _ ~)
+// kept, every other byte %XX, so no name can add a segment or a query to a URL.
+std::string EncodeUrlSegment(std::string_view name);
+
+// A Content-Range header's value, "bytes FIRST-LAST/TOTAL".
+struct ContentRange {
+  uint64_t first = 0;
+  uint64_t last = 0;  // inclusive
+  uint64_t total = 0;
+};
+
+// Parses "bytes FIRST-LAST/TOTAL" (decimal, FIRST <= LAST < TOTAL, no sign, no spaces
+// inside); nullopt otherwise, "*" for the total or the range included.
+std::optional<ContentRange> ParseContentRange(std::string_view value);
+
 // A whole small answer: its status and body.
 struct HttpResponse {
   long status = 0;
   std::string body;
+  std::string location;  // where a 3xx that was not followed pointed, without credentials
 };
 
 // GETs all of `url` (a listing, an error document) with `options` (signed if they say
@@ -68,6 +113,12 @@ class HttpSource final : public ByteSource {
   uint64_t Size() const override { return size_; }
   Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
   const std::string& Name() const override { return name_; }
+  // Opening is over: HttpOptions::open_deadline no longer applies.
+  void BeginServing() override { opening_.store(false, std::memory_order_release); }
+
+  // How long a failed range is remembered (see the top of this file): the kernel's own
+  // retry comes within milliseconds; a reader asking again later asks the server.
+  static constexpr std::chrono::milliseconds kRecentFailureWindow{2000};
 
   // "URL\nVALIDATOR\nSIZE": the URL without credentials, the ETag (else Last-Modified,
   // else empty) and the size in bytes. Equal identities mean the same bytes: a key for
@@ -78,9 +129,25 @@ class HttpSource final : public ByteSource {
   class Handle;
   HttpSource(std::string url, std::string name, HttpOptions options);
 
+  struct RecentFailure {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    std::chrono::steady_clock::time_point at;
+    bool timed_out = false;
+    Status status;
+  };
+
   void SetValidator(const std::string& etag, const std::string& last_modified);
   static std::unique_ptr<Handle> Acquire();
   static void Release(std::unique_ptr<Handle> handle);
+  // When a read starting now must end: `timeout` from now, and the open deadline while
+  // opening.
+  std::chrono::steady_clock::time_point ReadDeadline(std::chrono::steady_clock::time_point now) const;
+  // The range request and its retries; *timed_out when it failed for want of time.
+  Status Fetch(uint64_t offset, std::span<uint8_t> out, std::chrono::steady_clock::time_point deadline,
+               bool retry, bool* timed_out) const;
+  std::optional<RecentFailure> FindRecentFailure(uint64_t offset, uint64_t length) const;
+  void NoteResult(uint64_t offset, uint64_t length, const Status& status, bool timed_out) const;
 
   std::string url_;
   std::string name_;
@@ -88,6 +155,10 @@ class HttpSource final : public ByteSource {
   uint64_t size_ = 0;
   std::string validator_;         // the ETag or Last-Modified value, or empty
   std::string validator_header_;  // "If-Match: ..." or "If-Unmodified-Since: ...", or empty
+  bool validator_is_etag_ = false;
+  std::atomic<bool> opening_{true};
+  mutable std::mutex failures_mu_;
+  mutable std::vector<RecentFailure> failures_;  // guarded by failures_mu_; a few at most
 };
 
 }  // namespace ckptfs

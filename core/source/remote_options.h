@@ -23,6 +23,10 @@ struct AwsSigning {
 struct HttpOptions {
   std::chrono::milliseconds timeout{30'000};  // per read, retries included
   std::chrono::milliseconds connect_timeout{5'000};
+  // Set by whoever opens a checkpoint (HttpDir, S3Dir): every request made while opening
+  // (HEADs, listings, header reads, retries included) ends by then, however many objects
+  // there are. The default (the clock's epoch): no such deadline.
+  std::chrono::steady_clock::time_point open_deadline{};
   bool verify_tls = true;
   AwsSigning sigv4;  // S3 objects: every request signed for service "s3"
 };

@@ -31,6 +31,7 @@ RemoteSource::RemoteSource(std::unique_ptr<ByteSource> object, std::string ident
 RemoteSource::~RemoteSource() = default;
 
 void RemoteSource::BeginServing() {
+  object_->BeginServing();  // an HttpSource's open deadline ends here
   serving_.store(true, std::memory_order_release);
   std::lock_guard<std::mutex> lock(opening_mu_);
   opening_block_ = UINT64_MAX;

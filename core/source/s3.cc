@@ -273,6 +273,11 @@ Status ListingError(const S3Target& target, const S3Url& url, const HttpResponse
   if (code == "NoSuchBucket") {
     return Status::NotFound(shown + ": no such bucket " + target.bucket);
   }
+  if (response.status >= 300 && response.status <= 399 && !response.location.empty()) {
+    return Status::IoError(shown + ": the endpoint redirects to " + response.location +
+                           "; not followed (signed requests are never redirected: the "
+                           "credentials would go with them)");
+  }
   if (code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed" ||
       response.status == 301) {
     return Status::IoError(shown + ": the bucket is not in region " + target.http.sigv4.region +
@@ -539,9 +544,9 @@ std::vector<std::pair<std::string, S3Object>> S3CheckpointFiles(const std::strin
   for (S3Object& o : objects) {
     if (!StartsWith(o.key, prefix)) continue;
     std::string name = o.key.substr(prefix.size());
-    if (name.empty() || name == "." || name == ".." || name.size() > kMaxNameBytes ||
-        name.find('/') != std::string::npos ||
-        std::any_of(name.begin(), name.end(), [](char c) { return c == '\0' || IsControl(c); })) {
+    // UrlNameProblem also refuses names that percent-decode to one of these ("..%2Fx"),
+    // for servers that decode keys.
+    if (name.size() > kMaxNameBytes || !UrlNameProblem(name).empty()) {
       continue;
     }
     files.emplace_back(std::move(name), std::move(o));
