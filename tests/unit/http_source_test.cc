@@ -1,0 +1,180 @@
+// HttpSource without a server worth the name: how names become URL segments, how a
+// Content-Range is read, and the time limits against a listener that never answers.
+// Answers checked against the request (wrong offset, ETag) are covered end to end by
+// tests/mount/hostile_http_mount_test.cc.
+#include "core/source/http_source.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <vector>
+
+#include "core/source/s3.h"
+
+namespace ckptfs {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+TEST(UrlNameProblem, PlainNamesPass) {
+  for (const char* name : {"model-00001-of-00002.safetensors", "config.json", "a b+c.json",
+                           "100%.txt", "%zz", "..x", "x..", "...", "%2E%2E%2E"}) {
+    EXPECT_EQ(UrlNameProblem(name), "") << name;
+  }
+}
+
+// An index naming these over HTTP made nginx serve a file beside the checkpoint.
+TEST(UrlNameProblem, NamesThatDecodeOutOfTheDirectoryAreRefused) {
+  for (const char* name :
+       {"..%2Fsecret.safetensors", "%2E%2E%2Fsecret.safetensors", "%2e%2e", "%2E", "..%5Cx",
+        "..%252Fsecret.safetensors", "%25252E%25252E", "a%2Fb", "a%00b", "a%0Ab", "..", ".",
+        "", "../x", "a\\b", "a\x01"}) {
+    EXPECT_NE(UrlNameProblem(name), "") << name;
+  }
+  EXPECT_NE(UrlNameProblem(std::string("a\0b", 3)), "");
+  EXPECT_NE(UrlNameProblem("..%2Fsecret.safetensors").find("../secret.safetensors"),
+            std::string::npos)
+      << "the message shows what the name decodes to";
+}
+
+TEST(EncodeUrlSegment, EverythingButUnreservedIsEscaped) {
+  EXPECT_EQ(EncodeUrlSegment("model-00001-of-00002.safetensors"),
+            "model-00001-of-00002.safetensors");
+  EXPECT_EQ(EncodeUrlSegment("..%2Fsecret"), "..%252Fsecret");
+  EXPECT_EQ(EncodeUrlSegment("a b/c?d#e~_"), "a%20b%2Fc%3Fd%23e~_");
+  EXPECT_EQ(EncodeUrlSegment("\xc3\xa9"), "%C3%A9");
+}
+
+TEST(S3CheckpointFiles, NamesThatDecodeOutOfTheDirectoryAreSkipped) {
+  auto files = S3CheckpointFiles("llama/", {{"llama/..%2Fsecret.safetensors", 1, ""},
+                                            {"llama/%2E%2E", 1, ""},
+                                            {"llama/model.safetensors", 1, ""}});
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].first, "model.safetensors");
+}
+
+TEST(ParseContentRange, ReadsStartEndAndTotal) {
+  auto r = ParseContentRange("bytes 0-99/1000");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->first, 0u);
+  EXPECT_EQ(r->last, 99u);
+  EXPECT_EQ(r->total, 1000u);
+  r = ParseContentRange("bytes 1048576-2097151/9223372036854775807");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->first, 1048576u);
+  EXPECT_EQ(r->last, 2097151u);
+  EXPECT_EQ(r->total, 9223372036854775807u);
+}
+
+TEST(ParseContentRange, RefusesAnythingElse) {
+  for (const char* value :
+       {"", "bytes", "bytes */1000", "bytes 0-99/*", "bytes 100-99/1000", "bytes 0-1000/1000",
+        "bytes -1-99/1000", "bytes 0-+9/1000", "bytes 0 -99/1000", "items 0-99/1000",
+        "Bytes 0-99/1000", "bytes 0-99/1000 ", "bytes 0-99", "bytes 0-99/1000/2",
+        "bytes 0-99/99999999999999999999", "bytes 0x0-99/1000"}) {
+    EXPECT_FALSE(ParseContentRange(value)) << value;
+  }
+}
+
+// A loopback port that accepts connections (the kernel completes them: backlog) and
+// never answers: a stalled server.
+class StalledListener {
+ public:
+  StalledListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::listen(fd_, 64) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~StalledListener() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  std::string Url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/" + path;
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// Opening many objects of a stalled server ends by the one open deadline, not one
+// timeout per object.
+TEST(HttpSourceTimeLimits, OpeningEndsByTheOpenDeadline) {
+  StalledListener server;
+  ASSERT_NE(server.port(), 0);
+  HttpOptions options;
+  options.timeout = milliseconds(5000);
+  options.connect_timeout = milliseconds(5000);
+  const auto start = Clock::now();
+  options.open_deadline = start + milliseconds(400);
+  for (int i = 0; i < 4; ++i) {
+    auto source = HttpSource::Open(server.Url("x" + std::to_string(i)), "x", options);
+    EXPECT_FALSE(source.ok());
+  }
+  // Reads of objects made while opening are held to it as well.
+  auto listed = HttpSource::FromListing(server.Url("y"), "y", 100, "\"e\"", options);
+  std::vector<uint8_t> buf(10);
+  EXPECT_FALSE(listed->ReadAt(0, buf).ok());
+  EXPECT_LT(Clock::now() - start, milliseconds(2000));
+}
+
+// The kernel asks again at once for a read that just failed (and twice more under an
+// mmap fault): a range that timed out a moment ago fails at once, so the reader waits
+// for --timeout once.
+TEST(HttpSourceTimeLimits, ARangeThatJustTimedOutFailsAtOnce) {
+  StalledListener server;
+  ASSERT_NE(server.port(), 0);
+  HttpOptions options;
+  options.timeout = milliseconds(500);
+  auto source = HttpSource::FromListing(server.Url("y"), "y", 1000, "\"e\"", options);
+  source->BeginServing();
+  std::vector<uint8_t> buf(100);
+  auto start = Clock::now();
+  EXPECT_FALSE(source->ReadAt(0, buf).ok());
+  EXPECT_GE(Clock::now() - start, milliseconds(400));
+  start = Clock::now();
+  EXPECT_FALSE(source->ReadAt(0, buf).ok());
+  EXPECT_FALSE(source->ReadAt(0, buf).ok());
+  EXPECT_LT(Clock::now() - start, milliseconds(100)) << "the kernel's retries must fail at once";
+  // Another range is asked for.
+  start = Clock::now();
+  EXPECT_FALSE(source->ReadAt(100, buf).ok());
+  EXPECT_GE(Clock::now() - start, milliseconds(400));
+}
+
+// Nothing listening: each retry of the kernel's is one quick attempt, not --timeout of
+// retries again.
+TEST(HttpSourceTimeLimits, ARefusedRangeIsTriedOnceMoreWithoutRetries) {
+  int port = 0;
+  {
+    StalledListener closed;  // a free port, closed again at once
+    port = closed.port();
+  }
+  HttpOptions options;
+  options.timeout = milliseconds(600);
+  auto source = HttpSource::FromListing(
+      "http://127.0.0.1:" + std::to_string(port) + "/y", "y", 1000, "\"e\"", options);
+  source->BeginServing();
+  std::vector<uint8_t> buf(100);
+  auto start = Clock::now();
+  EXPECT_FALSE(source->ReadAt(0, buf).ok());
+  EXPECT_GE(Clock::now() - start, milliseconds(300)) << "refused connections are retried";
+  start = Clock::now();
+  EXPECT_FALSE(source->ReadAt(0, buf).ok());
+  EXPECT_LT(Clock::now() - start, milliseconds(200));
+}
+
+}  // namespace
+}  // namespace ckptfs
