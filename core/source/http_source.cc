@@ -131,7 +131,8 @@ std::string PercentDecode(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() && HexValue(text[i + 1]) >= 0 && HexValue(text[i + 2]) >= 0) {
+    if (text[i] == '%' && i + 2 < text.size() && HexValue(text[i + 1]) >= 0 &&
+        HexValue(text[i + 2]) >= 0) {
       out += static_cast<char>(HexValue(text[i + 1]) * 16 + HexValue(text[i + 2]));
       i += 2;
     } else {
@@ -146,7 +147,8 @@ std::string SegmentProblem(std::string_view name) {
   if (name.empty()) return "empty";
   if (name == "." || name == "..") return "a '.' or '..' path segment";
   if (name.find_first_of("/\\") != std::string_view::npos) return "it holds a '/' or '\\'";
-  if (std::any_of(name.begin(), name.end(), [](char c) { return IsControl(static_cast<unsigned char>(c)); })) {
+  if (std::any_of(name.begin(), name.end(),
+                  [](char c) { return IsControl(static_cast<unsigned char>(c)); })) {
     return "it holds NUL or a control character";
   }
   return "";
@@ -426,8 +428,8 @@ Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::strin
   const std::string shown = shown_url.empty() ? RedactedUrl(source->url_) : shown_url;
   // Opening is what a mount waits on: a server that is down should be said at once, not
   // after a read's worth of retries.
-  const auto deadline = WithOpenDeadline(
-      Clock::now() + std::min(options.timeout, options.connect_timeout), options);
+  const auto deadline =
+      WithOpenDeadline(Clock::now() + std::min(options.timeout, options.connect_timeout), options);
   milliseconds backoff(50);
   for (;;) {
     Transfer t;
@@ -460,8 +462,7 @@ Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::strin
       // S3 answers a signed HEAD for a bucket of another region with a bodiless 301 or 400.
       const bool region = !options.sigv4.access_key.empty() && rc == CURLE_OK &&
                           (code == 301 || code == 400) && t.location.empty();
-      return Status::IoError(source->name_ + ": " + shown + ": " +
-                             Describe(rc, code, t, options) +
+      return Status::IoError(source->name_ + ": " + shown + ": " + Describe(rc, code, t, options) +
                              (region ? " (is the bucket in region " + options.sigv4.region +
                                            "? give its region with --region)"
                                      : OpenDeadlineNote(options, deadline)));
@@ -535,8 +536,8 @@ namespace {
 Status CheckAnswer(const std::string& name, uint64_t size, const std::string& validator,
                    bool validator_is_etag, long code, const Transfer& t, uint64_t offset,
                    uint64_t length) {
-  const std::string asked =
-      std::to_string(offset) + "-" + std::to_string(offset + length - 1) + "/" + std::to_string(size);
+  const std::string asked = std::to_string(offset) + "-" + std::to_string(offset + length - 1) +
+                            "/" + std::to_string(size);
   auto mismatch = [&](const std::string& what) {
     return Status::IoError(name + ": the server's answer for bytes " + asked + " " + what +
                            "; not served");

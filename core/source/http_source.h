@@ -142,10 +142,11 @@ class HttpSource final : public ByteSource {
   static void Release(std::unique_ptr<Handle> handle);
   // When a read starting now must end: `timeout` from now, and the open deadline while
   // opening.
-  std::chrono::steady_clock::time_point ReadDeadline(std::chrono::steady_clock::time_point now) const;
+  std::chrono::steady_clock::time_point ReadDeadline(
+      std::chrono::steady_clock::time_point now) const;
   // The range request and its retries; *timed_out when it failed for want of time.
-  Status Fetch(uint64_t offset, std::span<uint8_t> out, std::chrono::steady_clock::time_point deadline,
-               bool retry, bool* timed_out) const;
+  Status Fetch(uint64_t offset, std::span<uint8_t> out,
+               std::chrono::steady_clock::time_point deadline, bool retry, bool* timed_out) const;
   std::optional<RecentFailure> FindRecentFailure(uint64_t offset, uint64_t length) const;
   void NoteResult(uint64_t offset, uint64_t length, const Status& status, bool timed_out) const;
 

@@ -111,7 +111,8 @@ Result<std::vector<S3Object>> ListS3(const S3Target& target, const S3Url& url);
 
 // The objects of `objects` that are files of the directory `prefix`: name = key after
 // the prefix, kept only if at most 255 bytes and a plain name even once percent-decoded
-// (UrlNameProblem: non-empty, not "." or "..", no '/', '\', NUL or control characters). Sorted by name; (name, object) pairs.
+// (UrlNameProblem: non-empty, not "." or "..", no '/', '\', NUL or control characters). Sorted by
+// name; (name, object) pairs.
 std::vector<std::pair<std::string, S3Object>> S3CheckpointFiles(const std::string& prefix,
                                                                 std::vector<S3Object> objects);
 

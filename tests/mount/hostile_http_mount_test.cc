@@ -30,11 +30,11 @@ class HostileHttpTest : public MountFixture {
       redirect_port_ = FreeLoopbackPort();
     } while (redirect_port_ == port_ && port_ != 0);
     ASSERT_NE(port_, 0);
-    ASSERT_TRUE(server_.Start({kPython, ScriptPath("tests/mount/hostile_http_server.py"),
-                               "--port", std::to_string(port_), "--redirect-port",
-                               std::to_string(redirect_port_), "--root", www_, "--log", log_,
-                               "--mode-file", mode_file_},
-                              scratch_->Path("server.out")));
+    ASSERT_TRUE(
+        server_.Start({kPython, ScriptPath("tests/mount/hostile_http_server.py"), "--port",
+                       std::to_string(port_), "--redirect-port", std::to_string(redirect_port_),
+                       "--root", www_, "--log", log_, "--mode-file", mode_file_},
+                      scratch_->Path("server.out")));
     ASSERT_TRUE(server_.WaitUntilListening(port_, seconds(20)))
         << ReadTextFile(scratch_->Path("server.out"));
     ASSERT_TRUE(server_.WaitUntilListening(redirect_port_, seconds(20)));
@@ -65,10 +65,9 @@ class HostileHttpTest : public MountFixture {
   // each shard. Returns the shards' names, sorted.
   std::vector<std::string> GenerateShards(int shards) {
     const std::string dir = www_ + "/ckpt";
-    const std::string error =
-        GenerateCheckpoint(dir, {"--kind", "bench", "--shards", std::to_string(shards),
-                                 "--total-bytes", std::to_string(shards * 4) + "M", "--tensors",
-                                 std::to_string(shards * 2)});
+    const std::string error = GenerateCheckpoint(
+        dir, {"--kind", "bench", "--shards", std::to_string(shards), "--total-bytes",
+              std::to_string(shards * 4) + "M", "--tensors", std::to_string(shards * 2)});
     EXPECT_EQ(error, "");
     std::vector<std::string> names;
     for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
@@ -126,19 +125,20 @@ TEST_F(HostileHttpTest, S3RedirectToAnotherPortCarriesNoCredentials) {
   env.Set("AWS_ACCESS_KEY_ID", "CKPTFSTESTKEY");
   env.Set("AWS_SECRET_ACCESS_KEY", "ckptfs-Test-Secret/DoNotPrint+42");
   env.Set("AWS_SESSION_TOKEN", kSecretToken);
-  for (const char* name :
-       {"AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"}) {
+  for (const char* name : {"AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
+                           "AWS_ENDPOINT_URL_S3"}) {
     env.Set(name, nullptr);
   }
   env.Set("AWS_SHARED_CREDENTIALS_FILE", scratch_->Path("no-credentials").c_str());
   env.Set("AWS_CONFIG_FILE", scratch_->Path("no-config").c_str());
-  for (const std::string source : {"s3://ckpt-bucket/llama/", "s3://ckpt-bucket/llama/model.safetensors"}) {
+  for (const std::string source :
+       {"s3://ckpt-bucket/llama/", "s3://ckpt-bucket/llama/model.safetensors"}) {
     SCOPED_TRACE(source);
     const std::string mountpoint = scratch_->MakeDir("mnt-" + std::to_string(source.size()));
     mounts_.push_back(mountpoint);
-    const ProcessResult r = RunProcess({kCkptfs, "mount", "--timeout", "2", "--endpoint",
-                                        Url(""), source, mountpoint},
-                                       seconds(30));
+    const ProcessResult r =
+        RunProcess({kCkptfs, "mount", "--timeout", "2", "--endpoint", Url(""), source, mountpoint},
+                   seconds(30));
     EXPECT_NE(r.exit_code, 0) << r.Describe();
     EXPECT_EQ(LineCount(r.err), 1) << r.Describe();
     EXPECT_NE(r.err.find("redirect"), std::string::npos) << r.Describe();
@@ -230,6 +230,7 @@ TEST_F(HostileHttpTest, StalledHeaderReadsFailTheMountWithinTheOpenDeadline) {
   EXPECT_EQ(r.exit_code, 1) << r.Describe();
   EXPECT_EQ(LineCount(r.err), 1) << r.Describe();
   EXPECT_LE(r.elapsed, seconds(4)) << "one deadline for the whole open; " << r.Describe();
+  std::cout << r.Describe() << "\n";
   EXPECT_FALSE(IsMounted(mountpoint));
 }
 
@@ -242,12 +243,12 @@ TEST_F(HostileHttpTest, StalledReadFailsWithinTheTimeoutOnce) {
   ASSERT_NO_FATAL_FAILURE(Mount(Url("ckpt/"), mountpoint, nullptr, {"--timeout", "3"}));
   SetMode("stall-get");
   const std::string shards = mountpoint + "/shards/";
-  ProcessResult r = RunProcess({"dd", "if=" + shards + names[0],
-                                "of=/dev/null", "bs=1M", "count=1"},
-                               seconds(60));
+  ProcessResult r = RunProcess(
+      {"dd", "if=" + shards + names[0], "of=/dev/null", "bs=1M", "count=1"}, seconds(60));
   EXPECT_NE(r.exit_code, 0) << r.Describe();
   EXPECT_NE(r.err.find("Input/output error"), std::string::npos) << r.Describe();
   EXPECT_LE(r.elapsed, milliseconds(4500)) << "--timeout 3, once; " << r.Describe();
+  std::cout << r.Describe() << "\n";
   r = RunProcess({kPython, "-c",
                   "import mmap,sys; f=open(sys.argv[1],'rb'); "
                   "m=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ); print(m[2<<20])",
@@ -255,6 +256,7 @@ TEST_F(HostileHttpTest, StalledReadFailsWithinTheTimeoutOnce) {
                  seconds(60));
   EXPECT_NE(r.exit_code, 0) << "an mmap fault on a stalled server fails; " << r.Describe();
   EXPECT_LE(r.elapsed, milliseconds(4500)) << "--timeout 3, once; " << r.Describe();
+  std::cout << r.Describe() << "\n";
   SetMode("plain");
   r = RunProcess({"cat", mountpoint + "/config.json"}, seconds(30));
   EXPECT_EQ(r.exit_code, 0) << "the daemon must stay up; " << r.Describe();

@@ -29,10 +29,9 @@ TEST(UrlNameProblem, PlainNamesPass) {
 
 // An index naming these over HTTP made nginx serve a file beside the checkpoint.
 TEST(UrlNameProblem, NamesThatDecodeOutOfTheDirectoryAreRefused) {
-  for (const char* name :
-       {"..%2Fsecret.safetensors", "%2E%2E%2Fsecret.safetensors", "%2e%2e", "%2E", "..%5Cx",
-        "..%252Fsecret.safetensors", "%25252E%25252E", "a%2Fb", "a%00b", "a%0Ab", "..", ".",
-        "", "../x", "a\\b", "a\x01"}) {
+  for (const char* name : {"..%2Fsecret.safetensors", "%2E%2E%2Fsecret.safetensors", "%2e%2e",
+                           "%2E", "..%5Cx", "..%252Fsecret.safetensors", "%25252E%25252E", "a%2Fb",
+                           "a%00b", "a%0Ab", "..", ".", "", "../x", "a\\b", "a\x01"}) {
     EXPECT_NE(UrlNameProblem(name), "") << name;
   }
   EXPECT_NE(UrlNameProblem(std::string("a\0b", 3)), "");
@@ -164,8 +163,8 @@ TEST(HttpSourceTimeLimits, ARefusedRangeIsTriedOnceMoreWithoutRetries) {
   }
   HttpOptions options;
   options.timeout = milliseconds(600);
-  auto source = HttpSource::FromListing(
-      "http://127.0.0.1:" + std::to_string(port) + "/y", "y", 1000, "\"e\"", options);
+  auto source = HttpSource::FromListing("http://127.0.0.1:" + std::to_string(port) + "/y", "y",
+                                        1000, "\"e\"", options);
   source->BeginServing();
   std::vector<uint8_t> buf(100);
   auto start = Clock::now();
