@@ -27,7 +27,14 @@ Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
                                              const RemoteOptions& remote) {
   auto codec = std::make_shared<CodecContext>(codec_options);
   CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path, *codec, remote));
-  if (zip_crc) CKPTFS_RETURN_IF_ERROR(ComputeStorageCrcs(ckpt));
+  if (zip_crc) {
+    // Reading every tensor is serving, not opening: a remote checkpoint's open deadline
+    // bounds its headers, not a pass over all its bytes (each read keeps --timeout).
+    for (auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
+      for (StoredFile& f : *group) f.source->BeginServing();
+    }
+    CKPTFS_RETURN_IF_ERROR(ComputeStorageCrcs(ckpt));
+  }
   return FromCheckpoint(std::move(ckpt), std::move(codec));
 }
 
