@@ -256,8 +256,8 @@ int RunUmount(const std::string& path) {
     char parent[PATH_MAX];
     const size_t slash = mountpoint.rfind('/');
     if (::realpath(slash == 0 ? "/" : mountpoint.substr(0, slash).c_str(), parent) != nullptr) {
-      mountpoint = (std::string(parent) == "/" ? "" : std::string(parent)) +
-                   mountpoint.substr(slash);
+      mountpoint =
+          (std::string(parent) == "/" ? "" : std::string(parent)) + mountpoint.substr(slash);
     }
   }
   const std::optional<MountEntry> mount = FindMount(mountpoint);

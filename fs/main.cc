@@ -1,6 +1,7 @@
 // ckptfs: mount a sharded ML checkpoint as one read-only file system.
 #include <malloc.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <climits>
@@ -124,8 +125,13 @@ ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::CodecOptions& c
   CKPTFS_RETURN_IF_ERROR(ckptfs::CheckFuseOptions(mount.fuse_options));
   codec.spill_dir = ckptfs::AbsolutePath(codec.spill_dir);
   CKPTFS_RETURN_IF_ERROR(ckptfs::CheckWritableDir("--spill-dir", codec.spill_dir));
-  CKPTFS_RETURN_IF_ERROR(ckptfs::CheckOutsideMount("--spill-dir", codec.spill_dir, mount.mountpoint));
+  CKPTFS_RETURN_IF_ERROR(
+      ckptfs::CheckOutsideMount("--spill-dir", codec.spill_dir, mount.mountpoint));
   if (!remote.cache_dir.empty()) {
+    // A directory that does not exist yet is created (private) when a remote source opens.
+    if (::access(remote.cache_dir.c_str(), F_OK) == 0) {
+      CKPTFS_RETURN_IF_ERROR(ckptfs::CheckWritableDir("--cache-dir", remote.cache_dir));
+    }
     CKPTFS_RETURN_IF_ERROR(
         ckptfs::CheckOutsideMount("--cache-dir", remote.cache_dir, mount.mountpoint));
     CKPTFS_RETURN_IF_ERROR(ckptfs::DiskCache::CheckDirectory(
@@ -134,7 +140,8 @@ ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::CodecOptions& c
   }
   if (!mount.log_file.empty()) {
     mount.log_file = ckptfs::AbsolutePath(mount.log_file);
-    CKPTFS_RETURN_IF_ERROR(ckptfs::CheckOutsideMount("--log-file", mount.log_file, mount.mountpoint));
+    CKPTFS_RETURN_IF_ERROR(
+        ckptfs::CheckOutsideMount("--log-file", mount.log_file, mount.mountpoint));
     CKPTFS_RETURN_IF_ERROR(ckptfs::OpenLogFile(mount.log_file));
   }
   return Status::Ok();
@@ -198,7 +205,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->allow_extra_args(false);
 
-  CLI::App* umount = app.add_subcommand("umount", "Unmount MOUNTPOINT (same as fusermount3 -u)");
+  CLI::App* umount = app.add_subcommand(
+      "umount", "Unmount the ckptfs mount at MOUNTPOINT (fusermount3 -u); refuses other mounts");
   umount->add_option("MOUNTPOINT", mountpoint, "a ckptfs mount point")->required();
 
   bool json = false;
@@ -261,9 +269,10 @@ int main(int argc, char** argv) {
     auto frame = ckptfs::ParseByteSize(frame_size);
     auto shard = ckptfs::ParseByteSize(shard_size);
     if (!frame || *frame == 0 || !shard) {
-      return Refuse("pack: " + (!frame || *frame == 0 ? "--frame-size " + frame_size
-                                                       : "--shard-size " + shard_size) +
-                    ": not a size (e.g. 4M, 2G)");
+      return Refuse(
+          "pack: " +
+          (!frame || *frame == 0 ? "--frame-size " + frame_size : "--shard-size " + shard_size) +
+          ": not a size (e.g. 4M, 2G)");
     }
     return ckptfs::RunPack(source, Absolute(dest), level, *frame, *shard, remote.options);
   }

@@ -135,8 +135,8 @@ Status CheckFuseOptions(const std::vector<std::string>& options) {
 Status CheckOutsideMount(const std::string& option, const std::string& path,
                          const std::string& mountpoint) {
   if (IsSameOrInside(ResolveExisting(path), mountpoint)) {
-    return Status::InvalidArgument(option + " " + path + ": inside the mount point " +
-                                   mountpoint + "; choose a path outside it");
+    return Status::InvalidArgument(option + " " + path + ": inside the mount point " + mountpoint +
+                                   "; choose a path outside it");
   }
   return Status::Ok();
 }

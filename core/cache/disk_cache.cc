@@ -131,8 +131,7 @@ Status MakeDirs(const std::string& dir) {
 
 // Whether another user could have written into the directory `st` describes. Root is
 // trusted: it can write anywhere anyway.
-Status CheckOwnership(const std::string& dir, const struct stat& st,
-                      DiskCache::Sharing sharing) {
+Status CheckOwnership(const std::string& dir, const struct stat& st, DiskCache::Sharing sharing) {
   if (!S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument(dir + ": the cache directory is not a directory");
   }

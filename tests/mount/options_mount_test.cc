@@ -49,11 +49,16 @@ class OptionsMountTest : public MountFixture {
 // stoull wrapped "-1" to 2^64-1 (an unbounded cache), and CLI::Range let NaN through.
 TEST_F(OptionsMountTest, BadSizesAndTimeoutsAreRefused) {
   const std::vector<std::vector<std::string>> cases = {
-      {"--cache-size", "-1"},         {"--cache-size", "0"},
-      {"--cache-size", "99999999999999999999"}, {"--cache-size", "17179869184G"},
-      {"--cache-dir-size", "-1"},     {"--cache-dir-size", "0"},
-      {"--timeout", "nan"},           {"--timeout", "0"},
-      {"--timeout", "-1"},            {"--timeout", "inf"},
+      {"--cache-size", "-1"},
+      {"--cache-size", "0"},
+      {"--cache-size", "99999999999999999999"},
+      {"--cache-size", "17179869184G"},
+      {"--cache-dir-size", "-1"},
+      {"--cache-dir-size", "0"},
+      {"--timeout", "nan"},
+      {"--timeout", "0"},
+      {"--timeout", "-1"},
+      {"--timeout", "inf"},
   };
   for (const std::vector<std::string>& options : cases) {
     SCOPED_TRACE(options[0] + " " + options[1]);
@@ -219,11 +224,11 @@ TEST_F(OptionsMountTest, ControlCharactersInNamesAreEscaped) {
 TEST_F(OptionsMountTest, FstabHelperStillMounts) {
   const std::string bin_dir = fs::path(kCkptfs).parent_path();
   const std::string cache = scratch_->Path("cache");
-  const ProcessResult r = RunProcess(
-      {"env", "PATH=" + bin_dir + ":/usr/sbin:/usr/bin:/sbin:/bin", "sh",
-       ScriptPath("systemd/mount.ckptfs"), source_, mountpoint_, "-o",
-       "rw,nofail,cache_size=64M,timeout=10,cache_dir=" + cache + ",cache_dir_size=1G"},
-      kMountTimeout);
+  const ProcessResult r =
+      RunProcess({"env", "PATH=" + bin_dir + ":/usr/sbin:/usr/bin:/sbin:/bin", "sh",
+                  ScriptPath("systemd/mount.ckptfs"), source_, mountpoint_, "-o",
+                  "rw,nofail,cache_size=64M,timeout=10,cache_dir=" + cache + ",cache_dir_size=1G"},
+                 kMountTimeout);
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   EXPECT_TRUE(IsMounted(mountpoint_));
   const ProcessResult touch = RunProcess({"touch", mountpoint_ + "/new"}, kMountTimeout);

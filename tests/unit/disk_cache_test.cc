@@ -844,7 +844,7 @@ TEST(DiskCacheProcessTest, TwoProcessesShareOneDirectory) {
 constexpr uid_t kNobody = 65534;
 
 // Tests that chown to another user need root (the mount tests' user on these machines).
-#define SKIP_UNLESS_ROOT()                                                          \
+#define SKIP_UNLESS_ROOT() \
   if (geteuid() != 0) GTEST_SKIP() << "chown to another user needs root"
 
 TEST(DiskCacheTrustTest, RefusesADirectoryWritableByOthers) {

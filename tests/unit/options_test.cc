@@ -24,9 +24,9 @@ TEST(ParseByteSizeTest, Units) {
 
 // stoull takes a sign and wraps "-1" to 2^64-1, which made a cache unbounded.
 TEST(ParseByteSizeTest, RefusesSignsBlanksAndOverflow) {
-  for (const char* text : {"-1", "-1G", "-0", "+5", " 5", "\t5M", "", "G", "5Q", "5 M",
-                           "18446744073709551616", "99999999999999999999999", "16777216T",
-                           "17179869184G"}) {
+  for (const char* text :
+       {"-1", "-1G", "-0", "+5", " 5", "\t5M", "", "G", "5Q", "5 M", "18446744073709551616",
+        "99999999999999999999999", "16777216T", "17179869184G"}) {
     EXPECT_EQ(ParseByteSize(text), std::nullopt) << "'" << text << "'";
   }
 }
@@ -52,9 +52,8 @@ TEST(EscapeControlCharsTest, StatusMessagesAreOneLine) {
 TEST(CheckFuseOptionsTest, RefusesWhatMakesTheMountWritable) {
   EXPECT_TRUE(CheckFuseOptions({}).ok());
   EXPECT_TRUE(CheckFuseOptions({"ro", "allow_other", "fsname=a\\,b"}).ok());
-  for (const std::vector<std::string>& options :
-       std::vector<std::vector<std::string>>{{"rw"}, {"ro", "rw"}, {"allow_other", "rw", "ro"},
-                                             {"r\\w"}, {"\\rw"}, {"fsname=x\\"}}) {
+  for (const std::vector<std::string>& options : std::vector<std::vector<std::string>>{
+           {"rw"}, {"ro", "rw"}, {"allow_other", "rw", "ro"}, {"r\\w"}, {"\\rw"}, {"fsname=x\\"}}) {
     const Status s = CheckFuseOptions(options);
     EXPECT_FALSE(s.ok()) << options.back();
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
