@@ -4,15 +4,37 @@
 // one-line message that names the file and the problem ("shard-1.safetensors: header
 // length 9999 runs past end of file (1024 bytes)"). Core never throws across its API
 // and never logs; the caller decides whether a Status becomes a log line, an exit code
-// or an errno. Thread safety: values, freely copied.
+// or an errno. Messages stay one line whatever the names in them hold: control
+// characters are escaped when a Status is made (see EscapeControlChars). Thread safety:
+// values, freely copied.
 #pragma once
 
 #include <cerrno>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
 namespace ckptfs {
+
+// `text` with every control character (bytes below 0x20, and 0x7f) written as \xNN, so
+// that a file name holding a newline or a terminal escape cannot split a message line or
+// drive the terminal it is printed on. Other bytes, UTF-8 included, are kept; a backslash
+// is not doubled, so escaping twice changes nothing.
+inline std::string EscapeControlChars(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out += c;
+      continue;
+    }
+    constexpr char kHex[] = "0123456789abcdef";
+    out += {'\\', 'x', kHex[byte >> 4], kHex[byte & 0xf]};
+  }
+  return out;
+}
 
 class Status {
  public:
@@ -49,7 +71,7 @@ class Status {
 
  private:
   Status(Code code, int err, std::string msg)
-      : code_(code), errno_(err), message_(std::move(msg)) {}
+      : code_(code), errno_(err), message_(EscapeControlChars(msg)) {}
 
   Code code_ = Code::kOk;
   int errno_ = 0;

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "core/format/safetensors.h"
 #include "core/pack/pack.h"
 #include "core/volume/volume.h"
+#include "fs/preflight.h"
 
 namespace ckptfs {
 namespace {
@@ -20,7 +22,7 @@ Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const Co
                                              const RemoteOptions& remote, int* exit_code) {
   auto volume = Volume::Open(source, codec, /*zip_crc=*/false, remote);
   if (!volume.ok()) {
-    std::fprintf(stderr, "ckptfs: %s\n", volume.status().message().c_str());
+    PrintRefusal(volume.status());
     *exit_code = ExitCodeForOpenFailure(volume.status());
   }
   return volume;
@@ -119,6 +121,8 @@ void PrintInspectTable(const Checkpoint& ckpt) {
 }  // namespace
 
 std::optional<uint64_t> ParseByteSize(const std::string& text) {
+  // stoull skips blanks and takes a sign, and wraps "-1" to 2^64-1: digits first, only.
+  if (text.empty() || text[0] < '0' || text[0] > '9') return std::nullopt;
   size_t pos = 0;
   uint64_t value = 0;
   try {
@@ -142,6 +146,11 @@ std::optional<uint64_t> ParseByteSize(const std::string& text) {
     return std::nullopt;
   if (shift && value > (UINT64_MAX >> shift)) return std::nullopt;
   return value << shift;
+}
+
+void PrintRefusal(const Status& status) {
+  // Status messages are escaped already; escaping again changes nothing.
+  std::fprintf(stderr, "ckptfs: %s\n", EscapeControlChars(status.message()).c_str());
 }
 
 int ExitCodeForOpenFailure(const Status& status) {
@@ -173,7 +182,7 @@ int RunVerify(const std::string& source, const CodecOptions& codec, const Remote
   const Checkpoint& ckpt = (*volume)->checkpoint();
   size_t damaged = 0;
   auto report = [&](const Status& s) {
-    std::fprintf(stderr, "ckptfs: %s\n", s.message().c_str());
+    PrintRefusal(s);
     ++damaged;
   };
   for (const auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
@@ -210,7 +219,9 @@ int RunPack(const std::string& source, const std::string& dest, int level, uint6
             uint64_t shard_size, const RemoteOptions& remote) {
   int rc = 0;
   // Packing reads every byte once, front to back: a small cache is plenty.
-  auto volume = OpenOrReport(source, CodecOptions{.cache_bytes = 64u << 20}, remote, &rc);
+  CodecOptions codec;
+  codec.cache_bytes = 64u << 20;
+  auto volume = OpenOrReport(source, codec, remote, &rc);
   if (!volume.ok()) return rc;
   (*volume)->codec().StartWorkers();  // remote sources fetch ahead in parallel
   PackOptions options;
@@ -228,7 +239,7 @@ int RunPack(const std::string& source, const std::string& dest, int level, uint6
   Status s = PackCheckpoint((*volume)->checkpoint(), dest, options);
   if (tty) std::fputc('\n', stderr);
   if (!s.ok()) {
-    std::fprintf(stderr, "ckptfs: %s\n", s.message().c_str());
+    PrintRefusal(s);
     return s.code() == Status::Code::kIoError ? 1 : 2;
   }
   std::printf("%s: packed %zu tensors into %s\n", (*volume)->checkpoint().source_path.c_str(),
@@ -236,7 +247,30 @@ int RunPack(const std::string& source, const std::string& dest, int level, uint6
   return 0;
 }
 
-int RunUmount(const std::string& mountpoint) {
+int RunUmount(const std::string& path) {
+  // Judged from the mount table, never by touching the mount: a dead daemon's mount fails
+  // every stat with ENOTCONN and a hung one blocks it. realpath(3) of the parent still
+  // resolves symlinks on the way to it.
+  std::string mountpoint = AbsolutePath(path);
+  if (mountpoint != "/") {
+    char parent[PATH_MAX];
+    const size_t slash = mountpoint.rfind('/');
+    if (::realpath(slash == 0 ? "/" : mountpoint.substr(0, slash).c_str(), parent) != nullptr) {
+      mountpoint =
+          (std::string(parent) == "/" ? "" : std::string(parent)) + mountpoint.substr(slash);
+    }
+  }
+  const std::optional<MountEntry> mount = FindMount(mountpoint);
+  if (!mount) {
+    PrintRefusal(Status::InvalidArgument(mountpoint + ": not a mount point"));
+    return 2;
+  }
+  // fusermount3 unmounts any FUSE mount of this user, and as root umount2 anything at all.
+  if (mount->fstype != "fuse.ckptfs") {
+    PrintRefusal(Status::InvalidArgument(mountpoint + ": not a ckptfs mount (" + mount->fstype +
+                                         "); use umount(8) or fusermount3 -u"));
+    return 2;
+  }
   pid_t pid = ::fork();
   if (pid == 0) {
     ::execlp("fusermount3", "fusermount3", "-u", mountpoint.c_str(), static_cast<char*>(nullptr));
@@ -249,8 +283,7 @@ int RunUmount(const std::string& mountpoint) {
   }
   // No fusermount3 on this machine: root can unmount directly.
   if (::umount2(mountpoint.c_str(), 0) == 0) return 0;
-  std::fprintf(stderr, "ckptfs: %s: cannot unmount: %s\n", mountpoint.c_str(),
-               std::strerror(errno));
+  PrintRefusal(Status::IoError(mountpoint + ": cannot unmount: " + std::strerror(errno)));
   return 1;
 }
 

@@ -12,16 +12,22 @@
 
 namespace ckptfs {
 
-// "512M", "4G", "1048576", "64K" (binary units) -> bytes; nullopt if malformed.
+// "512M", "4G", "1048576", "64K" (binary units) -> bytes; nullopt if malformed, signed
+// ("-1", "+5"), with blanks, or past 2^64-1.
 std::optional<uint64_t> ParseByteSize(const std::string& text);
 
 int RunInspect(const std::string& source, bool json, const CodecOptions& codec,
                const RemoteOptions& remote);
 int RunVerify(const std::string& source, const CodecOptions& codec, const RemoteOptions& remote);
+// Unmounts the ckptfs mount at `mountpoint` only: refuses (exit 2, one line) a path that
+// is not exactly a mount point in /proc/self/mountinfo, or is one of another file system.
 int RunUmount(const std::string& mountpoint);
 // `level`, `frame_size`, `shard_size` as PackOptions; progress on stderr when a terminal.
 int RunPack(const std::string& source, const std::string& dest, int level, uint64_t frame_size,
             uint64_t shard_size, const RemoteOptions& remote);
+
+// "ckptfs: MESSAGE" on stderr, control characters escaped: one line whatever names it holds.
+void PrintRefusal(const class Status& status);
 
 // Exit code for a failure to open a checkpoint: 2 for invalid input, 1 for I/O trouble.
 int ExitCodeForOpenFailure(const class Status& status);

@@ -435,13 +435,14 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
       (void)!::write(ready_fd, msg.data(), msg.size());
       ::close(ready_fd);
     } else {
-      std::fprintf(stderr, "ckptfs: %s\n", msg.c_str());
+      std::fprintf(stderr, "ckptfs: %s\n", EscapeControlChars(msg).c_str());
     }
     return 1;
   };
   std::string opts =
       "ro,default_permissions,fsname=" + EscapeOptionValue(source) + ",subtype=ckptfs";
   for (const std::string& o : options.fuse_options) opts += "," + o;
+  opts += ",ro";  // last, so that no -o option before it can make the mount writable
   std::vector<std::string> argv_storage = {"ckptfs", "-o", opts};
   if (options.debug) argv_storage.push_back("-d");
   std::vector<char*> argv;
@@ -460,12 +461,9 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
     return fail(options.mountpoint + ": mount failed (see the fuse message above, or run with -f)");
   }
   if (ready_fd >= 0) {
-    if (!LogToDaemonDestination(options.log_file)) {
-      fuse_session_unmount(se);
-      fuse_remove_signal_handlers(se);
-      fuse_session_destroy(se);
-      return fail(options.log_file + ": cannot open log file: " + std::strerror(errno));
-    }
+    // The log file was opened before the mount (OpenLogFile): opening it now could reach
+    // into this very mount, which does not serve yet.
+    LogToDaemonDestination();
     RedirectStdioToDevNull();
     LogLayoutNotes(ctx);  // again, where the daemon's log lives
   }
@@ -504,7 +502,7 @@ int AwaitDaemon(int fd, pid_t child) {
   if (msg == "ok\n") return 0;
   if (msg.empty()) msg = "the mount daemon exited before the mount answered";
   if (msg.back() == '\n') msg.pop_back();
-  std::fprintf(stderr, "ckptfs: %s\n", msg.c_str());
+  std::fprintf(stderr, "ckptfs: %s\n", EscapeControlChars(msg).c_str());
   return 1;
 }
 
@@ -514,7 +512,7 @@ int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
   struct stat st;
   if (::stat(options.mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     std::fprintf(stderr, "ckptfs: %s: mount point is not a directory\n",
-                 options.mountpoint.c_str());
+                 EscapeControlChars(options.mountpoint).c_str());
     return 2;
   }
   FsContext ctx;

@@ -1,21 +1,31 @@
 // ckptfs: mount a sharded ML checkpoint as one read-only file system.
 #include <malloc.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 
+#include "core/cache/disk_cache.h"
 #include "fs/commands.h"
 #include "fs/fuse_ops.h"
 #include "fs/log.h"
+#include "fs/preflight.h"
 
 namespace {
 
 // Absolute path, so the daemon can chdir("/") and logs say where things are.
 std::string Absolute(const std::string& path) {
   char buf[PATH_MAX];
-  return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
+  return ::realpath(path.c_str(), buf) ? std::string(buf) : ckptfs::AbsolutePath(path);
+}
+
+// One line on stderr (control characters escaped) and the usage exit code.
+int Refuse(const std::string& message) {
+  ckptfs::PrintRefusal(ckptfs::Status::InvalidArgument(message));
+  return 2;
 }
 
 // Multi-MiB buffers (decoded frames, reply buffers) are allocated and freed all the time
@@ -70,37 +80,84 @@ struct RemoteArgs {
   void AddCacheDirTo(CLI::App* cmd) {
     cmd->add_option("--cache-dir", options.cache_dir,
                     "keep bytes fetched from remote sources in DIR, across mounts and shared "
-                    "by mounts using the same DIR");
+                    "by mounts using the same DIR; DIR must be yours and writable only by you");
+    cmd->add_flag("--cache-dir-shared", options.cache_dir_shared,
+                  "allow a --cache-dir that others own or may write (a group's cache); only "
+                  "entries written by you or root are ever served from it");
     cmd->add_option("--cache-dir-size", cache_dir_size,
                     "bytes --cache-dir may hold; least recently used go first (default 10G)");
   }
   // Fills `options` from the parsed strings; false (after one line on stderr) if malformed.
   bool Finish() {
     using Addressing = ckptfs::S3Options::Addressing;
+    // CLI::Range lets NaN through: every comparison with it is false.
+    if (!std::isfinite(timeout_s) || timeout_s < 0.1 || timeout_s > 3600) {
+      Refuse("--timeout " + std::to_string(timeout_s) +
+             ": not a number of seconds from 0.1 to 3600");
+      return false;
+    }
     options.http.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     options.s3.addressing = addressing == "path"      ? Addressing::kPath
                             : addressing == "virtual" ? Addressing::kVirtualHost
                                                       : Addressing::kAuto;
     auto bytes = ckptfs::ParseByteSize(cache_dir_size);
     if (!bytes || *bytes == 0) {
-      std::fprintf(stderr, "ckptfs: --cache-dir-size %s: not a size (e.g. 50G)\n",
-                   cache_dir_size.c_str());
+      Refuse("--cache-dir-size " + cache_dir_size + ": not a size above 0 (e.g. 50G)");
       return false;
     }
     options.cache_dir_bytes = *bytes;
-    if (!options.cache_dir.empty()) options.cache_dir = Absolute(options.cache_dir);
+    // Against the caller's directory, before the daemon moves to "/"; symlinks stay (the
+    // cache follows the path it was given).
+    if (!options.cache_dir.empty()) options.cache_dir = ckptfs::AbsolutePath(options.cache_dir);
     return true;
   }
 };
 
-int Mount(const std::string& source, ckptfs::MountOptions options,
-          const ckptfs::CodecOptions& codec, bool zip_crc, const ckptfs::RemoteOptions& remote) {
+// Everything about a mount that can be judged without the checkpoint, so that a bad
+// option is refused at once and before anything is opened: the mount point, -o, and the
+// paths the daemon will write to, made absolute against the caller's directory (the daemon
+// moves to "/") and kept out of the mount point (the daemon would reach them through its
+// own mount and hang). The log file is opened here, before the mount exists.
+ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::CodecOptions& codec,
+                            ckptfs::RemoteOptions& remote) {
+  using ckptfs::Status;
+  CKPTFS_ASSIGN_OR_RETURN(mount.mountpoint, ckptfs::CheckMountPoint(mount.mountpoint));
+  CKPTFS_RETURN_IF_ERROR(ckptfs::CheckFuseOptions(mount.fuse_options));
+  codec.spill_dir = ckptfs::AbsolutePath(codec.spill_dir);
+  CKPTFS_RETURN_IF_ERROR(ckptfs::CheckWritableDir("--spill-dir", codec.spill_dir));
+  CKPTFS_RETURN_IF_ERROR(
+      ckptfs::CheckOutsideMount("--spill-dir", codec.spill_dir, mount.mountpoint));
+  if (!remote.cache_dir.empty()) {
+    // A directory that does not exist yet is created (private) when a remote source opens.
+    if (::access(remote.cache_dir.c_str(), F_OK) == 0) {
+      CKPTFS_RETURN_IF_ERROR(ckptfs::CheckWritableDir("--cache-dir", remote.cache_dir));
+    }
+    CKPTFS_RETURN_IF_ERROR(
+        ckptfs::CheckOutsideMount("--cache-dir", remote.cache_dir, mount.mountpoint));
+    CKPTFS_RETURN_IF_ERROR(ckptfs::DiskCache::CheckDirectory(
+        remote.cache_dir, remote.cache_dir_shared ? ckptfs::DiskCache::Sharing::kShared
+                                                  : ckptfs::DiskCache::Sharing::kPrivate));
+  }
+  if (!mount.log_file.empty()) {
+    mount.log_file = ckptfs::AbsolutePath(mount.log_file);
+    CKPTFS_RETURN_IF_ERROR(
+        ckptfs::CheckOutsideMount("--log-file", mount.log_file, mount.mountpoint));
+    CKPTFS_RETURN_IF_ERROR(ckptfs::OpenLogFile(mount.log_file));
+  }
+  return Status::Ok();
+}
+
+int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::CodecOptions codec,
+          bool zip_crc, ckptfs::RemoteOptions remote) {
+  if (ckptfs::Status s = PrepareMount(options, codec, remote); !s.ok()) {
+    ckptfs::PrintRefusal(s);
+    return 2;
+  }
   auto volume = ckptfs::Volume::Open(SourceArg(source), codec, zip_crc, remote);
   if (!volume.ok()) {
-    std::fprintf(stderr, "ckptfs: %s\n", volume.status().message().c_str());
+    ckptfs::PrintRefusal(volume.status());
     return ckptfs::ExitCodeForOpenFailure(volume.status());
   }
-  options.mountpoint = Absolute(options.mountpoint);
   return ckptfs::MountAndServe(std::move(volume).value(), options);
 }
 
@@ -148,7 +205,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->allow_extra_args(false);
 
-  CLI::App* umount = app.add_subcommand("umount", "Unmount MOUNTPOINT (same as fusermount3 -u)");
+  CLI::App* umount = app.add_subcommand(
+      "umount", "Unmount the ckptfs mount at MOUNTPOINT (fusermount3 -u); refuses other mounts");
   umount->add_option("MOUNTPOINT", mountpoint, "a ckptfs mount point")->required();
 
   bool json = false;
@@ -179,16 +237,14 @@ int main(int argc, char** argv) {
   // Refusals are one line on stderr; only --help and --version print more, to stdout.
   if (argc > 1 && argv[1][0] != '-' &&
       app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == argv[1]; }).empty()) {
-    std::fprintf(stderr, "ckptfs: unknown command '%s' (see ckptfs --help)\n", argv[1]);
-    return 2;
+    return Refuse(std::string("unknown command '") + argv[1] + "' (see ckptfs --help)");
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "ckptfs: %s (see ckptfs%s --help)\n", e.what(),
-                 argc > 1 && argv[1][0] != '-' ? (std::string(" ") + argv[1]).c_str() : "");
-    return 2;
+    return Refuse(std::string(e.what()) + " (see ckptfs" +
+                  (argc > 1 && argv[1][0] != '-' ? std::string(" ") + argv[1] : "") + " --help)");
   }
 
   RaiseOpenFileLimit();
@@ -198,10 +254,8 @@ int main(int argc, char** argv) {
     mount_options.mountpoint = mountpoint;
     mount_options.foreground |= mount_options.debug;
     auto bytes = ckptfs::ParseByteSize(cache_size);
-    if (!bytes) {
-      std::fprintf(stderr, "ckptfs: --cache-size %s: not a size (e.g. 512M, 4G)\n",
-                   cache_size.c_str());
-      return 2;
+    if (!bytes || *bytes == 0) {
+      return Refuse("--cache-size " + cache_size + ": not a size above 0 (e.g. 512M, 4G)");
     }
     codec.cache_bytes = *bytes;
     codec.warn = [](const std::string& line) { ckptfs::LogError("%s", line.c_str()); };
@@ -214,10 +268,11 @@ int main(int argc, char** argv) {
   if (pack->parsed()) {
     auto frame = ckptfs::ParseByteSize(frame_size);
     auto shard = ckptfs::ParseByteSize(shard_size);
-    if (!frame || !shard) {
-      std::fprintf(stderr, "ckptfs: pack: %s is not a size (e.g. 4M, 2G)\n",
-                   (!frame ? frame_size : shard_size).c_str());
-      return 2;
+    if (!frame || *frame == 0 || !shard) {
+      return Refuse(
+          "pack: " +
+          (!frame || *frame == 0 ? "--frame-size " + frame_size : "--shard-size " + shard_size) +
+          ": not a size (e.g. 4M, 2G)");
     }
     return ckptfs::RunPack(source, Absolute(dest), level, *frame, *shard, remote.options);
   }

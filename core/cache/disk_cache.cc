@@ -129,6 +129,30 @@ Status MakeDirs(const std::string& dir) {
   return Status::Ok();
 }
 
+// Whether another user could have written into the directory `st` describes. Root is
+// trusted: it can write anywhere anyway.
+Status CheckOwnership(const std::string& dir, const struct stat& st, DiskCache::Sharing sharing) {
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument(dir + ": the cache directory is not a directory");
+  }
+  if (sharing == DiskCache::Sharing::kShared) return Status::Ok();
+  constexpr char kHint[] =
+      "; another user could plant cache entries there (use a directory of your own, or "
+      "--cache-dir-shared for a group's cache)";
+  if (st.st_uid != geteuid() && st.st_uid != 0) {
+    return Status::InvalidArgument(dir + ": the cache directory belongs to another user (uid " +
+                                   std::to_string(st.st_uid) + ")" + kHint);
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::InvalidArgument(dir + ": the cache directory is writable by " +
+                                   ((st.st_mode & S_IWOTH) != 0 ? "others" : "its group") +
+                                   " (mode " + mode + ")" + kHint);
+  }
+  return Status::Ok();
+}
+
 // A name of `sub` that is the cache's to remove: an entry, or a temporary file older than
 // kStaleTempNs (a younger one may be another process's write in progress).
 enum class Kind { kOther, kEntry, kTemp };
@@ -177,7 +201,7 @@ struct DiskCache::ScanEntry {
 };
 
 DiskCache::DiskCache(std::string dir, int dir_fd, int lock_fd, uint64_t capacity,
-                     std::function<void(const std::string&)> warn)
+                     std::function<void(const std::string&)> warn, Sharing sharing)
     : dir_(std::move(dir)),
       dir_fd_(dir_fd),
       lock_fd_(lock_fd),
@@ -185,15 +209,23 @@ DiskCache::DiskCache(std::string dir, int dir_fd, int lock_fd, uint64_t capacity
       // cannot overflow: "unbounded" callers may pass UINT64_MAX.
       capacity_(std::min<uint64_t>(capacity, uint64_t{1} << 60)),
       slack_(capacity_ / 16),
-      warn_(std::move(warn)) {}
+      warn_(std::move(warn)),
+      sharing_(sharing) {}
 
 DiskCache::~DiskCache() {
   close(lock_fd_);
   close(dir_fd_);
 }
 
+Status DiskCache::CheckDirectory(const std::string& dir, Sharing sharing) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) return Status::Ok();  // Open creates it, or says why not
+  return CheckOwnership(dir, st, sharing);
+}
+
 Result<std::unique_ptr<DiskCache>> DiskCache::Open(const std::string& dir, uint64_t capacity_bytes,
-                                                   std::function<void(const std::string&)> warn) {
+                                                   std::function<void(const std::string&)> warn,
+                                                   Sharing sharing) {
   if (dir.empty()) return Status::InvalidArgument("cache directory: empty path");
   CKPTFS_RETURN_IF_ERROR(MakeDirs(dir));
   const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -201,7 +233,23 @@ Result<std::unique_ptr<DiskCache>> DiskCache::Open(const std::string& dir, uint6
     const int err = errno;
     return Status::IoError(dir + ": cannot open the cache directory: " + std::strerror(err), err);
   }
-  const int lock_fd = openat(dir_fd, kLockName, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  // Judged through the descriptor every later access goes through: a rename of the path
+  // after this check cannot swap in another directory.
+  struct stat dir_st;
+  if (fstat(dir_fd, &dir_st) != 0) {
+    const int err = errno;
+    close(dir_fd);
+    return Status::IoError(dir + ": cannot stat the cache directory: " + std::strerror(err), err);
+  }
+  if (Status s = CheckOwnership(dir, dir_st, sharing); !s.ok()) {
+    close(dir_fd);
+    return s;
+  }
+  int lock_fd = openat(dir_fd, kLockName, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (lock_fd < 0 && errno == EACCES) {
+    // Another user's lock in a shared directory: flock(2) needs only a readable file.
+    lock_fd = openat(dir_fd, kLockName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  }
   if (lock_fd < 0) {
     const int err = errno;
     close(dir_fd);
@@ -211,7 +259,7 @@ Result<std::unique_ptr<DiskCache>> DiskCache::Open(const std::string& dir, uint6
   }
   // From here the cache owns both descriptors.
   std::unique_ptr<DiskCache> cache(
-      new DiskCache(dir, dir_fd, lock_fd, capacity_bytes, std::move(warn)));
+      new DiskCache(dir, dir_fd, lock_fd, capacity_bytes, std::move(warn), sharing));
   if (getrandom(&cache->nonce_, sizeof(cache->nonce_), 0) != sizeof(cache->nonce_)) {
     // Only uniqueness matters (O_EXCL catches the rest): pid and time will do.
     cache->nonce_ = (static_cast<uint64_t>(getpid()) << 32) ^ static_cast<uint64_t>(NowNs());
@@ -221,7 +269,9 @@ Result<std::unique_ptr<DiskCache>> DiskCache::Open(const std::string& dir, uint6
   // one clear line, rather than failing every Put of a sixteenth of the keys.
   for (const char* h = kSubdirs; *h != '\0'; ++h) {
     const char sub[2] = {*h, '\0'};
-    if (mkdirat(dir_fd, sub, 0700) != 0 && errno != EEXIST) {
+    if (mkdirat(dir_fd, sub, 0700) == 0) {
+      cache->ShareSubdir(sub);
+    } else if (errno != EEXIST) {
       const int err = errno;
       return Status::IoError(dir + "/" + sub + ": cannot create: " + std::strerror(err), err);
     }
@@ -265,13 +315,26 @@ Result<std::unique_ptr<DiskCache>> DiskCache::Open(const std::string& dir, uint6
   return cache;
 }
 
+void DiskCache::ShareSubdir(const char* name) const {
+  if (sharing_ != Sharing::kShared) return;
+  // Explicit, not left to the umask: the other writers of a shared directory are its
+  // group. Keeps set-group-ID, which new subdirectories inherit from a group's directory.
+  struct stat st;
+  if (fstatat(dir_fd_, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) return;
+  fchmodat(dir_fd_, name, 0770 | (st.st_mode & S_ISGID), 0);
+}
+
 int DiskCache::OpenSubdir(char hex, bool create) const {
   const char name[2] = {hex, '\0'};
   // O_NOFOLLOW: a symlink planted in place of a subdirectory must not lead writes out.
   int fd = openat(dir_fd_, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT && create) {
     // Someone emptied the directory under a running mount: start again.
-    if (mkdirat(dir_fd_, name, 0700) != 0 && errno != EEXIST) return -1;
+    if (mkdirat(dir_fd_, name, 0700) == 0) {
+      ShareSubdir(name);
+    } else if (errno != EEXIST) {
+      return -1;
+    }
     fd = openat(dir_fd_, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   }
   return fd;
@@ -304,6 +367,12 @@ bool DiskCache::Get(std::string_view object, uint64_t block, std::span<uint8_t> 
     used_.fetch_sub(st.st_size, std::memory_order_relaxed);
     return miss();
   };
+  // A valid header proves nothing about who wrote the bytes: in a shared directory anyone
+  // with write access can plant a well-formed entry holding other weights.
+  if (st.st_uid != geteuid() && st.st_uid != 0) {
+    return drop_entry("belongs to another user (uid " + std::to_string(st.st_uid) +
+                      "), not this one or root");
+  }
   if (static_cast<uint64_t>(st.st_size) != file_bytes) {
     // Truncated, or written for another length: either way not this block.
     return drop_entry("holds " + std::to_string(st.st_size) + " bytes, expected " +

@@ -32,6 +32,13 @@
 // - Safe in a hostile directory: no symlink inside it is followed, nothing is written
 //   outside it, and only names the cache itself creates are ever removed (one-hex-digit
 //   subdirectories holding 32-hex-digit entries and `.tmp-*` files).
+// - Trusted writers only: a private directory (the default) must belong to this user (or
+//   root) and be writable by nobody else, or Open refuses it: another user could plant
+//   entries there, which would then be served as the checkpoint's bytes. A directory
+//   opened as shared (`--cache-dir-shared`, for a group's cache) may belong to anyone and
+//   be writable by others; its subdirectories are made group-writable. Either way an
+//   entry file owned by anyone but this user or root is never served (dropped as foreign),
+//   and entries are created 0600.
 // - Thread safety: Get, Put and counters may be called from any thread at once. A hit
 //   takes no lock at all; a Put takes one only to evict. One thread evicts at a time while
 //   the others write on (see Bounded); it may wait for another process's eviction.
@@ -86,14 +93,24 @@ class DiskCache {
   // Longest identity accepted; Get misses and Put ignores longer ones.
   static constexpr size_t kMaxIdentityBytes = 64 * 1024;
 
+  // Whether users other than the owner may write to the directory (see the contract).
+  enum class Sharing { kPrivate, kShared };
+
   // Opens the cache in `dir`, creating it (and missing parents) with mode 0700, and trims
   // it to `capacity_bytes` if it holds more (capacities above 2^60 count as 2^60). Fails
   // with a one-line Status naming the directory if it cannot be created, is not a
-  // directory or is not writable. `warn` receives one line for events a user should see:
-  // a corrupt entry dropped (the first ten), the directory becoming unwritable or full
-  // (at most once per ten minutes, not per block). It may be empty.
+  // directory or is not writable, or (kPrivate) if CheckDirectory refuses it. `warn`
+  // receives one line for events a user should see: a corrupt or foreign entry dropped
+  // (the first ten), the directory becoming unwritable or full (at most once per ten
+  // minutes, not per block). It may be empty.
   static Result<std::unique_ptr<DiskCache>> Open(const std::string& dir, uint64_t capacity_bytes,
-                                                 std::function<void(const std::string&)> warn = {});
+                                                 std::function<void(const std::string&)> warn = {},
+                                                 Sharing sharing = Sharing::kPrivate);
+  // Ok if `dir` does not exist yet (Open creates it private) or, for kPrivate, belongs to
+  // this user or root and is writable by neither its group nor others; otherwise an
+  // InvalidArgument naming the directory, the problem and --cache-dir-shared. Lets a
+  // caller refuse a directory before it opens anything else.
+  static Status CheckDirectory(const std::string& dir, Sharing sharing);
   ~DiskCache();
   DiskCache(const DiskCache&) = delete;
   DiskCache& operator=(const DiskCache&) = delete;
@@ -112,8 +129,10 @@ class DiskCache {
   struct Name;
   struct ScanEntry;
   DiskCache(std::string dir, int dir_fd, int lock_fd, uint64_t capacity,
-            std::function<void(const std::string&)> warn);
+            std::function<void(const std::string&)> warn, Sharing sharing);
 
+  // Makes the just created subdirectory `name` group-writable in a shared directory.
+  void ShareSubdir(const char* name) const;
   // A file descriptor (O_PATH) of subdirectory `hex`, never a symlink; -1 with errno set.
   int OpenSubdir(char hex, bool create) const;
   // Removes the invalid entry `name` in `sub` (if it is still the file `seen`, when
@@ -135,6 +154,7 @@ class DiskCache {
   const uint64_t capacity_;
   const uint64_t slack_;
   const std::function<void(const std::string&)> warn_;
+  const Sharing sharing_;
   uint64_t nonce_ = 0;  // makes temporary file names unique across processes
 
   std::mutex evict_mu_;  // serializes evictors within the process; never waited for

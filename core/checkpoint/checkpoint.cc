@@ -564,7 +564,9 @@ Result<std::string> ChooseSingleFile(const SourceDir& dir) {
 Status OpenDiskCache(const RemoteOptions& remote, CodecContext& codec) {
   if (remote.cache_dir.empty() || codec.disk_cache()) return Status::Ok();
   CKPTFS_ASSIGN_OR_RETURN(
-      auto disk, DiskCache::Open(remote.cache_dir, remote.cache_dir_bytes, codec.options().warn));
+      auto disk, DiskCache::Open(remote.cache_dir, remote.cache_dir_bytes, codec.options().warn,
+                                 remote.cache_dir_shared ? DiskCache::Sharing::kShared
+                                                         : DiskCache::Sharing::kPrivate));
   codec.SetDiskCache(std::move(disk));
   return Status::Ok();
 }

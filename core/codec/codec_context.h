@@ -30,7 +30,7 @@ struct CodecOptions {
   std::string spill_dir = "/var/tmp";  // where single-frame shards are decoded once
   // Receives one line for events a user should see that are not a failed read (a corrupt
   // disk cache entry dropped): core never logs itself. May be empty.
-  std::function<void(const std::string&)> warn;
+  std::function<void(const std::string&)> warn = {};
 };
 
 class CodecContext {

@@ -50,6 +50,9 @@ struct RemoteOptions {
   // Where fetched bytes are kept across mounts; empty: no disk cache.
   std::string cache_dir;
   uint64_t cache_dir_bytes = uint64_t{10} << 30;
+  // The directory may belong to others and be writable by them (a group's cache); entries
+  // other users wrote are still never served. See DiskCache.
+  bool cache_dir_shared = false;
 };
 
 }  // namespace ckptfs

@@ -837,5 +837,79 @@ TEST(DiskCacheProcessTest, TwoProcessesShareOneDirectory) {
   EXPECT_LE(DiskUsage(dir.path()), Workload::Bound(capacity, 2, 2));
 }
 
+// ---------------------------------------------------------------------------
+// Trusted writers only: a directory others could write to is refused unless shared, and an
+// entry another user wrote is never served.
+
+constexpr uid_t kNobody = 65534;
+
+// Tests that chown to another user need root (the mount tests' user on these machines).
+#define SKIP_UNLESS_ROOT() \
+  if (geteuid() != 0) GTEST_SKIP() << "chown to another user needs root"
+
+TEST(DiskCacheTrustTest, RefusesADirectoryWritableByOthers) {
+  for (const mode_t mode : {0777, 01777, 0770, 0720}) {
+    SCOPED_TRACE(mode);
+    TempDir dir;
+    const std::string path = dir.Sub("cache");
+    ASSERT_EQ(mkdir(path.c_str(), 0700), 0);
+    ASSERT_EQ(chmod(path.c_str(), mode), 0);
+    auto cache = DiskCache::Open(path, 1 << 20);
+    ASSERT_FALSE(cache.ok()) << "a directory of mode " << std::oct << mode << " was accepted";
+    EXPECT_NE(cache.status().message().find(path), std::string::npos);
+    EXPECT_NE(cache.status().message().find("--cache-dir-shared"), std::string::npos);
+    EXPECT_EQ(cache.status().message().find('\n'), std::string::npos);
+    EXPECT_FALSE(DiskCache::CheckDirectory(path, DiskCache::Sharing::kPrivate).ok());
+    // Nothing was written into a refused directory.
+    EXPECT_TRUE(fs::is_empty(path));
+    // Shared on purpose: accepted, and new subdirectories let the group write.
+    auto shared = DiskCache::Open(path, 1 << 20, {}, DiskCache::Sharing::kShared);
+    ASSERT_TRUE(shared.ok()) << shared.status().message();
+    struct stat st;
+    ASSERT_EQ(stat((path + "/a").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0770u);
+  }
+}
+
+TEST(DiskCacheTrustTest, RefusesADirectoryOfAnotherUser) {
+  SKIP_UNLESS_ROOT();
+  TempDir dir;
+  const std::string path = dir.Sub("cache");
+  ASSERT_EQ(mkdir(path.c_str(), 0700), 0);
+  ASSERT_EQ(chown(path.c_str(), kNobody, kNobody), 0);
+  auto cache = DiskCache::Open(path, 1 << 20);
+  ASSERT_FALSE(cache.ok()) << "a directory owned by nobody was accepted";
+  EXPECT_NE(cache.status().message().find("another user"), std::string::npos)
+      << cache.status().message();
+  EXPECT_FALSE(DiskCache::CheckDirectory(path, DiskCache::Sharing::kPrivate).ok());
+  EXPECT_TRUE(DiskCache::CheckDirectory(path, DiskCache::Sharing::kShared).ok());
+  // A directory that does not exist yet is created private, so it passes the check.
+  EXPECT_TRUE(DiskCache::CheckDirectory(dir.Sub("new"), DiskCache::Sharing::kPrivate).ok());
+}
+
+// An entry valid in every byte but written by another user (copied from a real one and
+// chowned, as a planter with write access to a shared directory would) is a miss, dropped
+// and reported; the block is then stored again by this user and served.
+TEST(DiskCacheTrustTest, EntryOfAnotherUserIsNeverServed) {
+  SKIP_UNLESS_ROOT();
+  for (const auto sharing : {DiskCache::Sharing::kPrivate, DiskCache::Sharing::kShared}) {
+    TempDir dir;
+    WarnLog warnings;
+    auto cache = DiskCache::Open(dir.path(), 1 << 20, warnings.Fn(), sharing);
+    ASSERT_TRUE(cache.ok()) << cache.status().message();
+    const std::string obj = Identity(3);
+    Put(**cache, obj, 1, 4096);
+    const std::string entry = EntryPath(dir.path(), obj, 1);
+    ASSERT_EQ(chown(entry.c_str(), kNobody, kNobody), 0);
+    EXPECT_FALSE(GetMatches(**cache, obj, 1, 4096)) << "an entry owned by nobody was served";
+    EXPECT_EQ((*cache)->counters().corrupt, 1u);
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_NE(warnings.lines[0].find("another user"), std::string::npos) << warnings.lines[0];
+    EXPECT_FALSE(Exists(entry)) << "the foreign entry should have been removed";
+    Put(**cache, obj, 1, 4096);
+    EXPECT_TRUE(GetMatches(**cache, obj, 1, 4096));
+  }
+}
+
 }  // namespace
 }  // namespace ckptfs

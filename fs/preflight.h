@@ -1,0 +1,51 @@
+// Checks of the paths and options `ckptfs mount` and `ckptfs umount` are given, made
+// before anything is opened, forked or mounted: a bad argument is refused at once with one
+// line (the returned Status's message) instead of failing later in the daemon, where it
+// could only be logged, or hanging it. Functions here touch no mount they are not asked
+// about and read mount tables from /proc/self/mountinfo, never by stat()ing a mount point
+// that may hang.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ckptfs {
+
+// `path` made absolute against the current directory, with ".", ".." and repeated slashes
+// removed lexically: symlinks are not resolved and the path need not exist. The daemon
+// chdirs to "/", so every path it keeps must be absolute before it forks.
+std::string AbsolutePath(const std::string& path);
+
+// A line of /proc/self/mountinfo: where something is mounted and what.
+struct MountEntry {
+  std::string mountpoint;  // unescaped
+  std::string fstype;      // "fuse.ckptfs" for a ckptfs mount
+};
+
+// The topmost mount whose mount point is exactly the absolute `path`, or nullopt.
+std::optional<MountEntry> FindMount(const std::string& path);
+
+// The canonical path of the mount point `path`: an existing directory nothing is mounted
+// on. A live mount of any kind and a dead FUSE mount (its daemon gone: stat fails with
+// ENOTCONN) are refused with the hint to `ckptfs umount` it first.
+Result<std::string> CheckMountPoint(const std::string& path);
+
+// Refuses -o options that would make the mount writable: `rw` anywhere in the list, also
+// spelled with the backslash escapes libfuse removes, and an option ending in a backslash,
+// which would swallow the comma and the option after it.
+Status CheckFuseOptions(const std::vector<std::string>& options);
+
+// Refuses `path` (given as `option`) if it is the canonical `mountpoint` or lies inside
+// it, symlinks resolved as far as the path exists: the mount would hide it, and the daemon
+// reaching it through its own mount would hang.
+Status CheckOutsideMount(const std::string& option, const std::string& path,
+                         const std::string& mountpoint);
+
+// Refuses `dir` (given as `option`) unless it is an existing directory this process may
+// create files in.
+Status CheckWritableDir(const std::string& option, const std::string& dir);
+
+}  // namespace ckptfs

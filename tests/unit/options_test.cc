@@ -1,0 +1,90 @@
+// The command line's checks that need no mount: sizes, -o options, paths, and the escaping
+// that keeps every message one line (fs/commands.h, fs/preflight.h, core/status.h).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "core/status.h"
+#include "fs/commands.h"
+#include "fs/preflight.h"
+
+namespace ckptfs {
+namespace {
+
+TEST(ParseByteSizeTest, Units) {
+  EXPECT_EQ(ParseByteSize("0"), 0u);
+  EXPECT_EQ(ParseByteSize("1048576"), 1048576u);
+  EXPECT_EQ(ParseByteSize("64K"), 64u << 10);
+  EXPECT_EQ(ParseByteSize("512M"), 512u << 20);
+  EXPECT_EQ(ParseByteSize("4GiB"), uint64_t{4} << 30);
+  EXPECT_EQ(ParseByteSize("2t"), uint64_t{2} << 40);
+  EXPECT_EQ(ParseByteSize("18446744073709551615"), UINT64_MAX);
+}
+
+// stoull takes a sign and wraps "-1" to 2^64-1, which made a cache unbounded.
+TEST(ParseByteSizeTest, RefusesSignsBlanksAndOverflow) {
+  for (const char* text :
+       {"-1", "-1G", "-0", "+5", " 5", "\t5M", "", "G", "5Q", "5 M", "18446744073709551616",
+        "99999999999999999999999", "16777216T", "17179869184G"}) {
+    EXPECT_EQ(ParseByteSize(text), std::nullopt) << "'" << text << "'";
+  }
+}
+
+TEST(EscapeControlCharsTest, EscapesControlBytesOnly) {
+  EXPECT_EQ(EscapeControlChars("plain name.safetensors"), "plain name.safetensors");
+  EXPECT_EQ(EscapeControlChars("a\nb"), "a\\x0ab");
+  EXPECT_EQ(EscapeControlChars("\x1b[31mred"), "\\x1b[31mred");
+  EXPECT_EQ(EscapeControlChars(std::string("nul\0", 4)), "nul\\x00");
+  EXPECT_EQ(EscapeControlChars("tab\tdel\x7f"), "tab\\x09del\\x7f");
+  EXPECT_EQ(EscapeControlChars("caf\xc3\xa9"), "caf\xc3\xa9");  // UTF-8 kept
+  // Idempotent: a message escaped when made may be escaped again when printed.
+  EXPECT_EQ(EscapeControlChars(EscapeControlChars("a\r\nb")), "a\\x0d\\x0ab");
+}
+
+TEST(EscapeControlCharsTest, StatusMessagesAreOneLine) {
+  const Status s = Status::Corruption("shard\n-00001\x1b[2J.safetensors: header too long");
+  EXPECT_EQ(s.message(), "shard\\x0a-00001\\x1b[2J.safetensors: header too long");
+  EXPECT_EQ(Status::NotFound("a\nb").message().find('\n'), std::string::npos);
+  EXPECT_EQ(Status::IoError("a\rb", EACCES).errno_value(), EACCES);
+}
+
+TEST(CheckFuseOptionsTest, RefusesWhatMakesTheMountWritable) {
+  EXPECT_TRUE(CheckFuseOptions({}).ok());
+  EXPECT_TRUE(CheckFuseOptions({"ro", "allow_other", "fsname=a\\,b"}).ok());
+  for (const std::vector<std::string>& options : std::vector<std::vector<std::string>>{
+           {"rw"}, {"ro", "rw"}, {"allow_other", "rw", "ro"}, {"r\\w"}, {"\\rw"}, {"fsname=x\\"}}) {
+    const Status s = CheckFuseOptions(options);
+    EXPECT_FALSE(s.ok()) << options.back();
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  }
+}
+
+TEST(AbsolutePathTest, AgainstTheCurrentDirectory) {
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  const std::string here = cwd;
+  EXPECT_EQ(AbsolutePath("/var/tmp"), "/var/tmp");
+  EXPECT_EQ(AbsolutePath("/var//tmp/./x/../"), "/var/tmp");
+  EXPECT_EQ(AbsolutePath("log.txt"), (here == "/" ? "" : here) + "/log.txt");
+  EXPECT_EQ(AbsolutePath("a/../b"), (here == "/" ? "" : here) + "/b");
+  EXPECT_EQ(AbsolutePath("/"), "/");
+}
+
+TEST(CheckOutsideMountTest, InsideOrSameIsRefused) {
+  EXPECT_FALSE(CheckOutsideMount("--log-file", "/mnt/ckpt/log", "/mnt/ckpt").ok());
+  EXPECT_FALSE(CheckOutsideMount("--spill-dir", "/mnt/ckpt", "/mnt/ckpt").ok());
+  EXPECT_FALSE(CheckOutsideMount("--spill-dir", "/mnt/ckpt/a/b/c", "/mnt/ckpt").ok());
+  EXPECT_TRUE(CheckOutsideMount("--log-file", "/mnt/ckpt.log", "/mnt/ckpt").ok());
+  EXPECT_TRUE(CheckOutsideMount("--log-file", "/mnt/log", "/mnt/ckpt").ok());
+}
+
+TEST(FindMountTest, KnowsTheRoot) {
+  const auto root = FindMount("/");
+  ASSERT_TRUE(root.has_value());
+  EXPECT_FALSE(root->fstype.empty());
+  EXPECT_FALSE(FindMount("/no/such/mount/point").has_value());
+}
+
+}  // namespace
+}  // namespace ckptfs
