@@ -30,7 +30,7 @@ struct CodecOptions {
   std::string spill_dir = "/var/tmp";  // where single-frame shards are decoded once
   // Receives one line for events a user should see that are not a failed read (a corrupt
   // disk cache entry dropped): core never logs itself. May be empty.
-  std::function<void(const std::string&)> warn;
+  std::function<void(const std::string&)> warn = {};
 };
 
 class CodecContext {
@@ -51,6 +51,8 @@ class CodecContext {
   DiskCache* disk_cache() const { return disk_.get(); }
 
   BlockCache& cache() { return cache_; }
+  // Held by each stream decode (spill files, header prefixes): one at a time.
+  std::mutex& stream_mu() { return stream_mu_; }
   const CodecOptions& options() const { return options_; }
 
   std::atomic<uint64_t> bytes_decoded{0};          // decoded bytes produced
@@ -67,6 +69,7 @@ class CodecContext {
   CodecOptions options_;
   BlockCache cache_;
   std::unique_ptr<DiskCache> disk_;  // before the pools: tasks may use it until joined
+  std::mutex stream_mu_;
   std::mutex pool_mu_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ThreadPool> fetch_pool_;
