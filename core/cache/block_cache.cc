@@ -21,6 +21,9 @@ namespace {
 constexpr size_t kShardBits = 4;
 constexpr size_t kShardCount = size_t{1} << kShardBits;
 
+// Longest a load waits for room before it goes over the capacity (see Admit).
+constexpr auto kMaxRoomWait = std::chrono::seconds(2);
+
 // splitmix64's finalizer: block numbers are small consecutive integers, so the raw key
 // would put neighbouring blocks of one source in neighbouring buckets and one shard.
 uint64_t HashKey(const BlockKey& key) {
@@ -174,7 +177,20 @@ Result<BlockCache::Handle> BlockCache::GetOrLoad(const BlockKey& key, size_t siz
         return Handle(this, entry);
       }
       coalesced_.fetch_add(1, std::memory_order_relaxed);
+      // Waiting for another caller's load is waiting for room too (that load may be
+      // waiting in Admit): the pins this caller holds count as stalled meanwhile.
+      const uint64_t held = t_held_bytes;
+      if (held > 0) {
+        lock.unlock();  // room_mu_ comes before any shard mutex
+        AddWaitingHeld(held, true);
+        lock.lock();
+      }
       shard.loaded.wait(lock, [entry] { return entry->state != Entry::State::kLoading; });
+      if (held > 0) {
+        lock.unlock();
+        AddWaitingHeld(held, false);
+        lock.lock();
+      }
       if (entry->state == Entry::State::kReady) return Handle(this, entry);
       // Failed: the loader already took the entry out of the table and uncharged it; the
       // last caller to see the error frees it.
@@ -206,6 +222,7 @@ void BlockCache::Admit(size_t size) {
   EvictIfNeeded(size);
   if (!fits()) {
     const uint64_t held = t_held_bytes;
+    const auto give_up = std::chrono::steady_clock::now() + kMaxRoomWait;
     waiting_held_ += held;
     waiters_.fetch_add(1, std::memory_order_relaxed);
     for (;;) {
@@ -213,7 +230,11 @@ void BlockCache::Admit(size_t size) {
       if (fits()) break;
       // Everything pinned is held by callers waiting here (or nothing is pinned and the
       // block alone is larger than the cache): no release can come, so go over.
-      if (pinned_bytes_.load(std::memory_order_relaxed) <= waiting_held_) {
+      // A backstop for a wait the cache cannot see (a caller holding pins that waits on
+      // a lock outside the cache, e.g. behind another shard's spill decode): after
+      // kMaxRoomWait it goes over rather than risk never waking.
+      if (pinned_bytes_.load(std::memory_order_relaxed) <= waiting_held_ ||
+          std::chrono::steady_clock::now() >= give_up) {
         overdrafts_.fetch_add(1, std::memory_order_relaxed);
         break;
       }
@@ -229,6 +250,18 @@ void BlockCache::Admit(size_t size) {
   if (charged > peak_charged_bytes_.load(std::memory_order_relaxed)) {
     peak_charged_bytes_.store(charged, std::memory_order_relaxed);  // writers hold room_mu_
   }
+}
+
+void BlockCache::AddWaitingHeld(uint64_t held, bool add) {
+  {
+    std::lock_guard lock(room_mu_);
+    if (add) {
+      waiting_held_ += held;
+    } else {
+      waiting_held_ -= held;
+    }
+  }
+  if (add) room_freed_.notify_all();  // a stall a loader in Admit must now see
 }
 
 void BlockCache::NotifyRoom() {

@@ -130,6 +130,8 @@ class BlockCache {
   void Admit(size_t size);
   // Wakes loads waiting in Admit: a pin was released or a load failed.
   void NotifyRoom();
+  // Adds (or takes back) pins of a caller waiting for another caller's load.
+  void AddWaitingHeld(uint64_t held, bool add);
   // Evicted buffers kept for reuse, bounded by MaxSpareBytes() and by the room the charge
   // leaves under the capacity (not charged: they hold no block).
   static constexpr uint64_t kMaxSpareBytes = 16ull << 20;

@@ -222,7 +222,9 @@ Status ZstdSource::ForEachFrame(
     fn(frame, frame.data().subspan(from, n));
     done += n;
   }
-  return Status::Ok();
+  // Frames cached before a rewrite hold the old bytes, whole and unmixed; still, a shard
+  // changed in place gives EIO on every read from then on, as a plain shard does.
+  return compressed_->CheckUnchanged();
 }
 
 // Decodes from the first frame only as far as `offset + out.size()`.

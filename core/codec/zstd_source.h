@@ -17,10 +17,11 @@
 //
 // Every decode checks the frame's size, that it is exactly one frame, and the seek
 // table's checksum when present; failures are Corruption naming the shard, frame and
-// offset. Every decoded frame, every spill decode and every read served from the spill
-// file is also checked against the shard as it was at mount (compressed->CheckUnchanged(),
-// after its bytes were read): a shard rewritten in place gives that error (EIO), never a
-// mix of old and new bytes, and no frame of the new file is cached. Thread-safe.
+// offset. Every decoded frame, every spill decode and every read (from the cache or the
+// spill file) is also checked against the shard as it was at mount
+// (compressed->CheckUnchanged(), after the bytes were read): a shard rewritten in place
+// gives that error (EIO), never a mix of old and new bytes, and no frame of the new file
+// is cached. Thread-safe.
 #pragma once
 
 #include <atomic>
