@@ -21,8 +21,10 @@ namespace {
 constexpr size_t kShardBits = 4;
 constexpr size_t kShardCount = size_t{1} << kShardBits;
 
-// Longest a load waits for room before it goes over the capacity (see Admit).
-constexpr auto kMaxRoomWait = std::chrono::seconds(2);
+// Longest a load waits for room before it goes over the capacity (see Admit): far longer
+// than decoding a few frames takes, short enough that a stall it breaks is noticed only
+// as one slow read.
+constexpr auto kMaxRoomWait = std::chrono::seconds(5);
 
 // splitmix64's finalizer: block numbers are small consecutive integers, so the raw key
 // would put neighbouring blocks of one source in neighbouring buckets and one shard.
@@ -228,11 +230,10 @@ void BlockCache::Admit(size_t size) {
     for (;;) {
       EvictIfNeeded(size);
       if (fits()) break;
-      // Everything pinned is held by callers waiting here (or nothing is pinned and the
-      // block alone is larger than the cache): no release can come, so go over.
-      // A backstop for a wait the cache cannot see (a caller holding pins that waits on
-      // a lock outside the cache, e.g. behind another shard's spill decode): after
-      // kMaxRoomWait it goes over rather than risk never waking.
+      // Everything pinned is held by callers waiting for room or for a load (or nothing
+      // is pinned and the block alone is larger than the cache): no release can come, so
+      // go over. After kMaxRoomWait too: a backstop for a wait the cache cannot see (a
+      // caller holding pins behind a lock outside the cache, such as a spill decode).
       if (pinned_bytes_.load(std::memory_order_relaxed) <= waiting_held_ ||
           std::chrono::steady_clock::now() >= give_up) {
         overdrafts_.fetch_add(1, std::memory_order_relaxed);
