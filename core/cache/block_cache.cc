@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cassert>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <limits>
@@ -20,6 +21,11 @@ namespace {
 constexpr size_t kShardBits = 4;
 constexpr size_t kShardCount = size_t{1} << kShardBits;
 
+// Longest a load waits for room before it goes over the capacity (see Admit): far longer
+// than decoding a few frames takes, short enough that a stall it breaks is noticed only
+// as one slow read.
+constexpr auto kMaxRoomWait = std::chrono::seconds(5);
+
 // splitmix64's finalizer: block numbers are small consecutive integers, so the raw key
 // would put neighbouring blocks of one source in neighbouring buckets and one shard.
 uint64_t HashKey(const BlockKey& key) {
@@ -28,6 +34,14 @@ uint64_t HashKey(const BlockKey& key) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+
+// Bytes of blocks this thread holds pinned (its Handles, and the block its loader is
+// filling). A load that would have to wait for room compares it with what the waiters hold
+// in total: when every pinned byte belongs to a waiter, nobody can free room, so one waiter
+// goes ahead over the capacity instead of all of them waiting forever. Handles are released
+// on the thread that took them (a FUSE reply, a prefetch task); if one were not, the figure
+// would only make that detection earlier or later, never wrong data.
+thread_local uint64_t t_held_bytes = 0;
 
 struct KeyHash {
   size_t operator()(const BlockKey& key) const { return static_cast<size_t>(HashKey(key)); }
@@ -89,6 +103,10 @@ struct BlockCache::Shard {
     return was_cold ? e->size : 0;
   }
 };
+
+BlockCache::Handle::Handle(BlockCache* cache, Entry* entry) : cache_(cache), entry_(entry) {
+  t_held_bytes += entry->size;
+}
 
 BlockCache::Handle::Handle(Handle&& other) noexcept : cache_(other.cache_), entry_(other.entry_) {
   other.cache_ = nullptr;
@@ -161,7 +179,20 @@ Result<BlockCache::Handle> BlockCache::GetOrLoad(const BlockKey& key, size_t siz
         return Handle(this, entry);
       }
       coalesced_.fetch_add(1, std::memory_order_relaxed);
+      // Waiting for another caller's load is waiting for room too (that load may be
+      // waiting in Admit): the pins this caller holds count as stalled meanwhile.
+      const uint64_t held = t_held_bytes;
+      if (held > 0) {
+        lock.unlock();  // room_mu_ comes before any shard mutex
+        AddWaitingHeld(held, true);
+        lock.lock();
+      }
       shard.loaded.wait(lock, [entry] { return entry->state != Entry::State::kLoading; });
+      if (held > 0) {
+        lock.unlock();
+        AddWaitingHeld(held, false);
+        lock.lock();
+      }
       if (entry->state == Entry::State::kReady) return Handle(this, entry);
       // Failed: the loader already took the entry out of the table and uncharged it; the
       // last caller to see the error frees it.
@@ -178,22 +209,80 @@ Result<BlockCache::Handle> BlockCache::GetOrLoad(const BlockKey& key, size_t siz
     entry->refs = 1;
     shard.table.emplace(key, entry);
     entries_.fetch_add(1, std::memory_order_relaxed);
-    charged_bytes_.fetch_add(size, std::memory_order_relaxed);
-    pinned_bytes_.fetch_add(size, std::memory_order_relaxed);
     misses_.fetch_add(1, std::memory_order_relaxed);
   }
-  // Make room before the new buffer is filled, so memory never holds both the old
-  // blocks and the new one beyond the capacity.
-  EvictIfNeeded();
+  // Make room before the new buffer exists, so memory never holds both the old blocks and
+  // the new one beyond the capacity; other callers for this key wait for it meanwhile.
+  Admit(size);
   CKPTFS_RETURN_IF_ERROR(Load(shard, entry, loader));
   return Handle(this, entry);
 }
 
+void BlockCache::Admit(size_t size) {
+  std::unique_lock lock(room_mu_);
+  auto fits = [&] { return charged_bytes_.load(std::memory_order_relaxed) + size <= capacity_; };
+  EvictIfNeeded(size);
+  if (!fits()) {
+    const uint64_t held = t_held_bytes;
+    const auto give_up = std::chrono::steady_clock::now() + kMaxRoomWait;
+    waiting_held_ += held;
+    waiters_.fetch_add(1, std::memory_order_relaxed);
+    for (;;) {
+      EvictIfNeeded(size);
+      if (fits()) break;
+      // Everything pinned is held by callers waiting for room or for a load (or nothing
+      // is pinned and the block alone is larger than the cache): no release can come, so
+      // go over. After kMaxRoomWait too: a backstop for a wait the cache cannot see (a
+      // caller holding pins behind a lock outside the cache, such as a spill decode).
+      if (pinned_bytes_.load(std::memory_order_relaxed) <= waiting_held_ ||
+          std::chrono::steady_clock::now() >= give_up) {
+        overdrafts_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+      // Releases notify; the timeout only bounds a wait whose wakeup raced a release.
+      room_freed_.wait_for(lock, std::chrono::milliseconds(50));
+    }
+    waiters_.fetch_sub(1, std::memory_order_relaxed);
+    waiting_held_ -= held;
+  }
+  // Charged under room_mu_, so two loads never both take the last room.
+  const uint64_t charged = charged_bytes_.fetch_add(size, std::memory_order_relaxed) + size;
+  pinned_bytes_.fetch_add(size, std::memory_order_relaxed);
+  if (charged > peak_charged_bytes_.load(std::memory_order_relaxed)) {
+    peak_charged_bytes_.store(charged, std::memory_order_relaxed);  // writers hold room_mu_
+  }
+}
+
+void BlockCache::AddWaitingHeld(uint64_t held, bool add) {
+  {
+    std::lock_guard lock(room_mu_);
+    if (add) {
+      waiting_held_ += held;
+    } else {
+      waiting_held_ -= held;
+    }
+  }
+  if (add) room_freed_.notify_all();  // a stall a loader in Admit must now see
+}
+
+void BlockCache::NotifyRoom() {
+  if (waiters_.load(std::memory_order_relaxed) == 0) return;
+  { std::lock_guard lock(room_mu_); }  // a waiter is either before its check or asleep
+  room_freed_.notify_all();
+}
+
 Status BlockCache::Load(Shard& shard, Entry* entry, const Loader& loader) {
   Status status;
-  // A recycled buffer if one fits, else fresh mmap memory; never zero-filled by us.
+  // A recycled buffer if one fits, else fresh mmap memory; never zero-filled by us. Spare
+  // buffers that no load can take go now: block memory stays within the capacity.
   Buffer buffer = TakeSpare(entry->size);
-  if (!buffer) buffer = AllocateBuffer(entry->size);
+  if (!buffer) {
+    TrimSpares();
+    buffer = AllocateBuffer(entry->size);
+  }
+  // The block being filled is this thread's: a load nested in the loader (a remote
+  // source under a zstd shard) must not wait for room this one holds.
+  t_held_bytes += entry->size;
   if (buffer == nullptr && entry->size > 0) {
     status = Status::IoError(
         "block cache: cannot allocate " + std::to_string(entry->size) + " bytes", ENOMEM);
@@ -207,6 +296,7 @@ Status BlockCache::Load(Shard& shard, Entry* entry, const Loader& loader) {
       status = Status::IoError("block loader threw");
     }
   }
+  t_held_bytes -= entry->size;
 
   bool free_entry = false;
   {
@@ -229,6 +319,7 @@ Status BlockCache::Load(Shard& shard, Entry* entry, const Loader& loader) {
     }
   }
   shard.loaded.notify_all();
+  if (!status.ok()) NotifyRoom();
   if (free_entry) delete entry;
   return status;
 }
@@ -240,6 +331,7 @@ void BlockCache::Handle::MarkConsumed() {
 }
 
 void BlockCache::Unpin(Entry* entry) {
+  t_held_bytes -= entry->size;
   Shard& shard = ShardFor(entry->key);
   {
     std::lock_guard lock(shard.mu);
@@ -251,21 +343,22 @@ void BlockCache::Unpin(Entry* entry) {
     cold_bytes_.fetch_add(shard.LruAppend(entry), std::memory_order_relaxed);
   }
   EvictIfNeeded();
+  NotifyRoom();
 }
 
-bool BlockCache::OverBudget() const {
-  return charged_bytes_.load(std::memory_order_relaxed) > capacity_ ||
+bool BlockCache::OverBudget(uint64_t incoming) const {
+  return charged_bytes_.load(std::memory_order_relaxed) + incoming > capacity_ ||
          cold_bytes_.load(std::memory_order_relaxed) > ColdBudget();
 }
 
 uint64_t BlockCache::ColdBudget() const { return capacity_ / 8; }
 
-void BlockCache::EvictIfNeeded() {
-  if (!OverBudget()) return;
+void BlockCache::EvictIfNeeded(uint64_t incoming) {
+  if (!OverBudget(incoming)) return;
   // Freed after every lock is dropped: releasing megabytes can mean munmap.
   std::vector<std::unique_ptr<Entry>> victims;
   std::lock_guard evict_lock(evict_mu_);
-  while (OverBudget()) {
+  while (OverBudget(incoming)) {
     // The victim is the globally least recently released consumed entry if there is one,
     // else the least recently released of all: the oldest of the shards' list heads.
     // One lock at a time: a snapshot that a reader may change before we come back, which
@@ -335,7 +428,11 @@ void BlockCache::BufferFree::operator()(uint8_t* p) const {
 void BlockCache::KeepSpare(Buffer buffer, size_t size) {
   if (!buffer || size == 0) return;
   std::lock_guard lock(spare_mu_);
-  if (spare_bytes_ + size > MaxSpareBytes()) return;  // freed on return
+  // Spares are memory too: kept only in room the charged blocks leave free.
+  if (spare_bytes_ + size > MaxSpareBytes() ||
+      charged_bytes_.load(std::memory_order_relaxed) + spare_bytes_ + size > capacity_) {
+    return;  // freed on return
+  }
   spare_bytes_ += size;
   spares_.emplace_back(size, std::move(buffer));
 }
@@ -350,6 +447,17 @@ BlockCache::Buffer BlockCache::TakeSpare(size_t size) {
     return buffer;
   }
   return Buffer(nullptr, {0});
+}
+
+void BlockCache::TrimSpares() {
+  std::vector<std::pair<size_t, Buffer>> freed;  // unmapped after the lock is dropped
+  std::lock_guard lock(spare_mu_);
+  while (!spares_.empty() &&
+         charged_bytes_.load(std::memory_order_relaxed) + spare_bytes_ > capacity_) {
+    spare_bytes_ -= spares_.back().first;
+    freed.push_back(std::move(spares_.back()));
+    spares_.pop_back();
+  }
 }
 
 uint64_t BlockCache::MaxSpareBytes() const {
@@ -376,6 +484,12 @@ BlockCache::Counters BlockCache::counters() const {
   c.pinned_bytes = pinned_bytes_.load(std::memory_order_relaxed);
   c.entries = entries_.load(std::memory_order_relaxed);
   c.capacity_bytes = capacity_;
+  c.overdrafts = overdrafts_.load(std::memory_order_relaxed);
+  c.peak_charged_bytes = peak_charged_bytes_.load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(spare_mu_);
+    c.spare_bytes = spare_bytes_;
+  }
   return c;
 }
 

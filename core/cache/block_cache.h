@@ -1,13 +1,17 @@
 // BlockCache: the one byte-bounded LRU of decoded blocks shared by every view of a mount.
 //
 // Contract:
-// - Entries are keyed by (source id, block number) and charged their size in bytes.
-//   The total charge of unpinned entries is kept at or below the capacity by evicting
-//   the least recently used unpinned entries.
+// - Entries are keyed by (source id, block number) and charged their size in bytes from
+//   the moment their load is admitted (before their buffer exists) until evicted.
+// - Memory bound: the charge, pinned entries and loads in flight included, plus the spare
+//   buffers kept for reuse, stays at or below the capacity. A load that does not fit waits
+//   until releases and evictions make room for it. The one exception keeps the cache from
+//   deadlocking: when every pinned byte belongs to callers that are themselves waiting for
+//   room (a reply that pins one block while it loads the next, a block larger than the
+//   whole cache), one of them goes ahead over the capacity (counted in `overdrafts`); it
+//   is at most one block beyond the capacity per such stalled caller.
 // - GetOrLoad returns a Handle that pins its entry: a pinned entry is never evicted or
-//   freed, so a reader may copy from Handle::data() without holding any lock. Pinned
-//   entries still count towards the charge; while many are pinned the charge may exceed
-//   the capacity by at most the pinned bytes (readers in flight x block size).
+//   freed, so a reader may copy from Handle::data() without holding any lock.
 // - On a miss the caller's loader fills a buffer of the requested size. Concurrent
 //   GetOrLoad calls for the same key wait for one load instead of decoding twice. A
 //   failed load is not cached: every waiter gets its Status and the next call retries.
@@ -16,6 +20,8 @@
 //   they may use only an eighth of the capacity, so streaming touches little memory.
 // - Thread safety: every method may be called from any thread. Keys are spread over
 //   several independently locked shards so readers of different blocks rarely contend.
+//   A Handle should be released on the thread that got it: the cache tells a caller that
+//   holds pins (and must not wait for room) by a per-thread count.
 //
 // Details the contract above leaves open:
 // - Recency is the time a block was last released: an entry leaves the LRU order while
@@ -24,10 +30,8 @@
 // - The capacity is global, not split per shard: one 4 MiB block in a cache of 8 MiB
 //   must not evict its whole shard. Eviction takes the globally least recently released
 //   entry (each shard's LRU list is ordered by a global clock).
-// - A block is charged from the moment its load starts (its buffer exists then), and
-//   older blocks are evicted before the loader runs, so memory stays within the capacity
-//   plus the pinned bytes even while decoding.
-// - Capacity 0 caches nothing: each block lives only while some Handle pins it.
+// - Capacity 0 caches nothing: each block lives only while some Handle pins it, and
+//   loads run one at a time.
 // - A block's size is part of its identity: asking for a cached key with another size is
 //   an InvalidArgument error (two sources sharing an id, or a stale block table).
 // - A loader that throws fails the load like an error Status (IoError): exceptions never
@@ -35,6 +39,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +71,9 @@ class BlockCache {
     uint64_t pinned_bytes = 0;   // current charge of pinned entries
     uint64_t entries = 0;
     uint64_t capacity_bytes = 0;
+    uint64_t overdrafts = 0;          // loads let past the capacity to break a stall
+    uint64_t peak_charged_bytes = 0;  // highest charge so far
+    uint64_t spare_bytes = 0;         // evicted buffers kept for reuse (within the capacity)
   };
 
   class Entry;  // opaque
@@ -89,7 +97,7 @@ class BlockCache {
 
    private:
     friend class BlockCache;
-    Handle(BlockCache* cache, Entry* entry) : cache_(cache), entry_(entry) {}
+    Handle(BlockCache* cache, Entry* entry);
     BlockCache* cache_ = nullptr;
     Entry* entry_ = nullptr;
   };
@@ -118,8 +126,14 @@ class BlockCache {
   struct Shard;
   Shard& ShardFor(const BlockKey& key) const;
   void Unpin(Entry* entry);
-  // Evicted buffers kept for reuse, bounded by MaxSpareBytes() (not charged: they hold no
-  // block, but they count towards the memory the cache may take beyond its capacity).
+  // Charges a new block of `size` bytes once it fits (see the memory bound above).
+  void Admit(size_t size);
+  // Wakes loads waiting in Admit: a pin was released or a load failed.
+  void NotifyRoom();
+  // Adds (or takes back) pins of a caller waiting for another caller's load.
+  void AddWaitingHeld(uint64_t held, bool add);
+  // Evicted buffers kept for reuse, bounded by MaxSpareBytes() and by the room the charge
+  // leaves under the capacity (not charged: they hold no block).
   static constexpr uint64_t kMaxSpareBytes = 16ull << 20;
   // Block memory straight from mmap: see AllocateBuffer in the .cc.
   struct BufferFree {
@@ -129,23 +143,25 @@ class BlockCache {
   using Buffer = std::unique_ptr<uint8_t[], BufferFree>;
   static Buffer AllocateBuffer(size_t size);
   void KeepSpare(Buffer buffer, size_t size);
+  // Frees spares until charge plus spares fit the capacity.
+  void TrimSpares();
   // Consumed blocks may hold at most ColdBudget() bytes even when the cache has room:
   // a reader streaming through a checkpoint then recycles a few buffers instead of
   // touching fresh memory up to the capacity, while a recent re-read still hits.
   uint64_t ColdBudget() const;
-  bool OverBudget() const;
+  bool OverBudget(uint64_t incoming) const;
   std::atomic<uint64_t> cold_bytes_{0};
   Buffer TakeSpare(size_t size);
   uint64_t MaxSpareBytes() const;
-  std::mutex spare_mu_;
+  mutable std::mutex spare_mu_;
   std::vector<std::pair<size_t, Buffer>> spares_;  // guarded by spare_mu_
   uint64_t spare_bytes_ = 0;                       // guarded by spare_mu_
   // Runs the loader for `entry` (pinned by the caller, state loading) and publishes the
   // outcome to every waiter.
   Status Load(Shard& shard, Entry* entry, const Loader& loader);
-  // Evicts least recently released entries until the charge fits the capacity or
-  // nothing unpinned is left.
-  void EvictIfNeeded();
+  // Evicts least recently released entries until the charge plus `incoming` fits the
+  // capacity or nothing unpinned is left.
+  void EvictIfNeeded(uint64_t incoming = 0);
 
   std::unique_ptr<Shard[]> shards_;
   size_t shard_count_;
@@ -156,6 +172,14 @@ class BlockCache {
   // evict_mu_ before any shard's mutex; at most one shard mutex is held at a time.
   std::mutex evict_mu_;
   std::atomic<uint64_t> clock_{0};  // orders releases across shards
+  // Admission: held while a load is charged, so two loads never both take the last room.
+  // Lock order: room_mu_ before evict_mu_.
+  std::mutex room_mu_;
+  std::condition_variable room_freed_;
+  uint64_t waiting_held_ = 0;  // guarded by room_mu_: bytes pinned by waiting callers
+  std::atomic<int> waiters_{0};
+  std::atomic<uint64_t> overdrafts_{0};
+  std::atomic<uint64_t> peak_charged_bytes_{0};
   std::atomic<uint64_t> next_source_id_{1};
 
   std::atomic<uint64_t> hits_{0};

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <zstd.h>
 
 #include <cstring>
@@ -57,7 +58,9 @@ ZstdSource::ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index,
       context_(context),
       cache_id_(context.cache().NewSourceId()),
       whole_(std::any_of(index_.frames.begin(), index_.frames.end(),
-                         [](const Frame& f) { return f.decoded_size > kMaxCachedFrame; })),
+                         [limit = MaxCachedFrame(context.cache().capacity())](const Frame& f) {
+                           return f.decoded_size > limit;
+                         })),
       queued_(new std::atomic<bool>[index_.frames.size()]()),
       consumed_(new std::atomic<uint64_t>[index_.frames.size()]()) {}
 
@@ -68,6 +71,15 @@ ZstdSource::~ZstdSource() {
 Status ZstdSource::CheckUnchanged() const { return compressed_->CheckUnchanged(); }
 
 Status ZstdSource::DecodeFrame(size_t i, std::span<uint8_t> out) const {
+  Status s = DecodeFrameBytes(i, out);
+  // After the compressed bytes were read, so a rewrite during the read is caught too, and
+  // before the loader returns, so a frame of the new file never reaches the cache. A
+  // changed shard also explains a decode error better than "corrupt" does.
+  Status unchanged = compressed_->CheckUnchanged();
+  return unchanged.ok() ? s : unchanged;
+}
+
+Status ZstdSource::DecodeFrameBytes(size_t i, std::span<uint8_t> out) const {
   const Frame& f = index_.frames[i];
   auto where = [&] {
     return Name() + ": frame " + std::to_string(i) + " at compressed offset " +
@@ -173,7 +185,10 @@ Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
       return ReadPrefix(offset, out);
     }
     CKPTFS_RETURN_IF_ERROR(EnsureSpilled());
-    return PreadAll(spill_fd_, offset, out, Name());
+    CKPTFS_RETURN_IF_ERROR(PreadAll(spill_fd_, offset, out, Name()));
+    // The spill file is ours (unlinked, held by descriptor) and cannot change; the shard
+    // it was decoded from can, and then its bytes are no longer the shard's.
+    return compressed_->CheckUnchanged();
   }
   uint8_t* dest = out.data();
   return ForEachFrame(offset, out.size(), [&](BlockCache::Handle&, std::span<const uint8_t> bytes) {
@@ -207,7 +222,9 @@ Status ZstdSource::ForEachFrame(
     fn(frame, frame.data().subspan(from, n));
     done += n;
   }
-  return Status::Ok();
+  // Frames cached before a rewrite hold the old bytes, whole and unmixed; still, a shard
+  // changed in place gives EIO on every read from then on, as a plain shard does.
+  return compressed_->CheckUnchanged();
 }
 
 // Decodes from the first frame only as far as `offset + out.size()`.
@@ -264,11 +281,20 @@ Status ZstdSource::DecodeStream(
   // input, so frame trailers (checksums) are checked and trailing garbage is caught.
   const bool partial = stop_at < Size();
   auto more = [&](uint64_t decoded) { return !partial || decoded < stop_at; };
+  // One stream decode at a time per mount: its window (up to the frame's window size, 8 MiB
+  // at zstd's levels 1-19) and buffers are the fixed overhead the memory bound allows for.
+  std::lock_guard<std::mutex> one_at_a_time(context_.stream_mu());
   DCtxPtr dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-  std::vector<uint8_t> in(4 << 20), buf(ZSTD_DStreamOutSize());
+  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> hash(XXH64_createState(),
+                                                                         XXH64_freeState);
+  constexpr size_t kChunk = 256 << 10;
+  std::vector<uint8_t> in(kChunk), buf(ZSTD_DStreamOutSize());
   uint64_t decoded = 0;
   size_t last = 0;
   for (const Frame& f : index_.frames) {
+    if (!more(decoded)) break;
+    XXH64_reset(hash.get(), 0);
+    const uint64_t frame_start = decoded;
     for (uint64_t pos = f.compressed_offset;
          pos < f.compressed_offset + f.compressed_size && more(decoded);) {
       const size_t n = std::min<uint64_t>(in.size(), f.compressed_offset + f.compressed_size - pos);
@@ -280,6 +306,7 @@ Status ZstdSource::DecodeStream(
         ZSTD_outBuffer output{buf.data(), buf.size(), 0};
         last = ZSTD_decompressStream(dctx.get(), &output, &input);
         if (ZSTD_isError(last)) {
+          CKPTFS_RETURN_IF_ERROR(compressed_->CheckUnchanged());
           return Status::Corruption(Name() + ": near compressed offset " +
                                     std::to_string(pos + input.pos) + ": " +
                                     ZSTD_getErrorName(last));
@@ -288,10 +315,21 @@ Status ZstdSource::DecodeStream(
           return Status::Corruption(Name() + ": decodes past its declared size of " +
                                     std::to_string(Size()) + " bytes");
         }
+        if (f.checksum) XXH64_update(hash.get(), buf.data(), output.pos);
         CKPTFS_RETURN_IF_ERROR(sink({buf.data(), output.pos}, decoded));
         decoded += output.pos;
       }
       pos += n;
+    }
+    // Each frame's compressed bytes were all read before anything of the next: the shard
+    // must still be the one mounted, or what was decoded mixes two versions.
+    CKPTFS_RETURN_IF_ERROR(compressed_->CheckUnchanged());
+    if (!more(decoded)) break;
+    // A whole frame went through: hold it to the seek table, as DecodeFrame does.
+    if (f.checksum && (decoded - frame_start != f.decoded_size ||
+                       static_cast<uint32_t>(XXH64_digest(hash.get())) != *f.checksum)) {
+      return Status::Corruption(Name() + ": frame at compressed offset " +
+                                std::to_string(f.compressed_offset) + ": checksum mismatch");
     }
   }
   if (!partial) context_.bytes_decoded.fetch_add(decoded, std::memory_order_relaxed);

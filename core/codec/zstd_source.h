@@ -6,14 +6,22 @@
 // frames ahead on the context's workers; the volume calls it for sequential readers and
 // for the rest of a tensor whose start was read (see Volume::PlanRead).
 //
-// A shard with any larger frame (single-frame zstd as the `zstd` command writes it) is
-// decoded once, on first touch, into an unlinked temporary file in the spill directory,
-// then read from there (and spliced, via Fd()). Until then, reads near the start (the
-// safetensors header at mount) stream-decode just that prefix.
+// A shard with any frame larger than MaxCachedFrame(cache capacity) (a quarter of the
+// cache, at most 64 MiB: single-frame zstd as the `zstd` command writes it, or frames too
+// big for a small --cache-size) is decoded once, on first touch, into an unlinked
+// temporary file in the spill directory, then read from there (and spliced, via Fd()).
+// Until then, reads near the start (the safetensors header at mount) stream-decode just
+// that prefix. Stream decodes run one at a time per mount in fixed buffers (256 KiB in,
+// 128 KiB out) plus the frame's zstd window: that, not the frame, is what they cost in
+// memory, so no frame size escapes the cache's bound (see CodecContext).
 //
 // Every decode checks the frame's size, that it is exactly one frame, and the seek
 // table's checksum when present; failures are Corruption naming the shard, frame and
-// offset. Thread-safe.
+// offset. Every decoded frame, every spill decode and every read (from the cache or the
+// spill file) is also checked against the shard as it was at mount
+// (compressed->CheckUnchanged(), after the bytes were read): a shard rewritten in place
+// gives that error (EIO), never a mix of old and new bytes, and no frame of the new file
+// is cached. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -29,6 +37,11 @@
 namespace ckptfs {
 
 inline constexpr uint64_t kMaxCachedFrame = 64ull << 20;
+// Frames up to this size go through a cache of `cache_bytes`; a shard with a larger one
+// is decoded through the spill file. A quarter: several readers' frames fit at once.
+inline constexpr uint64_t MaxCachedFrame(uint64_t cache_bytes) {
+  return cache_bytes / 4 < kMaxCachedFrame ? cache_bytes / 4 : kMaxCachedFrame;
+}
 
 class ZstdSource final : public ByteSource {
  public:
@@ -60,6 +73,7 @@ class ZstdSource final : public ByteSource {
   ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index, CodecContext& context);
 
   Result<BlockCache::Handle> GetFrame(size_t i) const;
+  Status DecodeFrameBytes(size_t i, std::span<uint8_t> out) const;
   // Calls `fn(frame, bytes)` for each cached frame overlapping [offset, offset + length),
   // with the overlapping bytes; counts them towards the frame being consumed.
   Status ForEachFrame(

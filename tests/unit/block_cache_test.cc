@@ -489,5 +489,87 @@ TEST(BlockCacheTest, ConcurrentStressKeepsContentAndCharge) {
   EXPECT_GT(c.evictions, 0u);
 }
 
+TEST(BlockCacheTest, ConcurrentLoadsWaitForRoomInsteadOfExceedingCapacity) {
+  // 16 readers each load their own 256 KiB block into a 1 MiB cache at once: four fit,
+  // the others wait for room. Old behaviour: every load was charged at once (4 MiB).
+  constexpr uint64_t kCapacity = kMiB;
+  constexpr size_t kBlock = 256 * 1024;
+  constexpr int kThreads = 16;
+  BlockCache cache(kCapacity);
+  const uint64_t src = cache.NewSourceId();
+  std::atomic<uint64_t> worst_seen{0};
+  std::atomic<int> bad{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (uint64_t round = 0; round < 4; ++round) {
+        const BlockKey key{src, static_cast<uint64_t>(t) * 100 + round};
+        auto h = cache.GetOrLoad(key, kBlock, [&](std::span<uint8_t> out) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          FillPattern(key, out);
+          const BlockCache::Counters c = cache.counters();
+          uint64_t seen = worst_seen.load();
+          const uint64_t now = c.charged_bytes + c.spare_bytes;
+          while (now > seen && !worst_seen.compare_exchange_weak(seen, now)) {
+          }
+          return Status::Ok();
+        });
+        if (!h.ok() || !MatchesPattern(key, h->data())) bad.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  const BlockCache::Counters c = cache.counters();
+  EXPECT_LE(worst_seen.load(), kCapacity);
+  EXPECT_LE(c.peak_charged_bytes, kCapacity);
+  EXPECT_EQ(c.overdrafts, 0u);
+  EXPECT_EQ(c.misses, uint64_t{kThreads} * 4);
+}
+
+TEST(BlockCacheTest, ReadersHoldingPinsNeverDeadlock) {
+  // Each reader pins four 128 KiB blocks at once (a reply spanning frames) in a cache
+  // that holds two: they cannot all wait for room, and one goes over instead.
+  constexpr uint64_t kCapacity = 256 * 1024;
+  constexpr size_t kBlock = 128 * 1024;
+  BlockCache cache(kCapacity);
+  const uint64_t src = cache.NewSourceId();
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 5; ++round) {
+        std::vector<BlockCache::Handle> held;
+        for (uint64_t b = 0; b < 4; ++b) {
+          const BlockKey key{src, static_cast<uint64_t>(t * 4 + b + round * 1000)};
+          auto h = cache.GetOrLoad(key, kBlock, PatternLoader(key));
+          if (!h.ok() || !MatchesPattern(key, h->data())) {
+            bad.fetch_add(1);
+            continue;
+          }
+          held.push_back(std::move(h).value());
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(cache.counters().pinned_bytes, 0u);
+  EXPECT_LE(cache.counters().charged_bytes, kCapacity);
+  EXPECT_GT(cache.counters().overdrafts, 0u);
+}
+
+TEST(BlockCacheTest, SpareBuffersStayWithinCapacity) {
+  BlockCache cache(kMiB);
+  const uint64_t src = cache.NewSourceId();
+  for (uint64_t block = 0; block < 64; ++block) {
+    Touch(cache, {src, block}, (block % 3 + 1) * 100 * 1024);
+    const BlockCache::Counters c = cache.counters();
+    EXPECT_LE(c.charged_bytes + c.spare_bytes, kMiB) << block;
+  }
+}
+
 }  // namespace
 }  // namespace ckptfs

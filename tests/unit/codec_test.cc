@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <zstd.h>
 
+#include <atomic>
+#include <cstring>
 #include <random>
+#include <thread>
 
 #include "core/codec/frame_index.h"
 #include "core/codec/zstd_source.h"
@@ -232,6 +235,178 @@ TEST_F(ZstdSourceTest, LargeSingleFrameIsSpilledOnceAndPrefixReadWithoutIt) {
   EXPECT_GE(src->Fd(), 0);  // spilled once, then served from the spill file
   EXPECT_EQ(Read(*src, 1'000'000, 10), big.substr(1'000'000, 10));
   EXPECT_EQ(codec.bytes_decoded.load(), big.size());
+}
+
+// A shard that can be "rewritten in place" under a mounted source: after `changed` is set
+// (or once `change_after_reads` reads went by, a rewrite during a frame's read), reads
+// return other bytes of the same size and CheckUnchanged fails, as LocalFileSource's
+// fstat check would.
+class ChangingSource final : public ByteSource {
+ public:
+  ChangingSource(std::string old_bytes, std::string new_bytes)
+      : old_(std::move(old_bytes)), new_(std::move(new_bytes)) {}
+  uint64_t Size() const override { return old_.size(); }
+  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override {
+    CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+    if (reads.fetch_add(1) + 1 == change_after_reads) changed = true;
+    std::memcpy(out.data(), (changed ? new_ : old_).data() + offset, out.size());
+    return Status::Ok();
+  }
+  const std::string& Name() const override { return name_; }
+  Status CheckUnchanged() const override {
+    return changed ? Status::IoError(name_ + ": file modified since mount") : Status::Ok();
+  }
+  mutable std::atomic<bool> changed{false};
+  mutable std::atomic<int64_t> reads{0};
+  int64_t change_after_reads = -1;
+
+ private:
+  std::string name_ = "c.safetensors.zst";
+  std::string old_, new_;
+};
+
+// The same shard content with its second half different, compressed the same way; padded
+// to the same size, as an in-place rewrite of a same-size file would be.
+std::pair<std::string, std::string> TwoVersions(const std::string& plain, size_t frame_size,
+                                                bool seek_table, bool checksums) {
+  std::string other = plain;
+  for (size_t i = other.size() / 2; i < other.size(); ++i) other[i] = static_cast<char>(~other[i]);
+  std::string a = Frames(plain, frame_size, seek_table, checksums).bytes;
+  std::string b = Frames(other, frame_size, seek_table, checksums).bytes;
+  b.resize(a.size(), '\0');
+  return {a, b};
+}
+
+TEST_F(ZstdSourceTest, ShardChangedAfterMountGivesErrorsNotBytes) {
+  for (bool seek_table : {false, true}) {
+    SCOPED_TRACE(seek_table ? "seekable without checksums" : "multi-frame");
+    CodecContext codec({.cache_bytes = 8 << 20});
+    auto [a, b] = TwoVersions(kPlain, 64 << 10, seek_table, false);
+    auto changing = std::make_unique<ChangingSource>(a, b);
+    ChangingSource* shard = changing.get();
+    auto opened = ZstdSource::Open(std::move(changing), codec);
+    ASSERT_TRUE(opened.ok()) << opened.status().message();
+    auto& src = **opened;
+    EXPECT_EQ(Read(src, 0, 100), kPlain.substr(0, 100));
+    shard->changed = true;
+    Status s;
+    Read(src, kPlain.size() - 100, 100, &s);
+    EXPECT_EQ(s.code(), Status::Code::kIoError) << s.message();
+    EXPECT_EQ(s.errno_value(), EIO);
+    EXPECT_NE(s.message().find("modified since mount"), std::string::npos) << s.message();
+    // Nothing of the new file was cached: the same read fails again.
+    Read(src, kPlain.size() - 100, 100, &s);
+    EXPECT_FALSE(s.ok());
+    std::vector<LentBytes> lent;
+    EXPECT_FALSE(src.Lend(kPlain.size() - 100, 100, &lent).ok());
+    // Frame 0, cached before the change, is not served either.
+    Read(src, 0, 100, &s);
+    EXPECT_EQ(s.code(), Status::Code::kIoError) << s.message();
+  }
+}
+
+TEST_F(ZstdSourceTest, ShardChangedDuringAFramesReadIsCaught) {
+  // 600 KiB frames compress to more than one of DecodeFrame's 256 KiB reads: the rewrite
+  // lands between the first and second read of frame 0, and the frame mixes versions.
+  const std::string plain = RandomBytes(1200 << 10, 11);
+  CodecContext codec({.cache_bytes = 16 << 20});
+  auto [a, b] = TwoVersions(plain, 600 << 10, false, false);
+  auto changing = std::make_unique<ChangingSource>(a, b);
+  ChangingSource* shard = changing.get();
+  auto opened = ZstdSource::Open(std::move(changing), codec);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  shard->change_after_reads = shard->reads.load() + 2;
+  Status s;
+  Read(**opened, 0, plain.size(), &s);
+  EXPECT_EQ(s.code(), Status::Code::kIoError) << s.message();
+  EXPECT_EQ(codec.cache().counters().entries, 0u);
+}
+
+TEST_F(ZstdSourceTest, SpilledShardChangedAfterMountGivesErrors) {
+  const std::string big = RandomBytes(2 << 20, 5);
+  CodecContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  std::string other = big;
+  other.back() = static_cast<char>(~other.back());
+  std::string a = CompressFrame(big), b = CompressFrame(other);
+  b.resize(a.size(), '\0');
+  auto changing = std::make_unique<ChangingSource>(a, b);
+  ChangingSource* shard = changing.get();
+  auto opened = ZstdSource::Open(std::move(changing), codec);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  auto& src = **opened;
+  ASSERT_TRUE(src.decodes_whole());
+  EXPECT_EQ(Read(src, 1 << 20, 100), big.substr(1 << 20, 100));
+  EXPECT_GE(src.Fd(), 0);
+  shard->changed = true;
+  Status s;
+  Read(src, 1 << 20, 100, &s);  // served from the spill file: still checked
+  EXPECT_EQ(s.code(), Status::Code::kIoError) << s.message();
+  EXPECT_FALSE(src.CheckUnchanged().ok());  // what the splice path asks first
+}
+
+TEST_F(ZstdSourceTest, FramesLargerThanAQuarterOfTheCacheAreSpilled) {
+  // 4 MiB frames under a 1 MiB cache (pack's frames under --cache-size 1M): nothing of
+  // them is charged to the cache, and readers in parallel stay within it.
+  const std::string plain = RandomBytes(16 << 20, 9);
+  Compressed c = Frames(plain, 4 << 20, true);
+  CodecContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  auto src = Open(c.bytes, codec);
+  ASSERT_TRUE(src);
+  EXPECT_TRUE(src->decodes_whole());
+  std::vector<std::thread> readers;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 8; ++t) {
+    readers.emplace_back([&, t] {
+      const uint64_t off = (static_cast<uint64_t>(t) * 2'000'003) % (plain.size() - 70'000);
+      std::string out(70'000, '\0');
+      Status s = src->ReadAt(off, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
+      if (!s.ok() || out != plain.substr(off, out.size())) bad.fetch_add(1);
+    });
+  }
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(codec.cache().counters().peak_charged_bytes, 0u);
+  EXPECT_EQ(codec.bytes_decoded.load(), plain.size());  // decoded once, to the spill file
+}
+
+TEST_F(ZstdSourceTest, SpillDecodeChecksSeekTableChecksums) {
+  const std::string plain = RandomBytes(2 << 20, 13);
+  Compressed c = Frames(plain, 1 << 20, false);
+  std::vector<Frame> frames = c.frames;
+  frames[1].checksum = *frames[1].checksum ^ 1;
+  CodecContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  auto src = Open(c.bytes + BuildSeekTable(frames, true), codec);
+  ASSERT_TRUE(src);
+  ASSERT_TRUE(src->decodes_whole());
+  Status s;
+  Read(*src, 1 << 20, 10, &s);
+  EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos) << s.message();
+}
+
+TEST_F(ZstdSourceTest, ManyReadersOfCachedFramesStayWithinTheCache) {
+  // 256 KiB frames (a quarter of the cache: cached) read by 16 threads at once.
+  const std::string plain = RandomBytes(8 << 20, 21);
+  CodecContext codec({.cache_bytes = 1 << 20});
+  auto src = Open(Frames(plain, 256 << 10, true).bytes, codec);
+  ASSERT_TRUE(src);
+  ASSERT_FALSE(src->decodes_whole());
+  std::vector<std::thread> readers;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 16; ++t) {
+    readers.emplace_back([&, t] {
+      for (uint64_t off = static_cast<uint64_t>(t) * 300'000; off + 100'000 < plain.size();
+           off += 1'700'000) {
+        std::string out(100'000, '\0');
+        Status s = src->ReadAt(off, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
+        if (!s.ok() || out != plain.substr(off, out.size())) bad.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  const BlockCache::Counters counters = codec.cache().counters();
+  EXPECT_LE(counters.peak_charged_bytes, 1u << 20);
+  EXPECT_EQ(counters.overdrafts, 0u);
 }
 
 }  // namespace
