@@ -116,9 +116,7 @@ bool LocalDirectory::Inside(const std::string& real) const {
   return under(real_) || under(blobs_);
 }
 
-Status LocalDirectory::Resolve(const std::string& name, int* fd, Kind* kind,
-                               std::string* real) const {
-  *fd = -1;
+Status LocalDirectory::Resolve(const std::string& name, Resolved* out) const {
   if (!IsPlainName(name)) return Status::InvalidArgument(name + ": not a file name in " + path_);
   // O_PATH resolves without opening the file for I/O: a FIFO cannot block and a device
   // driver never sees an open.
@@ -126,8 +124,8 @@ Status LocalDirectory::Resolve(const std::string& name, int* fd, Kind* kind,
   how.flags = O_PATH | O_CLOEXEC;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
   int f = static_cast<int>(::syscall(SYS_openat2, fd_, name.c_str(), &how, sizeof how));
-  const bool beneath = f >= 0;
-  if (!beneath) {
+  out->inside = f >= 0;
+  if (f < 0) {
     const int err = errno;
     if (err == ENOENT) return Status::NotFound(name + ": no such file");
     if (err == ELOOP) return Status::InvalidArgument(name + ": too many levels of symbolic links");
@@ -147,23 +145,19 @@ Status LocalDirectory::Resolve(const std::string& name, int* fd, Kind* kind,
     }
   }
   FdCloser closer(f);
-  if (!beneath) {
+  if (!out->inside) {
     auto where = RealPathOf(f);
     if (!where.ok()) return Status::IoError(name + ": " + where.status().message());
-    if (!Inside(*where)) {
-      *kind = Kind::kOutside;
-      *real = std::move(where).value();
-      return Status::Ok();
-    }
+    out->inside = Inside(*where);
+    out->real = std::move(where).value();
   }
   struct stat st;
   if (::fstat(f, &st) != 0) {
     const int err = errno;
     return Status::IoError(name + ": cannot stat: " + std::strerror(err), err);
   }
-  *kind = S_ISREG(st.st_mode) ? Kind::kRegular : Kind::kOther;
-  *real = TypeName(st.st_mode);
-  *fd = closer.release();
+  out->type = st.st_mode & S_IFMT;
+  out->fd = closer.release();
   return Status::Ok();
 }
 
@@ -179,14 +173,11 @@ Result<LocalDirectory::Listing> LocalDirectory::List() const {
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name == "." || name == "..") continue;
-    int fd = -1;
-    Kind kind;
-    std::string real;
+    Resolved r;
     // An entry that cannot be resolved (dangling link, loop) is not part of a checkpoint.
-    if (!Resolve(name, &fd, &kind, &real).ok()) continue;
-    if (fd >= 0) ::close(fd);
-    if (kind == Kind::kRegular) listing.files.push_back(name);
-    if (kind == Kind::kOutside) listing.outside.push_back(name);
+    if (!Resolve(name, &r).ok()) continue;
+    ::close(r.fd);
+    if (S_ISREG(r.type)) (r.inside ? listing.files : listing.outside).push_back(name);
   }
   ::closedir(d);
   std::sort(listing.files.begin(), listing.files.end());
@@ -195,16 +186,17 @@ Result<LocalDirectory::Listing> LocalDirectory::List() const {
 }
 
 Result<std::unique_ptr<LocalFileSource>> LocalDirectory::OpenFile(const std::string& name) const {
-  int path_fd = -1;
-  Kind kind;
-  std::string detail;
-  CKPTFS_RETURN_IF_ERROR(Resolve(name, &path_fd, &kind, &detail));
-  FdCloser closer(path_fd);
-  if (kind == Kind::kOutside) {
+  Resolved r;
+  CKPTFS_RETURN_IF_ERROR(Resolve(name, &r));
+  FdCloser closer(r.fd);
+  const int path_fd = r.fd;
+  if (!r.inside) {
     return Status::InvalidArgument(name + ": symbolic link leads outside " + path_ + " (to " +
-                                   detail + "), not served");
+                                   r.real + "), not served");
   }
-  if (kind == Kind::kOther) return Status::InvalidArgument(name + ": " + detail + ", not served");
+  if (!S_ISREG(r.type)) {
+    return Status::InvalidArgument(name + ": " + TypeName(r.type) + ", not served");
+  }
   // Reopening the O_PATH descriptor opens exactly the inode just checked.
   const int fd = ::open(ProcFdPath(path_fd).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {

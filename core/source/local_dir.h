@@ -22,6 +22,8 @@
 // the name. Thread-safe: immutable after Open.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,8 +47,8 @@ class LocalDirectory {
 
   // What List found, sorted by name: `files` are the regular files (symlinks to
   // regular files inside included); `outside` the symlinks that lead out of the
-  // boundary. Subdirectories, dangling links and special files are in neither: they
-  // are not part of a checkpoint.
+  // boundary to a regular file. Subdirectories, dangling links and special files are in
+  // neither: they are not part of a checkpoint.
   struct Listing {
     std::vector<std::string> files;
     std::vector<std::string> outside;
@@ -57,13 +59,18 @@ class LocalDirectory {
   Result<std::unique_ptr<LocalFileSource>> OpenFile(const std::string& name) const;
 
  private:
-  enum class Kind { kRegular, kOutside, kOther };
+  // What a name resolved to: an O_PATH descriptor (owned by the holder) and whether it
+  // lies inside the boundary.
+  struct Resolved {
+    int fd = -1;
+    bool inside = false;
+    mode_t type = 0;   // st_mode & S_IFMT
+    std::string real;  // the real path, when it had to be checked
+  };
   LocalDirectory(int fd, std::string path, std::string real, std::string blobs)
       : fd_(fd), path_(std::move(path)), real_(std::move(real)), blobs_(std::move(blobs)) {}
 
-  // Resolves `name` to an O_PATH descriptor (*fd, owned by the caller) of what it
-  // names inside the boundary; *kind says what it is. *fd is -1 for kOutside.
-  Status Resolve(const std::string& name, int* fd, Kind* kind, std::string* real) const;
+  Status Resolve(const std::string& name, Resolved* out) const;
   bool Inside(const std::string& real) const;
 
   int fd_;             // O_PATH descriptor of the directory
