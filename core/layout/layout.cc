@@ -79,10 +79,13 @@ class Layout::Builder {
     for (uint64_t ino = nodes.size() - 1; ino >= 1; --ino) {
       Node& node = nodes[ino];
       if (node.kind == NodeKind::kDirectory) {
-        node.mode = node.count == 0 ? 0555 : readers[ino] | readers[ino] >> 2;
+        if (node.count == 0) {
+          node.mode = 0555;  // nothing inside to hide; lets no one read anything above
+          continue;
+        }
+        node.mode = readers[ino] | readers[ino] >> 2;
       }
-      const bool empty_dir = node.kind == NodeKind::kDirectory && node.count == 0;
-      if (ino > 1 && !empty_dir) readers[node.parent] |= node.mode & 0444;
+      if (ino > 1) readers[node.parent] |= node.mode & 0444;
     }
   }
 

@@ -47,6 +47,11 @@ Result<std::unique_ptr<LocalFileSource>> LocalFileSource::Adopt(int fd, std::str
     ::close(fd);
     return Status::InvalidArgument(name + ": not a regular file");
   }
+  // O_NONBLOCK only kept the open from blocking on a FIFO. On a regular file some kernels
+  // and filesystems turn it into "fail with EAGAIN rather than wait for the disk", which
+  // a cold read under memory pressure would report as an error.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0 && (flags & O_NONBLOCK)) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   // Checkpoint readers mostly stream: ask for the larger sequential readahead window.
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   return std::unique_ptr<LocalFileSource>(

@@ -73,7 +73,8 @@ class LocalFileSource final : public ByteSource {
   // Opens `path` (O_NONBLOCK, so a FIFO cannot block); `name` is how errors refer to it.
   // Fails if it is not a regular file.
   static Result<std::unique_ptr<LocalFileSource>> Open(const std::string& path, std::string name);
-  // Takes ownership of `fd`, an open regular file, which `path` (absolute) names: later
+  // Takes ownership of `fd`, an open regular file (O_NONBLOCK is cleared), which `path`
+  // (absolute) names: later
   // CheckUnchanged calls compare the file `path` names with this one. Closes `fd` on
   // failure.
   static Result<std::unique_ptr<LocalFileSource>> Adopt(int fd, std::string path, std::string name);
