@@ -128,7 +128,10 @@ Status LocalDirectory::Resolve(const std::string& name, Resolved* out) const {
   if (f < 0) {
     const int err = errno;
     if (err == ENOENT) return Status::NotFound(name + ": no such file");
-    if (err == ELOOP) return Status::InvalidArgument(name + ": too many levels of symbolic links");
+    // ELOOP here is also a /proc magic link (RESOLVE_NO_MAGICLINKS): never inside SOURCE.
+    if (err == ELOOP) {
+      return Status::InvalidArgument(name + ": too many levels of symbolic links, or a /proc link");
+    }
     // EXDEV: an absolute link or a `..` left the directory on the way; ENOSYS: a
     // kernel before 5.6; EAGAIN: a rename raced. Resolve freely, then check where it led.
     if (err != EXDEV && err != ENOSYS && err != EAGAIN) {

@@ -134,6 +134,8 @@ TEST_F(LocalDirTest, DotDotChainsThatEscapeAreRefused) {
     EXPECT_NE(file.status().message().find("leads outside"), std::string::npos)
         << file.status().message();
   }
+  Link("/proc/self/root/etc/passwd", src_ + "/magic.json");
+  EXPECT_FALSE(dir->OpenFile("magic.json").ok());
   EXPECT_FALSE(dir->OpenFile("../outside/secret").ok());  // names are names, not paths
   EXPECT_FALSE(dir->OpenFile("sub/b").ok());
 }
@@ -193,6 +195,13 @@ TEST_F(LocalDirTest, FifoIsRefusedWithoutBlocking) {
   auto listing = dir->List();
   ASSERT_TRUE(listing.ok());
   EXPECT_TRUE(listing->files.empty());
+
+  // LocalFileSource::Open, for paths the caller trusts, opens with O_NONBLOCK too (run
+  // last: if it blocked, the test would hang here).
+  const auto start = std::chrono::steady_clock::now();
+  auto direct = LocalFileSource::Open(fifo, "fifo");
+  EXPECT_FALSE(direct.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 
   // Through OpenCheckpoint: an index naming the FIFO is a refusal naming it.
   WriteIndex(src_, "model-00001-of-00001.safetensors");
