@@ -102,10 +102,10 @@ struct stat MakeStat(const FsContext& ctx, uint64_t ino, const Node& node) {
   st.st_atim = st.st_mtim = st.st_ctim = ctx.mount_time;
   st.st_blksize = kMaxRead;
   if (node.kind == NodeKind::kDirectory) {
-    st.st_mode = S_IFDIR | 0555;
+    st.st_mode = S_IFDIR | node.mode;
     st.st_nlink = 2;
   } else {
-    st.st_mode = S_IFREG | 0444;
+    st.st_mode = S_IFREG | node.mode;
     st.st_nlink = 1;
     st.st_size = static_cast<off_t>(node.kind == NodeKind::kStats ? ctx.volume->StatsJson().size()
                                                                   : node.size);

@@ -1,6 +1,5 @@
 #include "core/checkpoint/checkpoint.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -18,6 +17,7 @@
 #include "core/format/hf_index.h"
 #include "core/format/torch_file.h"
 #include "core/source/http_source.h"
+#include "core/source/local_dir.h"
 #include "core/source/remote_source.h"
 #include "core/source/s3.h"
 
@@ -44,25 +44,12 @@ std::pair<std::string, std::string> SplitPath(const std::string& path) {
   return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
-// Regular files directly inside `dir`, sorted. Subdirectories are not part of a checkpoint.
-Result<std::vector<std::string>> ListRegularFiles(const std::string& dir) {
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return Status::IoError(dir + ": cannot list directory: " + std::strerror(errno), errno);
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    struct stat st;
-    if (::stat((dir + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) names.push_back(name);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-SourceDir LocalDir(std::string path, std::vector<std::string> files) {
-  SourceDir dir{path, std::move(files), nullptr};
-  dir.open = [path](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
-    CKPTFS_ASSIGN_OR_RETURN(auto file, LocalFileSource::Open(path + "/" + name, name));
+// A SourceDir over local directory `root` offering `files`. Every file is opened through
+// `root`, so nothing outside it is served (core/source/local_dir.h).
+SourceDir LocalDir(std::shared_ptr<const LocalDirectory> root, std::vector<std::string> files) {
+  SourceDir dir{root->path(), std::move(files), nullptr};
+  dir.open = [root](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+    CKPTFS_ASSIGN_OR_RETURN(auto file, root->OpenFile(name));
     return std::unique_ptr<ByteSource>(std::move(file));
   };
   return dir;
@@ -238,7 +225,8 @@ Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, Cod
 
 Result<StoredFile> OpenStored(const SourceDir& dir, const std::string& name) {
   CKPTFS_ASSIGN_OR_RETURN(auto source, dir.open(name));
-  return StoredFile{name, name, std::move(source)};
+  const uint32_t mode = source->Mode();
+  return StoredFile{name, name, std::move(source), mode};
 }
 
 bool Contains(const std::vector<std::string>& sorted, const std::string& name) {
@@ -254,8 +242,9 @@ Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
   }
   const std::string stored = name + std::string(kZstdSuffix);
   CKPTFS_ASSIGN_OR_RETURN(auto compressed, dir.open(stored));
+  const uint32_t mode = compressed->Mode();
   CKPTFS_ASSIGN_OR_RETURN(auto decoded, ZstdSource::Open(std::move(compressed), codec));
-  return StoredFile{name, stored, std::move(decoded)};
+  return StoredFile{name, stored, std::move(decoded), mode};
 }
 
 std::string_view StripZst(std::string_view name) {
@@ -499,8 +488,10 @@ std::vector<std::string> AlternativeCopy(const SourceDir& dir, const Checkpoint&
 // Every other regular file is shown unchanged, except weight files that are not part of
 // this checkpoint: a stale or foreign .safetensors, or the shards and index of another
 // copy of the weights, would only mislead. Other torch files (training_args.bin,
-// optimizer.pt) are shown: they are not weights.
-Status OpenOthers(const SourceDir& dir, Checkpoint& ckpt) {
+// optimizer.pt) are shown: they are not weights. One the source refuses to serve (a
+// symlink leaving a local SOURCE, not a regular file) is left out with a line to `warn`:
+// unlike a shard, the checkpoint is whole without it.
+Status OpenOthers(const SourceDir& dir, const CodecOptions& options, Checkpoint& ckpt) {
   auto stored_as = [&](const std::string& name) {
     return [&name](const StoredFile& f) { return f.stored_name == name; };
   };
@@ -509,8 +500,13 @@ Status OpenOthers(const SourceDir& dir, Checkpoint& ckpt) {
     bool used = std::any_of(ckpt.index.begin(), ckpt.index.end(), stored_as(name)) ||
                 std::any_of(ckpt.shards.begin(), ckpt.shards.end(), stored_as(name));
     if (used || !WeightName(name).empty() || Contains(alternative, name)) continue;
-    CKPTFS_ASSIGN_OR_RETURN(StoredFile other, OpenStored(dir, name));
-    ckpt.others.push_back(std::move(other));
+    auto other = OpenStored(dir, name);
+    if (!other.ok() && other.status().code() == Status::Code::kInvalidArgument) {
+      if (options.warn) options.warn(other.status().message());
+      continue;
+    }
+    CKPTFS_RETURN_IF_ERROR(other.status());
+    ckpt.others.push_back(std::move(other).value());
   }
   return Status::Ok();
 }
@@ -661,7 +657,7 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
     CKPTFS_ASSIGN_OR_RETURN(std::string weight, ChooseSingleFile(dir));
     CKPTFS_RETURN_IF_ERROR(OpenShards(dir, {weight}, dir.path, codec, ckpt));
   }
-  CKPTFS_RETURN_IF_ERROR(OpenOthers(dir, ckpt));
+  CKPTFS_RETURN_IF_ERROR(OpenOthers(dir, codec.options(), ckpt));
   return ckpt;
 }
 
@@ -688,13 +684,21 @@ Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& 
           ": not a .safetensors, .bin, .pt or .pth file (or .zst of one), or a "
           "directory");
     }
-    return OpenCheckpointIn(LocalDir(dir, {name}), codec);
+    // A single file is bounded by its directory.
+    CKPTFS_ASSIGN_OR_RETURN(auto root, LocalDirectory::Open(dir));
+    return OpenCheckpointIn(LocalDir(std::move(root), {name}), codec);
   }
   if (!S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument(source_path + ": not a file or directory");
   }
-  CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> files, ListRegularFiles(source_path));
-  return OpenCheckpointIn(LocalDir(source_path, std::move(files)), codec);
+  CKPTFS_ASSIGN_OR_RETURN(auto root, LocalDirectory::Open(source_path));
+  CKPTFS_ASSIGN_OR_RETURN(LocalDirectory::Listing listing, root->List());
+  // Links that leave SOURCE are offered too, so that opening one names it in a refusal
+  // (a shard) or a skipped-file line (anything else).
+  std::vector<std::string> files = std::move(listing.files);
+  files.insert(files.end(), listing.outside.begin(), listing.outside.end());
+  std::sort(files.begin(), files.end());
+  return OpenCheckpointIn(LocalDir(std::move(root), std::move(files)), codec);
 }
 
 }  // namespace ckptfs

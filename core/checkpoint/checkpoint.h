@@ -33,6 +33,7 @@ struct StoredFile {
   std::string name;         // as the checkpoint names it ("model-00001-of-00002.safetensors")
   std::string stored_name;  // the file in SOURCE (the same, or NAME.zst)
   std::unique_ptr<ByteSource> source;  // the decoded bytes
+  uint32_t mode = 0444;  // permission bits to show: the stored file's ByteSource::Mode()
 };
 
 // The bytes of one storage: a safetensors tensor's data, or a torch storage record.
@@ -112,7 +113,10 @@ struct SourceDir {
 Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec);
 
 // OpenCheckpointIn over a local directory, or over the directory of a .safetensors
-// path, in which case only that file is used.
+// path, in which case only that file is used. Local files are opened through a
+// LocalDirectory (core/source/local_dir.h): only regular files inside SOURCE (the file's
+// directory for a file path) are served; a shard that is not one is refused, another
+// file left out with a line to `codec.options().warn`.
 // An http(s):// or s3:// SOURCE is read through RemoteSources (see SourceDir::remote)
 // with `remote`'s options, sharing `remote.cache_dir` when one is given.
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,

@@ -19,23 +19,32 @@ namespace ckptfs {
 // can binary-search.
 class Layout::Builder {
  public:
-  explicit Builder(Layout& out) : out_(out) { out_.nodes_.resize(2); }  // [0] unused, [1] root
+  // `source_modes`: the permission bits of each of out.sources_.
+  Builder(Layout& out, std::vector<uint16_t> source_modes)
+      : out_(out), source_modes_(std::move(source_modes)) {
+    out_.nodes_.resize(2);  // [0] unused, [1] root
+  }
 
   uint64_t AddDir(uint64_t parent, std::string name) {
     return AddNode(parent, std::move(name), NodeKind::kDirectory);
   }
 
-  uint64_t AddFile(uint64_t parent, std::string name, NodeKind kind = NodeKind::kFile) {
+  // `mode`: the most a file may show; each stored extent appended narrows it.
+  uint64_t AddFile(uint64_t parent, std::string name, uint16_t mode,
+                   NodeKind kind = NodeKind::kFile) {
     uint64_t ino = AddNode(parent, std::move(name), kind);
     out_.nodes_[ino].first = static_cast<uint32_t>(out_.extents_.size());
+    out_.nodes_[ino].mode = mode;
     return ino;
   }
 
   // Appends an extent to file `ino`, which must be the file most recently added.
   void AppendSource(uint64_t ino, uint32_t source, uint64_t offset, uint64_t length,
                     bool tensor = false) {
-    if (length == 0) return;
     Node& node = out_.nodes_[ino];
+    // Even an empty range: a file showing bytes of a source is no more readable than it.
+    if (source < Extent::kLazy) node.mode &= source_modes_[source];
+    if (length == 0) return;
     out_.extents_.push_back(Extent{node.size, length, offset, source, tensor});
     node.size += length;
     ++node.count;
@@ -64,6 +73,20 @@ class Layout::Builder {
       std::sort(begin, begin + nodes[ino].count,
                 [&](uint64_t a, uint64_t b) { return nodes[a].name < nodes[b].name; });
     }
+    // Children come after their parent, so walking back finishes each directory before
+    // its parent reads it: a directory gets r-x for each class that reads a child.
+    std::vector<uint16_t> readers(nodes.size(), 0);
+    for (uint64_t ino = nodes.size() - 1; ino >= 1; --ino) {
+      Node& node = nodes[ino];
+      if (node.kind == NodeKind::kDirectory) {
+        if (node.count == 0) {
+          node.mode = 0555;  // nothing inside to hide; lets no one read anything above
+          continue;
+        }
+        node.mode = readers[ino] | readers[ino] >> 2;
+      }
+      if (ino > 1) readers[node.parent] |= node.mode & 0444;
+    }
   }
 
  private:
@@ -77,6 +100,7 @@ class Layout::Builder {
   }
 
   Layout& out_;
+  std::vector<uint16_t> source_modes_;
 };
 
 // Creates the directories of tensor names visited in sorted order. All names under one
@@ -247,8 +271,8 @@ class Layout::TorchZipExtents final : public TorchZipSink {
   uint64_t pool_offset_ = 0;
 };
 
-void Layout::AddTorchZip(Builder& b, const Checkpoint& ckpt) {
-  TorchZipExtents extents(b, b.AddFile(kRoot, "pytorch_model.bin"));
+void Layout::AddTorchZip(Builder& b, const Checkpoint& ckpt, uint16_t mode) {
+  TorchZipExtents extents(b, b.AddFile(kRoot, "pytorch_model.bin", mode));
   EmitTorchZip(ckpt, extents, &notes_);
 }
 
@@ -264,11 +288,18 @@ std::string_view Layout::InlineBytes(const Extent& e) const {
 Layout Layout::Build(const Checkpoint& ckpt) {
   Layout layout;
   layout.ckpt_ = &ckpt;
-  Builder b(layout);
   // Sources: shards first so a tensor's shard number is its source number.
+  std::vector<uint16_t> modes;
   for (const auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
-    for (const StoredFile& f : *group) layout.sources_.push_back(f.source.get());
+    for (const StoredFile& f : *group) {
+      layout.sources_.push_back(f.source.get());
+      modes.push_back(static_cast<uint16_t>(f.mode & 0555));
+    }
   }
+  // Files made from the whole checkpoint show no more than its least readable shard.
+  uint16_t whole = 0444;
+  for (const StoredFile& f : ckpt.shards) whole &= static_cast<uint16_t>(f.mode);
+  Builder b(layout, std::move(modes));
   const uint32_t first_index = static_cast<uint32_t>(ckpt.shards.size());
   const uint32_t first_other = first_index + static_cast<uint32_t>(ckpt.index.size());
 
@@ -280,7 +311,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
       layout.hidden_.push_back(f.name);
       continue;
     }
-    uint64_t ino = b.AddFile(kRoot, f.name);
+    uint64_t ino = b.AddFile(kRoot, f.name, 0555);
     b.AppendSource(ino, first_other + i, 0, f.source->Size());
   }
 
@@ -294,7 +325,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     entries.push_back(TensorEntry{t.name, t.dtype, t.shape, data_offset, data_offset + t.size});
     data_offset += t.size;
   }
-  uint64_t merged = b.AddFile(kRoot, "model.safetensors");
+  uint64_t merged = b.AddFile(kRoot, "model.safetensors", whole);
   b.AppendInline(merged, BuildSafetensorsHeader(entries, ckpt.metadata));
   std::vector<TensorEntry>().swap(entries);
   for (uint32_t i : order) {
@@ -302,7 +333,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     b.AppendSource(merged, t.shard, t.offset, t.size, /*tensor=*/true);
   }
 
-  layout.AddTorchZip(b, ckpt);
+  layout.AddTorchZip(b, ckpt, whole);
 
   // One file per tensor.
   DirectoryWalker walker(b, b.AddDir(kRoot, "tensors"));
@@ -320,7 +351,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     parts.pop_back();
     const uint64_t dir = walker.Enter(parts);
     const bool npy = !NumpyDescr(t.dtype).empty();
-    uint64_t ino = b.AddFile(dir, leaf + (npy ? ".npy" : ".safetensors"));
+    uint64_t ino = b.AddFile(dir, leaf + (npy ? ".npy" : ".safetensors"), 0444);
     layout.nodes_[ino].tensor = static_cast<int32_t>(i);
     b.AppendInline(ino, npy ? BuildNpyHeader(t.dtype, t.shape) : OneTensorHeader(t, ckpt.metadata));
     b.AppendSource(ino, t.shard, t.offset, t.size, /*tensor=*/true);
@@ -331,13 +362,13 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   for (uint32_t i = 0; i < first_other; ++i) {
     const ByteSource& src = *layout.sources_[i];
     uint64_t ino = b.AddFile(
-        shards_dir, i < first_index ? ckpt.shards[i].name : ckpt.index[i - first_index].name);
+        shards_dir, i < first_index ? ckpt.shards[i].name : ckpt.index[i - first_index].name, 0555);
     b.AppendSource(ino, i, 0, src.Size());
   }
 
   uint64_t meta_dir = b.AddDir(kRoot, ".ckptfs");
-  b.AddFile(meta_dir, "stats.json", NodeKind::kStats);
-  b.AppendInline(b.AddFile(meta_dir, "metadata.json"), MetadataJson(ckpt));
+  b.AddFile(meta_dir, "stats.json", whole, NodeKind::kStats);
+  b.AppendInline(b.AddFile(meta_dir, "metadata.json", whole), MetadataJson(ckpt));
   b.Finish();
   return layout;
 }

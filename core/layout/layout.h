@@ -15,6 +15,11 @@
 //   /.ckptfs/stats.json         a kStats node, its bytes made at open by the caller
 //   /.ckptfs/metadata.json      the non-tensor values (MetadataJson)
 // Strided tensors (non-contiguous torch views) are only in pytorch_model.bin.
+// Modes: a stored file shown unchanged keeps its StoredFile::mode; a file drawn from
+// stored files is no more readable than any of them (bits ANDed, read bits only); files
+// made from the whole checkpoint (model.safetensors, pytorch_model.bin, .ckptfs/*) take
+// the least readable shard's bits. A directory is listable (r-x) by each class that can
+// read something inside it; an empty one is 0555.
 // Inode numbers are node indices; kRoot is 1 as FUSE expects. Memory and build time grow
 // with the number of tensors, never with checkpoint bytes. Thread safety: immutable after
 // Build, so any number of readers may use it at once.
@@ -56,6 +61,7 @@ struct Node {
   uint32_t count = 0;   // files: extents; directories: children
   int32_t tensor = -1;  // per-tensor files: index into Checkpoint::tensors
   NodeKind kind = NodeKind::kDirectory;
+  uint16_t mode = 0555;  // permission bits (see Layout: Modes)
 };
 
 class Layout {
@@ -88,7 +94,7 @@ class Layout {
   class DirectoryWalker;
   class TorchZipExtents;
 
-  void AddTorchZip(Builder& b, const Checkpoint& ckpt);
+  void AddTorchZip(Builder& b, const Checkpoint& ckpt, uint16_t mode);
 
   // pytorch_model.bin's synthesized bytes (pickle, zip headers) cost ~300 bytes a
   // tensor, and most mounts never read that file: they are made again on first read.

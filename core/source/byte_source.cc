@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 namespace ckptfs {
@@ -27,22 +28,59 @@ Status ByteSource::Lend(uint64_t, uint64_t, std::vector<LentBytes>*) const {
 
 Result<std::unique_ptr<LocalFileSource>> LocalFileSource::Open(const std::string& path,
                                                                std::string name) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO read-only would otherwise wait for a writer, forever.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) return Status::NotFound(name + ": no such file");
     return Status::IoError(name + ": cannot open: " + std::strerror(err), err);
   }
+  std::error_code ec;
+  std::string absolute = std::filesystem::absolute(path, ec).string();
+  return Adopt(fd, ec ? path : absolute, std::move(name));
+}
+
+Result<std::unique_ptr<LocalFileSource>> LocalFileSource::Adopt(int fd, std::string path,
+                                                                std::string name) {
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return Status::InvalidArgument(name + ": not a regular file");
   }
+  // O_NONBLOCK only kept the open from blocking on a FIFO. On a regular file some kernels
+  // and filesystems turn it into "fail with EAGAIN rather than wait for the disk", which
+  // a cold read under memory pressure would report as an error.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0 && (flags & O_NONBLOCK)) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   // Checkpoint readers mostly stream: ask for the larger sequential readahead window.
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   return std::unique_ptr<LocalFileSource>(
-      new LocalFileSource(fd, static_cast<uint64_t>(st.st_size), st.st_mtim, std::move(name)));
+      new LocalFileSource(fd, st, std::move(path), std::move(name)));
 }
+
+namespace {
+
+// See LocalFileSource::Mode in the header.
+uint32_t ShownMode(const struct stat& st) {
+  const uint32_t other = st.st_mode & 05;
+  uint32_t group = (st.st_mode >> 3) & 05;
+  if (st.st_gid != ::getgid()) group &= other;
+  return 0400 | (st.st_mode & 0100) | group << 3 | other;
+}
+
+}  // namespace
+
+LocalFileSource::LocalFileSource(int fd, const struct stat& st, std::string path, std::string name)
+    : fd_(fd),
+      size_(static_cast<uint64_t>(st.st_size)),
+      mtime_(st.st_mtim),
+      dev_(st.st_dev),
+      ino_(st.st_ino),
+      mode_(ShownMode(st)),
+      path_(std::move(path)),
+      name_(std::move(name)) {}
+
+uint32_t LocalFileSource::Mode() const { return mode_; }
 
 LocalFileSource::~LocalFileSource() { ::close(fd_); }
 
@@ -66,6 +104,13 @@ Status LocalFileSource::CheckUnchanged() const {
   }
   if (st.st_mtim.tv_sec != mtime_.tv_sec || st.st_mtim.tv_nsec != mtime_.tv_nsec) {
     return Status::IoError(name_ + ": file modified since mount");
+  }
+  // Size and mtime can be restored on a new file (cp -p, touch -r); its inode cannot.
+  if (::stat(path_.c_str(), &st) != 0) {
+    return Status::IoError(name_ + ": file gone since mount: " + std::strerror(errno));
+  }
+  if (st.st_dev != dev_ || st.st_ino != ino_) {
+    return Status::IoError(name_ + ": file replaced since mount (another inode)");
   }
   return Status::Ok();
 }

@@ -8,6 +8,7 @@
 //   source's, so the FUSE front end can hand it to the kernel (splice) without a copy.
 //   Whoever reads through Fd() calls CheckUnchanged() first: a file that was truncated or
 //   rewritten since it was opened must give an error, never short or different bytes.
+// - Mode() is the permission bits a view of these bytes may show (see LocalFileSource).
 // - Every method is thread-safe: many FUSE worker threads read one source at once.
 #pragma once
 
@@ -41,6 +42,10 @@ class ByteSource {
   virtual const std::string& Name() const = 0;
   virtual int Fd() const { return -1; }
   virtual Status CheckUnchanged() const { return Status::Ok(); }
+  // Permission bits (within 0555: never write, setuid or sticky bits) for a file the mount
+  // shows from these bytes, owned by the mounting user. Sources without permissions
+  // (remote, in-memory) are readable by everyone.
+  virtual uint32_t Mode() const { return 0444; }
   // Whether Lend works: sources that hold decoded bytes in memory (a cache) lend them,
   // so a reply can be sent from there without a copy into a buffer first.
   virtual bool CanLend() const { return false; }
@@ -60,31 +65,53 @@ class ByteSource {
 };
 
 // A regular file on local disk, read with pread(2). The descriptor stays open for the
-// life of the object so the file cannot vanish under a mount.
+// life of the object so the file cannot vanish under a mount. Files of a checkpoint
+// directory are opened through LocalDirectory (core/source/local_dir.h), which keeps
+// them inside SOURCE; Open is for a path the caller has already decided to trust.
 class LocalFileSource final : public ByteSource {
  public:
-  // Opens `path`; `name` is how errors refer to it. Fails if it is not a regular file.
+  // Opens `path` (O_NONBLOCK, so a FIFO cannot block); `name` is how errors refer to it.
+  // Fails if it is not a regular file.
   static Result<std::unique_ptr<LocalFileSource>> Open(const std::string& path, std::string name);
+  // Takes ownership of `fd`, an open regular file (O_NONBLOCK is cleared), which `path`
+  // (absolute) names: later
+  // CheckUnchanged calls compare the file `path` names with this one. Closes `fd` on
+  // failure.
+  static Result<std::unique_ptr<LocalFileSource>> Adopt(int fd, std::string path, std::string name);
   ~LocalFileSource() override;
 
   uint64_t Size() const override { return size_; }
   Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
   const std::string& Name() const override { return name_; }
   int Fd() const override { return fd_; }
-  // Compares size and modification time with those seen at Open (one fstat).
+  // Compares size and modification time of the open file with those seen at Open (an
+  // in-place rewrite), and the device and inode `path` names now with the open file's (a
+  // new file renamed over the old one, or the old one deleted): one fstat and one stat.
+  // The descriptor still reads the old bytes in that case, but they are no longer what
+  // SOURCE holds, so a read fails rather than serve a file that is gone.
   Status CheckUnchanged() const override;
+  // The source's read and execute bits as the mount shows them, owned by this process's
+  // user and group (what the FUSE front end reports): the owner class always reads (the
+  // mounting user opened the file); the group class keeps its bits only if the file's
+  // group is this process's group, else only those others have too; the other class
+  // keeps its bits. So no one reads through the mount a file they could not read in
+  // SOURCE.
+  uint32_t Mode() const override;
   // Asks the kernel to start reading the range into the page cache (POSIX_FADV_WILLNEED)
   // and returns at once, so the disk works while the reader is still busy with what it
   // has: a cold sequential read then overlaps disk and FUSE instead of alternating.
   void Prefetch(uint64_t offset, uint64_t length) const override;
 
  private:
-  LocalFileSource(int fd, uint64_t size, struct timespec mtime, std::string name)
-      : fd_(fd), size_(size), mtime_(mtime), name_(std::move(name)) {}
+  LocalFileSource(int fd, const struct stat& st, std::string path, std::string name);
 
   int fd_;
   uint64_t size_;
   struct timespec mtime_;
+  dev_t dev_;
+  ino_t ino_;
+  uint32_t mode_;  // Mode(), fixed at open
+  std::string path_;
   std::string name_;
 };
 

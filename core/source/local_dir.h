@@ -1,0 +1,82 @@
+// LocalDirectory: a checkpoint directory on local disk, and the boundary of everything
+// ckptfs serves from it. Every local format and run directory lists and opens its files
+// here, so one rule holds for all of them:
+//
+// - Only regular files are opened. A FIFO, socket or device is refused without ever
+//   being opened for reading (it is resolved with O_PATH first), so nothing blocks.
+// - A file is served only if it lies inside the directory (the real directory, after
+//   following symlinks in the directory's own path). Symlinks that stay inside work,
+//   relative or absolute, through any chain; one that leaves is refused, naming it.
+// - One exception: a Hugging Face hub cache snapshot
+//   (`.../models--ORG--NAME/snapshots/REV/`, likewise `datasets--` and `spaces--`) links
+//   every file to `../../blobs/HASH`; files in that same repo's `blobs/` count as inside.
+//
+// Resolution first tries openat2(RESOLVE_BENEATH), which cannot leave the directory;
+// when that refuses (an absolute link, `..`, the hub's blobs) the name is resolved
+// with O_PATH, which has no effect on the file, and its real path (/proc/self/fd)
+// checked against the boundary. The file is then opened from that very descriptor, so
+// nothing can be swapped in between. Requires /proc for those fallback cases.
+//
+// Errors: NotFound (no such file, or a dangling link), InvalidArgument (not a regular
+// file; leads outside the directory), IoError otherwise. Every message starts with
+// the name. Thread-safe: immutable after Open.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/source/byte_source.h"
+#include "core/status.h"
+
+namespace ckptfs {
+
+class LocalDirectory {
+ public:
+  // Opens directory `path` as the boundary. A SOURCE that is a single file is bounded
+  // by its directory: open that.
+  static Result<std::shared_ptr<const LocalDirectory>> Open(const std::string& path);
+  ~LocalDirectory();
+  LocalDirectory(const LocalDirectory&) = delete;
+  LocalDirectory& operator=(const LocalDirectory&) = delete;
+
+  // As given to Open, for messages.
+  const std::string& path() const { return path_; }
+
+  // What List found, sorted by name: `files` are the regular files (symlinks to
+  // regular files inside included); `outside` the symlinks that lead out of the
+  // boundary to a regular file. Subdirectories, dangling links and special files are in
+  // neither: they are not part of a checkpoint.
+  struct Listing {
+    std::vector<std::string> files;
+    std::vector<std::string> outside;
+  };
+  Result<Listing> List() const;
+
+  // Opens regular file `name` (a plain name in the directory) under the rule above.
+  Result<std::unique_ptr<LocalFileSource>> OpenFile(const std::string& name) const;
+
+ private:
+  // What a name resolved to: an O_PATH descriptor (owned by the holder) and whether it
+  // lies inside the boundary.
+  struct Resolved {
+    int fd = -1;
+    bool inside = false;
+    mode_t type = 0;   // st_mode & S_IFMT
+    std::string real;  // the real path, when it had to be checked
+  };
+  LocalDirectory(int fd, std::string path, std::string real, std::string blobs)
+      : fd_(fd), path_(std::move(path)), real_(std::move(real)), blobs_(std::move(blobs)) {}
+
+  Status Resolve(const std::string& name, Resolved* out) const;
+  bool Inside(const std::string& real) const;
+
+  int fd_;             // O_PATH descriptor of the directory
+  std::string path_;   // as given
+  std::string real_;   // its real path
+  std::string blobs_;  // hub cache snapshot: the real path of the repo's blobs/, else ""
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,214 @@
+// Safe by default, through the real binary: nothing outside a local SOURCE is served
+// (symlinks that leave it, FIFOs), no file is shown more readable than its source (a
+// 0600 file stays unreadable to `nobody` even with -o allow_other), the Hugging Face hub
+// cache layout mounts, and a shard replaced under its name gives EIO.
+
+#include <sys/stat.h>
+
+#include "mount_harness.h"
+
+namespace ckptfs::mount_test {
+namespace {
+
+// The llama kind: an index and two shards, small enough to make quickly.
+constexpr char kShard1[] = "model-00001-of-00002.safetensors";
+constexpr char kShard2[] = "model-00002-of-00002.safetensors";
+
+class BoundaryMountTest : public MountFixture {
+ protected:
+  // A two-shard checkpoint with F32 weights (so tensors/ files are .npy).
+  void GenerateLlama(const std::string& dir) {
+    ASSERT_NO_FATAL_FAILURE(Generate(dir, {"--kind", "llama", "--dtype", "F32"}));
+    ASSERT_TRUE(fs::exists(dir + "/" + kShard1) && fs::exists(dir + "/" + kShard2))
+        << "make_checkpoint.py --kind llama no longer writes " << kShard1 << " and " << kShard2;
+  }
+
+  // The tensors/ path (below the mount) of the first tensor the index puts in `shard`.
+  std::string TensorFileIn(const std::string& source, const std::string& shard) {
+    const ProcessResult r = RunProcess(
+        {kPython, "-c",
+         "import json, sys\n"
+         "m = json.load(open(sys.argv[1]))['weight_map']\n"
+         "print('tensors/' + '/'.join(sorted(n for n, s in m.items() if s == sys.argv[2])[0]"
+         ".split('.')) + '.npy')",
+         source + "/model.safetensors.index.json", shard},
+        kCheckTimeout);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    std::string path = r.out;
+    while (!path.empty() && path.back() == '\n') path.pop_back();
+    return path;
+  }
+
+  // `cat PATH` as user nobody (no groups), under a deadline.
+  static ProcessResult CatAsNobody(const std::string& path) {
+    return RunProcess(
+        {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "cat", "--", path},
+        kCheckTimeout);
+  }
+  static ProcessResult Cat(const std::string& path) {
+    return RunProcess({"cat", "--", path}, kCheckTimeout);
+  }
+};
+
+// A file in SOURCE linked to a file outside it (a root-only one, and /etc/shadow) is not
+// shown; the mount works and says what it left out.
+TEST_F(BoundaryMountTest, NonWeightFileLinkedOutsideIsSkipped) {
+  const std::string source = scratch_->Path("src");
+  ASSERT_NO_FATAL_FAILURE(GenerateLlama(source));
+  const std::string secret = scratch_->Path("secret.txt");
+  std::ofstream(secret) << "root only\n";
+  ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
+  fs::create_symlink(secret, source + "/secret.json");
+  fs::create_symlink("/etc/shadow", source + "/shadow.json");
+  fs::create_symlink("../secret.txt", source + "/relative.json");
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  const std::string log = scratch_->Path("ckptfs.log");
+  ProcessResult mount;
+  ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, &mount, {"--log-file", log}));
+  const std::string said = mount.err + ReadTextFile(log);
+  for (const char* name : {"secret.json", "shadow.json", "relative.json"}) {
+    SCOPED_TRACE(name);
+    EXPECT_FALSE(Cat(mountpoint + "/" + name).exit_code == 0);
+    EXPECT_NE(said.find(std::string(name) + ": symbolic link leads outside"), std::string::npos)
+        << "no line about " << name << " on stderr or in the log:\n"
+        << said;
+  }
+  const ProcessResult ls = RunProcess({"ls", "-a", mountpoint}, kCheckTimeout);
+  EXPECT_EQ(ls.exit_code, 0) << ls.Describe();
+  EXPECT_EQ(ls.out.find("secret"), std::string::npos) << ls.out;
+  EXPECT_EQ(ls.out.find("shadow"), std::string::npos) << ls.out;
+  const ProcessResult config = Cat(mountpoint + "/config.json");
+  EXPECT_EQ(config.exit_code, 0) << config.Describe();
+  EXPECT_EQ(config.out, ReadTextFile(source + "/config.json"));
+}
+
+// A shard that is a link to a file outside SOURCE: a refusal naming it, exit 2.
+TEST_F(BoundaryMountTest, ShardLinkedOutsideIsRefused) {
+  const std::string source = scratch_->Path("src");
+  ASSERT_NO_FATAL_FAILURE(GenerateLlama(source));
+  const std::string away = scratch_->MakeDir("elsewhere") + "/" + kShard2;
+  fs::rename(source + "/" + kShard2, away);
+  fs::create_symlink(away, source + "/" + kShard2);
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  mounts_.push_back(mountpoint);
+  const ProcessResult mount = RunProcess({kCkptfs, "mount", source, mountpoint}, kRefusalTimeout);
+  ExpectRefusal(mount, {kShard2});
+  EXPECT_NE(mount.err.find("outside"), std::string::npos) << mount.Describe();
+  EXPECT_FALSE(IsMounted(mountpoint));
+  ExpectRefusal(Ckptfs({"inspect", source}, kRefusalTimeout), {kShard2});
+  // The shard's own path as SOURCE: bounded by its directory, so refused the same way.
+  ExpectRefusal(Ckptfs({"inspect", source + "/" + kShard2}, kRefusalTimeout), {kShard2});
+}
+
+// Permission bits survive the mount: with -o allow_other, `nobody` cannot read a 0600
+// file, a 0600 shard, or any view drawn from it, while root can; a 0644 checkpoint
+// stays readable by everyone.
+TEST_F(BoundaryMountTest, OwnerOnlyFilesStayOwnerOnlyWithAllowOther) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to switch to user nobody";
+  // nobody must reach the mount points: a world-searchable scratch directory.
+  ASSERT_EQ(chmod(scratch_->path().c_str(), 0755), 0);
+  const std::string source = scratch_->Path("private");
+  ASSERT_NO_FATAL_FAILURE(GenerateLlama(source));
+  const std::string open_source = scratch_->Path("public");
+  ASSERT_NO_FATAL_FAILURE(GenerateLlama(open_source));
+  ASSERT_EQ(chmod((source + "/config.json").c_str(), 0600), 0);
+  ASSERT_EQ(chmod((source + "/" + kShard2).c_str(), 0600), 0);
+  const std::string private_tensor = TensorFileIn(source, kShard2);
+  const std::string public_tensor = TensorFileIn(source, kShard1);
+  ASSERT_FALSE(private_tensor.empty());
+
+  const std::string mountpoint = scratch_->MakeDir("mnt_private");
+  ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, nullptr, {"-o", "allow_other"}));
+  for (const std::string& file :
+       {std::string("config.json"), "shards/" + std::string(kShard2),
+        std::string("model.safetensors"), std::string("pytorch_model.bin"), private_tensor}) {
+    SCOPED_TRACE(file);
+    const ProcessResult nobody = CatAsNobody(mountpoint + "/" + file);
+    EXPECT_NE(nobody.exit_code, 0) << nobody.Describe();
+    EXPECT_NE(nobody.err.find("Permission denied"), std::string::npos) << nobody.Describe();
+    EXPECT_EQ(Cat(mountpoint + "/" + file).exit_code, 0) << "root reads " << file;
+  }
+  // What draws only from readable files stays readable.
+  for (const std::string& file :
+       {"shards/" + std::string(kShard1), public_tensor, std::string("tokenizer.json")}) {
+    SCOPED_TRACE(file);
+    const ProcessResult nobody = CatAsNobody(mountpoint + "/" + file);
+    EXPECT_EQ(nobody.exit_code, 0) << nobody.Describe();
+  }
+
+  const std::string open_mountpoint = scratch_->MakeDir("mnt_public");
+  ASSERT_NO_FATAL_FAILURE(Mount(open_source, open_mountpoint, nullptr, {"-o", "allow_other"}));
+  for (const std::string& file : {std::string("config.json"), "shards/" + std::string(kShard2),
+                                  std::string("model.safetensors"), private_tensor}) {
+    SCOPED_TRACE(file);
+    const ProcessResult nobody = CatAsNobody(open_mountpoint + "/" + file);
+    EXPECT_EQ(nobody.exit_code, 0) << nobody.Describe();
+  }
+}
+
+// An index naming a shard that is a FIFO: mount, inspect and verify each refuse at once,
+// naming it, instead of waiting for a writer forever.
+TEST_F(BoundaryMountTest, FifoShardIsRefusedWithoutBlocking) {
+  const std::string source = scratch_->Path("src");
+  ASSERT_NO_FATAL_FAILURE(GenerateLlama(source));
+  const std::string shard = source + "/" + kShard2;
+  fs::remove(shard);
+  ASSERT_EQ(mkfifo(shard.c_str(), 0644), 0);
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  mounts_.push_back(mountpoint);
+  const ProcessResult mount = RunProcess({kCkptfs, "mount", source, mountpoint}, kRefusalTimeout);
+  ExpectRefusal(mount, {kShard2});
+  EXPECT_FALSE(IsMounted(mountpoint));
+  ExpectRefusal(Ckptfs({"inspect", source}, kRefusalTimeout), {kShard2});
+  ExpectRefusal(Ckptfs({"verify", source}, kRefusalTimeout), {kShard2});
+}
+
+// A Hugging Face hub cache snapshot links every file to ../../blobs/HASH: it mounts and
+// serves the bytes of the blobs.
+TEST_F(BoundaryMountTest, HubCacheSnapshotMounts) {
+  const std::string plain = scratch_->Path("plain");
+  ASSERT_NO_FATAL_FAILURE(GenerateLlama(plain));
+  const std::string repo = scratch_->Path("hub/models--org--llama");
+  const std::string snapshot = repo + "/snapshots/0123456789abcdef";
+  fs::create_directories(repo + "/blobs");
+  fs::create_directories(snapshot);
+  int n = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(plain)) {
+    const std::string blob = "blob" + std::to_string(n++);  // the hub names them by hash
+    fs::copy_file(e.path(), repo + "/blobs/" + blob);
+    fs::create_symlink("../../blobs/" + blob, snapshot + "/" + e.path().filename().string());
+  }
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(Mount(snapshot, mountpoint));
+  for (const char* check : {"check_root.py", "check_merged.py", "check_shards.py"}) {
+    RunCheck(check, {plain, mountpoint});
+  }
+  const ProcessResult config = Cat(mountpoint + "/config.json");
+  EXPECT_EQ(config.out, ReadTextFile(plain + "/config.json"));
+}
+
+// A shard replaced under its name by a file of the same size and mtime (a new inode
+// renamed over it): ckptfs still holds the old file open, whose bytes would even match
+// the headers it parsed, but that is no longer what SOURCE holds. Reads give EIO
+// (remount to see the new file); other shards still read.
+TEST_F(BoundaryMountTest, ShardReplacedWithSameSizeAndMtimeGivesEio) {
+  const std::string source = scratch_->Path("src");
+  ASSERT_NO_FATAL_FAILURE(GenerateLlama(source));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint));
+  const std::string shard = source + "/" + kShard2;
+  const std::string fresh = source + "/.fresh";
+  fs::copy_file(shard, fresh);
+  const ProcessResult touch = RunProcess({"touch", "-r", shard, fresh}, kCheckTimeout);
+  ASSERT_EQ(touch.exit_code, 0) << touch.Describe();
+  fs::rename(fresh, shard);
+
+  const ProcessResult replaced = Cat(mountpoint + "/shards/" + kShard2);
+  EXPECT_NE(replaced.exit_code, 0) << replaced.Describe();
+  EXPECT_NE(replaced.err.find("Input/output error"), std::string::npos) << replaced.Describe();
+  const ProcessResult kept = Cat(mountpoint + "/shards/" + kShard1);
+  EXPECT_EQ(kept.exit_code, 0) << kept.Describe();
+}
+
+}  // namespace
+}  // namespace ckptfs::mount_test

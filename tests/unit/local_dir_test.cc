@@ -1,0 +1,369 @@
+// The source boundary (core/source/local_dir.h) on real directories: symlinks that stay
+// inside SOURCE work, ones that leave it are refused by name, special files never block,
+// the Hugging Face hub cache layout works; and the modes files and views show.
+#include "core/source/local_dir.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/layout/layout.h"
+#include "tests/unit/test_util.h"
+
+namespace ckptfs {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::IndexJson;
+using testing::MakeSafetensors;
+using testing::TestCodec;
+
+// A scratch tree: `src` is SOURCE, `outside` a sibling it must not reach.
+class LocalDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string templ = (fs::temp_directory_path() / "ckptfs-localdir-XXXXXX").string();
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    root_ = fs::canonical(templ).string();
+    src_ = root_ + "/src";
+    outside_ = root_ + "/outside";
+    fs::create_directories(src_);
+    fs::create_directories(outside_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  static void Write(const std::string& path, const std::string& bytes, mode_t mode = 0644) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path, std::ios::binary) << bytes;
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+  }
+  static void Link(const std::string& target, const std::string& link) {
+    fs::create_directories(fs::path(link).parent_path());
+    ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0) << link;
+  }
+
+  std::shared_ptr<const LocalDirectory> OpenSrc(const std::string& path = "") {
+    auto dir = LocalDirectory::Open(path.empty() ? src_ : path);
+    EXPECT_TRUE(dir.ok()) << dir.status().message();
+    return dir.ok() ? *dir : nullptr;
+  }
+
+  static std::string ReadAll(const ByteSource& source) {
+    std::string out(source.Size(), '\0');
+    EXPECT_TRUE(source.ReadAt(0, {reinterpret_cast<uint8_t*>(out.data()), out.size()}).ok());
+    return out;
+  }
+
+  // A one-shard indexed checkpoint in `dir`: model.safetensors.index.json naming `shard`.
+  void WriteIndex(const std::string& dir, const std::string& shard) {
+    Write(dir + "/model.safetensors.index.json", IndexJson({{"w", shard}}));
+  }
+  static std::string Shard() { return MakeSafetensors({{"w", Dtype::kF32, {4}}}); }
+
+  std::string root_, src_, outside_;
+};
+
+TEST_F(LocalDirTest, SymlinksInsideWorkRelativeAndAbsolute) {
+  Write(src_ + "/real.json", "real");
+  Write(src_ + "/sub/deep.json", "deep");
+  Link("real.json", src_ + "/relative.json");
+  Link(src_ + "/real.json", src_ + "/absolute.json");
+  Link("sub/deep.json", src_ + "/into_sub.json");
+  Link("../src/real.json", src_ + "/out_and_back.json");  // leaves, then returns
+  auto dir = OpenSrc();
+  ASSERT_TRUE(dir);
+  for (const char* name : {"relative.json", "absolute.json", "out_and_back.json"}) {
+    auto file = dir->OpenFile(name);
+    ASSERT_TRUE(file.ok()) << name << ": " << file.status().message();
+    EXPECT_EQ(ReadAll(**file), "real");
+  }
+  auto deep = dir->OpenFile("into_sub.json");
+  ASSERT_TRUE(deep.ok()) << deep.status().message();
+  EXPECT_EQ(ReadAll(**deep), "deep");
+  auto listing = dir->List();
+  ASSERT_TRUE(listing.ok());
+  EXPECT_EQ(listing->files,
+            (std::vector<std::string>{"absolute.json", "into_sub.json", "out_and_back.json",
+                                      "real.json", "relative.json"}));
+  EXPECT_TRUE(listing->outside.empty());
+}
+
+TEST_F(LocalDirTest, SymlinksOutsideAreRefusedByName) {
+  Write(outside_ + "/secret", "secret", 0600);
+  Link(outside_ + "/secret", src_ + "/absolute.json");
+  Link("../outside/secret", src_ + "/relative.json");
+  Link("/etc/passwd", src_ + "/system.json");
+  auto dir = OpenSrc();
+  ASSERT_TRUE(dir);
+  for (const char* name : {"absolute.json", "relative.json", "system.json"}) {
+    auto file = dir->OpenFile(name);
+    ASSERT_FALSE(file.ok()) << name;
+    EXPECT_EQ(file.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(file.status().message().rfind(std::string(name) + ": symbolic link leads outside", 0),
+              0u)
+        << file.status().message();
+  }
+  auto listing = dir->List();
+  ASSERT_TRUE(listing.ok());
+  EXPECT_TRUE(listing->files.empty());
+  EXPECT_EQ(listing->outside,
+            (std::vector<std::string>{"absolute.json", "relative.json", "system.json"}));
+}
+
+TEST_F(LocalDirTest, DotDotChainsThatEscapeAreRefused) {
+  Write(outside_ + "/secret", "secret");
+  // a -> sub/b -> ../c -> sub/../../outside/secret: every link is relative and the first
+  // two stay inside; the last one climbs out.
+  Link("sub/b", src_ + "/a.json");
+  Link("../c", src_ + "/sub/b");
+  Link("sub/../../outside/secret", src_ + "/c");
+  Link("sub/../../src/../outside/secret", src_ + "/zigzag.json");
+  auto dir = OpenSrc();
+  ASSERT_TRUE(dir);
+  for (const char* name : {"a.json", "c", "zigzag.json"}) {
+    auto file = dir->OpenFile(name);
+    ASSERT_FALSE(file.ok()) << name;
+    EXPECT_NE(file.status().message().find("leads outside"), std::string::npos)
+        << file.status().message();
+  }
+  Link("/proc/self/root/etc/passwd", src_ + "/magic.json");
+  EXPECT_FALSE(dir->OpenFile("magic.json").ok());
+  EXPECT_FALSE(dir->OpenFile("../outside/secret").ok());  // names are names, not paths
+  EXPECT_FALSE(dir->OpenFile("sub/b").ok());
+}
+
+TEST_F(LocalDirTest, DirectorySymlinks) {
+  Write(outside_ + "/secret", "secret");
+  Write(src_ + "/sub/inner.json", "inner");
+  Link(outside_, src_ + "/away");  // a directory link leaving SOURCE
+  Link("away/secret", src_ + "/through_away.json");
+  Link("sub", src_ + "/here");  // a directory link inside
+  Link("here/inner.json", src_ + "/through_here.json");
+  auto dir = OpenSrc();
+  ASSERT_TRUE(dir);
+  auto away = dir->OpenFile("through_away.json");
+  ASSERT_FALSE(away.ok());
+  EXPECT_NE(away.status().message().find("leads outside"), std::string::npos);
+  auto here = dir->OpenFile("through_here.json");
+  ASSERT_TRUE(here.ok()) << here.status().message();
+  EXPECT_EQ(ReadAll(**here), "inner");
+  // Directories themselves are not files of a checkpoint, inside or out.
+  EXPECT_FALSE(dir->OpenFile("here").ok());
+  auto listing = dir->List();
+  ASSERT_TRUE(listing.ok());
+  EXPECT_EQ(listing->files, std::vector<std::string>{"through_here.json"});
+  EXPECT_EQ(listing->outside, std::vector<std::string>{"through_away.json"});
+
+  // SOURCE itself may be a link: the boundary is the directory it leads to.
+  Link(src_, root_ + "/src_link");
+  auto via_link = OpenSrc(root_ + "/src_link");
+  ASSERT_TRUE(via_link);
+  EXPECT_TRUE(via_link->OpenFile("through_here.json").ok());
+  EXPECT_FALSE(via_link->OpenFile("through_away.json").ok());
+}
+
+TEST_F(LocalDirTest, FifoIsRefusedWithoutBlocking) {
+  const std::string fifo = src_ + "/model-00001-of-00001.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  Link("model-00001-of-00001.safetensors", src_ + "/via_link.safetensors");
+  auto dir = OpenSrc();
+  ASSERT_TRUE(dir);
+  for (const char* name : {"model-00001-of-00001.safetensors", "via_link.safetensors"}) {
+    // On a thread: if the open blocked, a writer opening the FIFO releases it.
+    std::promise<Status> opened;
+    std::future<Status> result = opened.get_future();
+    std::thread([&dir, &opened, name] { opened.set_value(dir->OpenFile(name).status()); }).detach();
+    if (result.wait_for(std::chrono::seconds(2)) != std::future_status::ready) {
+      ADD_FAILURE() << name << ": opening a FIFO blocked";
+      const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      result.wait();
+      if (writer >= 0) ::close(writer);
+      continue;
+    }
+    const Status s = result.get();
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(s.message().rfind(std::string(name) + ": a FIFO", 0), 0u) << s.message();
+  }
+  auto listing = dir->List();
+  ASSERT_TRUE(listing.ok());
+  EXPECT_TRUE(listing->files.empty());
+
+  // LocalFileSource::Open, for paths the caller trusts, opens with O_NONBLOCK too (run
+  // last: if it blocked, the test would hang here).
+  const auto start = std::chrono::steady_clock::now();
+  auto direct = LocalFileSource::Open(fifo, "fifo");
+  EXPECT_FALSE(direct.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+
+  // Through OpenCheckpoint: an index naming the FIFO is a refusal naming it.
+  WriteIndex(src_, "model-00001-of-00001.safetensors");
+  auto ckpt = OpenCheckpoint(src_, TestCodec());
+  ASSERT_FALSE(ckpt.ok());
+  EXPECT_EQ(ckpt.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(ckpt.status().message().find("model-00001-of-00001.safetensors: a FIFO"),
+            std::string::npos)
+      << ckpt.status().message();
+}
+
+TEST_F(LocalDirTest, HubCacheSnapshotLinksIntoItsBlobs) {
+  // ~/.cache/huggingface/hub/models--org--name/{blobs,snapshots/REV}
+  const std::string repo = root_ + "/hub/models--org--name";
+  const std::string snapshot = repo + "/snapshots/0123abcd";
+  Write(repo + "/blobs/aaaa", Shard());
+  Write(repo + "/blobs/bbbb", "{\"model_type\": \"test\"}");
+  Write(root_ + "/hub/models--org--other/blobs/cccc", "other repo");
+  Link("../../blobs/aaaa", snapshot + "/model.safetensors");
+  Link("../../blobs/bbbb", snapshot + "/config.json");
+  Link("../../../models--org--other/blobs/cccc", snapshot + "/other.json");
+  Link("../../refs_or_anything", snapshot + "/dangling.json");
+  Write(repo + "/refs/main", "0123abcd");
+  Link("../../refs/main", snapshot + "/refs.json");
+  auto dir = OpenSrc(snapshot);
+  ASSERT_TRUE(dir);
+  auto config = dir->OpenFile("config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(ReadAll(**config), "{\"model_type\": \"test\"}");
+  EXPECT_FALSE(dir->OpenFile("other.json").ok());  // another repo's blobs
+  EXPECT_FALSE(dir->OpenFile("refs.json").ok());   // the repo, but not its blobs
+  auto listing = dir->List();
+  ASSERT_TRUE(listing.ok());
+  EXPECT_EQ(listing->files, (std::vector<std::string>{"config.json", "model.safetensors"}));
+
+  std::vector<std::string> warnings;
+  CodecContext codec(
+      CodecOptions{.warn = [&](const std::string& line) { warnings.push_back(line); }});
+  auto ckpt = OpenCheckpoint(snapshot, codec);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  EXPECT_EQ(ckpt->tensors.size(), 1u);
+  ASSERT_EQ(ckpt->others.size(), 1u);
+  EXPECT_EQ(ckpt->others[0].name, "config.json");
+  EXPECT_EQ(warnings.size(), 2u);  // other.json and refs.json, each on a line
+
+  // The same layout outside a hub cache is just a link leaving SOURCE.
+  const std::string plain = root_ + "/not-a-hub/snapshots/rev";
+  Write(root_ + "/not-a-hub/blobs/aaaa", "x");
+  Link("../../blobs/aaaa", plain + "/config.json");
+  auto plain_dir = OpenSrc(plain);
+  ASSERT_TRUE(plain_dir);
+  EXPECT_FALSE(plain_dir->OpenFile("config.json").ok());
+}
+
+TEST_F(LocalDirTest, ShardOutsideFailsTheCheckpointOtherFilesAreSkipped) {
+  Write(outside_ + "/shard.safetensors", Shard());
+  Write(outside_ + "/secret", "secret", 0600);
+  Write(src_ + "/config.json", "{}");
+  Link("/etc/passwd", src_ + "/tokenizer.json");
+  Link(outside_ + "/secret", src_ + "/secret.txt");
+  WriteIndex(src_, "model-00001-of-00001.safetensors");
+  Write(src_ + "/model-00001-of-00001.safetensors", Shard());
+
+  std::vector<std::string> warnings;
+  CodecContext codec(
+      CodecOptions{.warn = [&](const std::string& line) { warnings.push_back(line); }});
+  auto ckpt = OpenCheckpoint(src_, codec);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  ASSERT_EQ(ckpt->others.size(), 1u);
+  EXPECT_EQ(ckpt->others[0].name, "config.json");
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_EQ(warnings[0].rfind("secret.txt: symbolic link leads outside", 0), 0u) << warnings[0];
+  EXPECT_EQ(warnings[1].rfind("tokenizer.json: symbolic link leads outside", 0), 0u);
+
+  // The shard itself a link out of SOURCE: a refusal naming it.
+  fs::remove(src_ + "/model-00001-of-00001.safetensors");
+  Link(outside_ + "/shard.safetensors", src_ + "/model-00001-of-00001.safetensors");
+  auto refused = OpenCheckpoint(src_, codec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(refused.status().message().rfind(
+                "model-00001-of-00001.safetensors: symbolic link leads outside", 0),
+            0u)
+      << refused.status().message();
+
+  // A single-file SOURCE is bounded by its directory.
+  Link(outside_ + "/shard.safetensors", src_ + "/single.safetensors");
+  auto single = OpenCheckpoint(src_ + "/single.safetensors", codec);
+  ASSERT_FALSE(single.ok());
+  EXPECT_NE(single.status().message().find("single.safetensors: symbolic link leads outside"),
+            std::string::npos);
+  Write(src_ + "/inside.safetensors", Shard());
+  Link("inside.safetensors", src_ + "/alias.safetensors");
+  EXPECT_TRUE(OpenCheckpoint(src_ + "/alias.safetensors", codec).ok());
+}
+
+TEST_F(LocalDirTest, ReplacedFileIsNoticedEvenWithSameSizeAndMtime) {
+  const std::string path = src_ + "/shard.safetensors";
+  Write(path, "0123456789");
+  auto dir = OpenSrc();
+  ASSERT_TRUE(dir);
+  auto file = dir->OpenFile("shard.safetensors");
+  ASSERT_TRUE(file.ok());
+  EXPECT_TRUE((*file)->CheckUnchanged().ok());
+  // A new file with the same size and mtime renamed over the old one (cp -p; mv).
+  Write(src_ + "/new", "abcdefghij");
+  struct stat old_st;
+  ASSERT_EQ(::stat(path.c_str(), &old_st), 0);
+  const struct timespec times[2] = {old_st.st_atim, old_st.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (src_ + "/new").c_str(), times, 0), 0);
+  ASSERT_EQ(::rename((src_ + "/new").c_str(), path.c_str()), 0);
+  const Status s = (*file)->CheckUnchanged();
+  EXPECT_EQ(s.code(), Status::Code::kIoError);
+  EXPECT_EQ(s.message(), "shard.safetensors: file replaced since mount (another inode)");
+  // Gone altogether.
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  EXPECT_EQ((*file)->CheckUnchanged().code(), Status::Code::kIoError);
+}
+
+TEST_F(LocalDirTest, ModesFollowTheSources) {
+  Write(src_ + "/model.safetensors.index.json",
+        IndexJson({{"w", "a.safetensors"}, {"v", "b.safetensors"}}));
+  Write(src_ + "/a.safetensors", MakeSafetensors({{"w", Dtype::kF32, {4}}}), 0644);
+  Write(src_ + "/b.safetensors", MakeSafetensors({{"v", Dtype::kF32, {4}}}), 0600);
+  Write(src_ + "/config.json", "{}", 0640);
+  Write(src_ + "/run.sh", "", 0755);  // empty: its mode still counts
+  ASSERT_EQ(::chown((src_ + "/config.json").c_str(), -1, ::getgid()), 0);
+  auto ckpt = OpenCheckpoint(src_, TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  Layout layout = Layout::Build(*ckpt);
+  auto mode_of = [&](std::initializer_list<const char*> path) {
+    uint64_t ino = Layout::kRoot;
+    for (const char* name : path) ino = layout.Lookup(ino, name);
+    const Node* node = layout.Find(ino);
+    return node ? static_cast<int>(node->mode) : -1;
+  };
+  EXPECT_EQ(mode_of({"config.json"}), 0440);
+  EXPECT_EQ(mode_of({"run.sh"}), 0555);
+  EXPECT_EQ(mode_of({"shards", "a.safetensors"}), 0444);
+  EXPECT_EQ(mode_of({"shards", "b.safetensors"}), 0400);
+  EXPECT_EQ(mode_of({"shards", "model.safetensors.index.json"}), 0444);
+  EXPECT_EQ(mode_of({"tensors", "w.npy"}), 0444);
+  EXPECT_EQ(mode_of({"tensors", "v.npy"}), 0400);
+  EXPECT_EQ(mode_of({"model.safetensors"}), 0400);
+  EXPECT_EQ(mode_of({"pytorch_model.bin"}), 0400);
+  EXPECT_EQ(mode_of({".ckptfs", "metadata.json"}), 0400);
+  EXPECT_EQ(mode_of({".ckptfs", "stats.json"}), 0400);
+  // Directories: listable by each class that reads something inside.
+  EXPECT_EQ(mode_of({}), 0555);
+  EXPECT_EQ(mode_of({"tensors"}), 0555);
+  EXPECT_EQ(mode_of({"shards"}), 0555);
+  EXPECT_EQ(mode_of({".ckptfs"}), 0500);
+
+  // A group-readable file of another group shows no group bits: the mount's files
+  // belong to the mounting user's group.
+  Write(src_ + "/other_group.json", "{}", 0640);
+  if (::getuid() == 0 && ::chown((src_ + "/other_group.json").c_str(), -1, ::getgid() + 1) == 0) {
+    auto file = OpenSrc()->OpenFile("other_group.json");
+    ASSERT_TRUE(file.ok());
+    EXPECT_EQ((*file)->Mode(), 0400u);
+  }
+}
+
+}  // namespace
+}  // namespace ckptfs
