@@ -341,6 +341,8 @@ void AddShard(Checkpoint& ckpt, ShardContents& shard) {
     t.storage += base;
     ckpt.tensors.push_back(std::move(t));
   }
+  std::vector<Tensor>().swap(shard.tensors);  // the peak holds one shard twice, not all
+  std::vector<Storage>().swap(shard.storages);
   for (auto& kv : shard.metadata) {
     auto same_key = [&](const auto& m) { return m.first == kv.first; };
     if (std::none_of(ckpt.metadata.begin(), ckpt.metadata.end(), same_key)) {
@@ -373,8 +375,9 @@ std::vector<Result<ShardContents>> ReadShards(const std::vector<StoredFile>& sha
       contents[i] = ReadShard(shards[i], static_cast<uint32_t>(i));
     }
   };
-  const size_t n_threads = std::min<size_t>(
-      {std::max(1u, std::thread::hardware_concurrency()), shards.size() / 16 + 1, 8});
+  // One shard per thread at most: a few shards of many tensors parse in parallel too.
+  const size_t n_threads =
+      std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), shards.size(), 8});
   std::vector<std::thread> threads;
   for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(work);
   work();
@@ -384,8 +387,17 @@ std::vector<Result<ShardContents>> ReadShards(const std::vector<StoredFile>& sha
 
 // Sorts tensors by name; a name stored in two shards is an error.
 Status SortTensors(Checkpoint& ckpt) {
-  std::sort(ckpt.tensors.begin(), ckpt.tensors.end(),
-            [](const Tensor& a, const Tensor& b) { return a.name < b.name; });
+  // Sorting indices and moving each tensor once is cheaper than swapping whole tensors.
+  std::vector<uint32_t> order(ckpt.tensors.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return ckpt.tensors[a].name < ckpt.tensors[b].name; });
+  if (!std::is_sorted(order.begin(), order.end())) {
+    std::vector<Tensor> sorted;
+    sorted.reserve(order.size());
+    for (uint32_t i : order) sorted.push_back(std::move(ckpt.tensors[i]));
+    ckpt.tensors = std::move(sorted);
+  }
   for (size_t i = 1; i < ckpt.tensors.size(); ++i) {
     const Tensor& a = ckpt.tensors[i - 1];
     const Tensor& b = ckpt.tensors[i];
@@ -443,10 +455,17 @@ Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
   }
   std::vector<Result<ShardContents>> contents = ReadShards(ckpt.shards);
   // Merged in shard order, so the first error reported is always the same one.
-  for (uint32_t i = 0; i < ckpt.shards.size(); ++i) {
-    if (!contents[i].ok()) return contents[i].status();
-    AddShard(ckpt, contents[i].value());
+  size_t n_tensors = 0, n_storages = 0;
+  for (const Result<ShardContents>& c : contents) {
+    if (!c.ok()) return c.status();
+    n_tensors += c->tensors.size();
+    n_storages += c->storages.size();
   }
+  // Exact sizes: the tables live as long as the mount, and growing them by doubling
+  // would leave up to half of each unused.
+  ckpt.tensors.reserve(n_tensors);
+  ckpt.storages.reserve(n_storages);
+  for (uint32_t i = 0; i < ckpt.shards.size(); ++i) AddShard(ckpt, contents[i].value());
   contents.clear();
   if (!names.empty() && IsTorchShard(names.front())) {
     ckpt.format = CheckpointFormat::kTorch;

@@ -1,8 +1,10 @@
 #include "core/layout/layout.h"
 
+#include <malloc.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <unordered_map>
 
@@ -21,12 +23,12 @@ class Layout::Builder {
  public:
   explicit Builder(Layout& out) : out_(out) { out_.nodes_.resize(2); }  // [0] unused, [1] root
 
-  uint64_t AddDir(uint64_t parent, std::string name) {
-    return AddNode(parent, std::move(name), NodeKind::kDirectory);
+  uint64_t AddDir(uint64_t parent, std::string_view name) {
+    return AddNode(parent, name, NodeKind::kDirectory);
   }
 
-  uint64_t AddFile(uint64_t parent, std::string name, NodeKind kind = NodeKind::kFile) {
-    uint64_t ino = AddNode(parent, std::move(name), kind);
+  uint64_t AddFile(uint64_t parent, std::string_view name, NodeKind kind = NodeKind::kFile) {
+    uint64_t ino = AddNode(parent, name, kind);
     out_.nodes_[ino].first = static_cast<uint32_t>(out_.extents_.size());
     return ino;
   }
@@ -34,17 +36,30 @@ class Layout::Builder {
   // Appends an extent to file `ino`, which must be the file most recently added.
   void AppendSource(uint64_t ino, uint32_t source, uint64_t offset, uint64_t length,
                     bool tensor = false) {
-    if (length == 0) return;
     Node& node = out_.nodes_[ino];
-    out_.extents_.push_back(Extent{node.size, length, offset, source, tensor});
-    node.size += length;
-    ++node.count;
+    while (length > 0) {
+      const uint64_t part = std::min(length, Extent::kMaxLength);
+      out_.extents_.push_back(Extent{node.size, offset, static_cast<uint32_t>(part),
+                                     source & Extent::kInline, tensor ? 1u : 0u});
+      node.size += part;
+      ++node.count;
+      offset += part;
+      length -= part;
+    }
   }
 
   void AppendInline(uint64_t ino, std::string_view bytes) {
     const uint64_t pool_offset = out_.pool_.size();
     out_.pool_ += bytes;
     AppendSource(ino, Extent::kInline, pool_offset, bytes.size());
+  }
+
+  // AppendInline for bytes many files repeat (an .npy header depends only on dtype and
+  // shape, and a model has few distinct shapes): the pool keeps one copy of each.
+  void AppendShared(uint64_t ino, std::string bytes) {
+    auto [it, added] = shared_.try_emplace(std::move(bytes), out_.pool_.size());
+    if (added) out_.pool_ += it->first;
+    AppendSource(ino, Extent::kInline, it->second, it->first.size());
   }
 
   void Finish() {
@@ -62,21 +77,28 @@ class Layout::Builder {
       nodes[ino].count = start[ino + 1] - start[ino];
       auto begin = out_.children_.begin() + start[ino];
       std::sort(begin, begin + nodes[ino].count,
-                [&](uint64_t a, uint64_t b) { return nodes[a].name < nodes[b].name; });
+                [&](uint64_t a, uint64_t b) { return nodes[a].name() < nodes[b].name(); });
     }
+    // The tables grew by doubling; a mount keeps them for its lifetime, so drop the slack
+    // (up to half of each at a million tensors).
+    nodes.shrink_to_fit();
+    out_.extents_.shrink_to_fit();
+    out_.pool_.shrink_to_fit();
   }
 
  private:
-  uint64_t AddNode(uint64_t parent, std::string name, NodeKind kind) {
+  uint64_t AddNode(uint64_t parent, std::string_view name, NodeKind kind) {
     Node node;
-    node.name = std::move(name);
-    node.parent = parent;
+    node.name_data = out_.names_.Add(name);
+    node.name_size = static_cast<uint32_t>(name.size());
+    node.parent = static_cast<uint32_t>(parent);
     node.kind = kind;
-    out_.nodes_.push_back(std::move(node));
+    out_.nodes_.push_back(node);
     return out_.nodes_.size() - 1;
   }
 
   Layout& out_;
+  std::unordered_map<std::string, uint64_t> shared_;  // bytes -> pool offset
 };
 
 // Creates the directories of tensor names visited in sorted order. All names under one
@@ -257,6 +279,10 @@ std::string_view Layout::InlineBytes(const Extent& e) const {
   std::call_once(lazy_->once, [this] {
     LazyPoolSink sink(lazy_->bytes);
     EmitTorchZip(*ckpt_, sink, nullptr);
+    lazy_->bytes.shrink_to_fit();
+    // Making the bytes allocated and freed about as much again in small pieces; give
+    // those pages back, or a long-lived daemon keeps them for nothing.
+    ReleaseFreeMemory();
   });
   return std::string_view(lazy_->bytes).substr(e.source_offset, e.length);
 }
@@ -322,7 +348,11 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     const bool npy = !NumpyDescr(t.dtype).empty();
     uint64_t ino = b.AddFile(dir, leaf + (npy ? ".npy" : ".safetensors"));
     layout.nodes_[ino].tensor = static_cast<int32_t>(i);
-    b.AppendInline(ino, npy ? BuildNpyHeader(t.dtype, t.shape) : OneTensorHeader(t, ckpt.metadata));
+    if (npy) {
+      b.AppendShared(ino, BuildNpyHeader(t.dtype, t.shape));
+    } else {
+      b.AppendInline(ino, OneTensorHeader(t, ckpt.metadata));
+    }
     b.AppendSource(ino, t.shard, t.offset, t.size, /*tensor=*/true);
   }
 
@@ -342,6 +372,26 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   return layout;
 }
 
+const char* Layout::NameArena::Add(std::string_view name) {
+  constexpr size_t kBlock = 256 << 10;
+  if (capacity - used < name.size() + 1) {
+    capacity = std::max(kBlock, name.size() + 1);
+    blocks.push_back(std::make_unique_for_overwrite<char[]>(capacity));
+    used = 0;
+  }
+  char* out = blocks.back().get() + used;
+  std::memcpy(out, name.data(), name.size());
+  out[name.size()] = '\0';
+  used += name.size() + 1;
+  return out;
+}
+
+void ReleaseFreeMemory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 const Node* Layout::Find(uint64_t ino) const {
   return ino >= kRoot && ino < nodes_.size() ? &nodes_[ino] : nullptr;
 }
@@ -356,8 +406,8 @@ uint64_t Layout::Lookup(uint64_t parent, std::string_view name) const {
   std::span<const uint64_t> kids = Children(parent);
   auto it =
       std::lower_bound(kids.begin(), kids.end(), name,
-                       [this](uint64_t ino, std::string_view n) { return nodes_[ino].name < n; });
-  return it != kids.end() && nodes_[*it].name == name ? *it : 0;
+                       [this](uint64_t ino, std::string_view n) { return nodes_[ino].name() < n; });
+  return it != kids.end() && nodes_[*it].name() == name ? *it : 0;
 }
 
 std::span<const Extent> Layout::Extents(uint64_t ino, uint64_t offset, uint64_t length) const {

@@ -33,29 +33,37 @@
 
 namespace ckptfs {
 
+// 24 bytes: a mount holds about five per tensor. A stored range longer than 4 GiB - 1 is
+// laid out as several extents, each under the 32-bit length.
 struct Extent {
-  static constexpr uint32_t kInline = UINT32_MAX;    // bytes in the header pool
-  static constexpr uint32_t kLazy = UINT32_MAX - 1;  // bytes made on first read (torch zip)
+  static constexpr uint32_t kInline = 0x7fffffff;     // bytes in the header pool
+  static constexpr uint32_t kLazy = kInline - 1;      // bytes made on first read (torch zip)
+  static constexpr uint64_t kMaxLength = UINT32_MAX;  // longer ranges take several extents
 
-  uint64_t file_offset;  // where the extent starts in the file
-  uint64_t length;
+  uint64_t file_offset;    // where the extent starts in the file
   uint64_t source_offset;  // offset in the source, or in the inline pool
-  uint32_t source;         // index into Layout::sources(), or kInline / kLazy
-  bool tensor = false;     // the whole data of one tensor: a read of its start prefetches the rest
+  uint32_t length;
+  uint32_t source : 31;  // index into Layout::sources(), or kInline / kLazy
+  uint32_t tensor : 1;   // data of one tensor: a read of its start prefetches the rest
 
   bool synthesized() const { return source >= kLazy; }
 };
 
 enum class NodeKind : uint8_t { kDirectory, kFile, kStats };
 
+// 40 bytes, names in the layout's arena (a mount holds about two nodes per tensor). The
+// three bytes after `kind` are free: room for a 16-bit mode.
 struct Node {
-  std::string name;
-  uint64_t parent = 0;
-  uint64_t size = 0;    // files: bytes; directories: 0
+  const char* name_data = "";  // NUL-terminated (fuse_add_direntry wants that), never null
+  uint64_t size = 0;           // files: bytes; directories: 0
+  uint32_t parent = 0;
   uint32_t first = 0;   // files: first extent; directories: first child slot
   uint32_t count = 0;   // files: extents; directories: children
   int32_t tensor = -1;  // per-tensor files: index into Checkpoint::tensors
+  uint32_t name_size = 0;
   NodeKind kind = NodeKind::kDirectory;
+
+  std::string_view name() const { return {name_data, name_size}; }
 };
 
 class Layout {
@@ -97,7 +105,16 @@ class Layout {
     std::string bytes;
   };
 
-  std::vector<Node> nodes_;         // [0] unused so inode == index
+  // Node names, NUL-terminated, in blocks that never move (a Layout is returned by value,
+  // and one allocation per name would cost more than most names).
+  struct NameArena {
+    std::vector<std::unique_ptr<char[]>> blocks;
+    size_t used = 0, capacity = 0;  // of the last block
+    const char* Add(std::string_view name);
+  };
+
+  std::vector<Node> nodes_;  // [0] unused so inode == index
+  NameArena names_;
   std::vector<uint64_t> children_;  // directory child lists, each sorted by name
   std::vector<Extent> extents_;
   std::string pool_;  // synthesized bytes
@@ -107,5 +124,11 @@ class Layout {
   std::vector<std::string> hidden_;
   std::vector<std::string> notes_;
 };
+
+// Returns the free pages of the heap to the system (glibc's malloc_trim). Building a Layout
+// of a million tensors frees about as much as it keeps, in pieces between live ones that
+// free() alone never returns; the Volume calls this once built, InlineBytes after making
+// the torch zip bytes.
+void ReleaseFreeMemory();
 
 }  // namespace ckptfs

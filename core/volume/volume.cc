@@ -36,7 +36,11 @@ std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
   for (auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
     for (StoredFile& f : *group) f.source->BeginServing();
   }
-  return std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec)));
+  auto volume = std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec)));
+  // Parsing headers and building the layout freed about as much as they keep; the daemon
+  // forked from this process would otherwise carry those pages for its lifetime.
+  ReleaseFreeMemory();
+  return volume;
 }
 
 // Prefetch tasks point at sources: stop them before the sources go.
@@ -70,7 +74,7 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
   const Node* node = layout_.Find(ino);
   if (!node) return Status::NotFound("inode " + std::to_string(ino) + ": no such file");
   if (node->kind != NodeKind::kFile) {
-    return Status::InvalidArgument(node->name + ": not a regular file with extents");
+    return Status::InvalidArgument(std::string(node->name()) + ": not a regular file with extents");
   }
   const uint64_t end = offset + std::min(size, node->size - std::min(offset, node->size));
   for (const Extent& e : layout_.Extents(ino, offset, size)) {
