@@ -36,8 +36,12 @@ namespace ckptfs {
 // 24 bytes: a mount holds about five per tensor. A stored range longer than 4 GiB - 1 is
 // laid out as several extents, each under the 32-bit length.
 struct Extent {
-  static constexpr uint32_t kInline = 0x7fffffff;     // bytes in the header pool
-  static constexpr uint32_t kLazy = kInline - 1;      // bytes made on first read (torch zip)
+  static constexpr uint32_t kInline = 0x7fffffff;  // bytes in the header pool
+  static constexpr uint32_t kLazy = kInline - 1;   // bytes made on first read (torch zip)
+  // Torch zip bytes made again on every read (GeneratedBytes): the local header of
+  // storage record `source_offset`, or central-directory chunk `source_offset`.
+  static constexpr uint32_t kZipHeader = kInline - 2;
+  static constexpr uint32_t kZipDirectory = kInline - 3;
   static constexpr uint64_t kMaxLength = UINT32_MAX;  // longer ranges take several extents
 
   uint64_t file_offset;    // where the extent starts in the file
@@ -46,7 +50,8 @@ struct Extent {
   uint32_t source : 31;  // index into Layout::sources(), or kInline / kLazy
   uint32_t tensor : 1;   // data of one tensor: a read of its start prefetches the rest
 
-  bool synthesized() const { return source >= kLazy; }
+  bool synthesized() const { return source >= kZipDirectory; }
+  bool generated() const { return source == kZipHeader || source == kZipDirectory; }
 };
 
 enum class NodeKind : uint8_t { kDirectory, kFile, kStats };
@@ -83,7 +88,11 @@ class Layout {
   std::span<const Extent> Extents(uint64_t ino, uint64_t offset, uint64_t length) const;
   // The bytes of a synthesized extent. The first call for a kLazy extent makes the
   // merged torch zip's headers (once, thread-safe); `ckpt` must still be alive then.
+  // Not for generated() extents, whose bytes GeneratedBytes makes.
   std::string_view InlineBytes(const Extent& e) const;
+  // The bytes of a generated() extent, made from a per-record table on each call (the
+  // first makes the table with the kLazy bytes).
+  std::string GeneratedBytes(const Extent& e) const;
   const ByteSource& Source(uint32_t index) const { return *sources_[index]; }
   uint64_t node_count() const { return nodes_.size() - 1; }
   // Names SOURCE had that the views shadow (e.g. a stray "tensors" file), for a log line.
@@ -97,12 +106,16 @@ class Layout {
   class TorchZipExtents;
 
   void AddTorchZip(Builder& b, const Checkpoint& ckpt);
+  void MakeLazyBytes() const;
 
-  // pytorch_model.bin's synthesized bytes (pickle, zip headers) cost ~300 bytes a
-  // tensor, and most mounts never read that file: they are made again on first read.
+  // pytorch_model.bin's kept synthesized bytes (the pickle, ~95 bytes a tensor) and the
+  // record table its generated headers are made from (12 bytes a tensor). Most mounts
+  // never read that file: they are made on first read.
   struct LazyBytes {
     std::once_flag once;
     std::string bytes;
+    std::vector<uint32_t> record_storages;  // record key -> index into Checkpoint::storages
+    std::vector<uint64_t> header_offsets;   // record key -> its local header in the file
   };
 
   // Node names, NUL-terminated, in blocks that never move (a Layout is returned by value,

@@ -84,7 +84,10 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
     const uint64_t skip = from - e.file_offset;
     ReadPiece piece;
     piece.length = to - from;
-    if (e.synthesized()) {
+    if (e.generated()) {
+      piece.made = std::make_shared<const std::string>(layout_.GeneratedBytes(e));
+      piece.inline_bytes = piece.made->data() + skip;
+    } else if (e.synthesized()) {
       piece.inline_bytes = layout_.InlineBytes(e).data() + skip;
     } else {
       piece.source = &layout_.Source(e.source);
@@ -95,7 +98,7 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
         piece.source->Prefetch(piece.offset + piece.length, e.length - piece.length);
       }
     }
-    plan->push_back(piece);
+    plan->push_back(std::move(piece));
   }
   if (readahead && offset < end) {
     const ByteRange ahead = readahead->OnRead(offset, end - offset);
@@ -110,6 +113,7 @@ Status Volume::Gather(std::span<const ReadPiece> plan, Gathered* out) const {
     Status s;
     if (!p.source) {
       out->segments.push_back({reinterpret_cast<const uint8_t*>(p.inline_bytes), -1, 0, p.length});
+      if (p.made) out->keep_alive.push_back(p.made);
       Stats::Add(stats_.bytes_synthesized, p.length);
       continue;
     }
