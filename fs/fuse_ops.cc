@@ -258,7 +258,7 @@ void ReplyDirectory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool
     const uint64_t child = i == 0   ? ino
                            : i == 1 ? (node->parent ? node->parent : ino)
                                     : kids[i - 2];
-    const char* name = i == 0 ? "." : i == 1 ? ".." : layout.Find(child)->name.c_str();
+    const char* name = i == 0 ? "." : i == 1 ? ".." : layout.Find(child)->name_data;
     fuse_entry_param e = {};
     e.attr = MakeStat(ctx, child, *layout.Find(child));
     size_t need;

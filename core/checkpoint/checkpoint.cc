@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <thread>
-#include <unordered_map>
 
 #include "core/cache/disk_cache.h"
 #include "core/codec/zstd_source.h"
@@ -288,6 +287,8 @@ struct ShardContents {
 
 ShardContents FromSafetensors(SafetensorsHeader& header, uint32_t shard_no) {
   ShardContents out;
+  out.tensors.reserve(header.tensors.size());
+  out.storages.reserve(header.tensors.size());
   for (TensorEntry& t : header.tensors) {
     const uint64_t offset = header.data_start + t.begin, size = t.end - t.begin;
     out.storages.push_back(Storage{shard_no, offset, size, t.dtype});
@@ -347,6 +348,8 @@ void AddShard(Checkpoint& ckpt, ShardContents& shard) {
     t.storage += base;
     ckpt.tensors.push_back(std::move(t));
   }
+  std::vector<Tensor>().swap(shard.tensors);  // the peak holds one shard twice, not all
+  std::vector<Storage>().swap(shard.storages);
   for (auto& kv : shard.metadata) {
     auto same_key = [&](const auto& m) { return m.first == kv.first; };
     if (std::none_of(ckpt.metadata.begin(), ckpt.metadata.end(), same_key)) {
@@ -379,8 +382,9 @@ std::vector<Result<ShardContents>> ReadShards(const std::vector<StoredFile>& sha
       contents[i] = ReadShard(shards[i], static_cast<uint32_t>(i));
     }
   };
-  const size_t n_threads = std::min<size_t>(
-      {std::max(1u, std::thread::hardware_concurrency()), shards.size() / 16 + 1, 8});
+  // One shard per thread at most: a few shards of many tensors parse in parallel too.
+  const size_t n_threads =
+      std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), shards.size(), 8});
   std::vector<std::thread> threads;
   for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(work);
   work();
@@ -390,8 +394,17 @@ std::vector<Result<ShardContents>> ReadShards(const std::vector<StoredFile>& sha
 
 // Sorts tensors by name; a name stored in two shards is an error.
 Status SortTensors(Checkpoint& ckpt) {
-  std::sort(ckpt.tensors.begin(), ckpt.tensors.end(),
-            [](const Tensor& a, const Tensor& b) { return a.name < b.name; });
+  // Sorting indices and moving each tensor once is cheaper than swapping whole tensors.
+  std::vector<uint32_t> order(ckpt.tensors.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return ckpt.tensors[a].name < ckpt.tensors[b].name; });
+  if (!std::is_sorted(order.begin(), order.end())) {
+    std::vector<Tensor> sorted;
+    sorted.reserve(order.size());
+    for (uint32_t i : order) sorted.push_back(std::move(ckpt.tensors[i]));
+    ckpt.tensors = std::move(sorted);
+  }
   for (size_t i = 1; i < ckpt.tensors.size(); ++i) {
     const Tensor& a = ckpt.tensors[i - 1];
     const Tensor& b = ckpt.tensors[i];
@@ -410,28 +423,38 @@ const Tensor* FindTensor(const Checkpoint& ckpt, std::string_view name) {
 }
 
 // Every stored tensor must be in the index, under the shard that stores it, and every
-// index entry must be stored.
+// index entry must be stored. Both lists are walked in name order (an index is usually
+// written sorted, so sorting it is a check), which costs a fraction of a hash map's
+// lookups at a million tensors. The errors are those of a lookup per tensor: the first
+// tensor in name order that is unlisted or listed elsewhere (the first listing of a name
+// counts), then the first entry in index order that no shard stores.
 Status CheckAgainstIndex(const Checkpoint& ckpt, const HfIndex& index, const std::string& file) {
-  std::unordered_map<std::string_view, std::string_view> expected;
-  expected.reserve(index.weight_map.size());
-  for (const auto& [tensor, shard] : index.weight_map) expected.emplace(tensor, shard);
+  const auto& map = index.weight_map;
+  std::vector<uint32_t> order(map.size());
+  std::iota(order.begin(), order.end(), 0u);
+  auto by_name = [&](uint32_t a, uint32_t b) { return map[a].first < map[b].first; };
+  if (!std::is_sorted(order.begin(), order.end(), by_name)) {
+    std::stable_sort(order.begin(), order.end(), by_name);
+  }
+  size_t next = 0;  // into order
+  bool missing = false;
   for (const Tensor& t : ckpt.tensors) {
+    for (; next < order.size() && map[order[next]].first < t.name; ++next) missing = true;
     const std::string& shard = ckpt.shards[t.shard].name;
-    auto it = expected.find(t.name);
-    if (it == expected.end()) {
+    if (next == order.size() || map[order[next]].first != t.name) {
       return Status::Corruption(shard + ": tensor \"" + t.name + "\" is not listed in " + file);
     }
-    if (it->second != shard) {
+    if (map[order[next]].second != shard) {
       return Status::Corruption(file + ": tensor \"" + t.name + "\" is listed in " +
-                                std::string(it->second) + " but stored in " + shard);
+                                map[order[next]].second + " but stored in " + shard);
     }
+    while (next < order.size() && map[order[next]].first == t.name) ++next;
   }
-  if (expected.size() != ckpt.tensors.size()) {
-    for (const auto& [tensor, shard] : index.weight_map) {
-      if (!FindTensor(ckpt, tensor)) {
-        return Status::Corruption(shard + ": tensor \"" + tensor + "\" listed in " + file +
-                                  " is missing from the shard");
-      }
+  if (!missing && next == order.size()) return Status::Ok();
+  for (const auto& [tensor, shard] : map) {
+    if (!FindTensor(ckpt, tensor)) {
+      return Status::Corruption(shard + ": tensor \"" + tensor + "\" listed in " + file +
+                                " is missing from the shard");
     }
   }
   return Status::Ok();
@@ -449,10 +472,17 @@ Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
   }
   std::vector<Result<ShardContents>> contents = ReadShards(ckpt.shards);
   // Merged in shard order, so the first error reported is always the same one.
-  for (uint32_t i = 0; i < ckpt.shards.size(); ++i) {
-    if (!contents[i].ok()) return contents[i].status();
-    AddShard(ckpt, contents[i].value());
+  size_t n_tensors = 0, n_storages = 0;
+  for (const Result<ShardContents>& c : contents) {
+    if (!c.ok()) return c.status();
+    n_tensors += c->tensors.size();
+    n_storages += c->storages.size();
   }
+  // Exact sizes: the tables live as long as the mount, and growing them by doubling
+  // would leave up to half of each unused.
+  ckpt.tensors.reserve(n_tensors);
+  ckpt.storages.reserve(n_storages);
+  for (uint32_t i = 0; i < ckpt.shards.size(); ++i) AddShard(ckpt, contents[i].value());
   contents.clear();
   if (!names.empty() && IsTorchShard(names.front())) {
     ckpt.format = CheckpointFormat::kTorch;

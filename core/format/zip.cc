@@ -188,45 +188,42 @@ std::string ZipLocalHeader(const ZipRecord& record, uint64_t offset) {
   return h;
 }
 
-std::string ZipCentralDirectory(std::span<const ZipRecord> records,
-                                std::span<const uint64_t> header_offsets,
-                                uint64_t directory_offset) {
-  std::string cd;
-  for (size_t i = 0; i < records.size(); ++i) {
-    const ZipRecord& r = records[i];
-    const bool big_size = r.size >= kMax32;
-    const bool big_offset = header_offsets[i] >= kMax32;
-    const uint64_t zip64_len = (big_size ? 16 : 0) + (big_offset ? 8 : 0);
-    PutLe(cd, kCentralSig, 4);
-    PutLe(cd, zip64_len ? 45 : 20, 2);  // made by
-    PutLe(cd, zip64_len ? 45 : 20, 2);  // needed
-    PutLe(cd, 0, 2);
-    PutLe(cd, 0, 2);
-    PutLe(cd, 0, 2);
-    PutLe(cd, 0x21, 2);
-    PutLe(cd, r.crc32, 4);
-    PutLe(cd, big_size ? kMax32 : r.size, 4);
-    PutLe(cd, big_size ? kMax32 : r.size, 4);
-    PutLe(cd, r.name.size(), 2);
-    PutLe(cd, zip64_len ? zip64_len + 4 : 0, 2);
-    PutLe(cd, 0, 2);  // comment
-    PutLe(cd, 0, 2);  // disk
-    PutLe(cd, 0, 2);  // internal attributes
-    PutLe(cd, 0, 4);  // external attributes
-    PutLe(cd, big_offset ? kMax32 : header_offsets[i], 4);
-    cd += r.name;
-    if (zip64_len) {
-      PutLe(cd, kZip64ExtraId, 2);
-      PutLe(cd, zip64_len, 2);
-      if (big_size) {
-        PutLe(cd, r.size, 8);
-        PutLe(cd, r.size, 8);
-      }
-      if (big_offset) PutLe(cd, header_offsets[i], 8);
+void AppendZipCentralEntry(std::string& cd, const ZipRecord& r, uint64_t header_offset) {
+  const bool big_size = r.size >= kMax32;
+  const bool big_offset = header_offset >= kMax32;
+  const uint64_t zip64_len = (big_size ? 16 : 0) + (big_offset ? 8 : 0);
+  PutLe(cd, kCentralSig, 4);
+  PutLe(cd, zip64_len ? 45 : 20, 2);  // made by
+  PutLe(cd, zip64_len ? 45 : 20, 2);  // needed
+  PutLe(cd, 0, 2);
+  PutLe(cd, 0, 2);
+  PutLe(cd, 0, 2);
+  PutLe(cd, 0x21, 2);
+  PutLe(cd, r.crc32, 4);
+  PutLe(cd, big_size ? kMax32 : r.size, 4);
+  PutLe(cd, big_size ? kMax32 : r.size, 4);
+  PutLe(cd, r.name.size(), 2);
+  PutLe(cd, zip64_len ? zip64_len + 4 : 0, 2);
+  PutLe(cd, 0, 2);  // comment
+  PutLe(cd, 0, 2);  // disk
+  PutLe(cd, 0, 2);  // internal attributes
+  PutLe(cd, 0, 4);  // external attributes
+  PutLe(cd, big_offset ? kMax32 : header_offset, 4);
+  cd += r.name;
+  if (zip64_len) {
+    PutLe(cd, kZip64ExtraId, 2);
+    PutLe(cd, zip64_len, 2);
+    if (big_size) {
+      PutLe(cd, r.size, 8);
+      PutLe(cd, r.size, 8);
     }
+    if (big_offset) PutLe(cd, header_offset, 8);
   }
-  const uint64_t cd_size = cd.size();
-  const bool zip64 = records.size() >= 0xFFFF || cd_size >= kMax32 || directory_offset >= kMax32;
+}
+
+std::string ZipEndRecords(uint64_t record_count, uint64_t directory_offset, uint64_t cd_size) {
+  std::string cd;
+  const bool zip64 = record_count >= 0xFFFF || cd_size >= kMax32 || directory_offset >= kMax32;
   if (zip64) {
     const uint64_t end64_at = directory_offset + cd_size;
     PutLe(cd, kEnd64Sig, 4);
@@ -235,8 +232,8 @@ std::string ZipCentralDirectory(std::span<const ZipRecord> records,
     PutLe(cd, 45, 2);
     PutLe(cd, 0, 4);
     PutLe(cd, 0, 4);
-    PutLe(cd, records.size(), 8);
-    PutLe(cd, records.size(), 8);
+    PutLe(cd, record_count, 8);
+    PutLe(cd, record_count, 8);
     PutLe(cd, cd_size, 8);
     PutLe(cd, directory_offset, 8);
     PutLe(cd, kLocator64Sig, 4);
@@ -247,12 +244,21 @@ std::string ZipCentralDirectory(std::span<const ZipRecord> records,
   PutLe(cd, kEndSig, 4);
   PutLe(cd, 0, 2);
   PutLe(cd, 0, 2);
-  PutLe(cd, zip64 ? 0xFFFF : records.size(), 2);
-  PutLe(cd, zip64 ? 0xFFFF : records.size(), 2);
+  PutLe(cd, zip64 ? 0xFFFF : record_count, 2);
+  PutLe(cd, zip64 ? 0xFFFF : record_count, 2);
   PutLe(cd, zip64 ? kMax32 : cd_size, 4);
   PutLe(cd, zip64 ? kMax32 : directory_offset, 4);
   PutLe(cd, 0, 2);
   return cd;
+}
+
+std::string ZipCentralDirectory(std::span<const ZipRecord> records,
+                                std::span<const uint64_t> header_offsets,
+                                uint64_t directory_offset) {
+  std::string cd;
+  for (size_t i = 0; i < records.size(); ++i)
+    AppendZipCentralEntry(cd, records[i], header_offsets[i]);
+  return cd + ZipEndRecords(records.size(), directory_offset, cd.size());
 }
 
 }  // namespace ckptfs

@@ -56,4 +56,10 @@ std::string ZipCentralDirectory(std::span<const ZipRecord> records,
                                 std::span<const uint64_t> header_offsets,
                                 uint64_t directory_offset);
 
+// The same in pieces, for a writer that makes the directory a part at a time: the entry
+// of one record, appended to `cd`, and the end records after `cd_size` bytes of entries.
+// ZipCentralDirectory is the entries in order followed by ZipEndRecords.
+void AppendZipCentralEntry(std::string& cd, const ZipRecord& record, uint64_t header_offset);
+std::string ZipEndRecords(uint64_t record_count, uint64_t directory_offset, uint64_t cd_size);
+
 }  // namespace ckptfs

@@ -1,8 +1,10 @@
 #include "core/layout/layout.h"
 
+#include <malloc.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <unordered_map>
 
@@ -25,14 +27,14 @@ class Layout::Builder {
     out_.nodes_.resize(2);  // [0] unused, [1] root
   }
 
-  uint64_t AddDir(uint64_t parent, std::string name) {
-    return AddNode(parent, std::move(name), NodeKind::kDirectory);
+  uint64_t AddDir(uint64_t parent, std::string_view name) {
+    return AddNode(parent, name, NodeKind::kDirectory);
   }
 
   // `mode`: the most a file may show; each stored extent appended narrows it.
-  uint64_t AddFile(uint64_t parent, std::string name, uint16_t mode,
+  uint64_t AddFile(uint64_t parent, std::string_view name, uint16_t mode,
                    NodeKind kind = NodeKind::kFile) {
-    uint64_t ino = AddNode(parent, std::move(name), kind);
+    uint64_t ino = AddNode(parent, name, kind);
     out_.nodes_[ino].first = static_cast<uint32_t>(out_.extents_.size());
     out_.nodes_[ino].mode = mode;
     return ino;
@@ -43,17 +45,30 @@ class Layout::Builder {
                     bool tensor = false) {
     Node& node = out_.nodes_[ino];
     // Even an empty range: a file showing bytes of a source is no more readable than it.
-    if (source < Extent::kLazy) node.mode &= source_modes_[source];
-    if (length == 0) return;
-    out_.extents_.push_back(Extent{node.size, length, offset, source, tensor});
-    node.size += length;
-    ++node.count;
+    if (source < Extent::kZipDirectory) node.mode &= source_modes_[source];
+    while (length > 0) {
+      const uint64_t part = std::min(length, Extent::kMaxLength);
+      out_.extents_.push_back(Extent{node.size, offset, static_cast<uint32_t>(part),
+                                     source & Extent::kInline, tensor ? 1u : 0u});
+      node.size += part;
+      ++node.count;
+      offset += part;
+      length -= part;
+    }
   }
 
   void AppendInline(uint64_t ino, std::string_view bytes) {
     const uint64_t pool_offset = out_.pool_.size();
     out_.pool_ += bytes;
     AppendSource(ino, Extent::kInline, pool_offset, bytes.size());
+  }
+
+  // AppendInline for bytes many files repeat (an .npy header depends only on dtype and
+  // shape, and a model has few distinct shapes): the pool keeps one copy of each.
+  void AppendShared(uint64_t ino, std::string bytes) {
+    auto [it, added] = shared_.try_emplace(std::move(bytes), out_.pool_.size());
+    if (added) out_.pool_ += it->first;
+    AppendSource(ino, Extent::kInline, it->second, it->first.size());
   }
 
   void Finish() {
@@ -71,7 +86,7 @@ class Layout::Builder {
       nodes[ino].count = start[ino + 1] - start[ino];
       auto begin = out_.children_.begin() + start[ino];
       std::sort(begin, begin + nodes[ino].count,
-                [&](uint64_t a, uint64_t b) { return nodes[a].name < nodes[b].name; });
+                [&](uint64_t a, uint64_t b) { return nodes[a].name() < nodes[b].name(); });
     }
     // Children come after their parent, so walking back finishes each directory before
     // its parent reads it: a directory gets r-x for each class that reads a child.
@@ -83,24 +98,31 @@ class Layout::Builder {
           node.mode = 0555;  // nothing inside to hide; lets no one read anything above
           continue;
         }
-        node.mode = readers[ino] | readers[ino] >> 2;
+        node.mode = static_cast<uint16_t>(readers[ino] | readers[ino] >> 2);
       }
       if (ino > 1) readers[node.parent] |= node.mode & 0444;
     }
+    // The tables grew by doubling; a mount keeps them for its lifetime, so drop the slack
+    // (up to half of each at a million tensors).
+    nodes.shrink_to_fit();
+    out_.extents_.shrink_to_fit();
+    out_.pool_.shrink_to_fit();
   }
 
  private:
-  uint64_t AddNode(uint64_t parent, std::string name, NodeKind kind) {
+  uint64_t AddNode(uint64_t parent, std::string_view name, NodeKind kind) {
     Node node;
-    node.name = std::move(name);
-    node.parent = parent;
+    node.name_data = out_.names_.Add(name);
+    node.name_size = static_cast<uint32_t>(name.size());
+    node.parent = static_cast<uint32_t>(parent);
     node.kind = kind;
-    out_.nodes_.push_back(std::move(node));
+    out_.nodes_.push_back(node);
     return out_.nodes_.size() - 1;
   }
 
   Layout& out_;
   std::vector<uint16_t> source_modes_;
+  std::unordered_map<std::string, uint64_t> shared_;  // bytes -> pool offset
 };
 
 // Creates the directories of tensor names visited in sorted order. All names under one
@@ -159,18 +181,32 @@ std::string OneTensorHeader(const Tensor& t, const Metadata& metadata) {
 
 namespace {
 
-// Where the merged torch zip goes: its synthesized bytes and its storage ranges, in file
-// order. Layout::Build lays them out as extents; the first read makes the bytes again.
+// Where the merged torch zip goes, in file order: bytes made once on first read and kept
+// (the pickle, data.pkl's and version's headers, the end records), storage ranges, and
+// the bytes made again on every read from the record table (each storage record's local
+// header, its central-directory entry in chunks of kDirectoryChunk records): those would
+// cost 130 bytes a tensor if kept. Layout::Build lays them out as extents; the first
+// read makes the kept bytes and the table.
 class TorchZipSink {
  public:
   virtual ~TorchZipSink() = default;
   virtual void Bytes(std::string_view bytes) = 0;
   virtual void StorageBytes(const Storage& storage) = 0;
+  virtual void RecordHeader(uint32_t key, std::string_view bytes) = 0;
+  virtual void DirectoryChunk(uint32_t chunk, std::string_view bytes) = 0;
+  // Record key -> storage, and key -> local header offset: what the made-again bytes need.
+  virtual void Records(std::vector<uint32_t> storages, std::vector<uint64_t> header_offsets) = 0;
   uint64_t offset() const { return offset_; }
 
  protected:
   uint64_t offset_ = 0;
 };
+
+constexpr uint32_t kDirectoryChunk = 1024;  // central-directory entries made per extent
+
+ZipRecord StorageRecord(const Storage& s, uint32_t key) {
+  return {std::string(kTorchArchive) + "data/" + std::to_string(key), s.size, s.crc32};
+}
 
 // The merged torch.save zip: data.pkl, one stored record per storage, version, then the
 // central directory. Records follow the pickle's order, which is the order of the
@@ -192,66 +228,92 @@ void EmitTorchZip(const Checkpoint& ckpt, TorchZipSink& sink, std::vector<std::s
     const Storage& sb = ckpt.storages[ckpt.tensors[y].storage];
     return std::tie(sa.shard, sa.offset) < std::tie(sb.shard, sb.offset);
   });
-  std::unordered_map<uint32_t, uint64_t> keys;  // storage -> record key, in first-use order
+  std::unordered_map<uint32_t, uint32_t> keys;  // storage -> record key, in first-use order
   std::vector<uint32_t> records_of;             // record key -> storage
   std::vector<TorchPickleEntry> entries;
   std::vector<std::vector<uint64_t>> strides;  // owned here while entries point at them
   strides.reserve(order.size());
   for (uint32_t i : order) {
     const Tensor& t = ckpt.tensors[i];
-    auto [it, added] = keys.emplace(t.storage, records_of.size());
+    auto [it, added] = keys.emplace(t.storage, static_cast<uint32_t>(records_of.size()));
     if (added) records_of.push_back(t.storage);
     const Storage& s = ckpt.storages[t.storage];
     strides.push_back(t.contiguous() ? RowMajorStrides(t.shape) : t.stride);
     entries.push_back(TorchPickleEntry{t.name, t.dtype, it->second, s.size / DtypeSize(s.dtype),
                                        t.storage_offset, t.shape, strides.back()});
   }
+  std::unordered_map<uint32_t, uint32_t>().swap(keys);
   const std::string pickle = BuildTorchPickle(entries);
   std::vector<TorchPickleEntry>().swap(entries);
   std::vector<std::vector<uint64_t>>().swap(strides);
 
   const std::string archive(kTorchArchive);
-  std::vector<ZipRecord> records;
-  records.push_back({archive + "data.pkl", pickle.size(), Crc32(pickle)});
-  for (size_t key = 0; key < records_of.size(); ++key) {
+  const ZipRecord pickle_record{archive + "data.pkl", pickle.size(), Crc32(pickle)};
+  const ZipRecord version_record{archive + "version", kTorchVersion.size(), Crc32(kTorchVersion)};
+  const uint64_t pickle_header = sink.offset();
+  sink.Bytes(ZipLocalHeader(pickle_record, pickle_header));
+  sink.Bytes(pickle);
+  std::vector<uint64_t> header_offsets(records_of.size());
+  for (uint32_t key = 0; key < records_of.size(); ++key) {
     const Storage& s = ckpt.storages[records_of[key]];
-    records.push_back({archive + "data/" + std::to_string(key), s.size, s.crc32});
+    header_offsets[key] = sink.offset();
+    sink.RecordHeader(key, ZipLocalHeader(StorageRecord(s, key), header_offsets[key]));
+    sink.StorageBytes(s);
   }
-  records.push_back({archive + "version", kTorchVersion.size(), Crc32(kTorchVersion)});
+  const uint64_t version_header = sink.offset();
+  sink.Bytes(ZipLocalHeader(version_record, version_header));
+  sink.Bytes(kTorchVersion);
 
-  std::vector<uint64_t> header_offsets;
-  for (size_t r = 0; r < records.size(); ++r) {
-    header_offsets.push_back(sink.offset());
-    sink.Bytes(ZipLocalHeader(records[r], header_offsets.back()));
-    if (r == 0) {
-      sink.Bytes(pickle);
-    } else if (r + 1 == records.size()) {
-      sink.Bytes(kTorchVersion);
-    } else {
-      sink.StorageBytes(ckpt.storages[records_of[r - 1]]);
+  const uint64_t directory_offset = sink.offset();
+  std::string cd;
+  AppendZipCentralEntry(cd, pickle_record, pickle_header);
+  sink.Bytes(cd);
+  for (uint32_t first = 0; first < records_of.size(); first += kDirectoryChunk) {
+    cd.clear();
+    const auto end =
+        static_cast<uint32_t>(std::min<size_t>(first + kDirectoryChunk, records_of.size()));
+    for (uint32_t key = first; key < end; ++key) {
+      AppendZipCentralEntry(cd, StorageRecord(ckpt.storages[records_of[key]], key),
+                            header_offsets[key]);
     }
+    sink.DirectoryChunk(first / kDirectoryChunk, cd);
   }
-  sink.Bytes(ZipCentralDirectory(records, header_offsets, sink.offset()));
+  cd.clear();
+  AppendZipCentralEntry(cd, version_record, version_header);
+  sink.Bytes(cd + ZipEndRecords(records_of.size() + 2, directory_offset,
+                                sink.offset() - directory_offset + cd.size()));
+  sink.Records(std::move(records_of), std::move(header_offsets));
 }
 
-// Concatenates the synthesized bytes, skipping storages: the kLazy pool.
+// Concatenates the kept bytes, skipping storages and the made-again headers: the kLazy
+// pool, and the record table.
 class LazyPoolSink final : public TorchZipSink {
  public:
-  explicit LazyPoolSink(std::string& out) : out_(out) {}
+  LazyPoolSink(std::string& out, std::vector<uint32_t>& storages, std::vector<uint64_t>& offsets)
+      : out_(out), storages_(storages), offsets_(offsets) {}
   void Bytes(std::string_view bytes) override {
     out_ += bytes;
     offset_ += bytes.size();
   }
   void StorageBytes(const Storage& storage) override { offset_ += storage.size; }
+  void RecordHeader(uint32_t, std::string_view bytes) override { offset_ += bytes.size(); }
+  void DirectoryChunk(uint32_t, std::string_view bytes) override { offset_ += bytes.size(); }
+  void Records(std::vector<uint32_t> storages, std::vector<uint64_t> header_offsets) override {
+    storages_ = std::move(storages);
+    offsets_ = std::move(header_offsets);
+  }
 
  private:
   std::string& out_;
+  std::vector<uint32_t>& storages_;
+  std::vector<uint64_t>& offsets_;
 };
 
 }  // namespace
 
-// Extents of pytorch_model.bin: storages point at their shards, synthesized bytes at the
-// kLazy pool, whose offsets are counted here and filled on first read.
+// Extents of pytorch_model.bin: storages point at their shards, kept bytes at the kLazy
+// pool, whose offsets are counted here and filled on first read, and the made-again
+// headers at their record key or directory chunk.
 class Layout::TorchZipExtents final : public TorchZipSink {
  public:
   TorchZipExtents(Builder& b, uint64_t ino) : b_(b), ino_(ino) {}
@@ -264,6 +326,15 @@ class Layout::TorchZipExtents final : public TorchZipSink {
     b_.AppendSource(ino_, s.shard, s.offset, s.size, /*tensor=*/true);
     offset_ += s.size;
   }
+  void RecordHeader(uint32_t key, std::string_view bytes) override {
+    b_.AppendSource(ino_, Extent::kZipHeader, key, bytes.size());
+    offset_ += bytes.size();
+  }
+  void DirectoryChunk(uint32_t chunk, std::string_view bytes) override {
+    b_.AppendSource(ino_, Extent::kZipDirectory, chunk, bytes.size());
+    offset_ += bytes.size();
+  }
+  void Records(std::vector<uint32_t>, std::vector<uint64_t>) override {}
 
  private:
   Builder& b_;
@@ -276,13 +347,41 @@ void Layout::AddTorchZip(Builder& b, const Checkpoint& ckpt, uint16_t mode) {
   EmitTorchZip(ckpt, extents, &notes_);
 }
 
+void Layout::MakeLazyBytes() const {
+  std::call_once(lazy_->once, [this] {
+    LazyPoolSink sink(lazy_->bytes, lazy_->record_storages, lazy_->header_offsets);
+    EmitTorchZip(*ckpt_, sink, nullptr);
+    lazy_->bytes.shrink_to_fit();
+    // Making the bytes allocated and freed about as much again in small pieces; give
+    // those pages back, or a long-lived daemon keeps them for nothing.
+    ReleaseFreeMemory();
+  });
+}
+
 std::string_view Layout::InlineBytes(const Extent& e) const {
   if (e.source == Extent::kInline) return std::string_view(pool_).substr(e.source_offset, e.length);
-  std::call_once(lazy_->once, [this] {
-    LazyPoolSink sink(lazy_->bytes);
-    EmitTorchZip(*ckpt_, sink, nullptr);
-  });
+  MakeLazyBytes();
   return std::string_view(lazy_->bytes).substr(e.source_offset, e.length);
+}
+
+std::string Layout::GeneratedBytes(const Extent& e) const {
+  MakeLazyBytes();
+  const std::vector<uint32_t>& storages = lazy_->record_storages;
+  std::string out;
+  if (e.source == Extent::kZipHeader) {
+    const auto key = static_cast<uint32_t>(e.source_offset);
+    out = ZipLocalHeader(StorageRecord(ckpt_->storages[storages[key]], key),
+                         lazy_->header_offsets[key]);
+  } else {
+    const auto first = static_cast<uint32_t>(e.source_offset * kDirectoryChunk);
+    const uint32_t end =
+        std::min<uint32_t>(first + kDirectoryChunk, static_cast<uint32_t>(storages.size()));
+    for (uint32_t key = first; key < end; ++key) {
+      AppendZipCentralEntry(out, StorageRecord(ckpt_->storages[storages[key]], key),
+                            lazy_->header_offsets[key]);
+    }
+  }
+  return out;
 }
 
 Layout Layout::Build(const Checkpoint& ckpt) {
@@ -325,8 +424,15 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     entries.push_back(TensorEntry{t.name, t.dtype, t.shape, data_offset, data_offset + t.size});
     data_offset += t.size;
   }
+  // Five extents a tensor (merged file; .npy header and data; zip header and data), and a
+  // pool that starts with the merged header: reserved, so neither grows by copying.
+  const size_t n = ckpt.tensors.size();
+  layout.extents_.reserve(5 * n + n / kDirectoryChunk + layout.sources_.size() + 16);
+  std::string merged_header = BuildSafetensorsHeader(entries, ckpt.metadata);
+  layout.pool_.reserve(merged_header.size() + (64 << 10));
   uint64_t merged = b.AddFile(kRoot, "model.safetensors", whole);
-  b.AppendInline(merged, BuildSafetensorsHeader(entries, ckpt.metadata));
+  b.AppendInline(merged, merged_header);
+  std::string().swap(merged_header);
   std::vector<TensorEntry>().swap(entries);
   for (uint32_t i : order) {
     const Tensor& t = ckpt.tensors[i];
@@ -353,7 +459,11 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     const bool npy = !NumpyDescr(t.dtype).empty();
     uint64_t ino = b.AddFile(dir, leaf + (npy ? ".npy" : ".safetensors"), 0444);
     layout.nodes_[ino].tensor = static_cast<int32_t>(i);
-    b.AppendInline(ino, npy ? BuildNpyHeader(t.dtype, t.shape) : OneTensorHeader(t, ckpt.metadata));
+    if (npy) {
+      b.AppendShared(ino, BuildNpyHeader(t.dtype, t.shape));
+    } else {
+      b.AppendInline(ino, OneTensorHeader(t, ckpt.metadata));
+    }
     b.AppendSource(ino, t.shard, t.offset, t.size, /*tensor=*/true);
   }
 
@@ -373,6 +483,26 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   return layout;
 }
 
+const char* Layout::NameArena::Add(std::string_view name) {
+  constexpr size_t kBlock = 256 << 10;
+  if (capacity - used < name.size() + 1) {
+    capacity = std::max(kBlock, name.size() + 1);
+    blocks.push_back(std::make_unique_for_overwrite<char[]>(capacity));
+    used = 0;
+  }
+  char* out = blocks.back().get() + used;
+  std::memcpy(out, name.data(), name.size());
+  out[name.size()] = '\0';
+  used += name.size() + 1;
+  return out;
+}
+
+void ReleaseFreeMemory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 const Node* Layout::Find(uint64_t ino) const {
   return ino >= kRoot && ino < nodes_.size() ? &nodes_[ino] : nullptr;
 }
@@ -387,8 +517,8 @@ uint64_t Layout::Lookup(uint64_t parent, std::string_view name) const {
   std::span<const uint64_t> kids = Children(parent);
   auto it =
       std::lower_bound(kids.begin(), kids.end(), name,
-                       [this](uint64_t ino, std::string_view n) { return nodes_[ino].name < n; });
-  return it != kids.end() && nodes_[*it].name == name ? *it : 0;
+                       [this](uint64_t ino, std::string_view n) { return nodes_[ino].name() < n; });
+  return it != kids.end() && nodes_[*it].name() == name ? *it : 0;
 }
 
 std::span<const Extent> Layout::Extents(uint64_t ino, uint64_t offset, uint64_t length) const {

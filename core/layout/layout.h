@@ -21,8 +21,9 @@
 // the least readable shard's bits. A directory is listable (r-x) by each class that can
 // read something inside it; an empty one is 0555.
 // Inode numbers are node indices; kRoot is 1 as FUSE expects. Memory and build time grow
-// with the number of tensors, never with checkpoint bytes. Thread safety: immutable after
-// Build, so any number of readers may use it at once.
+// with the number of tensors, never with checkpoint bytes: about 330 bytes a tensor, and
+// 104 more once pytorch_model.bin is read (tests/unit/memory_test.cc holds both). Thread safety:
+// immutable after Build, so any number of readers may use it at once.
 #pragma once
 
 #include <cstdint>
@@ -38,30 +39,43 @@
 
 namespace ckptfs {
 
+// 24 bytes: a mount holds about five per tensor. A stored range longer than 4 GiB - 1 is
+// laid out as several extents, each under the 32-bit length.
 struct Extent {
-  static constexpr uint32_t kInline = UINT32_MAX;    // bytes in the header pool
-  static constexpr uint32_t kLazy = UINT32_MAX - 1;  // bytes made on first read (torch zip)
+  static constexpr uint32_t kInline = 0x7fffffff;  // bytes in the header pool
+  static constexpr uint32_t kLazy = kInline - 1;   // bytes made on first read (torch zip)
+  // Torch zip bytes made again on every read (GeneratedBytes): the local header of
+  // storage record `source_offset`, or central-directory chunk `source_offset`.
+  static constexpr uint32_t kZipHeader = kInline - 2;
+  static constexpr uint32_t kZipDirectory = kInline - 3;
+  static constexpr uint64_t kMaxLength = UINT32_MAX;  // longer ranges take several extents
 
-  uint64_t file_offset;  // where the extent starts in the file
-  uint64_t length;
+  uint64_t file_offset;    // where the extent starts in the file
   uint64_t source_offset;  // offset in the source, or in the inline pool
-  uint32_t source;         // index into Layout::sources(), or kInline / kLazy
-  bool tensor = false;     // the whole data of one tensor: a read of its start prefetches the rest
+  uint32_t length;
+  uint32_t source : 31;  // index into Layout::sources(), or kInline / kLazy
+  uint32_t tensor : 1;   // data of one tensor: a read of its start prefetches the rest
 
-  bool synthesized() const { return source >= kLazy; }
+  bool synthesized() const { return source >= kZipDirectory; }
+  bool generated() const { return source == kZipHeader || source == kZipDirectory; }
 };
 
 enum class NodeKind : uint8_t { kDirectory, kFile, kStats };
 
+// 40 bytes, names in the layout's arena (a mount holds about two nodes per tensor). The
+// three bytes after `kind` are free: room for a 16-bit mode.
 struct Node {
-  std::string name;
-  uint64_t parent = 0;
-  uint64_t size = 0;    // files: bytes; directories: 0
+  const char* name_data = "";  // NUL-terminated (fuse_add_direntry wants that), never null
+  uint64_t size = 0;           // files: bytes; directories: 0
+  uint32_t parent = 0;
   uint32_t first = 0;   // files: first extent; directories: first child slot
   uint32_t count = 0;   // files: extents; directories: children
   int32_t tensor = -1;  // per-tensor files: index into Checkpoint::tensors
+  uint32_t name_size = 0;
   NodeKind kind = NodeKind::kDirectory;
   uint16_t mode = 0555;  // permission bits (see Layout: Modes)
+
+  std::string_view name() const { return {name_data, name_size}; }
 };
 
 class Layout {
@@ -81,7 +95,11 @@ class Layout {
   std::span<const Extent> Extents(uint64_t ino, uint64_t offset, uint64_t length) const;
   // The bytes of a synthesized extent. The first call for a kLazy extent makes the
   // merged torch zip's headers (once, thread-safe); `ckpt` must still be alive then.
+  // Not for generated() extents, whose bytes GeneratedBytes makes.
   std::string_view InlineBytes(const Extent& e) const;
+  // The bytes of a generated() extent, made from a per-record table on each call (the
+  // first makes the table with the kLazy bytes).
+  std::string GeneratedBytes(const Extent& e) const;
   const ByteSource& Source(uint32_t index) const { return *sources_[index]; }
   uint64_t node_count() const { return nodes_.size() - 1; }
   // Names SOURCE had that the views shadow (e.g. a stray "tensors" file), for a log line.
@@ -95,15 +113,28 @@ class Layout {
   class TorchZipExtents;
 
   void AddTorchZip(Builder& b, const Checkpoint& ckpt, uint16_t mode);
+  void MakeLazyBytes() const;
 
-  // pytorch_model.bin's synthesized bytes (pickle, zip headers) cost ~300 bytes a
-  // tensor, and most mounts never read that file: they are made again on first read.
+  // pytorch_model.bin's kept synthesized bytes (the pickle, ~95 bytes a tensor) and the
+  // record table its generated headers are made from (12 bytes a tensor). Most mounts
+  // never read that file: they are made on first read.
   struct LazyBytes {
     std::once_flag once;
     std::string bytes;
+    std::vector<uint32_t> record_storages;  // record key -> index into Checkpoint::storages
+    std::vector<uint64_t> header_offsets;   // record key -> its local header in the file
   };
 
-  std::vector<Node> nodes_;         // [0] unused so inode == index
+  // Node names, NUL-terminated, in blocks that never move (a Layout is returned by value,
+  // and one allocation per name would cost more than most names).
+  struct NameArena {
+    std::vector<std::unique_ptr<char[]>> blocks;
+    size_t used = 0, capacity = 0;  // of the last block
+    const char* Add(std::string_view name);
+  };
+
+  std::vector<Node> nodes_;  // [0] unused so inode == index
+  NameArena names_;
   std::vector<uint64_t> children_;  // directory child lists, each sorted by name
   std::vector<Extent> extents_;
   std::string pool_;  // synthesized bytes
@@ -113,5 +144,11 @@ class Layout {
   std::vector<std::string> hidden_;
   std::vector<std::string> notes_;
 };
+
+// Returns the free pages of the heap to the system (glibc's malloc_trim). Building a Layout
+// of a million tensors frees about as much as it keeps, in pieces between live ones that
+// free() alone never returns; the Volume calls this once built, InlineBytes after making
+// the torch zip bytes.
+void ReleaseFreeMemory();
 
 }  // namespace ckptfs

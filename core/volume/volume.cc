@@ -43,7 +43,11 @@ std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
   for (auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
     for (StoredFile& f : *group) f.source->BeginServing();
   }
-  return std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec)));
+  auto volume = std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec)));
+  // Parsing headers and building the layout freed about as much as they keep; the daemon
+  // forked from this process would otherwise carry those pages for its lifetime.
+  ReleaseFreeMemory();
+  return volume;
 }
 
 // Prefetch tasks point at sources: stop them before the sources go.
@@ -77,7 +81,7 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
   const Node* node = layout_.Find(ino);
   if (!node) return Status::NotFound("inode " + std::to_string(ino) + ": no such file");
   if (node->kind != NodeKind::kFile) {
-    return Status::InvalidArgument(node->name + ": not a regular file with extents");
+    return Status::InvalidArgument(std::string(node->name()) + ": not a regular file with extents");
   }
   const uint64_t end = offset + std::min(size, node->size - std::min(offset, node->size));
   for (const Extent& e : layout_.Extents(ino, offset, size)) {
@@ -87,7 +91,10 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
     const uint64_t skip = from - e.file_offset;
     ReadPiece piece;
     piece.length = to - from;
-    if (e.synthesized()) {
+    if (e.generated()) {
+      piece.made = std::make_shared<const std::string>(layout_.GeneratedBytes(e));
+      piece.inline_bytes = piece.made->data() + skip;
+    } else if (e.synthesized()) {
       piece.inline_bytes = layout_.InlineBytes(e).data() + skip;
     } else {
       piece.source = &layout_.Source(e.source);
@@ -98,7 +105,7 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
         piece.source->Prefetch(piece.offset + piece.length, e.length - piece.length);
       }
     }
-    plan->push_back(piece);
+    plan->push_back(std::move(piece));
   }
   if (readahead && offset < end) {
     const ByteRange ahead = readahead->OnRead(offset, end - offset);
@@ -113,6 +120,7 @@ Status Volume::Gather(std::span<const ReadPiece> plan, Gathered* out) const {
     Status s;
     if (!p.source) {
       out->segments.push_back({reinterpret_cast<const uint8_t*>(p.inline_bytes), -1, 0, p.length});
+      if (p.made) out->keep_alive.push_back(p.made);
       Stats::Add(stats_.bytes_synthesized, p.length);
       continue;
     }

@@ -33,7 +33,8 @@ struct ReadPiece {
   const ByteSource* source = nullptr;  // nullptr: `inline_bytes` holds the bytes
   uint64_t offset = 0;                 // in `source`
   uint64_t length = 0;
-  const char* inline_bytes = nullptr;  // valid while the Volume lives
+  const char* inline_bytes = nullptr;       // valid while the Volume lives, or `made` if set
+  std::shared_ptr<const std::string> made;  // bytes made for this read (torch zip headers)
 };
 
 // One contiguous part of a reply: bytes in memory, or a range of a file descriptor that

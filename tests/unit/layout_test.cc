@@ -74,7 +74,7 @@ class LayoutTest : public ::testing::Test {
 TEST_F(LayoutTest, RootShowsViewsAndNonWeightFiles) {
   std::vector<std::string> names;
   for (uint64_t ino : volume_->layout().Children(Layout::kRoot)) {
-    names.push_back(volume_->layout().Find(ino)->name);
+    names.push_back(std::string(volume_->layout().Find(ino)->name()));
   }
   EXPECT_EQ(names, (std::vector<std::string>{".ckptfs", "config.json", "model.safetensors",
                                              "pytorch_model.bin", "shards", "tensors"}));

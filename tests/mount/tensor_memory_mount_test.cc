@@ -1,0 +1,103 @@
+// The per-tensor cost of a mount of many tiny tensors, measured on the real daemon: its
+// RSS right after `ckptfs mount` returns and after a whole read of pytorch_model.bin (whose
+// zip headers and pickle are made on first read), and the time the mount takes. The
+// bounds are the bytes per tensor the README documents (scripts/tensor_overhead.sh
+// measures them at 1M tensors); 200k tensors keep the test within a minute.
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "mount_harness.h"
+
+namespace ckptfs::mount_test {
+namespace {
+
+constexpr uint64_t kTensors = 200'000;
+// README, "Memory": daemon RSS per tensor after mount and after reading
+// pytorch_model.bin, over a fixed base (binary, libraries, FUSE buffers).
+constexpr uint64_t kBaseRss = 24u << 20;
+constexpr uint64_t kMountBytesPerTensor = 700;
+constexpr uint64_t kAfterBinBytesPerTensor = 950;
+// Per million tensors, scaled to kTensors. Wall: 5.9 s was the figure on an idle 2-core
+// machine before the compact layout (issue 10, item 12; the goal is 3 s). CPU (user +
+// system of `ckptfs mount`, which parses and builds before it forks the daemon): about
+// 8 s before, 6.8 s now; the bound leaves room for a slower machine, and is the one to
+// trust on a loaded one.
+constexpr double kMountSecondsPerMillion = 5.9;
+constexpr double kMountCpuSecondsPerMillion = 10.0;
+
+double ChildrenCpuSeconds() {
+  struct rusage usage;
+  ::getrusage(RUSAGE_CHILDREN, &usage);
+  auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+uint64_t VmRssBytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) << 10;
+  }
+  return 0;
+}
+
+// These machines are shared: a mount that waits for a core is not slower code. The
+// budget grows with the 1-minute load average past the number of cores.
+double LoadFactor() {
+  double load = 0;
+  if (getloadavg(&load, 1) != 1) return 1;
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1.0, load / cores);
+}
+
+using TensorMemoryMountTest = MountFixture;
+
+TEST_F(TensorMemoryMountTest, ManyTinyTensorsStayWithinBytesPerTensor) {
+  const std::string source = scratch_->Path("tiny");
+  ASSERT_NO_FATAL_FAILURE(Generate(
+      source, {"--kind", "headers", "--shards", "4", "--tensors", std::to_string(kTensors)}));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  const double budget = kMountSecondsPerMillion * kTensors / 1e6 * LoadFactor();
+  const double cpu_before = ChildrenCpuSeconds();
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double cpu = ChildrenCpuSeconds() - cpu_before;
+  EXPECT_LE(seconds, budget) << "mount of " << kTensors << " tensors";
+  EXPECT_LE(cpu, kMountCpuSecondsPerMillion * kTensors / 1e6)
+      << "CPU seconds of the mount of " << kTensors << " tensors";
+
+  const std::vector<pid_t> daemons = ProcessesWithArg(mountpoint);
+  ASSERT_EQ(daemons.size(), 1u);
+  const uint64_t after_mount = VmRssBytes(daemons[0]);
+  EXPECT_LE(after_mount, kBaseRss + kTensors * kMountBytesPerTensor)
+      << (after_mount / kTensors) << " B/tensor after mount";
+
+  const ProcessResult cat = RunProcess(
+      {"sh", "-c", "cat \"$0\" > /dev/null", mountpoint + "/pytorch_model.bin"}, kCheckTimeout);
+  ASSERT_EQ(cat.exit_code, 0) << cat.Describe();
+  const uint64_t after_bin = VmRssBytes(daemons[0]);
+  EXPECT_LE(after_bin, kBaseRss + kTensors * kAfterBinBytesPerTensor)
+      << (after_bin / kTensors) << " B/tensor after reading pytorch_model.bin";
+  std::printf(
+      "%llu tensors: mount %.2f s (budget %.2f s), %.2f s CPU, RSS %llu B/tensor after "
+      "mount, %llu after pytorch_model.bin\n",
+      static_cast<unsigned long long>(kTensors), seconds, budget, cpu,
+      static_cast<unsigned long long>(after_mount / kTensors),
+      static_cast<unsigned long long>(after_bin / kTensors));
+
+  // The compact layout serves the same bytes: the merged safetensors parsed and compared
+  // tensor by tensor with the shards.
+  RunCheck("check_merged.py", {source, mountpoint});
+}
+
+}  // namespace
+}  // namespace ckptfs::mount_test
