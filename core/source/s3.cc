@@ -317,21 +317,16 @@ Result<S3Url> ParseS3Url(const std::string& url) {
 }
 
 std::string S3Encode(std::string_view text, bool keep_slash) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
+  if (!keep_slash) return EncodeUrlSegment(text);
+  // A key's '/' separate segments of the canonical path, each encoded on its own.
   std::string out;
-  out.reserve(text.size());
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-        c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
-      out += ch;
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
+  for (size_t start = 0;;) {
+    const size_t slash = text.find('/', start);
+    out += EncodeUrlSegment(text.substr(start, slash - start));
+    if (slash == std::string_view::npos) return out;
+    out += '/';
+    start = slash + 1;
   }
-  return out;
 }
 
 std::string S3Target::ObjectUrl(std::string_view key) const {
