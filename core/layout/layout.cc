@@ -16,6 +16,26 @@
 
 namespace ckptfs {
 
+namespace {
+
+// Appends the extents of a range at `file_size`, which grows by `length`; returns how many.
+uint32_t AppendExtents(std::vector<Extent>& extents, uint64_t& file_size, uint32_t source,
+                       uint64_t offset, uint64_t length, bool tensor) {
+  uint32_t added = 0;
+  while (length > 0) {
+    const uint64_t part = std::min(length, Extent::kMaxLength);
+    extents.push_back(Extent{file_size, offset, static_cast<uint32_t>(part),
+                             source & Extent::kInline, tensor ? 1u : 0u});
+    file_size += part;
+    offset += part;
+    length -= part;
+    ++added;
+  }
+  return added;
+}
+
+}  // namespace
+
 // Grows the node table. Children lists are made at the end: nodes are grouped by parent
 // (a counting sort, no per-directory vectors) and each group sorted by name, so lookups
 // can binary-search.
@@ -46,15 +66,7 @@ class Layout::Builder {
     Node& node = out_.nodes_[ino];
     // Even an empty range: a file showing bytes of a source is no more readable than it.
     if (source < Extent::kZipDirectory) node.mode &= source_modes_[source];
-    while (length > 0) {
-      const uint64_t part = std::min(length, Extent::kMaxLength);
-      out_.extents_.push_back(Extent{node.size, offset, static_cast<uint32_t>(part),
-                                     source & Extent::kInline, tensor ? 1u : 0u});
-      node.size += part;
-      ++node.count;
-      offset += part;
-      length -= part;
-    }
+    node.count += AppendExtents(out_.extents_, node.size, source, offset, length, tensor);
   }
 
   void AppendInline(uint64_t ino, std::string_view bytes) {
@@ -185,12 +197,17 @@ namespace {
 // (the pickle, data.pkl's and version's headers, the end records), storage ranges, and
 // the bytes made again on every read from the record table (each storage record's local
 // header, its central-directory entry in chunks of kDirectoryChunk records): those would
-// cost 130 bytes a tensor if kept. Layout::Build lays them out as extents; the first
-// read makes the kept bytes and the table.
+// cost 130 bytes a tensor if kept. Layout::Build only measures them (the pickle too);
+// the first use lays them out as extents and makes the kept bytes and the table.
 class TorchZipSink {
  public:
   virtual ~TorchZipSink() = default;
+  // Whether Bytes needs the bytes themselves; if not, only their sizes count, and the
+  // pickle is measured instead of made.
+  virtual bool WantsBytes() const = 0;
   virtual void Bytes(std::string_view bytes) = 0;
+  // Bytes of `size` the sink does not want made (only when !WantsBytes()).
+  virtual void UnmadeBytes(uint64_t size) = 0;
   virtual void StorageBytes(const Storage& storage) = 0;
   virtual void RecordHeader(uint32_t key, std::string_view bytes) = 0;
   virtual void DirectoryChunk(uint32_t chunk, std::string_view bytes) = 0;
@@ -228,31 +245,40 @@ void EmitTorchZip(const Checkpoint& ckpt, TorchZipSink& sink, std::vector<std::s
     const Storage& sb = ckpt.storages[ckpt.tensors[y].storage];
     return std::tie(sa.shard, sa.offset) < std::tie(sb.shard, sb.offset);
   });
-  std::unordered_map<uint32_t, uint32_t> keys;  // storage -> record key, in first-use order
-  std::vector<uint32_t> records_of;             // record key -> storage
-  std::vector<TorchPickleEntry> entries;
-  std::vector<std::vector<uint64_t>> strides;  // owned here while entries point at them
-  strides.reserve(order.size());
+  // Storage -> record key, in first-use order: a flat table, one slot per storage, costs
+  // a fraction of a hash map's time and memory at a million storages.
+  constexpr uint32_t kNoKey = UINT32_MAX;
+  std::vector<uint32_t> keys(ckpt.storages.size(), kNoKey);
+  std::vector<uint32_t> records_of;  // record key -> storage
+  TorchPickleBuilder pickler(/*count_only=*/!sink.WantsBytes());
+  std::vector<uint64_t> stride;
   for (uint32_t i : order) {
     const Tensor& t = ckpt.tensors[i];
-    auto [it, added] = keys.emplace(t.storage, static_cast<uint32_t>(records_of.size()));
-    if (added) records_of.push_back(t.storage);
+    if (keys[t.storage] == kNoKey) {
+      keys[t.storage] = static_cast<uint32_t>(records_of.size());
+      records_of.push_back(t.storage);
+    }
     const Storage& s = ckpt.storages[t.storage];
-    strides.push_back(t.contiguous() ? RowMajorStrides(t.shape) : t.stride);
-    entries.push_back(TorchPickleEntry{t.name, t.dtype, it->second, s.size / DtypeSize(s.dtype),
-                                       t.storage_offset, t.shape, strides.back()});
+    stride = t.contiguous() ? RowMajorStrides(t.shape) : t.stride;
+    pickler.Add(TorchPickleEntry{t.name, t.dtype, keys[t.storage], s.size / DtypeSize(s.dtype),
+                                 t.storage_offset, t.shape, stride});
   }
-  std::unordered_map<uint32_t, uint32_t>().swap(keys);
-  const std::string pickle = BuildTorchPickle(entries);
-  std::vector<TorchPickleEntry>().swap(entries);
-  std::vector<std::vector<uint64_t>>().swap(strides);
+  std::vector<uint32_t>().swap(keys);
+  const uint64_t pickle_size = pickler.Finish();
+  const std::string pickle = pickler.Take();  // empty when only measured
 
+  // A measured pickle's CRC is unknown, but no size depends on it.
   const std::string archive(kTorchArchive);
-  const ZipRecord pickle_record{archive + "data.pkl", pickle.size(), Crc32(pickle)};
+  const ZipRecord pickle_record{archive + "data.pkl", pickle_size,
+                                sink.WantsBytes() ? Crc32(pickle) : 0};
   const ZipRecord version_record{archive + "version", kTorchVersion.size(), Crc32(kTorchVersion)};
   const uint64_t pickle_header = sink.offset();
   sink.Bytes(ZipLocalHeader(pickle_record, pickle_header));
-  sink.Bytes(pickle);
+  if (sink.WantsBytes()) {
+    sink.Bytes(pickle);
+  } else {
+    sink.UnmadeBytes(pickle_size);
+  }
   std::vector<uint64_t> header_offsets(records_of.size());
   for (uint32_t key = 0; key < records_of.size(); ++key) {
     const Storage& s = ckpt.storages[records_of[key]];
@@ -285,73 +311,69 @@ void EmitTorchZip(const Checkpoint& ckpt, TorchZipSink& sink, std::vector<std::s
   sink.Records(std::move(records_of), std::move(header_offsets));
 }
 
-// Concatenates the kept bytes, skipping storages and the made-again headers: the kLazy
-// pool, and the record table.
-class LazyPoolSink final : public TorchZipSink {
+// Counts the bytes: pytorch_model.bin's size, all a mount needs until the file is opened.
+class TorchZipSize final : public TorchZipSink {
  public:
-  LazyPoolSink(std::string& out, std::vector<uint32_t>& storages, std::vector<uint64_t>& offsets)
-      : out_(out), storages_(storages), offsets_(offsets) {}
-  void Bytes(std::string_view bytes) override {
-    out_ += bytes;
-    offset_ += bytes.size();
-  }
+  bool WantsBytes() const override { return false; }
+  void Bytes(std::string_view bytes) override { offset_ += bytes.size(); }
+  void UnmadeBytes(uint64_t size) override { offset_ += size; }
   void StorageBytes(const Storage& storage) override { offset_ += storage.size; }
   void RecordHeader(uint32_t, std::string_view bytes) override { offset_ += bytes.size(); }
   void DirectoryChunk(uint32_t, std::string_view bytes) override { offset_ += bytes.size(); }
-  void Records(std::vector<uint32_t> storages, std::vector<uint64_t> header_offsets) override {
-    storages_ = std::move(storages);
-    offsets_ = std::move(header_offsets);
-  }
-
- private:
-  std::string& out_;
-  std::vector<uint32_t>& storages_;
-  std::vector<uint64_t>& offsets_;
+  void Records(std::vector<uint32_t>, std::vector<uint64_t>) override {}
 };
 
 }  // namespace
 
-// Extents of pytorch_model.bin: storages point at their shards, kept bytes at the kLazy
-// pool, whose offsets are counted here and filled on first read, and the made-again
-// headers at their record key or directory chunk.
-class Layout::TorchZipExtents final : public TorchZipSink {
+// What the first use of pytorch_model.bin makes: its extents (storages point at their
+// shards, kept bytes at the kLazy pool, made-again headers at their record key or
+// directory chunk), the kept bytes, and the record table.
+class Layout::TorchZipLazy final : public TorchZipSink {
  public:
-  TorchZipExtents(Builder& b, uint64_t ino) : b_(b), ino_(ino) {}
+  explicit TorchZipLazy(LazyBytes& out) : out_(out) {}
+  bool WantsBytes() const override { return true; }
   void Bytes(std::string_view bytes) override {
-    b_.AppendSource(ino_, Extent::kLazy, pool_offset_, bytes.size());
-    pool_offset_ += bytes.size();
-    offset_ += bytes.size();
+    Append(Extent::kLazy, out_.bytes.size(), bytes.size());
+    out_.bytes += bytes;
   }
+  void UnmadeBytes(uint64_t) override {}  // never called: WantsBytes()
   void StorageBytes(const Storage& s) override {
-    b_.AppendSource(ino_, s.shard, s.offset, s.size, /*tensor=*/true);
-    offset_ += s.size;
+    Append(s.shard, s.offset, s.size, /*tensor=*/true);
   }
   void RecordHeader(uint32_t key, std::string_view bytes) override {
-    b_.AppendSource(ino_, Extent::kZipHeader, key, bytes.size());
-    offset_ += bytes.size();
+    Append(Extent::kZipHeader, key, bytes.size());
   }
   void DirectoryChunk(uint32_t chunk, std::string_view bytes) override {
-    b_.AppendSource(ino_, Extent::kZipDirectory, chunk, bytes.size());
-    offset_ += bytes.size();
+    Append(Extent::kZipDirectory, chunk, bytes.size());
   }
-  void Records(std::vector<uint32_t>, std::vector<uint64_t>) override {}
+  void Records(std::vector<uint32_t> storages, std::vector<uint64_t> header_offsets) override {
+    out_.record_storages = std::move(storages);
+    out_.header_offsets = std::move(header_offsets);
+  }
 
  private:
-  Builder& b_;
-  uint64_t ino_;
-  uint64_t pool_offset_ = 0;
+  void Append(uint32_t source, uint64_t offset, uint64_t length, bool tensor = false) {
+    AppendExtents(out_.extents, offset_, source, offset, length, tensor);
+  }
+  LazyBytes& out_;
 };
 
 void Layout::AddTorchZip(Builder& b, const Checkpoint& ckpt, uint16_t mode) {
-  TorchZipExtents extents(b, b.AddFile(kRoot, "pytorch_model.bin", mode));
-  EmitTorchZip(ckpt, extents, &notes_);
+  // The extents wait for the first use (MakeLazyBytes): most mounts never read this file,
+  // and they cost two a tensor. Every piece is a whole-checkpoint file's, so `mode` is
+  // already no more readable than any shard they would name.
+  torch_zip_ = b.AddFile(kRoot, "pytorch_model.bin", mode);
+  TorchZipSize size;
+  EmitTorchZip(ckpt, size, &notes_);
+  nodes_[torch_zip_].size = size.offset();
 }
 
 void Layout::MakeLazyBytes() const {
   std::call_once(lazy_->once, [this] {
-    LazyPoolSink sink(lazy_->bytes, lazy_->record_storages, lazy_->header_offsets);
+    TorchZipLazy sink(*lazy_);
     EmitTorchZip(*ckpt_, sink, nullptr);
     lazy_->bytes.shrink_to_fit();
+    lazy_->extents.shrink_to_fit();
     // Making the bytes allocated and freed about as much again in small pieces; give
     // those pages back, or a long-lived daemon keeps them for nothing.
     ReleaseFreeMemory();
@@ -524,7 +546,13 @@ uint64_t Layout::Lookup(uint64_t parent, std::string_view name) const {
 std::span<const Extent> Layout::Extents(uint64_t ino, uint64_t offset, uint64_t length) const {
   const Node* node = Find(ino);
   if (!node || node->kind != NodeKind::kFile || offset >= node->size || length == 0) return {};
-  std::span<const Extent> all = std::span<const Extent>(extents_).subspan(node->first, node->count);
+  std::span<const Extent> all;
+  if (ino == torch_zip_) {
+    MakeLazyBytes();
+    all = lazy_->extents;
+  } else {
+    all = std::span<const Extent>(extents_).subspan(node->first, node->count);
+  }
   const uint64_t end = offset + std::min(length, node->size - offset);
   // First extent whose end is past `offset`, then every one that starts before `end`.
   auto first = std::upper_bound(all.begin(), all.end(), offset, [](uint64_t off, const Extent& e) {

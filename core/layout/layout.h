@@ -110,7 +110,7 @@ class Layout {
  private:
   class Builder;
   class DirectoryWalker;
-  class TorchZipExtents;
+  class TorchZipLazy;
 
   void AddTorchZip(Builder& b, const Checkpoint& ckpt, uint16_t mode);
   void MakeLazyBytes() const;
@@ -120,6 +120,7 @@ class Layout {
   // never read that file: they are made on first read.
   struct LazyBytes {
     std::once_flag once;
+    std::vector<Extent> extents;  // of pytorch_model.bin (24 bytes, two a tensor)
     std::string bytes;
     std::vector<uint32_t> record_storages;  // record key -> index into Checkpoint::storages
     std::vector<uint64_t> header_offsets;   // record key -> its local header in the file
@@ -139,6 +140,7 @@ class Layout {
   std::vector<Extent> extents_;
   std::string pool_;  // synthesized bytes
   const Checkpoint* ckpt_ = nullptr;
+  uint64_t torch_zip_ = 0;  // pytorch_model.bin's inode: its extents are made on first use
   std::unique_ptr<LazyBytes> lazy_ = std::make_unique<LazyBytes>();
   std::vector<const ByteSource*> sources_;
   std::vector<std::string> hidden_;
