@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <unordered_map>
 
 #include "core/format/npy.h"
@@ -60,7 +61,12 @@ class Layout::Builder {
     return ino;
   }
 
-  // Appends an extent to file `ino`, which must be the file most recently added.
+  // Lets file `ino`, made earlier with no extents, take its extents from here on.
+  void BeginExtents(uint64_t ino) {
+    out_.nodes_[ino].first = static_cast<uint32_t>(out_.extents_.size());
+  }
+
+  // Appends an extent to file `ino`, which must be the file most recently added or begun.
   void AppendSource(uint64_t ino, uint32_t source, uint64_t offset, uint64_t length,
                     bool tensor = false) {
     Node& node = out_.nodes_[ino];
@@ -358,16 +364,6 @@ class Layout::TorchZipLazy final : public TorchZipSink {
   LazyBytes& out_;
 };
 
-void Layout::AddTorchZip(Builder& b, const Checkpoint& ckpt, uint16_t mode) {
-  // The extents wait for the first use (MakeLazyBytes): most mounts never read this file,
-  // and they cost two a tensor. Every piece is a whole-checkpoint file's, so `mode` is
-  // already no more readable than any shard they would name.
-  torch_zip_ = b.AddFile(kRoot, "pytorch_model.bin", mode);
-  TorchZipSize size;
-  EmitTorchZip(ckpt, size, &notes_);
-  nodes_[torch_zip_].size = size.offset();
-}
-
 void Layout::MakeLazyBytes() const {
   std::call_once(lazy_->once, [this] {
     TorchZipLazy sink(*lazy_);
@@ -436,32 +432,38 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     b.AppendSource(ino, first_other + i, 0, f.source->Size());
   }
 
-  // The merged single-file checkpoint.
-  std::vector<uint32_t> order = AlignedOrder(ckpt);
-  std::vector<TensorEntry> entries;
-  entries.reserve(order.size());
-  uint64_t data_offset = 0;
-  for (uint32_t i : order) {
-    const Tensor& t = ckpt.tensors[i];
-    entries.push_back(TensorEntry{t.name, t.dtype, t.shape, data_offset, data_offset + t.size});
-    data_offset += t.size;
-  }
-  // Five extents a tensor (merged file; .npy header and data; zip header and data), and a
-  // pool that starts with the merged header: reserved, so neither grows by copying.
+  // The merged safetensors header and pytorch_model.bin's size depend on every tensor
+  // but not on the tree: other threads work them out while this one lays out tensors/
+  // (at a million tensors each is most of a second). Their nodes are made here, in the
+  // same order as ever, and the merged file's extents appended once its header is done.
+  std::vector<uint32_t> order;
+  std::string merged_header;
+  std::thread merged_thread([&ckpt, &order, &merged_header] {
+    order = AlignedOrder(ckpt);
+    std::vector<TensorEntry> entries;
+    entries.reserve(order.size());
+    uint64_t data_offset = 0;
+    for (uint32_t i : order) {
+      const Tensor& t = ckpt.tensors[i];
+      entries.push_back(TensorEntry{t.name, t.dtype, t.shape, data_offset, data_offset + t.size});
+      data_offset += t.size;
+    }
+    merged_header = BuildSafetensorsHeader(entries, ckpt.metadata);
+  });
+  TorchZipSize zip_size;
+  std::vector<std::string> zip_notes;
+  std::thread zip_thread(
+      [&ckpt, &zip_size, &zip_notes] { EmitTorchZip(ckpt, zip_size, &zip_notes); });
+  // Three extents a tensor (merged file; .npy header and data): reserved, so the table
+  // does not grow by copying.
   const size_t n = ckpt.tensors.size();
-  layout.extents_.reserve(5 * n + n / kDirectoryChunk + layout.sources_.size() + 16);
-  std::string merged_header = BuildSafetensorsHeader(entries, ckpt.metadata);
-  layout.pool_.reserve(merged_header.size() + (64 << 10));
-  uint64_t merged = b.AddFile(kRoot, "model.safetensors", whole);
-  b.AppendInline(merged, merged_header);
-  std::string().swap(merged_header);
-  std::vector<TensorEntry>().swap(entries);
-  for (uint32_t i : order) {
-    const Tensor& t = ckpt.tensors[i];
-    b.AppendSource(merged, t.shard, t.offset, t.size, /*tensor=*/true);
-  }
-
-  layout.AddTorchZip(b, ckpt, whole);
+  layout.extents_.reserve(3 * n + layout.sources_.size() + 16);
+  layout.pool_.reserve(64 << 10);
+  const uint64_t merged = b.AddFile(kRoot, "model.safetensors", whole);
+  // The extents wait for the first use (MakeLazyBytes): most mounts never read this file,
+  // and they cost two a tensor. Every piece is a whole-checkpoint file's, so `whole` is
+  // already no more readable than any shard they would name.
+  layout.torch_zip_ = b.AddFile(kRoot, "pytorch_model.bin", whole);
 
   // One file per tensor.
   DirectoryWalker walker(b, b.AddDir(kRoot, "tensors"));
@@ -487,6 +489,19 @@ Layout Layout::Build(const Checkpoint& ckpt) {
       b.AppendInline(ino, OneTensorHeader(t, ckpt.metadata));
     }
     b.AppendSource(ino, t.shard, t.offset, t.size, /*tensor=*/true);
+  }
+
+  zip_thread.join();
+  layout.nodes_[layout.torch_zip_].size = zip_size.offset();
+  layout.notes_.insert(layout.notes_.begin(), zip_notes.begin(), zip_notes.end());
+  merged_thread.join();
+  b.BeginExtents(merged);
+  layout.pool_.reserve(layout.pool_.size() + merged_header.size());
+  b.AppendInline(merged, merged_header);
+  std::string().swap(merged_header);
+  for (uint32_t i : order) {
+    const Tensor& t = ckpt.tensors[i];
+    b.AppendSource(merged, t.shard, t.offset, t.size, /*tensor=*/true);
   }
 
   // The original files, index included.

@@ -112,7 +112,6 @@ class Layout {
   class DirectoryWalker;
   class TorchZipLazy;
 
-  void AddTorchZip(Builder& b, const Checkpoint& ckpt, uint16_t mode);
   void MakeLazyBytes() const;
 
   // pytorch_model.bin's kept synthesized bytes (the pickle, ~95 bytes a tensor) and the
