@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -89,6 +90,20 @@ class Layout::Builder {
     AppendSource(ino, Extent::kInline, it->second, it->first.size());
   }
 
+  // The .npy header of `t`: neighbours in name order mostly share dtype and shape, so the
+  // last one is reused without making and hashing the header again.
+  void AppendNpyHeader(uint64_t ino, const Tensor& t) {
+    if (!last_npy_.has_value() || last_npy_dtype_ != t.dtype || last_npy_shape_ != t.shape) {
+      AppendShared(ino, BuildNpyHeader(t.dtype, t.shape));
+      const Extent& e = out_.extents_.back();
+      last_npy_ = std::make_pair(e.source_offset, e.length);
+      last_npy_dtype_ = t.dtype;
+      last_npy_shape_ = t.shape;
+      return;
+    }
+    AppendSource(ino, Extent::kInline, last_npy_->first, last_npy_->second);
+  }
+
   void Finish() {
     std::vector<Node>& nodes = out_.nodes_;
     std::vector<uint32_t> start(nodes.size() + 1, 0);
@@ -140,7 +155,10 @@ class Layout::Builder {
 
   Layout& out_;
   std::vector<uint16_t> source_modes_;
-  std::unordered_map<std::string, uint64_t> shared_;  // bytes -> pool offset
+  std::unordered_map<std::string, uint64_t> shared_;       // bytes -> pool offset
+  std::optional<std::pair<uint64_t, uint32_t>> last_npy_;  // pool offset, length
+  Dtype last_npy_dtype_ = Dtype::kU8;
+  std::vector<uint64_t> last_npy_shape_;
 };
 
 // Creates the directories of tensor names visited in sorted order. All names under one
@@ -484,7 +502,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     uint64_t ino = b.AddFile(dir, leaf + (npy ? ".npy" : ".safetensors"), 0444);
     layout.nodes_[ino].tensor = static_cast<int32_t>(i);
     if (npy) {
-      b.AppendShared(ino, BuildNpyHeader(t.dtype, t.shape));
+      b.AppendNpyHeader(ino, t);
     } else {
       b.AppendInline(ino, OneTensorHeader(t, ckpt.metadata));
     }
