@@ -365,7 +365,7 @@ Result<SafetensorsHeader> ReadSafetensorsHeader(const ByteSource& source) {
   return ParseSafetensorsHeader(text, source.Size(), file);
 }
 
-std::string BuildSafetensorsHeader(std::span<const TensorEntry> tensors, const Metadata& metadata) {
+std::string SafetensorsHeaderOpening(const Metadata& metadata) {
   std::string body = "{";
   if (!metadata.empty()) {
     body += "\"__metadata__\":{";
@@ -377,13 +377,28 @@ std::string BuildSafetensorsHeader(std::span<const TensorEntry> tensors, const M
     }
     body += '}';
   }
+  return body;
+}
+
+void AppendSafetensorsEntry(std::string& out, std::string_view name, Dtype dtype,
+                            std::span<const uint64_t> shape, uint64_t begin, uint64_t end) {
+  AppendQuoted(out, name);
+  out += ":{\"dtype\":\"";
+  out += DtypeName(dtype);
+  out += "\",\"shape\":";
+  out += ShapeToJson(shape);
+  out += ",\"data_offsets\":[";
+  out += std::to_string(begin);
+  out += ',';
+  out += std::to_string(end);
+  out += "]}";
+}
+
+std::string BuildSafetensorsHeader(std::span<const TensorEntry> tensors, const Metadata& metadata) {
+  std::string body = SafetensorsHeaderOpening(metadata);
   for (const TensorEntry& t : tensors) {
     if (body.size() > 1) body += ',';
-    AppendQuoted(body, t.name);
-    body += ":{\"dtype\":\"";
-    body += DtypeName(t.dtype);
-    body += "\",\"shape\":" + ShapeToJson(t.shape) + ",\"data_offsets\":[" +
-            std::to_string(t.begin) + ',' + std::to_string(t.end) + "]}";
+    AppendSafetensorsEntry(body, t.name, t.dtype, t.shape, t.begin, t.end);
   }
   body += '}';
   // Pad with spaces (valid JSON whitespace) so 8 + N, the data start, is 8-aligned.

@@ -72,7 +72,7 @@ class Layout::Builder {
                     bool tensor = false) {
     Node& node = out_.nodes_[ino];
     // Even an empty range: a file showing bytes of a source is no more readable than it.
-    if (source < Extent::kZipDirectory) node.mode &= source_modes_[source];
+    if (source < Extent::kHeaderEntries) node.mode &= source_modes_[source];
     node.count += AppendExtents(out_.extents_, node.size, source, offset, length, tensor);
   }
 
@@ -206,6 +206,23 @@ std::string JoinShape(std::span<const uint64_t> dims) {
   std::string out;
   for (uint64_t d : dims) out += (out.empty() ? "" : ",") + std::to_string(d);
   return "(" + out + ")";
+}
+
+// The entries of header chunk `chunk` of model.safetensors (tensors `order` in file order,
+// the first at data offset `data_offset`), each after a ',' unless it opens the header's
+// JSON: bytes of BuildSafetensorsHeader(every entry, ckpt.metadata). Made at mount to be
+// measured, then again on each read, rather than kept: they are 90 bytes a tensor.
+std::string MergedHeaderEntries(const Checkpoint& ckpt, std::span<const uint32_t> order,
+                                size_t chunk, uint64_t data_offset) {
+  std::string out;
+  const size_t end = std::min<size_t>(order.size(), (chunk + 1) * Extent::kHeaderChunk);
+  for (size_t j = chunk * Extent::kHeaderChunk; j < end; ++j) {
+    const Tensor& t = ckpt.tensors[order[j]];
+    if (j > 0 || !ckpt.metadata.empty()) out += ',';
+    AppendSafetensorsEntry(out, t.name, t.dtype, t.shape, data_offset, data_offset + t.size);
+    data_offset += t.size;
+  }
+  return out;
 }
 
 std::string OneTensorHeader(const Tensor& t, const Metadata& metadata) {
@@ -401,6 +418,10 @@ std::string_view Layout::InlineBytes(const Extent& e) const {
 }
 
 std::string Layout::GeneratedBytes(const Extent& e) const {
+  if (e.source == Extent::kHeaderEntries) {
+    return MergedHeaderEntries(*ckpt_, merged_order_, e.source_offset,
+                               chunk_offsets_[e.source_offset]);
+  }
   MakeLazyBytes();
   const std::vector<uint32_t>& storages = lazy_->record_storages;
   std::string out;
@@ -455,18 +476,22 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   // (at a million tensors each is most of a second). Their nodes are made here, in the
   // same order as ever, and the merged file's extents appended once its header is done.
   std::vector<uint32_t> order;
-  std::string merged_header;
-  std::thread merged_thread([&ckpt, &order, &merged_header] {
+  std::vector<uint32_t> chunk_sizes;
+  std::thread merged_thread([&ckpt, &layout, &order, &chunk_sizes] {
     order = AlignedOrder(ckpt);
-    std::vector<TensorEntry> entries;
-    entries.reserve(order.size());
+    const size_t chunks = (order.size() + Extent::kHeaderChunk - 1) / Extent::kHeaderChunk;
+    layout.chunk_offsets_.reserve(chunks);
+    chunk_sizes.reserve(chunks);
     uint64_t data_offset = 0;
-    for (uint32_t i : order) {
-      const Tensor& t = ckpt.tensors[i];
-      entries.push_back(TensorEntry{t.name, t.dtype, t.shape, data_offset, data_offset + t.size});
-      data_offset += t.size;
+    for (size_t chunk = 0; chunk < chunks; ++chunk) {
+      layout.chunk_offsets_.push_back(data_offset);
+      const std::string bytes = MergedHeaderEntries(ckpt, order, chunk, data_offset);
+      chunk_sizes.push_back(static_cast<uint32_t>(bytes.size()));
+      const size_t end = std::min<size_t>(order.size(), (chunk + 1) * Extent::kHeaderChunk);
+      for (size_t j = chunk * Extent::kHeaderChunk; j < end; ++j) {
+        data_offset += ckpt.tensors[order[j]].size;
+      }
     }
-    merged_header = BuildSafetensorsHeader(entries, ckpt.metadata);
   });
   TorchZipSize zip_size;
   std::vector<std::string> zip_notes;
@@ -514,13 +539,24 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   layout.notes_.insert(layout.notes_.begin(), zip_notes.begin(), zip_notes.end());
   merged_thread.join();
   b.BeginExtents(merged);
-  layout.pool_.reserve(layout.pool_.size() + merged_header.size());
-  b.AppendInline(merged, merged_header);
-  std::string().swap(merged_header);
+  // Opening and closing bytes kept, entries made per read: see MergedHeaderEntries.
+  const std::string opening = SafetensorsHeaderOpening(ckpt.metadata);
+  uint64_t body = opening.size() + 1;
+  for (uint32_t size : chunk_sizes) body += size;
+  const uint64_t padding = (8 - body % 8) % 8;
+  std::string prefix;
+  for (int i = 0; i < 8; ++i)
+    prefix.push_back(static_cast<char>(((body + padding) >> (8 * i)) & 0xff));
+  b.AppendInline(merged, prefix + opening);
+  for (uint32_t chunk = 0; chunk < chunk_sizes.size(); ++chunk) {
+    b.AppendSource(merged, Extent::kHeaderEntries, chunk, chunk_sizes[chunk]);
+  }
+  b.AppendInline(merged, "}" + std::string(padding, ' '));
   for (uint32_t i : order) {
     const Tensor& t = ckpt.tensors[i];
     b.AppendSource(merged, t.shard, t.offset, t.size, /*tensor=*/true);
   }
+  layout.merged_order_ = std::move(order);
 
   // The original files, index included.
   uint64_t shards_dir = b.AddDir(kRoot, "shards");

@@ -48,6 +48,10 @@ struct Extent {
   // storage record `source_offset`, or central-directory chunk `source_offset`.
   static constexpr uint32_t kZipHeader = kInline - 2;
   static constexpr uint32_t kZipDirectory = kInline - 3;
+  // The merged safetensors header's entries for tensors [source_offset * kHeaderChunk,
+  // + kHeaderChunk) in its order, made again on every read (GeneratedBytes).
+  static constexpr uint32_t kHeaderEntries = kInline - 4;
+  static constexpr uint32_t kHeaderChunk = 1024;
   static constexpr uint64_t kMaxLength = UINT32_MAX;  // longer ranges take several extents
 
   uint64_t file_offset;    // where the extent starts in the file
@@ -56,8 +60,10 @@ struct Extent {
   uint32_t source : 31;  // index into Layout::sources(), or kInline / kLazy
   uint32_t tensor : 1;   // data of one tensor: a read of its start prefetches the rest
 
-  bool synthesized() const { return source >= kZipDirectory; }
-  bool generated() const { return source == kZipHeader || source == kZipDirectory; }
+  bool synthesized() const { return source >= kHeaderEntries; }
+  bool generated() const {
+    return source == kZipHeader || source == kZipDirectory || source == kHeaderEntries;
+  }
 };
 
 enum class NodeKind : uint8_t { kDirectory, kFile, kStats };
@@ -141,6 +147,10 @@ class Layout {
   const Checkpoint* ckpt_ = nullptr;
   uint64_t torch_zip_ = 0;  // pytorch_model.bin's inode: its extents are made on first use
   std::unique_ptr<LazyBytes> lazy_ = std::make_unique<LazyBytes>();
+  // model.safetensors' tensors in file order, and the data offset each header chunk
+  // starts at: its header entries (about 90 bytes a tensor) are made on each read.
+  std::vector<uint32_t> merged_order_;
+  std::vector<uint64_t> chunk_offsets_;
   std::vector<const ByteSource*> sources_;
   std::vector<std::string> hidden_;
   std::vector<std::string> notes_;
