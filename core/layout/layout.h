@@ -21,9 +21,12 @@
 // the least readable shard's bits. A directory is listable (r-x) by each class that can
 // read something inside it; an empty one is 0555.
 // Inode numbers are node indices; kRoot is 1 as FUSE expects. Memory and build time grow
-// with the number of tensors, never with checkpoint bytes: about 330 bytes a tensor, and
-// 104 more once pytorch_model.bin is read (tests/unit/memory_test.cc holds both). Thread safety:
-// immutable after Build, so any number of readers may use it at once.
+// with the number of tensors, never with checkpoint bytes: about 190 bytes a tensor (two
+// nodes, three extents, names, model.safetensors' order; its header entries are made per
+// read), and 152 more once pytorch_model.bin is used (its extents, pickle and record
+// table; tests/unit/memory_test.cc holds both). Thread safety: immutable after Build
+// (what the first use of pytorch_model.bin makes is made once, under a once_flag), so any
+// number of readers may use it at once.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +42,8 @@
 
 namespace ckptfs {
 
-// 24 bytes: a mount holds about five per tensor. A stored range longer than 4 GiB - 1 is
-// laid out as several extents, each under the 32-bit length.
+// 24 bytes: a mount holds three per tensor, two more once pytorch_model.bin is used. A stored range
+// longer than 4 GiB - 1 is laid out as several extents, each under the 32-bit length.
 struct Extent {
   static constexpr uint32_t kInline = 0x7fffffff;  // bytes in the header pool
   static constexpr uint32_t kLazy = kInline - 1;   // bytes made on first read (torch zip)
@@ -120,9 +123,10 @@ class Layout {
 
   void MakeLazyBytes() const;
 
-  // pytorch_model.bin's kept synthesized bytes (the pickle, ~95 bytes a tensor) and the
-  // record table its generated headers are made from (12 bytes a tensor). Most mounts
-  // never read that file: they are made on first read.
+  // pytorch_model.bin's extents (48 bytes a tensor), kept synthesized bytes (the pickle,
+  // ~95 bytes a tensor) and the record table its generated headers are made from (12
+  // bytes a tensor). Most mounts never read that file: Build only measures it, and these
+  // are made on its first use.
   struct LazyBytes {
     std::once_flag once;
     std::vector<Extent> extents;  // of pytorch_model.bin (24 bytes, two a tensor)
