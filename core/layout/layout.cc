@@ -539,14 +539,17 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   layout.notes_.insert(layout.notes_.begin(), zip_notes.begin(), zip_notes.end());
   merged_thread.join();
   b.BeginExtents(merged);
-  // Opening and closing bytes kept, entries made per read: see MergedHeaderEntries.
+  // The bytes of BuildSafetensorsHeader, with the opening and closing kept and the
+  // entries made per read (MergedHeaderEntries). The JSON body is the opening, the
+  // entries and '}'; the 8-byte length before it counts the padding too.
   const std::string opening = SafetensorsHeaderOpening(ckpt.metadata);
   uint64_t body = opening.size() + 1;
   for (uint32_t size : chunk_sizes) body += size;
   const uint64_t padding = (8 - body % 8) % 8;
   std::string prefix;
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < 8; ++i) {
     prefix.push_back(static_cast<char>(((body + padding) >> (8 * i)) & 0xff));
+  }
   b.AppendInline(merged, prefix + opening);
   for (uint32_t chunk = 0; chunk < chunk_sizes.size(); ++chunk) {
     b.AppendSource(merged, Extent::kHeaderEntries, chunk, chunk_sizes[chunk]);
