@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "core/cache/disk_cache.h"
@@ -340,12 +341,17 @@ Result<ShardContents> ReadShard(const StoredFile& shard, uint32_t shard_no) {
   return FromSafetensors(header, shard_no);
 }
 
-// Adds one shard's tensors and storages, merging its metadata and state.
-void AddShard(Checkpoint& ckpt, ShardContents& shard) {
+// Adds one shard's tensors and storages as shard `shard_no`, merging its metadata and
+// state. (A shard read before the index was parsed did not know its number.)
+void AddShard(Checkpoint& ckpt, ShardContents& shard, uint32_t shard_no) {
   const uint32_t base = static_cast<uint32_t>(ckpt.storages.size());
-  ckpt.storages.insert(ckpt.storages.end(), shard.storages.begin(), shard.storages.end());
+  for (Storage& s : shard.storages) {
+    s.shard = shard_no;
+    ckpt.storages.push_back(s);
+  }
   for (Tensor& t : shard.tensors) {
     t.storage += base;
+    t.shard = shard_no;
     ckpt.tensors.push_back(std::move(t));
   }
   std::vector<Tensor>().swap(shard.tensors);  // the peak holds one shard twice, not all
@@ -372,24 +378,92 @@ void AddShard(Checkpoint& ckpt, ShardContents& shard) {
   }
 }
 
-// Reads every shard's header, several at once: headers are independent, and a
-// checkpoint of thousands of shards would otherwise parse them one core at a time.
-std::vector<Result<ShardContents>> ReadShards(const std::vector<StoredFile>& shards) {
+// Threads for `jobs` independent pieces of work: one piece per thread at most, so a few
+// shards of many tensors parse in parallel too.
+size_t WorkerCount(size_t jobs) {
+  return std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), jobs, 8});
+}
+
+// Reads the headers of `shards[i]` for each i in `which` (the rest stay Status::Ok()),
+// several at once: headers are independent, and a checkpoint of thousands of shards would
+// otherwise parse them one core at a time.
+std::vector<Result<ShardContents>> ReadShards(const std::vector<StoredFile>& shards,
+                                              const std::vector<uint32_t>& which) {
   std::vector<Result<ShardContents>> contents(shards.size(), Status::Ok());
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i = next++; i < shards.size(); i = next++) {
-      contents[i] = ReadShard(shards[i], static_cast<uint32_t>(i));
+    for (size_t i = next++; i < which.size(); i = next++) {
+      contents[which[i]] = ReadShard(shards[which[i]], which[i]);
     }
   };
-  // One shard per thread at most: a few shards of many tensors parse in parallel too.
-  const size_t n_threads =
-      std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), shards.size(), 8});
   std::vector<std::thread> threads;
-  for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(work);
+  for (size_t t = 1; t < WorkerCount(which.size()); ++t) threads.emplace_back(work);
   work();
   for (std::thread& t : threads) t.join();
   return contents;
+}
+
+// A weight file opened and read before the index that names it was parsed.
+struct EarlyShard {
+  std::string name;  // as the index would name it (without .zst)
+  Result<StoredFile> file = Status::Ok();
+  Result<ShardContents> contents = Status::Ok();
+};
+
+// Opens and reads, on worker threads, the weight files a local index is likely to name,
+// while the caller parses the index: at a million tensors the index alone is a second of
+// parsing, and the shards as much again. What the index does not name is dropped unseen;
+// what it names is used as if opened and read after it, errors included.
+class EarlyShards {
+ public:
+  EarlyShards(const SourceDir& dir, std::vector<std::string> names, CodecContext& codec)
+      : dir_(dir), codec_(codec) {
+    shards_.resize(names.size());
+    for (size_t i = 0; i < names.size(); ++i) shards_[i].name = std::move(names[i]);
+    for (size_t t = 0; t < WorkerCount(shards_.size()); ++t) {
+      threads_.emplace_back([this] { Work(); });
+    }
+  }
+  ~EarlyShards() { Wait(); }
+  EarlyShards(const EarlyShards&) = delete;
+  EarlyShards& operator=(const EarlyShards&) = delete;
+
+  // Helps with what is left, then waits for every read; names sorted.
+  std::vector<EarlyShard>& Wait() {
+    Work();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+    return shards_;
+  }
+
+ private:
+  void Work() {
+    for (size_t i = next_++; i < shards_.size(); i = next_++) {
+      EarlyShard& shard = shards_[i];
+      shard.file = OpenWeightFile(dir_, shard.name, codec_);
+      if (shard.file.ok()) shard.contents = ReadShard(*shard.file, 0);
+    }
+  }
+
+  const SourceDir& dir_;
+  CodecContext& codec_;
+  std::vector<EarlyShard> shards_;
+  std::atomic<size_t> next_{0};
+  std::vector<std::thread> threads_;
+};
+
+// The weight files of `dir` an index named `index_name` may list: distinct names without
+// .zst, sorted.
+std::vector<std::string> LikelyShards(const SourceDir& dir, const std::string& index_name) {
+  const bool torch = EndsWith(index_name, kTorchIndexSuffix);
+  std::vector<std::string> names;
+  for (const std::string& f : dir.files) {
+    std::string name = torch ? TorchWeightName(f) : WeightName(f);
+    if (!name.empty()) names.push_back(std::move(name));
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
 }
 
 // Sorts tensors by name; a name stored in two shards is an error.
@@ -397,8 +471,34 @@ Status SortTensors(Checkpoint& ckpt) {
   // Sorting indices and moving each tensor once is cheaper than swapping whole tensors.
   std::vector<uint32_t> order(ckpt.tensors.size());
   std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(),
-            [&](uint32_t a, uint32_t b) { return ckpt.tensors[a].name < ckpt.tensors[b].name; });
+  auto by_name = [&](uint32_t a, uint32_t b) {
+    return ckpt.tensors[a].name < ckpt.tensors[b].name;
+  };
+  // Writers list a shard's tensors in name order, so the table is usually a few sorted
+  // runs: merging them costs a fraction of a sort. Names repeated across shards (an error)
+  // take the sort, which picks the pair the error names.
+  std::vector<size_t> runs = {0};
+  for (size_t i = 1; i < order.size() && runs.size() <= 64; ++i) {
+    if (by_name(order[i], order[i - 1])) runs.push_back(i);
+  }
+  runs.push_back(order.size());
+  bool merged = runs.size() <= 65;
+  for (size_t width = 1; merged && width + 1 < runs.size(); width *= 2) {
+    for (size_t r = 0; r + width + 1 < runs.size(); r += 2 * width) {
+      const size_t end = runs[std::min(r + 2 * width, runs.size() - 1)];
+      std::inplace_merge(order.begin() + runs[r], order.begin() + runs[r + width],
+                         order.begin() + end, by_name);
+    }
+  }
+  if (merged) {
+    for (size_t i = 1; i < order.size() && merged; ++i) {
+      merged = ckpt.tensors[order[i - 1]].name != ckpt.tensors[order[i]].name;
+    }
+  }
+  if (!merged) {
+    std::iota(order.begin(), order.end(), 0u);
+    std::sort(order.begin(), order.end(), by_name);
+  }
   if (!std::is_sorted(order.begin(), order.end())) {
     std::vector<Tensor> sorted;
     sorted.reserve(order.size());
@@ -460,17 +560,40 @@ Status CheckAgainstIndex(const Checkpoint& ckpt, const HfIndex& index, const std
   return Status::Ok();
 }
 
+// Opens and reads the weight files `names`, taking those already read from `early`.
 Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
-                  const std::string& named_by, CodecContext& codec, Checkpoint& ckpt) {
+                  const std::string& named_by, CodecContext& codec, Checkpoint& ckpt,
+                  std::vector<EarlyShard>* early = nullptr) {
+  std::vector<Result<ShardContents>> early_contents;
+  std::vector<uint32_t> to_read;
   for (const std::string& name : names) {
-    auto opened = OpenWeightFile(dir, name, codec);
+    EarlyShard* found = nullptr;
+    if (early) {
+      auto it =
+          std::lower_bound(early->begin(), early->end(), name,
+                           [](const EarlyShard& e, const std::string& n) { return e.name < n; });
+      if (it != early->end() && it->name == name) found = &*it;
+    }
+    auto opened = found ? std::move(found->file) : OpenWeightFile(dir, name, codec);
     if (!opened.ok()) {
       if (opened.status().code() != Status::Code::kNotFound) return opened.status();
       return Status::NotFound(name + ": shard named in " + named_by + " is missing");
     }
+    if (found) {
+      early_contents.push_back(std::move(found->contents));
+    } else {
+      early_contents.push_back(Status::Ok());
+      to_read.push_back(static_cast<uint32_t>(ckpt.shards.size()));
+    }
     ckpt.shards.push_back(std::move(opened).value());
   }
-  std::vector<Result<ShardContents>> contents = ReadShards(ckpt.shards);
+  std::vector<Result<ShardContents>> contents = ReadShards(ckpt.shards, to_read);
+  for (uint32_t i = 0; i < contents.size(); ++i) {
+    if (!std::binary_search(to_read.begin(), to_read.end(), i)) {
+      contents[i] = std::move(early_contents[i]);
+    }
+  }
+  early_contents.clear();
   // Merged in shard order, so the first error reported is always the same one.
   size_t n_tensors = 0, n_storages = 0;
   for (const Result<ShardContents>& c : contents) {
@@ -482,7 +605,7 @@ Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
   // would leave up to half of each unused.
   ckpt.tensors.reserve(n_tensors);
   ckpt.storages.reserve(n_storages);
-  for (uint32_t i = 0; i < ckpt.shards.size(); ++i) AddShard(ckpt, contents[i].value());
+  for (uint32_t i = 0; i < ckpt.shards.size(); ++i) AddShard(ckpt, contents[i].value(), i);
   contents.clear();
   if (!names.empty() && IsTorchShard(names.front())) {
     ckpt.format = CheckpointFormat::kTorch;
@@ -677,11 +800,18 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
   ckpt.remote = dir.remote;
   CKPTFS_ASSIGN_OR_RETURN(std::string index_name, ChooseIndex(dir));
   if (!index_name.empty()) {
+    // Remote files are read only once the index names them: a request each, and a
+    // listing may hold stale shards.
+    std::optional<EarlyShards> early;
+    if (!dir.remote) early.emplace(dir, LikelyShards(dir, index_name), codec);
     CKPTFS_ASSIGN_OR_RETURN(StoredFile index_file, OpenStored(dir, index_name));
     CKPTFS_ASSIGN_OR_RETURN(std::string text, ReadWhole(*index_file.source));
     CKPTFS_ASSIGN_OR_RETURN(HfIndex index, ParseHfIndex(text, index_name));
+    std::string().swap(text);
     ckpt.index.push_back(std::move(index_file));
-    CKPTFS_RETURN_IF_ERROR(OpenShards(dir, index.shard_files, index_name, codec, ckpt));
+    CKPTFS_RETURN_IF_ERROR(OpenShards(dir, index.shard_files, index_name, codec, ckpt,
+                                      early ? &early->Wait() : nullptr));
+    early.reset();
     CKPTFS_RETURN_IF_ERROR(CheckAgainstIndex(ckpt, index, index_name));
   } else {
     CKPTFS_ASSIGN_OR_RETURN(std::string weight, ChooseSingleFile(dir));

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/format/json_scan.h"
+
 namespace ckptfs {
 namespace {
 
@@ -179,6 +181,60 @@ class HeaderSax : public nlohmann::json_sax<json> {
   std::vector<uint64_t>* array_ = nullptr;
 };
 
+// The fast path: the entries and metadata HeaderSax makes, for a header in JsonScan's
+// subset whose entries have only the three known fields (what every writer emits); false
+// for anything else, which HeaderSax then parses and judges. At a million tensors this
+// takes a fraction of the full parser's time.
+bool ScanHeader(std::string_view text, std::vector<RawEntry>& entries, Metadata& metadata) {
+  JsonScan scan(text);
+  auto numbers = [&scan](std::optional<std::vector<uint64_t>>& target) {
+    target.emplace();  // a repeated field replaces, as in HeaderSax
+    if (!scan.Consume('[')) return false;
+    if (scan.Consume(']')) return true;
+    do {
+      uint64_t v;
+      if (!scan.Unsigned(v)) return false;
+      target->push_back(v);
+    } while (scan.Consume(','));
+    return scan.Consume(']');
+  };
+  if (!scan.Consume('{')) return false;
+  if (scan.Consume('}')) return scan.AtEnd();
+  do {
+    std::string_view key;
+    if (!scan.String(key) || !scan.Consume(':') || !scan.Consume('{')) return false;
+    if (key == "__metadata__") {
+      if (scan.Consume('}')) continue;
+      do {
+        std::string_view name, value;
+        if (!scan.String(name) || !scan.Consume(':') || !scan.String(value)) return false;
+        metadata.emplace_back(name, value);
+      } while (scan.Consume(','));
+      if (!scan.Consume('}')) return false;
+      continue;
+    }
+    RawEntry& entry = entries.emplace_back();
+    entry.name = key;
+    if (scan.Consume('}')) continue;
+    do {
+      std::string_view field, dtype;
+      if (!scan.String(field) || !scan.Consume(':')) return false;
+      if (field == "dtype") {
+        if (!scan.String(dtype)) return false;
+        entry.dtype = std::string(dtype);
+      } else if (field == "shape") {
+        if (!numbers(entry.shape)) return false;
+      } else if (field == "data_offsets") {
+        if (!numbers(entry.offsets)) return false;
+      } else {
+        return false;
+      }
+    } while (scan.Consume(','));
+    if (!scan.Consume('}')) return false;
+  } while (scan.Consume(','));
+  return scan.Consume('}') && scan.AtEnd();
+}
+
 Result<TensorEntry> ValidateEntry(RawEntry& raw, const std::string& file) {
   // Error text is built only on failure: this runs once per tensor at mount.
   auto bad = [&](const std::string& what) {
@@ -256,19 +312,25 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view text, uint64_t
   if (text.empty() || text.front() != '{') {
     return Status::Corruption(file + ": safetensors header does not start with '{'");
   }
-  HeaderSax sax(file);
-  if (!json::sax_parse(text.begin(), text.end(), &sax)) {
-    return sax.error.ok() ? Status::Corruption(file + ": safetensors header is not valid JSON")
-                          : sax.error;
+  std::vector<RawEntry> entries;
+  Metadata metadata;
+  if (!ScanHeader(text, entries, metadata)) {
+    HeaderSax sax(file);
+    if (!json::sax_parse(text.begin(), text.end(), &sax)) {
+      return sax.error.ok() ? Status::Corruption(file + ": safetensors header is not valid JSON")
+                            : sax.error;
+    }
+    entries = std::move(sax.entries);
+    metadata = std::move(sax.metadata);
   }
   SafetensorsHeader header;
   header.data_start = 8 + text.size();
   if (header.data_start > file_size) {
     return Status::Corruption(file + ": header runs past end of file");
   }
-  header.metadata = std::move(sax.metadata);
-  header.tensors.reserve(sax.entries.size());
-  for (RawEntry& raw : sax.entries) {
+  header.metadata = std::move(metadata);
+  header.tensors.reserve(entries.size());
+  for (RawEntry& raw : entries) {
     CKPTFS_ASSIGN_OR_RETURN(TensorEntry entry, ValidateEntry(raw, file));
     header.tensors.push_back(std::move(entry));
   }
@@ -303,7 +365,7 @@ Result<SafetensorsHeader> ReadSafetensorsHeader(const ByteSource& source) {
   return ParseSafetensorsHeader(text, source.Size(), file);
 }
 
-std::string BuildSafetensorsHeader(std::span<const TensorEntry> tensors, const Metadata& metadata) {
+std::string SafetensorsHeaderOpening(const Metadata& metadata) {
   std::string body = "{";
   if (!metadata.empty()) {
     body += "\"__metadata__\":{";
@@ -315,13 +377,28 @@ std::string BuildSafetensorsHeader(std::span<const TensorEntry> tensors, const M
     }
     body += '}';
   }
+  return body;
+}
+
+void AppendSafetensorsEntry(std::string& out, std::string_view name, Dtype dtype,
+                            std::span<const uint64_t> shape, uint64_t begin, uint64_t end) {
+  AppendQuoted(out, name);
+  out += ":{\"dtype\":\"";
+  out += DtypeName(dtype);
+  out += "\",\"shape\":";
+  out += ShapeToJson(shape);
+  out += ",\"data_offsets\":[";
+  out += std::to_string(begin);
+  out += ',';
+  out += std::to_string(end);
+  out += "]}";
+}
+
+std::string BuildSafetensorsHeader(std::span<const TensorEntry> tensors, const Metadata& metadata) {
+  std::string body = SafetensorsHeaderOpening(metadata);
   for (const TensorEntry& t : tensors) {
     if (body.size() > 1) body += ',';
-    AppendQuoted(body, t.name);
-    body += ":{\"dtype\":\"";
-    body += DtypeName(t.dtype);
-    body += "\",\"shape\":" + ShapeToJson(t.shape) + ",\"data_offsets\":[" +
-            std::to_string(t.begin) + ',' + std::to_string(t.end) + "]}";
+    AppendSafetensorsEntry(body, t.name, t.dtype, t.shape, t.begin, t.end);
   }
   body += '}';
   // Pad with spaces (valid JSON whitespace) so 8 + N, the data start, is 8-aligned.

@@ -55,6 +55,14 @@ std::optional<uint64_t> TensorByteSize(Dtype dtype, std::span<const uint64_t> sh
 // `metadata`, padded with spaces so the data start is a multiple of 8.
 std::string BuildSafetensorsHeader(std::span<const TensorEntry> tensors, const Metadata& metadata);
 
+// BuildSafetensorsHeader in pieces, for a writer that makes the entries on demand: the
+// JSON body is SafetensorsHeaderOpening, the entries (each but the first preceded by ','
+// when the opening holds no metadata, every one otherwise), "}", then spaces up to a
+// multiple of 8; the 8-byte length before it counts the body with its padding.
+std::string SafetensorsHeaderOpening(const Metadata& metadata);  // "{" + "__metadata__"
+void AppendSafetensorsEntry(std::string& out, std::string_view name, Dtype dtype,
+                            std::span<const uint64_t> shape, uint64_t begin, uint64_t end);
+
 // Writes a shape as a JSON array: "[2,3]"; "[]" for a scalar.
 std::string ShapeToJson(std::span<const uint64_t> shape);
 

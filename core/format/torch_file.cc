@@ -1,6 +1,7 @@
 #include "core/format/torch_file.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -348,9 +349,28 @@ class Interpreter {
 
 class PickleWriter {
  public:
-  void Op(char op) { out_.push_back(op); }
-  void Raw(std::string_view bytes) { out_ += bytes; }
+  // `count_only`: keep the size, not the bytes (a mount needs data.pkl's size, not it).
+  explicit PickleWriter(bool count_only = false) : count_only_(count_only) {}
+
+  void Op(char op) {
+    if (count_only_) {
+      ++size_;
+    } else {
+      out_.push_back(op);
+    }
+  }
+  void Raw(std::string_view bytes) {
+    if (count_only_) {
+      size_ += bytes.size();
+    } else {
+      out_ += bytes;
+    }
+  }
   void Le(uint64_t v, int bytes) {
+    if (count_only_) {
+      size_ += static_cast<uint64_t>(bytes);
+      return;
+    }
     for (int i = 0; i < bytes; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
   }
   void Int(uint64_t v) {
@@ -402,8 +422,11 @@ class PickleWriter {
     Op(values.size() <= 3 ? kSmall[values.size()] : 't');
   }
   std::string Take() { return std::move(out_); }
+  uint64_t size() const { return count_only_ ? size_ : out_.size(); }
 
  private:
+  bool count_only_;
+  uint64_t size_ = 0;
   std::string out_;
 };
 
@@ -470,65 +493,88 @@ Result<TorchFile> ReadTorchFile(const ByteSource& source) {
   return Interpreter(source, tree, entries, prefix).Run();
 }
 
-std::string BuildTorchPickle(std::span<const TorchPickleEntry> entries) {
-  enum Slot : uint32_t { kOrderedDict, kRebuild, kStorage, kCpu, kFirstClass };
-  std::unordered_map<std::string_view, uint32_t> class_slots;
-  PickleWriter w;
+class TorchPickleBuilder::Writer : public PickleWriter {
+  using PickleWriter::PickleWriter;
+};
+
+TorchPickleBuilder::TorchPickleBuilder(bool count_only)
+    : writer_(std::make_unique<Writer>(count_only)) {
+  PickleWriter& w = *writer_;
   w.Op('\x80');  // PROTO 2
   w.Le(2, 1);
   w.Global("collections", "OrderedDict");
   w.Put(kOrderedDict);
   w.Op(')');  // EMPTY_TUPLE
   w.Op('R');  // REDUCE
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const TorchPickleEntry& e = entries[i];
-    if (i % 1000 == 0) w.Op('(');  // MARK: SETITEMS in batches, as pickle does
-    w.Unicode(e.name);
-    if (i == 0) {
-      w.Global("torch._utils", "_rebuild_tensor_v2");
-      w.Put(kRebuild);
-    } else {
-      w.Get(kRebuild);
-    }
-    w.Op('(');  // args
-    w.Op('(');  // the persistent id ('storage', class, key, 'cpu', numel)
-    if (i == 0) {
-      w.Unicode("storage");
-      w.Put(kStorage);
-    } else {
-      w.Get(kStorage);
-    }
-    const std::string_view cls = *TorchStorageClass(e.dtype);
-    auto [slot, added] = class_slots.emplace(cls, kFirstClass + class_slots.size());
-    if (added) {
-      w.Global("torch", cls);
-      w.Put(slot->second);
-    } else {
-      w.Get(slot->second);
-    }
-    w.Unicode(std::to_string(e.key));
-    if (i == 0) {
-      w.Unicode("cpu");
-      w.Put(kCpu);
-    } else {
-      w.Get(kCpu);
-    }
-    w.Int(e.storage_numel);
-    w.Op('t');  // TUPLE
-    w.Op('Q');  // BINPERSID
-    w.Int(e.storage_offset);
-    w.Tuple(e.shape);
-    w.Tuple(e.stride);
-    w.Op('\x89');  // NEWFALSE: requires_grad
-    w.Get(kOrderedDict);
-    w.Op(')');
-    w.Op('R');  // backward hooks: OrderedDict()
-    w.Op('t');
-    w.Op('R');
-    if (i % 1000 == 999 || i + 1 == entries.size()) w.Op('u');  // SETITEMS
+}
+
+TorchPickleBuilder::~TorchPickleBuilder() = default;
+
+void TorchPickleBuilder::Add(const TorchPickleEntry& e) {
+  PickleWriter& w = *writer_;
+  const uint64_t i = count_++;
+  if (i % 1000 == 0) w.Op('(');  // MARK: SETITEMS in batches, as pickle does
+  w.Unicode(e.name);
+  if (i == 0) {
+    w.Global("torch._utils", "_rebuild_tensor_v2");
+    w.Put(kRebuild);
+  } else {
+    w.Get(kRebuild);
   }
-  w.Op('.');  // STOP
-  return w.Take();
+  w.Op('(');  // args
+  w.Op('(');  // the persistent id ('storage', class, key, 'cpu', numel)
+  if (i == 0) {
+    w.Unicode("storage");
+    w.Put(kStorage);
+  } else {
+    w.Get(kStorage);
+  }
+  const std::string_view cls = *TorchStorageClass(e.dtype);
+  auto [slot, added] =
+      class_slots_.emplace(cls, kFirstClass + static_cast<uint32_t>(class_slots_.size()));
+  if (added) {
+    w.Global("torch", cls);
+    w.Put(slot->second);
+  } else {
+    w.Get(slot->second);
+  }
+  char key[24];
+  const auto key_end = std::to_chars(key, key + sizeof(key), e.key).ptr;
+  w.Unicode(std::string_view(key, static_cast<size_t>(key_end - key)));
+  if (i == 0) {
+    w.Unicode("cpu");
+    w.Put(kCpu);
+  } else {
+    w.Get(kCpu);
+  }
+  w.Int(e.storage_numel);
+  w.Op('t');  // TUPLE
+  w.Op('Q');  // BINPERSID
+  w.Int(e.storage_offset);
+  w.Tuple(e.shape);
+  w.Tuple(e.stride);
+  w.Op('\x89');  // NEWFALSE: requires_grad
+  w.Get(kOrderedDict);
+  w.Op(')');
+  w.Op('R');  // backward hooks: OrderedDict()
+  w.Op('t');
+  w.Op('R');
+  if (i % 1000 == 999) w.Op('u');  // SETITEMS
+}
+
+uint64_t TorchPickleBuilder::Finish() {
+  if (count_ % 1000 != 0) writer_->Op('u');  // SETITEMS of the last, partial batch
+  writer_->Op('.');                          // STOP
+  return writer_->size();
+}
+
+std::string TorchPickleBuilder::Take() { return writer_->Take(); }
+
+std::string BuildTorchPickle(std::span<const TorchPickleEntry> entries) {
+  TorchPickleBuilder builder;
+  for (const TorchPickleEntry& e : entries) builder.Add(e);
+  builder.Finish();
+  return builder.Take();
 }
 
 }  // namespace ckptfs

@@ -19,10 +19,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/format/dtype.h"
@@ -83,5 +85,29 @@ struct TorchPickleEntry {
 // (protocol 2) so torch.load reads it with and without weights_only. Every entry's dtype
 // must have a TorchStorageClass.
 std::string BuildTorchPickle(std::span<const TorchPickleEntry> entries);
+
+// BuildTorchPickle one entry at a time, so a caller need not hold every entry (and its
+// strides) at once. With `count_only`, only the size is kept: what a mount needs to lay
+// out pytorch_model.bin before anyone reads it. Not thread-safe.
+class TorchPickleBuilder {
+ public:
+  explicit TorchPickleBuilder(bool count_only = false);
+  ~TorchPickleBuilder();
+  TorchPickleBuilder(const TorchPickleBuilder&) = delete;
+  TorchPickleBuilder& operator=(const TorchPickleBuilder&) = delete;
+
+  void Add(const TorchPickleEntry& entry);
+  // Ends the pickle; returns its size in bytes. Call once, after the last Add.
+  uint64_t Finish();
+  // The bytes, after Finish (empty when counting only).
+  std::string Take();
+
+ private:
+  enum Slot : uint32_t { kOrderedDict, kRebuild, kStorage, kCpu, kFirstClass };
+  class Writer;
+  std::unique_ptr<Writer> writer_;
+  std::unordered_map<std::string_view, uint32_t> class_slots_;
+  uint64_t count_ = 0;
+};
 
 }  // namespace ckptfs

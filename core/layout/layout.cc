@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include "core/format/npy.h"
@@ -15,6 +17,26 @@
 #include "core/layout/escape.h"
 
 namespace ckptfs {
+
+namespace {
+
+// Appends the extents of a range at `file_size`, which grows by `length`; returns how many.
+uint32_t AppendExtents(std::vector<Extent>& extents, uint64_t& file_size, uint32_t source,
+                       uint64_t offset, uint64_t length, bool tensor) {
+  uint32_t added = 0;
+  while (length > 0) {
+    const uint64_t part = std::min(length, Extent::kMaxLength);
+    extents.push_back(Extent{file_size, offset, static_cast<uint32_t>(part),
+                             source & Extent::kInline, tensor ? 1u : 0u});
+    file_size += part;
+    offset += part;
+    length -= part;
+    ++added;
+  }
+  return added;
+}
+
+}  // namespace
 
 // Grows the node table. Children lists are made at the end: nodes are grouped by parent
 // (a counting sort, no per-directory vectors) and each group sorted by name, so lookups
@@ -40,21 +62,18 @@ class Layout::Builder {
     return ino;
   }
 
-  // Appends an extent to file `ino`, which must be the file most recently added.
+  // Lets file `ino`, made earlier with no extents, take its extents from here on.
+  void BeginExtents(uint64_t ino) {
+    out_.nodes_[ino].first = static_cast<uint32_t>(out_.extents_.size());
+  }
+
+  // Appends an extent to file `ino`, which must be the file most recently added or begun.
   void AppendSource(uint64_t ino, uint32_t source, uint64_t offset, uint64_t length,
                     bool tensor = false) {
     Node& node = out_.nodes_[ino];
     // Even an empty range: a file showing bytes of a source is no more readable than it.
-    if (source < Extent::kZipDirectory) node.mode &= source_modes_[source];
-    while (length > 0) {
-      const uint64_t part = std::min(length, Extent::kMaxLength);
-      out_.extents_.push_back(Extent{node.size, offset, static_cast<uint32_t>(part),
-                                     source & Extent::kInline, tensor ? 1u : 0u});
-      node.size += part;
-      ++node.count;
-      offset += part;
-      length -= part;
-    }
+    if (source < Extent::kHeaderEntries) node.mode &= source_modes_[source];
+    node.count += AppendExtents(out_.extents_, node.size, source, offset, length, tensor);
   }
 
   void AppendInline(uint64_t ino, std::string_view bytes) {
@@ -69,6 +88,20 @@ class Layout::Builder {
     auto [it, added] = shared_.try_emplace(std::move(bytes), out_.pool_.size());
     if (added) out_.pool_ += it->first;
     AppendSource(ino, Extent::kInline, it->second, it->first.size());
+  }
+
+  // The .npy header of `t`: neighbours in name order mostly share dtype and shape, so the
+  // last one is reused without making and hashing the header again.
+  void AppendNpyHeader(uint64_t ino, const Tensor& t) {
+    if (!last_npy_.has_value() || last_npy_dtype_ != t.dtype || last_npy_shape_ != t.shape) {
+      AppendShared(ino, BuildNpyHeader(t.dtype, t.shape));
+      const Extent& e = out_.extents_.back();
+      last_npy_ = std::make_pair(e.source_offset, e.length);
+      last_npy_dtype_ = t.dtype;
+      last_npy_shape_ = t.shape;
+      return;
+    }
+    AppendSource(ino, Extent::kInline, last_npy_->first, last_npy_->second);
   }
 
   void Finish() {
@@ -122,7 +155,10 @@ class Layout::Builder {
 
   Layout& out_;
   std::vector<uint16_t> source_modes_;
-  std::unordered_map<std::string, uint64_t> shared_;  // bytes -> pool offset
+  std::unordered_map<std::string, uint64_t> shared_;       // bytes -> pool offset
+  std::optional<std::pair<uint64_t, uint32_t>> last_npy_;  // pool offset, length
+  Dtype last_npy_dtype_ = Dtype::kU8;
+  std::vector<uint64_t> last_npy_shape_;
 };
 
 // Creates the directories of tensor names visited in sorted order. All names under one
@@ -172,6 +208,23 @@ std::string JoinShape(std::span<const uint64_t> dims) {
   return "(" + out + ")";
 }
 
+// The entries of header chunk `chunk` of model.safetensors (tensors `order` in file order,
+// the first at data offset `data_offset`), each after a ',' unless it opens the header's
+// JSON: bytes of BuildSafetensorsHeader(every entry, ckpt.metadata). Made at mount to be
+// measured, then again on each read, rather than kept: they are 90 bytes a tensor.
+std::string MergedHeaderEntries(const Checkpoint& ckpt, std::span<const uint32_t> order,
+                                size_t chunk, uint64_t data_offset) {
+  std::string out;
+  const size_t end = std::min<size_t>(order.size(), (chunk + 1) * Extent::kHeaderChunk);
+  for (size_t j = chunk * Extent::kHeaderChunk; j < end; ++j) {
+    const Tensor& t = ckpt.tensors[order[j]];
+    if (j > 0 || !ckpt.metadata.empty()) out += ',';
+    AppendSafetensorsEntry(out, t.name, t.dtype, t.shape, data_offset, data_offset + t.size);
+    data_offset += t.size;
+  }
+  return out;
+}
+
 std::string OneTensorHeader(const Tensor& t, const Metadata& metadata) {
   TensorEntry entry{t.name, t.dtype, t.shape, 0, t.size};
   return BuildSafetensorsHeader({&entry, 1}, metadata);
@@ -185,12 +238,17 @@ namespace {
 // (the pickle, data.pkl's and version's headers, the end records), storage ranges, and
 // the bytes made again on every read from the record table (each storage record's local
 // header, its central-directory entry in chunks of kDirectoryChunk records): those would
-// cost 130 bytes a tensor if kept. Layout::Build lays them out as extents; the first
-// read makes the kept bytes and the table.
+// cost 130 bytes a tensor if kept. Layout::Build only measures them (the pickle too);
+// the first use lays them out as extents and makes the kept bytes and the table.
 class TorchZipSink {
  public:
   virtual ~TorchZipSink() = default;
+  // Whether Bytes needs the bytes themselves; if not, only their sizes count, and the
+  // pickle is measured instead of made.
+  virtual bool WantsBytes() const = 0;
   virtual void Bytes(std::string_view bytes) = 0;
+  // Bytes of `size` the sink does not want made (only when !WantsBytes()).
+  virtual void UnmadeBytes(uint64_t size) = 0;
   virtual void StorageBytes(const Storage& storage) = 0;
   virtual void RecordHeader(uint32_t key, std::string_view bytes) = 0;
   virtual void DirectoryChunk(uint32_t chunk, std::string_view bytes) = 0;
@@ -228,31 +286,40 @@ void EmitTorchZip(const Checkpoint& ckpt, TorchZipSink& sink, std::vector<std::s
     const Storage& sb = ckpt.storages[ckpt.tensors[y].storage];
     return std::tie(sa.shard, sa.offset) < std::tie(sb.shard, sb.offset);
   });
-  std::unordered_map<uint32_t, uint32_t> keys;  // storage -> record key, in first-use order
-  std::vector<uint32_t> records_of;             // record key -> storage
-  std::vector<TorchPickleEntry> entries;
-  std::vector<std::vector<uint64_t>> strides;  // owned here while entries point at them
-  strides.reserve(order.size());
+  // Storage -> record key, in first-use order: a flat table, one slot per storage, costs
+  // a fraction of a hash map's time and memory at a million storages.
+  constexpr uint32_t kNoKey = UINT32_MAX;
+  std::vector<uint32_t> keys(ckpt.storages.size(), kNoKey);
+  std::vector<uint32_t> records_of;  // record key -> storage
+  TorchPickleBuilder pickler(/*count_only=*/!sink.WantsBytes());
+  std::vector<uint64_t> stride;
   for (uint32_t i : order) {
     const Tensor& t = ckpt.tensors[i];
-    auto [it, added] = keys.emplace(t.storage, static_cast<uint32_t>(records_of.size()));
-    if (added) records_of.push_back(t.storage);
+    if (keys[t.storage] == kNoKey) {
+      keys[t.storage] = static_cast<uint32_t>(records_of.size());
+      records_of.push_back(t.storage);
+    }
     const Storage& s = ckpt.storages[t.storage];
-    strides.push_back(t.contiguous() ? RowMajorStrides(t.shape) : t.stride);
-    entries.push_back(TorchPickleEntry{t.name, t.dtype, it->second, s.size / DtypeSize(s.dtype),
-                                       t.storage_offset, t.shape, strides.back()});
+    stride = t.contiguous() ? RowMajorStrides(t.shape) : t.stride;
+    pickler.Add(TorchPickleEntry{t.name, t.dtype, keys[t.storage], s.size / DtypeSize(s.dtype),
+                                 t.storage_offset, t.shape, stride});
   }
-  std::unordered_map<uint32_t, uint32_t>().swap(keys);
-  const std::string pickle = BuildTorchPickle(entries);
-  std::vector<TorchPickleEntry>().swap(entries);
-  std::vector<std::vector<uint64_t>>().swap(strides);
+  std::vector<uint32_t>().swap(keys);
+  const uint64_t pickle_size = pickler.Finish();
+  const std::string pickle = pickler.Take();  // empty when only measured
 
+  // A measured pickle's CRC is unknown, but no size depends on it.
   const std::string archive(kTorchArchive);
-  const ZipRecord pickle_record{archive + "data.pkl", pickle.size(), Crc32(pickle)};
+  const ZipRecord pickle_record{archive + "data.pkl", pickle_size,
+                                sink.WantsBytes() ? Crc32(pickle) : 0};
   const ZipRecord version_record{archive + "version", kTorchVersion.size(), Crc32(kTorchVersion)};
   const uint64_t pickle_header = sink.offset();
   sink.Bytes(ZipLocalHeader(pickle_record, pickle_header));
-  sink.Bytes(pickle);
+  if (sink.WantsBytes()) {
+    sink.Bytes(pickle);
+  } else {
+    sink.UnmadeBytes(pickle_size);
+  }
   std::vector<uint64_t> header_offsets(records_of.size());
   for (uint32_t key = 0; key < records_of.size(); ++key) {
     const Storage& s = ckpt.storages[records_of[key]];
@@ -285,73 +352,59 @@ void EmitTorchZip(const Checkpoint& ckpt, TorchZipSink& sink, std::vector<std::s
   sink.Records(std::move(records_of), std::move(header_offsets));
 }
 
-// Concatenates the kept bytes, skipping storages and the made-again headers: the kLazy
-// pool, and the record table.
-class LazyPoolSink final : public TorchZipSink {
+// Counts the bytes: pytorch_model.bin's size, all a mount needs until the file is opened.
+class TorchZipSize final : public TorchZipSink {
  public:
-  LazyPoolSink(std::string& out, std::vector<uint32_t>& storages, std::vector<uint64_t>& offsets)
-      : out_(out), storages_(storages), offsets_(offsets) {}
-  void Bytes(std::string_view bytes) override {
-    out_ += bytes;
-    offset_ += bytes.size();
-  }
+  bool WantsBytes() const override { return false; }
+  void Bytes(std::string_view bytes) override { offset_ += bytes.size(); }
+  void UnmadeBytes(uint64_t size) override { offset_ += size; }
   void StorageBytes(const Storage& storage) override { offset_ += storage.size; }
   void RecordHeader(uint32_t, std::string_view bytes) override { offset_ += bytes.size(); }
   void DirectoryChunk(uint32_t, std::string_view bytes) override { offset_ += bytes.size(); }
-  void Records(std::vector<uint32_t> storages, std::vector<uint64_t> header_offsets) override {
-    storages_ = std::move(storages);
-    offsets_ = std::move(header_offsets);
-  }
-
- private:
-  std::string& out_;
-  std::vector<uint32_t>& storages_;
-  std::vector<uint64_t>& offsets_;
+  void Records(std::vector<uint32_t>, std::vector<uint64_t>) override {}
 };
 
 }  // namespace
 
-// Extents of pytorch_model.bin: storages point at their shards, kept bytes at the kLazy
-// pool, whose offsets are counted here and filled on first read, and the made-again
-// headers at their record key or directory chunk.
-class Layout::TorchZipExtents final : public TorchZipSink {
+// What the first use of pytorch_model.bin makes: its extents (storages point at their
+// shards, kept bytes at the kLazy pool, made-again headers at their record key or
+// directory chunk), the kept bytes, and the record table.
+class Layout::TorchZipLazy final : public TorchZipSink {
  public:
-  TorchZipExtents(Builder& b, uint64_t ino) : b_(b), ino_(ino) {}
+  explicit TorchZipLazy(LazyBytes& out) : out_(out) {}
+  bool WantsBytes() const override { return true; }
   void Bytes(std::string_view bytes) override {
-    b_.AppendSource(ino_, Extent::kLazy, pool_offset_, bytes.size());
-    pool_offset_ += bytes.size();
-    offset_ += bytes.size();
+    Append(Extent::kLazy, out_.bytes.size(), bytes.size());
+    out_.bytes += bytes;
   }
+  void UnmadeBytes(uint64_t) override {}  // never called: WantsBytes()
   void StorageBytes(const Storage& s) override {
-    b_.AppendSource(ino_, s.shard, s.offset, s.size, /*tensor=*/true);
-    offset_ += s.size;
+    Append(s.shard, s.offset, s.size, /*tensor=*/true);
   }
   void RecordHeader(uint32_t key, std::string_view bytes) override {
-    b_.AppendSource(ino_, Extent::kZipHeader, key, bytes.size());
-    offset_ += bytes.size();
+    Append(Extent::kZipHeader, key, bytes.size());
   }
   void DirectoryChunk(uint32_t chunk, std::string_view bytes) override {
-    b_.AppendSource(ino_, Extent::kZipDirectory, chunk, bytes.size());
-    offset_ += bytes.size();
+    Append(Extent::kZipDirectory, chunk, bytes.size());
   }
-  void Records(std::vector<uint32_t>, std::vector<uint64_t>) override {}
+  void Records(std::vector<uint32_t> storages, std::vector<uint64_t> header_offsets) override {
+    out_.record_storages = std::move(storages);
+    out_.header_offsets = std::move(header_offsets);
+  }
 
  private:
-  Builder& b_;
-  uint64_t ino_;
-  uint64_t pool_offset_ = 0;
+  void Append(uint32_t source, uint64_t offset, uint64_t length, bool tensor = false) {
+    AppendExtents(out_.extents, offset_, source, offset, length, tensor);
+  }
+  LazyBytes& out_;
 };
-
-void Layout::AddTorchZip(Builder& b, const Checkpoint& ckpt, uint16_t mode) {
-  TorchZipExtents extents(b, b.AddFile(kRoot, "pytorch_model.bin", mode));
-  EmitTorchZip(ckpt, extents, &notes_);
-}
 
 void Layout::MakeLazyBytes() const {
   std::call_once(lazy_->once, [this] {
-    LazyPoolSink sink(lazy_->bytes, lazy_->record_storages, lazy_->header_offsets);
+    TorchZipLazy sink(*lazy_);
     EmitTorchZip(*ckpt_, sink, nullptr);
     lazy_->bytes.shrink_to_fit();
+    lazy_->extents.shrink_to_fit();
     // Making the bytes allocated and freed about as much again in small pieces; give
     // those pages back, or a long-lived daemon keeps them for nothing.
     ReleaseFreeMemory();
@@ -365,6 +418,10 @@ std::string_view Layout::InlineBytes(const Extent& e) const {
 }
 
 std::string Layout::GeneratedBytes(const Extent& e) const {
+  if (e.source == Extent::kHeaderEntries) {
+    return MergedHeaderEntries(*ckpt_, merged_order_, e.source_offset,
+                               chunk_offsets_[e.source_offset]);
+  }
   MakeLazyBytes();
   const std::vector<uint32_t>& storages = lazy_->record_storages;
   std::string out;
@@ -414,32 +471,42 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     b.AppendSource(ino, first_other + i, 0, f.source->Size());
   }
 
-  // The merged single-file checkpoint.
-  std::vector<uint32_t> order = AlignedOrder(ckpt);
-  std::vector<TensorEntry> entries;
-  entries.reserve(order.size());
-  uint64_t data_offset = 0;
-  for (uint32_t i : order) {
-    const Tensor& t = ckpt.tensors[i];
-    entries.push_back(TensorEntry{t.name, t.dtype, t.shape, data_offset, data_offset + t.size});
-    data_offset += t.size;
-  }
-  // Five extents a tensor (merged file; .npy header and data; zip header and data), and a
-  // pool that starts with the merged header: reserved, so neither grows by copying.
+  // The merged safetensors header and pytorch_model.bin's size depend on every tensor
+  // but not on the tree: other threads work them out while this one lays out tensors/
+  // (at a million tensors each is most of a second). Their nodes are made here, in the
+  // same order as ever, and the merged file's extents appended once its header is done.
+  std::vector<uint32_t> order;
+  std::vector<uint32_t> chunk_sizes;
+  std::thread merged_thread([&ckpt, &layout, &order, &chunk_sizes] {
+    order = AlignedOrder(ckpt);
+    const size_t chunks = (order.size() + Extent::kHeaderChunk - 1) / Extent::kHeaderChunk;
+    layout.chunk_offsets_.reserve(chunks);
+    chunk_sizes.reserve(chunks);
+    uint64_t data_offset = 0;
+    for (size_t chunk = 0; chunk < chunks; ++chunk) {
+      layout.chunk_offsets_.push_back(data_offset);
+      const std::string bytes = MergedHeaderEntries(ckpt, order, chunk, data_offset);
+      chunk_sizes.push_back(static_cast<uint32_t>(bytes.size()));
+      const size_t end = std::min<size_t>(order.size(), (chunk + 1) * Extent::kHeaderChunk);
+      for (size_t j = chunk * Extent::kHeaderChunk; j < end; ++j) {
+        data_offset += ckpt.tensors[order[j]].size;
+      }
+    }
+  });
+  TorchZipSize zip_size;
+  std::vector<std::string> zip_notes;
+  std::thread zip_thread(
+      [&ckpt, &zip_size, &zip_notes] { EmitTorchZip(ckpt, zip_size, &zip_notes); });
+  // Three extents a tensor (merged file; .npy header and data): reserved, so the table
+  // does not grow by copying.
   const size_t n = ckpt.tensors.size();
-  layout.extents_.reserve(5 * n + n / kDirectoryChunk + layout.sources_.size() + 16);
-  std::string merged_header = BuildSafetensorsHeader(entries, ckpt.metadata);
-  layout.pool_.reserve(merged_header.size() + (64 << 10));
-  uint64_t merged = b.AddFile(kRoot, "model.safetensors", whole);
-  b.AppendInline(merged, merged_header);
-  std::string().swap(merged_header);
-  std::vector<TensorEntry>().swap(entries);
-  for (uint32_t i : order) {
-    const Tensor& t = ckpt.tensors[i];
-    b.AppendSource(merged, t.shard, t.offset, t.size, /*tensor=*/true);
-  }
-
-  layout.AddTorchZip(b, ckpt, whole);
+  layout.extents_.reserve(3 * n + layout.sources_.size() + 16);
+  layout.pool_.reserve(64 << 10);
+  const uint64_t merged = b.AddFile(kRoot, "model.safetensors", whole);
+  // The extents wait for the first use (MakeLazyBytes): most mounts never read this file,
+  // and they cost two a tensor. Every piece is a whole-checkpoint file's, so `whole` is
+  // already no more readable than any shard they would name.
+  layout.torch_zip_ = b.AddFile(kRoot, "pytorch_model.bin", whole);
 
   // One file per tensor.
   DirectoryWalker walker(b, b.AddDir(kRoot, "tensors"));
@@ -460,12 +527,39 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     uint64_t ino = b.AddFile(dir, leaf + (npy ? ".npy" : ".safetensors"), 0444);
     layout.nodes_[ino].tensor = static_cast<int32_t>(i);
     if (npy) {
-      b.AppendShared(ino, BuildNpyHeader(t.dtype, t.shape));
+      b.AppendNpyHeader(ino, t);
     } else {
       b.AppendInline(ino, OneTensorHeader(t, ckpt.metadata));
     }
     b.AppendSource(ino, t.shard, t.offset, t.size, /*tensor=*/true);
   }
+
+  zip_thread.join();
+  layout.nodes_[layout.torch_zip_].size = zip_size.offset();
+  layout.notes_.insert(layout.notes_.begin(), zip_notes.begin(), zip_notes.end());
+  merged_thread.join();
+  b.BeginExtents(merged);
+  // The bytes of BuildSafetensorsHeader, with the opening and closing kept and the
+  // entries made per read (MergedHeaderEntries). The JSON body is the opening, the
+  // entries and '}'; the 8-byte length before it counts the padding too.
+  const std::string opening = SafetensorsHeaderOpening(ckpt.metadata);
+  uint64_t body = opening.size() + 1;
+  for (uint32_t size : chunk_sizes) body += size;
+  const uint64_t padding = (8 - body % 8) % 8;
+  std::string prefix;
+  for (int i = 0; i < 8; ++i) {
+    prefix.push_back(static_cast<char>(((body + padding) >> (8 * i)) & 0xff));
+  }
+  b.AppendInline(merged, prefix + opening);
+  for (uint32_t chunk = 0; chunk < chunk_sizes.size(); ++chunk) {
+    b.AppendSource(merged, Extent::kHeaderEntries, chunk, chunk_sizes[chunk]);
+  }
+  b.AppendInline(merged, "}" + std::string(padding, ' '));
+  for (uint32_t i : order) {
+    const Tensor& t = ckpt.tensors[i];
+    b.AppendSource(merged, t.shard, t.offset, t.size, /*tensor=*/true);
+  }
+  layout.merged_order_ = std::move(order);
 
   // The original files, index included.
   uint64_t shards_dir = b.AddDir(kRoot, "shards");
@@ -524,7 +618,13 @@ uint64_t Layout::Lookup(uint64_t parent, std::string_view name) const {
 std::span<const Extent> Layout::Extents(uint64_t ino, uint64_t offset, uint64_t length) const {
   const Node* node = Find(ino);
   if (!node || node->kind != NodeKind::kFile || offset >= node->size || length == 0) return {};
-  std::span<const Extent> all = std::span<const Extent>(extents_).subspan(node->first, node->count);
+  std::span<const Extent> all;
+  if (ino == torch_zip_) {
+    MakeLazyBytes();
+    all = lazy_->extents;
+  } else {
+    all = std::span<const Extent>(extents_).subspan(node->first, node->count);
+  }
   const uint64_t end = offset + std::min(length, node->size - offset);
   // First extent whose end is past `offset`, then every one that starts before `end`.
   auto first = std::upper_bound(all.begin(), all.end(), offset, [](uint64_t off, const Extent& e) {

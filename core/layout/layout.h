@@ -21,9 +21,12 @@
 // the least readable shard's bits. A directory is listable (r-x) by each class that can
 // read something inside it; an empty one is 0555.
 // Inode numbers are node indices; kRoot is 1 as FUSE expects. Memory and build time grow
-// with the number of tensors, never with checkpoint bytes: about 330 bytes a tensor, and
-// 104 more once pytorch_model.bin is read (tests/unit/memory_test.cc holds both). Thread safety:
-// immutable after Build, so any number of readers may use it at once.
+// with the number of tensors, never with checkpoint bytes: about 190 bytes a tensor (two
+// nodes, three extents, names, model.safetensors' order; its header entries are made per
+// read), and 152 more once pytorch_model.bin is used (its extents, pickle and record
+// table; tests/unit/memory_test.cc holds both). Thread safety: immutable after Build
+// (what the first use of pytorch_model.bin makes is made once, under a once_flag), so any
+// number of readers may use it at once.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +42,8 @@
 
 namespace ckptfs {
 
-// 24 bytes: a mount holds about five per tensor. A stored range longer than 4 GiB - 1 is
-// laid out as several extents, each under the 32-bit length.
+// 24 bytes: a mount holds three per tensor, two more once pytorch_model.bin is used. A stored range
+// longer than 4 GiB - 1 is laid out as several extents, each under the 32-bit length.
 struct Extent {
   static constexpr uint32_t kInline = 0x7fffffff;  // bytes in the header pool
   static constexpr uint32_t kLazy = kInline - 1;   // bytes made on first read (torch zip)
@@ -48,6 +51,10 @@ struct Extent {
   // storage record `source_offset`, or central-directory chunk `source_offset`.
   static constexpr uint32_t kZipHeader = kInline - 2;
   static constexpr uint32_t kZipDirectory = kInline - 3;
+  // The merged safetensors header's entries for tensors [source_offset * kHeaderChunk,
+  // + kHeaderChunk) in its order, made again on every read (GeneratedBytes).
+  static constexpr uint32_t kHeaderEntries = kInline - 4;
+  static constexpr uint32_t kHeaderChunk = 1024;
   static constexpr uint64_t kMaxLength = UINT32_MAX;  // longer ranges take several extents
 
   uint64_t file_offset;    // where the extent starts in the file
@@ -56,8 +63,10 @@ struct Extent {
   uint32_t source : 31;  // index into Layout::sources(), or kInline / kLazy
   uint32_t tensor : 1;   // data of one tensor: a read of its start prefetches the rest
 
-  bool synthesized() const { return source >= kZipDirectory; }
-  bool generated() const { return source == kZipHeader || source == kZipDirectory; }
+  bool synthesized() const { return source >= kHeaderEntries; }
+  bool generated() const {
+    return source == kZipHeader || source == kZipDirectory || source == kHeaderEntries;
+  }
 };
 
 enum class NodeKind : uint8_t { kDirectory, kFile, kStats };
@@ -110,16 +119,17 @@ class Layout {
  private:
   class Builder;
   class DirectoryWalker;
-  class TorchZipExtents;
+  class TorchZipLazy;
 
-  void AddTorchZip(Builder& b, const Checkpoint& ckpt, uint16_t mode);
   void MakeLazyBytes() const;
 
-  // pytorch_model.bin's kept synthesized bytes (the pickle, ~95 bytes a tensor) and the
-  // record table its generated headers are made from (12 bytes a tensor). Most mounts
-  // never read that file: they are made on first read.
+  // pytorch_model.bin's extents (48 bytes a tensor), kept synthesized bytes (the pickle,
+  // ~95 bytes a tensor) and the record table its generated headers are made from (12
+  // bytes a tensor). Most mounts never read that file: Build only measures it, and these
+  // are made on its first use.
   struct LazyBytes {
     std::once_flag once;
+    std::vector<Extent> extents;  // of pytorch_model.bin (24 bytes, two a tensor)
     std::string bytes;
     std::vector<uint32_t> record_storages;  // record key -> index into Checkpoint::storages
     std::vector<uint64_t> header_offsets;   // record key -> its local header in the file
@@ -139,7 +149,12 @@ class Layout {
   std::vector<Extent> extents_;
   std::string pool_;  // synthesized bytes
   const Checkpoint* ckpt_ = nullptr;
+  uint64_t torch_zip_ = 0;  // pytorch_model.bin's inode: its extents are made on first use
   std::unique_ptr<LazyBytes> lazy_ = std::make_unique<LazyBytes>();
+  // model.safetensors' tensors in file order, and the data offset each header chunk
+  // starts at: its header entries (about 90 bytes a tensor) are made on each read.
+  std::vector<uint32_t> merged_order_;
+  std::vector<uint64_t> chunk_offsets_;
   std::vector<const ByteSource*> sources_;
   std::vector<std::string> hidden_;
   std::vector<std::string> notes_;

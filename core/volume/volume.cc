@@ -84,6 +84,11 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
     return Status::InvalidArgument(std::string(node->name()) + ": not a regular file with extents");
   }
   const uint64_t end = offset + std::min(size, node->size - std::min(offset, node->size));
+  // Every generated piece of this read in one buffer: a 1 MiB read of pytorch_model.bin
+  // at a million tensors spans tens of thousands of zip headers, and an allocation each
+  // left the daemon holding tens of MiB of freed heap after a read of the whole file.
+  std::shared_ptr<std::string> made;
+  std::vector<std::pair<size_t, size_t>> made_pieces;  // plan index, offset in `made`
   for (const Extent& e : layout_.Extents(ino, offset, size)) {
     // Clip the extent to the requested window.
     const uint64_t from = std::max(offset, e.file_offset);
@@ -92,8 +97,9 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
     ReadPiece piece;
     piece.length = to - from;
     if (e.generated()) {
-      piece.made = std::make_shared<const std::string>(layout_.GeneratedBytes(e));
-      piece.inline_bytes = piece.made->data() + skip;
+      if (!made) made = std::make_shared<std::string>();
+      made_pieces.emplace_back(plan->size(), made->size() + skip);
+      *made += layout_.GeneratedBytes(e);
     } else if (e.synthesized()) {
       piece.inline_bytes = layout_.InlineBytes(e).data() + skip;
     } else {
@@ -106,6 +112,10 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
       }
     }
     plan->push_back(std::move(piece));
+  }
+  for (const auto& [index, at] : made_pieces) {  // `made` no longer grows
+    (*plan)[index].made = made;
+    (*plan)[index].inline_bytes = made->data() + at;
   }
   if (readahead && offset < end) {
     const ByteRange ahead = readahead->OnRead(offset, end - offset);
@@ -120,7 +130,9 @@ Status Volume::Gather(std::span<const ReadPiece> plan, Gathered* out) const {
     Status s;
     if (!p.source) {
       out->segments.push_back({reinterpret_cast<const uint8_t*>(p.inline_bytes), -1, 0, p.length});
-      if (p.made) out->keep_alive.push_back(p.made);
+      if (p.made && (out->keep_alive.empty() || out->keep_alive.back() != p.made)) {
+        out->keep_alive.push_back(p.made);
+      }
       Stats::Add(stats_.bytes_synthesized, p.length);
       continue;
     }

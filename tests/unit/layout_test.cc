@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/format/npy.h"
+#include "core/format/safetensors.h"
 #include "core/volume/volume.h"
 #include "tests/unit/test_util.h"
 
@@ -154,6 +155,45 @@ TEST_F(LayoutTest, EveryWindowMatchesTheWholeFile) {
   }
   EXPECT_EQ(Read(ino, whole.size(), 10), "");
   EXPECT_EQ(Read(ino, whole.size() + 100, 10), "");
+}
+
+// The merged header's entries are made per read, 1024 tensors at a time: the whole file
+// and windows across chunk edges are still the bytes BuildSafetensorsHeader writes.
+TEST(LayoutHeaderChunks, MergedHeaderIsBuildSafetensorsHeader) {
+  std::vector<TestTensor> tensors;
+  for (int i = 0; i < 2500; ++i) {
+    tensors.push_back({"layer." + std::to_string(i) + ".w",
+                       i % 3 ? Dtype::kF32 : Dtype::kF16,
+                       {static_cast<uint64_t>(i % 4)}});
+  }
+  auto ckpt = OpenCheckpointIn(
+      MemoryDir({{"model.safetensors", MakeSafetensors(tensors, {{"format", "pt"}})}}),
+      testing::TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  std::vector<TensorEntry> entries;
+  uint64_t offset = 0;
+  for (uint32_t i : AlignedOrder(*ckpt)) {
+    const Tensor& t = ckpt->tensors[i];
+    entries.push_back({t.name, t.dtype, t.shape, offset, offset + t.size});
+    offset += t.size;
+  }
+  const std::string expected = BuildSafetensorsHeader(entries, ckpt->metadata);
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  const uint64_t ino = volume->layout().Lookup(Layout::kRoot, "model.safetensors");
+  auto read = [&](uint64_t off, uint64_t size) {
+    std::vector<ReadPiece> plan;
+    EXPECT_TRUE(volume->PlanRead(ino, off, size, &plan).ok());
+    uint64_t total = 0;
+    for (const auto& p : plan) total += p.length;
+    std::string out(total, '\0');
+    EXPECT_TRUE(volume->ReadInto(plan, reinterpret_cast<uint8_t*>(out.data())).ok());
+    return out;
+  };
+  ASSERT_EQ(read(0, expected.size()), expected);
+  for (uint64_t off = 0; off < expected.size(); off += 997) {
+    const uint64_t size = std::min<uint64_t>(4099, expected.size() - off);  // header only
+    ASSERT_EQ(read(off, size), expected.substr(off, size)) << off;
+  }
 }
 
 TEST_F(LayoutTest, LookupMissesAndBadInodes) {

@@ -25,18 +25,20 @@ uint64_t HeapInUse() {
 }
 
 TEST(TensorMemory, CompactStructs) {
-  // A mount holds about two nodes and five extents per tensor (README, "Memory").
+  // A mount holds about two nodes and three extents per tensor, two more extents once
+  // pytorch_model.bin is read (README, "Memory").
   EXPECT_LE(sizeof(Node), 40u);
   EXPECT_LE(sizeof(Extent), 24u);
 }
 
 TEST(TensorMemory, LayoutBytesPerTensor) {
   constexpr uint64_t kTensors = 100'000;
-  // Documented in the README: the Layout at mount, and the torch zip bytes (pickle, zip
-  // headers kept: the pickle and a record table) made by the first read of
-  // pytorch_model.bin.
-  constexpr uint64_t kLayoutBytesPerTensor = 340;
-  constexpr uint64_t kTorchZipBytesPerTensor = 120;
+  // Documented in the README: the Layout at mount (190 measured: nodes, three extents,
+  // names, children, model.safetensors' order), and what the first read of
+  // pytorch_model.bin makes (152 measured: its two extents a tensor, the pickle and a
+  // record table).
+  constexpr uint64_t kLayoutBytesPerTensor = 210;
+  constexpr uint64_t kTorchZipBytesPerTensor = 170;
 
   std::vector<TestTensor> tensors;
   tensors.reserve(kTensors);

@@ -193,6 +193,28 @@ TEST(TorchFile, ReadsRealTorchSave) {
 }
 
 // A torch file with one storage record of `storage_bytes` and a pickle from `entries`.
+// A mount measures pytorch_model.bin's pickle without making it: the count must be the
+// size of the bytes, across SETITEMS batches, memo slots and every integer width.
+TEST(TorchPickleBuilder, CountOnlyMatchesTheBytes) {
+  const std::vector<uint64_t> shapes[] = {{}, {3}, {300, 70000}, {1ull << 33, 2}};
+  std::vector<std::vector<uint64_t>> strides;
+  std::vector<TorchPickleEntry> entries;
+  std::vector<std::string> names;
+  for (uint64_t i = 0; i < 2100; ++i) names.push_back("w." + std::to_string(i * 7919));
+  for (uint64_t i = 0; i < 2100; ++i) strides.push_back(RowMajorStrides(shapes[i % 4]));
+  for (uint64_t i = 0; i < 2100; ++i) {
+    entries.push_back({names[i], i % 5 ? Dtype::kF32 : Dtype::kBF16, i, i * 1000, i % 3,
+                       shapes[i % 4], strides[i]});
+  }
+  for (size_t n : {size_t{0}, size_t{1}, size_t{999}, size_t{1000}, size_t{1001}, size_t{2100}}) {
+    std::span<const TorchPickleEntry> some(entries.data(), n);
+    TorchPickleBuilder counter(/*count_only=*/true);
+    for (const TorchPickleEntry& e : some) counter.Add(e);
+    EXPECT_EQ(counter.Finish(), BuildTorchPickle(some).size()) << n << " entries";
+    EXPECT_EQ(counter.Take(), "");
+  }
+}
+
 std::string MakeTorchFile(const std::vector<TorchPickleEntry>& entries,
                           const std::string& storage_bytes) {
   return MakeZip({{"archive/data.pkl", BuildTorchPickle(entries)},
