@@ -208,21 +208,15 @@ std::string JoinShape(std::span<const uint64_t> dims) {
   return "(" + out + ")";
 }
 
-// The entries of header chunk `chunk` of model.safetensors (tensors `order` in file order,
-// the first at data offset `data_offset`), each after a ',' unless it opens the header's
-// JSON: bytes of BuildSafetensorsHeader(every entry, ckpt.metadata). Made at mount to be
-// measured, then again on each read, rather than kept: they are 90 bytes a tensor.
-std::string MergedHeaderEntries(const Checkpoint& ckpt, std::span<const uint32_t> order,
-                                size_t chunk, uint64_t data_offset) {
-  std::string out;
-  const size_t end = std::min<size_t>(order.size(), (chunk + 1) * Extent::kHeaderChunk);
-  for (size_t j = chunk * Extent::kHeaderChunk; j < end; ++j) {
-    const Tensor& t = ckpt.tensors[order[j]];
-    if (j > 0 || !ckpt.metadata.empty()) out += ',';
-    AppendSafetensorsEntry(out, t.name, t.dtype, t.shape, data_offset, data_offset + t.size);
-    data_offset += t.size;
-  }
-  return out;
+// The header entry of tensor `order[j]` of model.safetensors, at data offset
+// `data_offset`, after a ',' unless it opens the header's JSON: the bytes of
+// BuildSafetensorsHeader(every entry, ckpt.metadata), made at mount to be measured, then
+// again on each read, rather than kept: they are 90 bytes a tensor.
+void AppendMergedEntry(std::string& out, const Checkpoint& ckpt, std::span<const uint32_t> order,
+                       size_t j, uint64_t data_offset) {
+  const Tensor& t = ckpt.tensors[order[j]];
+  if (j > 0 || !ckpt.metadata.empty()) out += ',';
+  AppendSafetensorsEntry(out, t.name, t.dtype, t.shape, data_offset, data_offset + t.size);
 }
 
 std::string OneTensorHeader(const Tensor& t, const Metadata& metadata) {
@@ -419,8 +413,14 @@ std::string_view Layout::InlineBytes(const Extent& e) const {
 
 std::string Layout::GeneratedBytes(const Extent& e) const {
   if (e.source == Extent::kHeaderEntries) {
-    return MergedHeaderEntries(*ckpt_, merged_order_, e.source_offset,
-                               chunk_offsets_[e.source_offset]);
+    const HeaderChunk& chunk = header_chunks_[e.source_offset];
+    std::string out;
+    uint64_t data_offset = chunk.data_offset;
+    for (uint32_t j = chunk.begin; j < chunk.end; ++j) {
+      AppendMergedEntry(out, *ckpt_, merged_order_, j, data_offset);
+      data_offset += ckpt_->tensors[merged_order_[j]].size;
+    }
+    return out;
   }
   MakeLazyBytes();
   const std::vector<uint32_t>& storages = lazy_->record_storages;
@@ -479,19 +479,22 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   std::vector<uint32_t> chunk_sizes;
   std::thread merged_thread([&ckpt, &layout, &order, &chunk_sizes] {
     order = AlignedOrder(ckpt);
-    const size_t chunks = (order.size() + Extent::kHeaderChunk - 1) / Extent::kHeaderChunk;
-    layout.chunk_offsets_.reserve(chunks);
-    chunk_sizes.reserve(chunks);
+    std::string bytes;
     uint64_t data_offset = 0;
-    for (size_t chunk = 0; chunk < chunks; ++chunk) {
-      layout.chunk_offsets_.push_back(data_offset);
-      const std::string bytes = MergedHeaderEntries(ckpt, order, chunk, data_offset);
-      chunk_sizes.push_back(static_cast<uint32_t>(bytes.size()));
-      const size_t end = std::min<size_t>(order.size(), (chunk + 1) * Extent::kHeaderChunk);
-      for (size_t j = chunk * Extent::kHeaderChunk; j < end; ++j) {
-        data_offset += ckpt.tensors[order[j]].size;
+    HeaderChunk chunk{0, 0, 0};
+    for (uint32_t j = 0; j < order.size(); ++j) {
+      AppendMergedEntry(bytes, ckpt, order, j, data_offset);
+      data_offset += ckpt.tensors[order[j]].size;
+      chunk.end = j + 1;
+      if (chunk.end - chunk.begin == Extent::kHeaderChunk ||
+          bytes.size() >= Extent::kHeaderChunkBytes || chunk.end == order.size()) {
+        layout.header_chunks_.push_back(chunk);
+        chunk_sizes.push_back(static_cast<uint32_t>(bytes.size()));
+        bytes.clear();
+        chunk = HeaderChunk{chunk.end, chunk.end, data_offset};
       }
     }
+    layout.header_chunks_.shrink_to_fit();
   });
   TorchZipSize zip_size;
   std::vector<std::string> zip_notes;
@@ -540,7 +543,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   merged_thread.join();
   b.BeginExtents(merged);
   // The bytes of BuildSafetensorsHeader, with the opening and closing kept and the
-  // entries made per read (MergedHeaderEntries). The JSON body is the opening, the
+  // entries made per read (AppendMergedEntry). The JSON body is the opening, the
   // entries and '}'; the 8-byte length before it counts the padding too.
   const std::string opening = SafetensorsHeaderOpening(ckpt.metadata);
   uint64_t body = opening.size() + 1;

@@ -51,10 +51,14 @@ struct Extent {
   // storage record `source_offset`, or central-directory chunk `source_offset`.
   static constexpr uint32_t kZipHeader = kInline - 2;
   static constexpr uint32_t kZipDirectory = kInline - 3;
-  // The merged safetensors header's entries for tensors [source_offset * kHeaderChunk,
-  // + kHeaderChunk) in its order, made again on every read (GeneratedBytes).
+  // The merged safetensors header's entries of chunk `source_offset` (Layout's
+  // header_chunks_), made again on every read (GeneratedBytes). A chunk closes after
+  // kHeaderChunk tensors or once its bytes reach kHeaderChunkBytes, whichever comes first:
+  // hostile long names then cost a read at most one entry beyond that, and a chunk's
+  // length always fits an extent.
   static constexpr uint32_t kHeaderEntries = kInline - 4;
   static constexpr uint32_t kHeaderChunk = 1024;
+  static constexpr uint64_t kHeaderChunkBytes = 1u << 20;
   static constexpr uint64_t kMaxLength = UINT32_MAX;  // longer ranges take several extents
 
   uint64_t file_offset;    // where the extent starts in the file
@@ -151,10 +155,16 @@ class Layout {
   const Checkpoint* ckpt_ = nullptr;
   uint64_t torch_zip_ = 0;  // pytorch_model.bin's inode: its extents are made on first use
   std::unique_ptr<LazyBytes> lazy_ = std::make_unique<LazyBytes>();
-  // model.safetensors' tensors in file order, and the data offset each header chunk
-  // starts at: its header entries (about 90 bytes a tensor) are made on each read.
+  // model.safetensors' tensors in file order, and where each header chunk starts (its
+  // first tensor in that order and that tensor's data offset): the header entries (about
+  // 90 bytes a tensor) are made on each read.
+  struct HeaderChunk {
+    uint32_t begin;
+    uint32_t end;
+    uint64_t data_offset;
+  };
   std::vector<uint32_t> merged_order_;
-  std::vector<uint64_t> chunk_offsets_;
+  std::vector<HeaderChunk> header_chunks_;
   std::vector<const ByteSource*> sources_;
   std::vector<std::string> hidden_;
   std::vector<std::string> notes_;

@@ -157,12 +157,18 @@ TEST_F(LayoutTest, EveryWindowMatchesTheWholeFile) {
   EXPECT_EQ(Read(ino, whole.size() + 100, 10), "");
 }
 
-// The merged header's entries are made per read, 1024 tensors at a time: the whole file
-// and windows across chunk edges are still the bytes BuildSafetensorsHeader writes.
-TEST(LayoutHeaderChunks, MergedHeaderIsBuildSafetensorsHeader) {
+// The merged header's entries are made per read, in chunks of 1024 tensors or 1 MiB of
+// entries: the whole file and windows across chunk edges are still the bytes
+// BuildSafetensorsHeader writes, for short names (chunks closed by count) and long ones
+// (closed by bytes, as a hostile header's would be).
+class LayoutHeaderChunks : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(LayoutHeaderChunks, MergedHeaderIsBuildSafetensorsHeader) {
+  const size_t name_padding = GetParam();
+  const int count = name_padding ? 40 : 2500;
   std::vector<TestTensor> tensors;
-  for (int i = 0; i < 2500; ++i) {
-    tensors.push_back({"layer." + std::to_string(i) + ".w",
+  for (int i = 0; i < count; ++i) {
+    tensors.push_back({"layer." + std::to_string(i) + std::string(name_padding, 'x') + ".w",
                        i % 3 ? Dtype::kF32 : Dtype::kF16,
                        {static_cast<uint64_t>(i % 4)}});
   }
@@ -190,11 +196,15 @@ TEST(LayoutHeaderChunks, MergedHeaderIsBuildSafetensorsHeader) {
     return out;
   };
   ASSERT_EQ(read(0, expected.size()), expected);
-  for (uint64_t off = 0; off < expected.size(); off += 997) {
+  const uint64_t step = name_padding ? 99991 : 997;
+  for (uint64_t off = 0; off < expected.size(); off += step) {
     const uint64_t size = std::min<uint64_t>(4099, expected.size() - off);  // header only
     ASSERT_EQ(read(off, size), expected.substr(off, size)) << off;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Names, LayoutHeaderChunks,
+                         ::testing::Values(size_t{0}, size_t{200} << 10));
 
 TEST_F(LayoutTest, LookupMissesAndBadInodes) {
   EXPECT_EQ(Resolve({"nope"}), 0u);
