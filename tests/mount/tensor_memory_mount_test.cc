@@ -1,7 +1,7 @@
 // The per-tensor cost of a mount of many tiny tensors, measured on the real daemon: its
 // RSS right after `ckptfs mount` returns and after a whole read of pytorch_model.bin (whose
 // zip headers and pickle are made on first read), and the time the mount takes. The
-// bounds are the bytes per tensor the README documents (scripts/tensor_overhead.sh
+// bounds are the bytes per tensor docs/memory.md documents (scripts/tensor_overhead.sh
 // measures them at 1M tensors); 200k tensors keep the test within a minute.
 
 #include <sys/resource.h>
