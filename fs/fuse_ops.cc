@@ -5,14 +5,17 @@
 #include <fuse_lowlevel.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <syslog.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdarg>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
@@ -385,6 +388,29 @@ void RaiseReadahead(dev_t dev) {
 
 // Runs in the daemon once the session loop is about to start: the first stat() of the
 // mount point is answered by that loop, so when it returns the mount works.
+// Tells systemd (Type=notify) that the mount answers: READY=1 on $NOTIFY_SOCKET, the
+// protocol of sd_notify(3), written here since it is one datagram. A name starting with
+// '@' is in the abstract namespace. Without the variable (not run by systemd), nothing.
+void NotifySystemdReady() {
+  const char* socket_path = ::getenv("NOTIFY_SOCKET");
+  if (!socket_path || !*socket_path) return;
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  const size_t n = std::strlen(socket_path);
+  if (n >= sizeof(addr.sun_path)) return;
+  std::memcpy(addr.sun_path, socket_path, n);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  const std::string msg = "READY=1\nMAINPID=" + std::to_string(::getpid()) + "\n";
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n);
+  if (::sendto(fd, msg.data(), msg.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr), len) <
+      0) {
+    LogInfo("cannot notify systemd on %s: %s", socket_path, std::strerror(errno));
+  }
+  ::close(fd);
+}
+
 void SignalReady(const std::string& mountpoint, int ready_fd) {
   struct stat st;
   std::string msg = "ok\n";
@@ -392,6 +418,7 @@ void SignalReady(const std::string& mountpoint, int ready_fd) {
     msg = mountpoint + ": mounted but does not answer: " + std::strerror(errno) + "\n";
   } else {
     RaiseReadahead(st.st_dev);
+    NotifySystemdReady();
   }
   if (ready_fd >= 0) {
     (void)!::write(ready_fd, msg.data(), msg.size());
@@ -478,7 +505,10 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
   ready.join();
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
-  return rc == 0 ? 0 : 1;
+  // libfuse's signal handlers end the loop with the signal number as its result: a stop
+  // asked for by SIGTERM, SIGINT or SIGHUP, after the clean unmount above, is success
+  // (so `systemctl stop` leaves the unit inactive, not failed).
+  return rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP ? 0 : 1;
 }
 
 // Waits (bounded) for the daemon's first line: "ok" or why it failed.

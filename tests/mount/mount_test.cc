@@ -68,6 +68,15 @@ TEST_F(MountTest, MountReturnsWhenReadyAndDetaches) {
   EXPECT_EQ(stat.exit_code, 0) << stat.Describe();
 }
 
+// As systemd runs it (Type=notify): READY=1 once the mount answers, SIGTERM exits 0.
+TEST_F(MountTest, ForegroundNotifiesReadyAndStopsCleanlyOnSigterm) {
+  const std::string dir = scratch_->Path("ckpt");
+  ASSERT_NO_FATAL_FAILURE(Generate(dir));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  mounts_.push_back(mountpoint);  // TearDown unmounts if the check could not
+  RunCheck("check_notify.py", {kCkptfs, dir, mountpoint});
+}
+
 TEST_F(MountTest, UmountCommand) {
   const std::string source = scratch_->Path("mixed");
   ASSERT_NO_FATAL_FAILURE(Generate(source));
