@@ -435,15 +435,10 @@ void RedirectStdioToDevNull() {
 
 // Mounts and runs the session loop in this process. Failures before the loop starts are
 // reported on `ready_fd` (the waiting parent) or stderr in the foreground.
-// How replies go out, what the views leave out or shadow; the first lines only, since a checkpoint
-// of many strided tensors would otherwise flood the log.
+// What the views leave out or shadow; the first lines only, since a checkpoint of many
+// strided tensors would otherwise flood the log.
 void LogLayoutNotes(const FsContext& ctx) {
   const Volume& volume = *ctx.volume;
-  if (!ctx.splice_replies) {
-    LogInfo(
-        "replies are copied, not spliced: pipes cannot grow past fs.pipe-max-size "
-        "without CAP_SYS_RESOURCE");
-  }
   constexpr size_t kMaxLines = 20;
   for (const std::string& name : volume.layout().hidden()) {
     LogInfo("%s: hidden at the mount root: the name belongs to a ckptfs view", name.c_str());
@@ -493,6 +488,13 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
     LogToDaemonDestination();
     RedirectStdioToDevNull();
     LogLayoutNotes(ctx);  // again, where the daemon's log lives
+  }
+  // A fact of the data path, not a problem: the daemon's log and stats.json say it, the
+  // terminal of a successful mount does not.
+  if (!ctx.splice_replies) {
+    LogInfo(
+        "replies are copied, not spliced: pipes cannot grow past fs.pipe-max-size "
+        "without CAP_SYS_RESOURCE");
   }
   // Decode workers start here, in the process that serves: threads do not survive fork.
   ctx.volume->codec().StartWorkers();
@@ -550,6 +552,7 @@ int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
   ctx.gid = ::getgid();
   ::clock_gettime(CLOCK_REALTIME, &ctx.mount_time);
   ctx.splice_replies = CanSpliceReplies();
+  volume->stats().replies_spliced = ctx.splice_replies;
   const std::string source = volume->checkpoint().source_path;
   ctx.volume = std::move(volume);
   LogLayoutNotes(ctx);

@@ -16,6 +16,9 @@ struct Stats {
   std::atomic<uint64_t> bytes_synthesized{0};  // bytes of generated headers served
   std::atomic<uint64_t> read_errors{0};
   std::atomic<uint64_t> opens{0};
+  // How replies reach the kernel: spliced from shard files, or copied (the front end
+  // finds out once at mount and says so here rather than on the terminal).
+  std::atomic<bool> replies_spliced{true};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   static void Add(std::atomic<uint64_t>& counter, uint64_t n) {

@@ -203,6 +203,7 @@ std::string Volume::StatsJson() const {
       {"bytes_synthesized", load(stats_.bytes_synthesized)},
       {"read_errors", load(stats_.read_errors)},
       {"opens", load(stats_.opens)},
+      {"replies_spliced", stats_.replies_spliced.load(std::memory_order_relaxed)},
       {"rss_bytes", CurrentRssBytes()},
       {"bytes_decompressed", load(codec_->bytes_decoded)},
       {"compressed_bytes_read", load(codec_->compressed_bytes_read)},

@@ -66,6 +66,12 @@ TEST_F(MountTest, MountReturnsWhenReadyAndDetaches) {
       << "the daemon still holds the stdout/stderr of `ckptfs mount`";
   const ProcessResult stat = RunProcess({"stat", "--", mountpoint + "/config.json"}, kMountTimeout);
   EXPECT_EQ(stat.exit_code, 0) << stat.Describe();
+  // Facts of the data path go to the log and stats.json, not to the terminal (which
+  // keeps only what concerns the checkpoint: here, tensors a view leaves out).
+  EXPECT_EQ(mount.err.find("spliced"), std::string::npos) << mount.err;
+  const ProcessResult stats =
+      RunProcess({"cat", "--", mountpoint + "/.ckptfs/stats.json"}, kMountTimeout);
+  EXPECT_NE(stats.out.find("\"replies_spliced\""), std::string::npos) << stats.out;
 }
 
 // As systemd runs it (Type=notify): READY=1 once the mount answers, SIGTERM exits 0.
