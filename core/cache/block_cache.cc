@@ -40,8 +40,12 @@ uint64_t HashKey(const BlockKey& key) {
 // in total: when every pinned byte belongs to a waiter, nobody can free room, so one waiter
 // goes ahead over the capacity instead of all of them waiting forever. Handles are released
 // on the thread that took them (a FUSE reply, a prefetch task); if one were not, the figure
-// would only make that detection earlier or later, never wrong data.
-thread_local uint64_t t_held_bytes = 0;
+// would only make that detection earlier or later, never wrong data. Signed, and read
+// through HeldBytes, so a release on another thread cannot wrap it to a huge figure that
+// would count every pin as stalled and let every load go over the capacity.
+thread_local int64_t t_held_bytes = 0;
+
+uint64_t HeldBytes() { return t_held_bytes > 0 ? static_cast<uint64_t>(t_held_bytes) : 0; }
 
 struct KeyHash {
   size_t operator()(const BlockKey& key) const { return static_cast<size_t>(HashKey(key)); }
@@ -105,7 +109,7 @@ struct BlockCache::Shard {
 };
 
 BlockCache::Handle::Handle(BlockCache* cache, Entry* entry) : cache_(cache), entry_(entry) {
-  t_held_bytes += entry->size;
+  t_held_bytes += static_cast<int64_t>(entry->size);
 }
 
 BlockCache::Handle::Handle(Handle&& other) noexcept : cache_(other.cache_), entry_(other.entry_) {
@@ -181,7 +185,7 @@ Result<BlockCache::Handle> BlockCache::GetOrLoad(const BlockKey& key, size_t siz
       coalesced_.fetch_add(1, std::memory_order_relaxed);
       // Waiting for another caller's load is waiting for room too (that load may be
       // waiting in Admit): the pins this caller holds count as stalled meanwhile.
-      const uint64_t held = t_held_bytes;
+      const uint64_t held = HeldBytes();
       if (held > 0) {
         lock.unlock();  // room_mu_ comes before any shard mutex
         AddWaitingHeld(held, true);
@@ -223,7 +227,7 @@ void BlockCache::Admit(size_t size) {
   auto fits = [&] { return charged_bytes_.load(std::memory_order_relaxed) + size <= capacity_; };
   EvictIfNeeded(size);
   if (!fits()) {
-    const uint64_t held = t_held_bytes;
+    const uint64_t held = HeldBytes();
     const auto give_up = std::chrono::steady_clock::now() + kMaxRoomWait;
     waiting_held_ += held;
     waiters_.fetch_add(1, std::memory_order_relaxed);
@@ -282,7 +286,7 @@ Status BlockCache::Load(Shard& shard, Entry* entry, const Loader& loader) {
   }
   // The block being filled is this thread's: a load nested in the loader (a remote
   // source under a zstd shard) must not wait for room this one holds.
-  t_held_bytes += entry->size;
+  t_held_bytes += static_cast<int64_t>(entry->size);
   if (buffer == nullptr && entry->size > 0) {
     status = Status::IoError(
         "block cache: cannot allocate " + std::to_string(entry->size) + " bytes", ENOMEM);
@@ -296,7 +300,7 @@ Status BlockCache::Load(Shard& shard, Entry* entry, const Loader& loader) {
       status = Status::IoError("block loader threw");
     }
   }
-  t_held_bytes -= entry->size;
+  t_held_bytes -= static_cast<int64_t>(entry->size);
 
   bool free_entry = false;
   {
@@ -331,7 +335,7 @@ void BlockCache::Handle::MarkConsumed() {
 }
 
 void BlockCache::Unpin(Entry* entry) {
-  t_held_bytes -= entry->size;
+  t_held_bytes -= static_cast<int64_t>(entry->size);
   Shard& shard = ShardFor(entry->key);
   {
     std::lock_guard lock(shard.mu);
