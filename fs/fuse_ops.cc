@@ -386,8 +386,6 @@ void RaiseReadahead(dev_t dev) {
   ::close(fd);
 }
 
-// Runs in the daemon once the session loop is about to start: the first stat() of the
-// mount point is answered by that loop, so when it returns the mount works.
 // Tells systemd (Type=notify) that the mount answers: READY=1 on $NOTIFY_SOCKET, the
 // protocol of sd_notify(3), written here since it is one datagram. A name starting with
 // '@' is in the abstract namespace. Without the variable (not run by systemd), nothing.
@@ -411,6 +409,8 @@ void NotifySystemdReady() {
   ::close(fd);
 }
 
+// Runs in the daemon once the session loop is about to start: the first stat() of the
+// mount point is answered by that loop, so when it returns the mount works.
 void SignalReady(const std::string& mountpoint, int ready_fd) {
   struct stat st;
   std::string msg = "ok\n";
@@ -541,12 +541,7 @@ int AwaitDaemon(int fd, pid_t child) {
 }  // namespace
 
 int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
-  struct stat st;
-  if (::stat(options.mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    std::fprintf(stderr, "ckptfs: %s: mount point is not a directory\n",
-                 EscapeControlChars(options.mountpoint).c_str());
-    return 2;
-  }
+  // The mount point was checked before the checkpoint was opened (CheckMountPoint).
   FsContext ctx;
   ctx.uid = ::getuid();
   ctx.gid = ::getgid();

@@ -20,7 +20,8 @@ struct MountOptions {
 // Mounts `volume` and serves it. In the background mode the calling process exits with
 // status 0 once the mount answers requests, or 1 with a line on stderr if it failed;
 // the forked daemon serves until unmounted. With `foreground` it serves in
-// this process and returns when unmounted. Returns a process exit code.
+// this process and returns when unmounted. Returns a process exit code. The caller has
+// checked the mount point (CheckMountPoint in fs/preflight.h).
 int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options);
 
 }  // namespace ckptfs

@@ -22,6 +22,17 @@ uint64_t CurrentRssBytes() {
                 : 0;
 }
 
+namespace {
+
+// Opening is over for every stored file (see ByteSource::BeginServing).
+void BeginServing(Checkpoint& ckpt) {
+  for (auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
+    for (StoredFile& f : *group) f.source->BeginServing();
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
                                              const CodecOptions& codec_options, bool zip_crc,
                                              const RemoteOptions& remote) {
@@ -30,9 +41,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
   if (zip_crc) {
     // Reading every tensor is serving, not opening: a remote checkpoint's open deadline
     // bounds its headers, not a pass over all its bytes (each read keeps --timeout).
-    for (auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
-      for (StoredFile& f : *group) f.source->BeginServing();
-    }
+    BeginServing(ckpt);
     CKPTFS_RETURN_IF_ERROR(ComputeStorageCrcs(ckpt));
   }
   return FromCheckpoint(std::move(ckpt), std::move(codec));
@@ -40,9 +49,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
 
 std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
                                                std::shared_ptr<CodecContext> codec) {
-  for (auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
-    for (StoredFile& f : *group) f.source->BeginServing();
-  }
+  BeginServing(ckpt);  // after --zip-crc too: a no-op for sources already serving
   auto volume = std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec)));
   // Parsing headers and building the layout freed about as much as they keep; the daemon
   // forked from this process would otherwise carry those pages for its lifetime.

@@ -18,20 +18,7 @@ namespace {
 constexpr uint64_t kFixedOverheadBytes = 40ull << 20;
 
 // Peak resident memory (VmHWM) of process `pid`, in bytes; 0 if unreadable.
-uint64_t PeakRss(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
-// The one daemon serving `mountpoint`, or -1.
-pid_t DaemonOf(const std::string& mountpoint) {
-  const std::vector<pid_t> pids = ProcessesWithArg(mountpoint);
-  return pids.size() == 1 ? pids[0] : -1;
-}
+uint64_t PeakRss(pid_t pid) { return ProcStatusBytes(pid, "VmHWM:"); }
 
 // Reads `paths` under `mountpoint` in parallel with cat; returns cat's stderr lines and
 // exit status, as one shell run.

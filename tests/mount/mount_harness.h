@@ -257,6 +257,22 @@ inline bool WaitForNoDaemon(const std::string& mountpoint, milliseconds timeout)
 
 // Takes a mount down however it can: ckptfs's own command, then a lazy unmount that
 // succeeds even while the mount is busy or its daemon hung. Returns whether it is gone.
+// The one daemon serving `mountpoint`, or -1.
+inline pid_t DaemonOf(const std::string& mountpoint) {
+  const std::vector<pid_t> pids = ProcessesWithArg(mountpoint);
+  return pids.size() == 1 ? pids[0] : -1;
+}
+
+// A size field of /proc/PID/status ("VmRSS:", "VmHWM:") in bytes; 0 if unreadable.
+inline uint64_t ProcStatusBytes(pid_t pid, std::string_view field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(field.size())) << 10;
+  }
+  return 0;
+}
+
 inline bool ForceUnmount(const std::string& mountpoint) {
   const std::vector<std::vector<std::string>> attempts = {
       {kCkptfs, "umount", mountpoint},

@@ -17,7 +17,7 @@ namespace ckptfs::mount_test {
 namespace {
 
 constexpr uint64_t kTensors = 200'000;
-// README, "Memory": daemon RSS per tensor after mount and after reading
+// docs/memory.md: daemon RSS per tensor after mount and after reading
 // pytorch_model.bin, over a fixed base (binary, libraries, FUSE buffers).
 constexpr uint64_t kBaseRss = 24u << 20;
 constexpr uint64_t kMountBytesPerTensor = 480;
@@ -43,14 +43,7 @@ double ChildrenCpuSeconds() {
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
-uint64_t VmRssBytes(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) << 10;
-  }
-  return 0;
-}
+uint64_t VmRssBytes(pid_t pid) { return ProcStatusBytes(pid, "VmRSS:"); }
 
 // These machines are shared: a mount that waits for a core is not slower code. The
 // budget grows with the 1-minute load average past the number of cores.
