@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(cmake g++ make pkg-config clang-format
           libfuse3-dev fuse3 nlohmann-json3-dev libzstd-dev zstd libxxhash-dev libcli11-dev zlib1g-dev
           libcurl4-openssl-dev libtinyxml2-dev nginx-light
-          libgtest-dev googletest python3-numpy python3-zstandard python3-torch)
+          libgtest-dev googletest python3-numpy python3-zstandard python3-torch rsync)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
