@@ -19,7 +19,8 @@
 // stored files is no more readable than any of them (bits ANDed, read bits only); files
 // made from the whole checkpoint (model.safetensors, pytorch_model.bin, .ckptfs/*) take
 // the least readable shard's bits. A directory is listable (r-x) by each class that can
-// read something inside it; an empty one is 0555.
+// read something inside it; an empty one is 0555. The FUSE front end narrows these
+// further by the mount's --file-mode, --dir-mode and --umask (fs/ownership.h).
 // Times (MTime): a stored file shown unchanged (root files, shards/) has its StoredFile's
 // mtime; a per-tensor file its shard's; files made from the whole checkpoint the newest
 // shard's; directories SOURCE's own (Checkpoint::dir_mtime), else the newest stored
