@@ -34,6 +34,7 @@ struct FsContext {
   std::unique_ptr<Volume> volume;
   uid_t uid = 0;
   gid_t gid = 0;
+  Ownership ownership;  // the modes asked for (uid and gid are above)
   struct timespec mount_time = {};
   bool splice_replies = true;  // see CanSpliceReplies
 };
@@ -97,21 +98,36 @@ void ReplyError(fuse_req_t req, const Status& status) {
   fuse_reply_err(req, status.errno_value() ? status.errno_value() : EIO);
 }
 
+// When `ino` last changed: its sources' time (Layout::MTime), the mount time where they
+// give none, and now for the live stats file.
+struct timespec ModifiedAt(const FsContext& ctx, uint64_t ino, const Node& node) {
+  struct timespec t = ctx.volume->layout().MTime(ino);
+  if (node.kind == NodeKind::kStats) {
+    ::clock_gettime(CLOCK_REALTIME, &t);
+  } else if (t.tv_sec == 0 && t.tv_nsec == 0) {
+    t = ctx.mount_time;
+  }
+  return t;
+}
+
 struct stat MakeStat(const FsContext& ctx, uint64_t ino, const Node& node) {
   struct stat st = {};
   st.st_ino = ino;
   st.st_uid = ctx.uid;
   st.st_gid = ctx.gid;
-  st.st_atim = st.st_mtim = st.st_ctim = ctx.mount_time;
+  st.st_atim = st.st_mtim = st.st_ctim = ModifiedAt(ctx, ino, node);
   st.st_blksize = kMaxRead;
+  const Ownership& own = ctx.ownership;
   if (node.kind == NodeKind::kDirectory) {
-    st.st_mode = S_IFDIR | node.mode;
+    st.st_mode = S_IFDIR | ShownMode(node.mode, own.dir_mode, own.umask);
     st.st_nlink = 2;
   } else {
-    st.st_mode = S_IFREG | node.mode;
+    st.st_mode = S_IFREG | ShownMode(node.mode, own.file_mode, own.umask);
     st.st_nlink = 1;
     st.st_size = static_cast<off_t>(node.kind == NodeKind::kStats ? ctx.volume->StatsJson().size()
                                                                   : node.size);
+    // 512-byte units, rounded up: never 0 for a file with bytes, which GNU tar (and cp
+    // --sparse=auto) would take for a file that is all holes and store as such.
     st.st_blocks = (st.st_size + 511) / 512;
   }
   return st;
@@ -543,8 +559,9 @@ int AwaitDaemon(int fd, pid_t child) {
 int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
   // The mount point was checked before the checkpoint was opened (CheckMountPoint).
   FsContext ctx;
-  ctx.uid = ::getuid();
-  ctx.gid = ::getgid();
+  ctx.uid = options.ownership.uid.value_or(::getuid());
+  ctx.gid = options.ownership.gid.value_or(::getgid());
+  ctx.ownership = options.ownership;
   ::clock_gettime(CLOCK_REALTIME, &ctx.mount_time);
   ctx.splice_replies = CanSpliceReplies();
   volume->stats().replies_spliced = ctx.splice_replies;

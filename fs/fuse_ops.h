@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/volume/volume.h"
+#include "fs/ownership.h"
 
 namespace ckptfs {
 
@@ -15,6 +16,7 @@ struct MountOptions {
   bool debug = false;
   std::string log_file;                   // daemon log; empty: syslog
   std::vector<std::string> fuse_options;  // from -o, passed to libfuse as given
+  Ownership ownership;                    // --uid, --gid, --umask, --file-mode, --dir-mode
 };
 
 // Mounts `volume` and serves it. In the background mode the calling process exits with

@@ -12,6 +12,7 @@
 #include "fs/commands.h"
 #include "fs/fuse_ops.h"
 #include "fs/log.h"
+#include "fs/ownership.h"
 #include "fs/preflight.h"
 #include "fs/version.h"
 
@@ -114,6 +115,43 @@ struct RemoteArgs {
   }
 };
 
+// --uid, --gid, --umask, --file-mode, --dir-mode: kept as given, checked by Finish.
+struct OwnershipArgs {
+  std::string uid, gid, umask, file_mode, dir_mode;
+
+  void AddTo(CLI::App* cmd) {
+    cmd->add_option("--uid", uid, "owner of every file (a user name or id; default: yours)");
+    cmd->add_option("--gid", gid, "group of every file (a group name or id; default: yours)");
+    cmd->add_option("--umask", umask,
+                    "permission bits to hide from every file and directory, octal (e.g. 077)");
+    cmd->add_option("--file-mode", file_mode,
+                    "permission bits of files, octal (e.g. 0440); read bits never exceed the "
+                    "source file's; write bits only show (writes still fail: read-only)");
+    cmd->add_option("--dir-mode", dir_mode,
+                    "permission bits of directories, octal (e.g. 0750); as --file-mode");
+  }
+  // Fills `out` from the strings given; the first malformed one is refused.
+  ckptfs::Status Finish(ckptfs::Ownership& out) const {
+    // The macro declares a variable: each use needs a block of its own.
+    if (!uid.empty()) {
+      CKPTFS_ASSIGN_OR_RETURN(out.uid, ckptfs::ParseOwner("--uid", uid, false));
+    }
+    if (!gid.empty()) {
+      CKPTFS_ASSIGN_OR_RETURN(out.gid, ckptfs::ParseOwner("--gid", gid, true));
+    }
+    if (!umask.empty()) {
+      CKPTFS_ASSIGN_OR_RETURN(out.umask, ckptfs::ParseMode("--umask", umask));
+    }
+    if (!file_mode.empty()) {
+      CKPTFS_ASSIGN_OR_RETURN(out.file_mode, ckptfs::ParseMode("--file-mode", file_mode));
+    }
+    if (!dir_mode.empty()) {
+      CKPTFS_ASSIGN_OR_RETURN(out.dir_mode, ckptfs::ParseMode("--dir-mode", dir_mode));
+    }
+    return ckptfs::Status::Ok();
+  }
+};
+
 // Everything about a mount that can be judged without the checkpoint, so that a bad
 // option is refused at once and before anything is opened: the mount point, -o, and the
 // paths the daemon will write to, made absolute against the caller's directory (the daemon
@@ -197,6 +235,8 @@ int main(int argc, char** argv) {
                     "where single-frame .zst shards are decoded once (default /var/tmp)");
   mount->add_option("--log-file", mount_options.log_file,
                     "append daemon log lines (read errors, warnings) to FILE instead of syslog");
+  OwnershipArgs ownership;
+  ownership.AddTo(mount);
   bool zip_crc = false;
   RemoteArgs remote;
   remote.AddTo(mount);
@@ -277,6 +317,10 @@ int main(int argc, char** argv) {
     codec.cache_bytes = *bytes;
     codec.warn = [](const std::string& line) { ckptfs::LogError("%s", line.c_str()); };
     mount_options.fuse_options = o_options;
+    if (ckptfs::Status s = ownership.Finish(mount_options.ownership); !s.ok()) {
+      ckptfs::PrintRefusal(s);
+      return 2;
+    }
     return Mount(source, mount_options, codec, zip_crc, remote.options);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint, lazy);

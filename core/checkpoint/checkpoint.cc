@@ -217,9 +217,10 @@ Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, Cod
     }
     if (auto it = listed->find(name); it != listed->end()) {
       const S3Object& o = it->second;
-      return CachedRemote(HttpSource::FromListing(target_ptr->ObjectUrl(o.key), name, o.size,
-                                                  o.etag, target_ptr->http),
-                          codec);
+      return CachedRemote(
+          HttpSource::FromListing(target_ptr->ObjectUrl(o.key), name, o.size, o.etag,
+                                  target_ptr->http, timespec{o.last_modified, 0}),
+          codec);
     }
     if (!where.IsDirectory() && headed->count(name)) {  // the one object, opened again
       CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(target_ptr->ObjectUrl(where.key), name,
@@ -234,7 +235,8 @@ Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, Cod
 Result<StoredFile> OpenStored(const SourceDir& dir, const std::string& name) {
   CKPTFS_ASSIGN_OR_RETURN(auto source, dir.open(name));
   const uint32_t mode = source->Mode();
-  return StoredFile{name, name, std::move(source), mode};
+  const struct timespec mtime = source->MTime();
+  return StoredFile{name, name, std::move(source), mode, mtime};
 }
 
 bool Contains(const std::vector<std::string>& sorted, const std::string& name) {
@@ -251,8 +253,9 @@ Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
   const std::string stored = name + std::string(kZstdSuffix);
   CKPTFS_ASSIGN_OR_RETURN(auto compressed, dir.open(stored));
   const uint32_t mode = compressed->Mode();
+  const struct timespec mtime = compressed->MTime();
   CKPTFS_ASSIGN_OR_RETURN(auto decoded, ZstdSource::Open(std::move(compressed), codec));
-  return StoredFile{name, stored, std::move(decoded), mode};
+  return StoredFile{name, stored, std::move(decoded), mode, mtime};
 }
 
 std::string_view StripZst(std::string_view name) {
@@ -866,7 +869,10 @@ Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& 
   std::vector<std::string> files = std::move(listing.files);
   files.insert(files.end(), listing.outside.begin(), listing.outside.end());
   std::sort(files.begin(), files.end());
-  return OpenCheckpointIn(LocalDir(std::move(root), std::move(files)), codec);
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt,
+                          OpenCheckpointIn(LocalDir(std::move(root), std::move(files)), codec));
+  ckpt.dir_mtime = st.st_mtim;
+  return ckpt;
 }
 
 }  // namespace ckptfs

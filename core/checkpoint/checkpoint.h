@@ -33,7 +33,8 @@ struct StoredFile {
   std::string name;         // as the checkpoint names it ("model-00001-of-00002.safetensors")
   std::string stored_name;  // the file in SOURCE (the same, or NAME.zst)
   std::unique_ptr<ByteSource> source;  // the decoded bytes
-  uint32_t mode = 0444;  // permission bits to show: the stored file's ByteSource::Mode()
+  uint32_t mode = 0444;        // permission bits to show: the stored file's ByteSource::Mode()
+  struct timespec mtime = {};  // the stored file's ByteSource::MTime() ({0, 0}: unknown)
 };
 
 // The bytes of one storage: a safetensors tensor's data, or a torch storage record.
@@ -76,6 +77,9 @@ struct Checkpoint {
   CheckpointFormat format = CheckpointFormat::kSafetensors;
   std::string state_json;  // torch: the non-tensor values, as JSON; empty if none
   bool remote = false;     // files come from a server (SourceDir::remote)
+  // SOURCE's own modification time when it is a local directory; {0, 0} otherwise (a
+  // file path, a URL), where the mount's directories show the newest stored file's.
+  struct timespec dir_mtime = {};
 
   uint64_t TotalTensorBytes() const;
 };

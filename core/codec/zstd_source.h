@@ -53,6 +53,9 @@ class ZstdSource final : public ByteSource {
   uint64_t Size() const override { return index_.decoded_size; }
   Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
   const std::string& Name() const override { return compressed_->Name(); }
+  struct timespec MTime() const override {
+    return compressed_->MTime();
+  }
   // The spill file, once a single-frame shard has been decoded; -1 before.
   int Fd() const override { return spill_fd_.load(std::memory_order_acquire); }
   void Prefetch(uint64_t offset, uint64_t length) const override;

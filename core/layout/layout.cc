@@ -36,6 +36,18 @@ uint32_t AppendExtents(std::vector<Extent>& extents, uint64_t& file_size, uint32
   return added;
 }
 
+bool Before(const struct timespec& a, const struct timespec& b) {
+  return a.tv_sec != b.tv_sec ? a.tv_sec < b.tv_sec : a.tv_nsec < b.tv_nsec;
+}
+
+// The newest of `files`' mtimes, or `newest` if none is later.
+struct timespec Newest(const std::vector<StoredFile>& files, struct timespec newest) {
+  for (const StoredFile& f : files) {
+    if (Before(newest, f.mtime)) newest = f.mtime;
+  }
+  return newest;
+}
+
 }  // namespace
 
 // Grows the node table. Children lists are made at the end: nodes are grouped by parent
@@ -449,8 +461,14 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   for (const auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
     for (const StoredFile& f : *group) {
       layout.sources_.push_back(f.source.get());
+      layout.source_mtimes_.push_back(f.mtime);
       modes.push_back(static_cast<uint16_t>(f.mode & 0555));
     }
+  }
+  layout.newest_shard_mtime_ = Newest(ckpt.shards, {});
+  layout.directory_mtime_ = ckpt.dir_mtime;
+  if (ckpt.dir_mtime.tv_sec == 0 && ckpt.dir_mtime.tv_nsec == 0) {
+    layout.directory_mtime_ = Newest(ckpt.others, Newest(ckpt.index, layout.newest_shard_mtime_));
   }
   // Files made from the whole checkpoint show no more than its least readable shard.
   uint16_t whole = 0444;
@@ -469,6 +487,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     }
     uint64_t ino = b.AddFile(kRoot, f.name, 0555);
     b.AppendSource(ino, first_other + i, 0, f.source->Size());
+    layout.stored_nodes_.emplace_back(static_cast<uint32_t>(ino), first_other + i);
   }
 
   // The merged safetensors header and pytorch_model.bin's size depend on every tensor
@@ -571,6 +590,8 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     uint64_t ino = b.AddFile(
         shards_dir, i < first_index ? ckpt.shards[i].name : ckpt.index[i - first_index].name, 0555);
     b.AppendSource(ino, i, 0, src.Size());
+    // After the root's stored files: stored_nodes_ stays in inode order for MTime.
+    layout.stored_nodes_.emplace_back(static_cast<uint32_t>(ino), i);
   }
 
   uint64_t meta_dir = b.AddDir(kRoot, ".ckptfs");
@@ -602,6 +623,17 @@ void ReleaseFreeMemory() {
 
 const Node* Layout::Find(uint64_t ino) const {
   return ino >= kRoot && ino < nodes_.size() ? &nodes_[ino] : nullptr;
+}
+
+struct timespec Layout::MTime(uint64_t ino) const {
+  const Node* node = Find(ino);
+  if (!node) return {};
+  if (node->kind == NodeKind::kDirectory) return directory_mtime_;
+  if (node->tensor >= 0) return source_mtimes_[ckpt_->tensors[node->tensor].shard];
+  auto it = std::lower_bound(stored_nodes_.begin(), stored_nodes_.end(), ino,
+                             [](const auto& entry, uint64_t i) { return entry.first < i; });
+  if (it != stored_nodes_.end() && it->first == ino) return source_mtimes_[it->second];
+  return newest_shard_mtime_;  // model.safetensors, pytorch_model.bin, .ckptfs/*
 }
 
 std::span<const uint64_t> Layout::Children(uint64_t dir) const {

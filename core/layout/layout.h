@@ -19,7 +19,13 @@
 // stored files is no more readable than any of them (bits ANDed, read bits only); files
 // made from the whole checkpoint (model.safetensors, pytorch_model.bin, .ckptfs/*) take
 // the least readable shard's bits. A directory is listable (r-x) by each class that can
-// read something inside it; an empty one is 0555.
+// read something inside it; an empty one is 0555. The FUSE front end narrows these
+// further by the mount's --file-mode, --dir-mode and --umask (fs/ownership.h).
+// Times (MTime): a stored file shown unchanged (root files, shards/) has its StoredFile's
+// mtime; a per-tensor file its shard's; files made from the whole checkpoint the newest
+// shard's; directories SOURCE's own (Checkpoint::dir_mtime), else the newest stored
+// file's. Derived on each call from the ~one timespec kept per stored file, so nodes stay
+// 40 bytes. A remount of the same SOURCE shows the same times.
 // Inode numbers are node indices; kRoot is 1 as FUSE expects. Memory and build time grow
 // with the number of tensors, never with checkpoint bytes: about 190 bytes a tensor (two
 // nodes, three extents, names, model.safetensors' order; its header entries are made per
@@ -28,6 +34,8 @@
 // (what the first use of pytorch_model.bin makes is made once, under a once_flag), so any
 // number of readers may use it at once.
 #pragma once
+
+#include <time.h>
 
 #include <cstdint>
 #include <memory>
@@ -102,6 +110,9 @@ class Layout {
   const Node* Find(uint64_t ino) const;
   // The child `name` of directory `parent`, or 0.
   uint64_t Lookup(uint64_t parent, std::string_view name) const;
+  // The modification time of `ino` (see Times above); {0, 0} where the sources give none
+  // (a server without Last-Modified, in-memory test sources) or `ino` does not exist.
+  struct timespec MTime(uint64_t ino) const;
   // Children of a directory, sorted by name (empty for a file).
   std::span<const uint64_t> Children(uint64_t dir) const;
   // The extents of file `ino` overlapping [offset, offset + length), in file order.
@@ -166,6 +177,12 @@ class Layout {
   std::vector<uint32_t> merged_order_;
   std::vector<HeaderChunk> header_chunks_;
   std::vector<const ByteSource*> sources_;
+  // MTime's inputs: the mtime of each of sources_, the nodes showing one stored file
+  // unchanged as (inode, source) in inode order, the newest shard's and the directories'.
+  std::vector<struct timespec> source_mtimes_;
+  std::vector<std::pair<uint32_t, uint32_t>> stored_nodes_;
+  struct timespec newest_shard_mtime_ = {};
+  struct timespec directory_mtime_ = {};
   std::vector<std::string> hidden_;
   std::vector<std::string> notes_;
 };

@@ -9,6 +9,8 @@
 //   Whoever reads through Fd() calls CheckUnchanged() first: a file that was truncated or
 //   rewritten since it was opened must give an error, never short or different bytes.
 // - Mode() is the permission bits a view of these bytes may show (see LocalFileSource).
+// - MTime() is when the stored bytes last changed, as the store says (a local file's
+//   mtime, a server's Last-Modified), or {0, 0} if it does not say.
 // - Every method is thread-safe: many FUSE worker threads read one source at once.
 #pragma once
 
@@ -46,6 +48,7 @@ class ByteSource {
   // shows from these bytes, owned by the mounting user. Sources without permissions
   // (remote, in-memory) are readable by everyone.
   virtual uint32_t Mode() const { return 0444; }
+  virtual struct timespec MTime() const { return {}; }
   // Whether Lend works: sources that hold decoded bytes in memory (a cache) lend them,
   // so a reply can be sent from there without a copy into a buffer first.
   virtual bool CanLend() const { return false; }
@@ -97,6 +100,10 @@ class LocalFileSource final : public ByteSource {
   // keeps its bits. So no one reads through the mount a file they could not read in
   // SOURCE.
   uint32_t Mode() const override;
+  // The mtime seen at open (CheckUnchanged fails a read once it differs).
+  struct timespec MTime() const override {
+    return mtime_;
+  }
   // Asks the kernel to start reading the range into the page cache (POSIX_FADV_WILLNEED)
   // and returns at once, so the disk works while the reader is still busy with what it
   // has: a cold sequential read then overlaps disk and FUSE instead of alternating.

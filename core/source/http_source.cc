@@ -466,6 +466,9 @@ Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::strin
       }
       source->size_ = static_cast<uint64_t>(t.content_length);
       source->SetValidator(t.etag, t.last_modified);
+      // An HTTP date (RFC 9110); one curl cannot parse leaves the time unknown.
+      const time_t modified = curl_getdate(t.last_modified.c_str(), nullptr);
+      if (!t.last_modified.empty() && modified > 0) source->mtime_.tv_sec = modified;
       return source;
     }
     if (rc == CURLE_OK && code == 404) {
@@ -490,10 +493,11 @@ Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::strin
 
 std::unique_ptr<HttpSource> HttpSource::FromListing(std::string url, std::string name,
                                                     uint64_t size, const std::string& etag,
-                                                    HttpOptions options) {
+                                                    HttpOptions options, struct timespec mtime) {
   GlobalInit();
   std::unique_ptr<HttpSource> source(new HttpSource(std::move(url), std::move(name), options));
   source->size_ = size;
+  source->mtime_ = mtime;
   source->SetValidator(etag, "");
   return source;
 }

@@ -114,15 +114,20 @@ class HttpSource final : public ByteSource {
   static Result<std::unique_ptr<HttpSource>> Open(std::string url, std::string name,
                                                   HttpOptions options = {},
                                                   std::string shown_url = {});
-  // An object whose size and ETag are already known (from an S3 listing): makes no
-  // request. An empty or weak `etag` leaves reads unconditional.
+  // An object whose size, ETag and modification time are already known (from an S3
+  // listing): makes no request. An empty or weak `etag` leaves reads unconditional.
   static std::unique_ptr<HttpSource> FromListing(std::string url, std::string name, uint64_t size,
-                                                 const std::string& etag, HttpOptions options = {});
+                                                 const std::string& etag, HttpOptions options = {},
+                                                 struct timespec mtime = {});
   ~HttpSource() override;
 
   uint64_t Size() const override { return size_; }
   Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
   const std::string& Name() const override { return name_; }
+  // The Last-Modified the HEAD (or the listing) gave; {0, 0} without one.
+  struct timespec MTime() const override {
+    return mtime_;
+  }
   // Opening is over: HttpOptions::open_deadline no longer applies.
   void BeginServing() override { opening_.store(false, std::memory_order_release); }
 
@@ -167,6 +172,7 @@ class HttpSource final : public ByteSource {
   std::string validator_;         // the ETag or Last-Modified value, or empty
   std::string validator_header_;  // "If-Match: ..." or "If-Unmodified-Since: ...", or empty
   bool validator_is_etag_ = false;
+  struct timespec mtime_ = {};
   std::atomic<bool> opening_{true};
   mutable std::mutex failures_mu_;
   mutable std::vector<RecentFailure> failures_;  // guarded by failures_mu_; a few at most

@@ -56,6 +56,9 @@ class RemoteSource final : public ByteSource {
   uint64_t Size() const override { return object_->Size(); }
   Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
   const std::string& Name() const override { return object_->Name(); }
+  struct timespec MTime() const override {
+    return object_->MTime();
+  }
   bool CanLend() const override { return serving_.load(std::memory_order_acquire); }
   Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override;
   void Prefetch(uint64_t offset, uint64_t length) const override;

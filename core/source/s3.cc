@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -221,6 +223,17 @@ const tinyxml2::XMLElement* OnlyChild(const tinyxml2::XMLElement* parent, const 
 }
 
 // The element's text, if it holds nothing but text (or nothing).
+// "2024-05-01T12:00:00.000Z" (fraction optional) as seconds since the epoch, or 0.
+int64_t ParseIsoTime(const std::string& text) {
+  struct tm tm = {};
+  const char* end = ::strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (end == nullptr) return 0;
+  if (*end == '.') end += std::strspn(end + 1, "0123456789") + 1;
+  if (std::string_view(end) != "Z") return 0;
+  const time_t t = ::timegm(&tm);
+  return t > 0 ? static_cast<int64_t>(t) : 0;
+}
+
 bool TextOf(const tinyxml2::XMLElement* e, std::string* out) {
   if (e->FirstChildElement() != nullptr) return false;
   const char* text = e->GetText();
@@ -487,6 +500,10 @@ Result<S3ListPage> ParseListObjectsV2(std::string_view xml, const std::string& s
         etag != nullptr && (duplicate || !TextOf(etag, &object.etag) ||
                             std::any_of(object.etag.begin(), object.etag.end(), IsControl))) {
       return Status::Corruption(bad + "entry " + object.key.substr(0, 200) + " has a bad ETag");
+    }
+    if (const tinyxml2::XMLElement* modified = OnlyChild(c, "LastModified", &duplicate);
+        modified != nullptr && !duplicate && TextOf(modified, &text)) {
+      object.last_modified = ParseIsoTime(text);
     }
     page.objects.push_back(std::move(object));
   }

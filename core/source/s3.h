@@ -87,7 +87,8 @@ IniFile ParseIni(std::string_view text);
 struct S3Object {
   std::string key;
   uint64_t size = 0;
-  std::string etag;  // as S3 gives it, quotes included; may be empty
+  std::string etag;           // as S3 gives it, quotes included; may be empty
+  int64_t last_modified = 0;  // LastModified, seconds since the epoch; 0 if absent or unreadable
 };
 
 struct S3ListPage {
@@ -98,7 +99,8 @@ struct S3ListPage {
 
 // One ListObjectsV2 answer. Corruption naming `shown_url` unless it is well-formed XML with
 // a ListBucketResult root, an IsTruncated of true/false (with a NextContinuationToken when
-// true), and Contents each with a Key and a decimal Size below 2^63.
+// true), and Contents each with a Key and a decimal Size below 2^63. A LastModified
+// that is not ISO 8601 UTC ("2024-05-01T12:00:00.000Z") is ignored: it only dates files.
 Result<S3ListPage> ParseListObjectsV2(std::string_view xml, const std::string& shown_url);
 
 // The Code of an S3 error document ("NoSuchBucket"), or empty.

@@ -70,6 +70,35 @@ TEST_F(HttpMountTest, TorchBinOverHttp) {
   RunCheck("check_torch_bin.py", {source, mountpoint, "--crc", "zero"});
 }
 
+// Files show the server's Last-Modified (nginx sends the file's mtime), views the newest
+// shard's, and directories the newest object's: a remount shows the same times.
+TEST_F(HttpMountTest, FilesShowLastModified) {
+  const std::string source = www_ + "/llama";
+  ASSERT_NO_FATAL_FAILURE(Generate(source, {"--kind", "llama"}));
+  const std::vector<std::pair<std::string, time_t>> times = {
+      {"model-00001-of-00002.safetensors", 1609459200},  // 2021-01-01 UTC
+      {"model-00002-of-00002.safetensors", 1640995200},  // 2022-01-01 UTC
+      {"model.safetensors.index.json", 1577836800},      // 2020-01-01 UTC
+      {"config.json", 1672531200},                       // 2023-01-01 UTC
+      {"tokenizer.json", 1577836800},
+      {"generation_config.json", 1577836800},
+  };
+  for (const auto& [name, seconds] : times) {
+    const struct timespec both[2] = {{seconds, 0}, {seconds, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, (source + "/" + name).c_str(), both, 0), 0) << name;
+  }
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(Mount(Url("llama/"), mountpoint));
+  const ProcessResult r = RunProcess(
+      {"stat", "-c", "%Y %n", "--", mountpoint + "/shards/model-00001-of-00002.safetensors",
+       mountpoint + "/config.json", mountpoint + "/model.safetensors", mountpoint},
+      kCheckTimeout);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_EQ(r.out, "1609459200 " + mountpoint + "/shards/model-00001-of-00002.safetensors\n" +
+                       "1672531200 " + mountpoint + "/config.json\n" + "1640995200 " + mountpoint +
+                       "/model.safetensors\n" + "1672531200 " + mountpoint + "\n");
+}
+
 TEST_F(HttpMountTest, ServerDownAtMountIsOneLine) {
   const std::string source = www_ + "/mixed";
   ASSERT_NO_FATAL_FAILURE(Generate(source));

@@ -109,6 +109,27 @@ TEST_F(S3MountTest, TorchBinOverS3) {
   RunCheck("check_torch_bin.py", {source, mountpoint, "--crc", "zero"});
 }
 
+// Files show the listing's LastModified (the upload time), not the mount time.
+TEST_F(S3MountTest, FilesShowLastModified) {
+  const time_t before = time(nullptr);
+  const std::string source = UploadMixed("llama", {"--kind", "llama"});
+  ASSERT_FALSE(HasFatalFailure());
+  const time_t uploaded = time(nullptr);
+  sleep(2);  // a mount-time clock would show a later second than any upload
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(MountS3(Url("llama/"), mountpoint));
+  for (const char* file :
+       {"shards/model-00001-of-00002.safetensors", "config.json", "model.safetensors", ""}) {
+    SCOPED_TRACE(file);
+    const ProcessResult r =
+        RunProcess({"stat", "-c", "%Y", "--", mountpoint + "/" + file}, kCheckTimeout);
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    const long long shown = std::stoll(r.out);
+    EXPECT_GE(shown, before - 1);
+    EXPECT_LE(shown, uploaded);
+  }
+}
+
 // One object by its URL: one HEAD, then range reads.
 TEST_F(S3MountTest, SingleObject) {
   const std::string dir = scratch_->Path("single");

@@ -216,6 +216,45 @@ TEST_F(LayoutTest, LookupMissesAndBadInodes) {
   EXPECT_EQ(volume_->PlanRead(Layout::kRoot, 0, 1, &plan).code(), Status::Code::kInvalidArgument);
 }
 
+// Times come from the sources: stored files their own, per-tensor files their shard's,
+// whole-checkpoint files the newest shard's, directories SOURCE's (else the newest file's).
+// No per-node field holds them, so a million-tensor mount stays within memory_test's bounds.
+TEST(LayoutTimes, FilesShowTheirSourcesTimes) {
+  auto opened = OpenCheckpointIn(MemoryDir(TwoShardFiles()), testing::TestCodec());
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  Checkpoint ckpt = std::move(opened).value();
+  ASSERT_EQ(ckpt.shards.size(), 2u);
+  ckpt.shards[0].mtime = {1000, 1};
+  ckpt.shards[1].mtime = {3000, 3};
+  ckpt.index.at(0).mtime = {500, 0};
+  for (StoredFile& f : ckpt.others) f.mtime = {f.name == "config.json" ? 4000 : 10, 4};
+  auto layout = Layout::Build(ckpt);
+  auto find = [&layout](const std::vector<std::string>& path) {
+    uint64_t ino = Layout::kRoot;
+    for (const std::string& part : path) ino = layout.Lookup(ino, part);
+    EXPECT_NE(ino, 0u);
+    return layout.MTime(ino);
+  };
+  auto seconds = [&](const std::vector<std::string>& path) { return find(path).tv_sec; };
+  EXPECT_EQ(seconds({"shards", "s1.safetensors"}), 1000);
+  EXPECT_EQ(find({"shards", "s1.safetensors"}).tv_nsec, 1);
+  EXPECT_EQ(seconds({"shards", "s2.safetensors"}), 3000);
+  EXPECT_EQ(seconds({"shards", "model.safetensors.index.json"}), 500);
+  EXPECT_EQ(seconds({"config.json"}), 4000);
+  EXPECT_EQ(seconds({"tensors", "model", "embed", "weight.npy"}), 1000);
+  EXPECT_EQ(seconds({"tensors", "lm_head", "weight.npy"}), 3000);
+  for (const char* whole : {"model.safetensors", "pytorch_model.bin"}) {
+    EXPECT_EQ(seconds({whole}), 3000) << whole;
+  }
+  EXPECT_EQ(seconds({".ckptfs", "metadata.json"}), 3000);
+  // No directory time given (a URL): the newest stored file's.
+  EXPECT_EQ(seconds({}), 4000);
+  EXPECT_EQ(seconds({"tensors", "model"}), 4000);
+  ckpt.dir_mtime = {2000, 0};
+  EXPECT_EQ(Layout::Build(ckpt).MTime(Layout::kRoot).tv_sec, 2000);
+  EXPECT_EQ(layout.MTime(1'000'000).tv_sec, 0);
+}
+
 TEST(LayoutFaults, ReadErrorsSurfaceAsStatus) {
   auto files = TwoShardFiles();
   SourceDir dir = MemoryDir(files);

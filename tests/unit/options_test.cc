@@ -7,10 +7,51 @@
 
 #include "core/status.h"
 #include "fs/commands.h"
+#include "fs/ownership.h"
 #include "fs/preflight.h"
 
 namespace ckptfs {
 namespace {
+
+TEST(OwnershipTest, ModesAreOctalUpTo0777) {
+  EXPECT_EQ(ParseMode("--umask", "022").value(), 022u);
+  EXPECT_EQ(ParseMode("--umask", "0").value(), 0u);
+  EXPECT_EQ(ParseMode("--file-mode", "0440").value(), 0440u);
+  EXPECT_EQ(ParseMode("--file-mode", "0o755").value(), 0755u);
+  for (const char* text : {"99", "8", "", "-1", "+7", " 7", "0x1ff", "1777", "4755", "07777",
+                           "00000", "rw-r--r--", "0o"}) {
+    Result<uint32_t> r = ParseMode("--umask", text);
+    ASSERT_FALSE(r.ok()) << "'" << text << "'";
+    EXPECT_EQ(r.status().message(),
+              std::string("--umask ") + text + ": not an octal mode from 0 to 0777");
+  }
+}
+
+TEST(OwnershipTest, OwnersAreIdsOrNames) {
+  EXPECT_EQ(ParseOwner("--uid", "65534", false).value(), 65534u);
+  EXPECT_EQ(ParseOwner("--uid", "0", false).value(), 0u);
+  EXPECT_EQ(ParseOwner("--uid", "root", false).value(), 0u);
+  EXPECT_EQ(ParseOwner("--gid", "root", true).value(), 0u);
+  for (const char* text : {"-1", "4294967295", "99999999999", "", "no-such-user-ckptfs", "1 2"}) {
+    Result<uint32_t> r = ParseOwner("--uid", text, false);
+    ASSERT_FALSE(r.ok()) << "'" << text << "'";
+    EXPECT_EQ(r.status().message().rfind(std::string("--uid ") + text + ": ", 0), 0u)
+        << r.status().message();
+  }
+}
+
+// Read and execute bits never exceed the source's; write bits only when asked for.
+TEST(OwnershipTest, ShownModeIsNeverMoreReadableThanTheSource) {
+  EXPECT_EQ(ShownMode(0444, 0555, 0), 0444u);  // defaults: the source-derived mode
+  EXPECT_EQ(ShownMode(0555, 0555, 0), 0555u);
+  EXPECT_EQ(ShownMode(0400, 0444, 0), 0400u);    // a 0600 source stays its owner's
+  EXPECT_EQ(ShownMode(0444, 0440, 0), 0440u);    // --file-mode 0440
+  EXPECT_EQ(ShownMode(0444, 0555, 077), 0400u);  // --umask 077
+  EXPECT_EQ(ShownMode(0400, 0644, 0), 0600u);    // write asked for: shown, read is not widened
+  EXPECT_EQ(ShownMode(0555, 0755, 022), 0755u);
+  EXPECT_EQ(ShownMode(0555, 0777, 022), 0755u);
+  EXPECT_EQ(ShownMode(0444, 0777, 0777), 0u);
+}
 
 TEST(ParseByteSizeTest, Units) {
   EXPECT_EQ(ParseByteSize("0"), 0u);

@@ -393,6 +393,27 @@ std::string Entry(const std::string& key, const std::string& size,
          "</Contents>";
 }
 
+// LastModified only dates the files a mount shows: one that is not ISO 8601 UTC leaves the
+// date unknown (0) and the listing valid.
+TEST(ParseListObjectsV2, LastModifiedDatesObjects) {
+  const std::vector<std::pair<std::string, int64_t>> cases = {
+      {"2024-05-01T12:30:15Z", 1714566615},
+      {"2024-05-01T12:30:15.123Z", 1714566615},
+      {"2024-05-01T12:30:15+02:00", 0},
+      {"yesterday", 0},
+      {"", 0},
+  };
+  for (const auto& [text, seconds] : cases) {
+    SCOPED_TRACE(text);
+    auto page = ParseListObjectsV2(Listing("<Contents><Key>llama/c.json</Key><LastModified>" +
+                                               text + "</LastModified><Size>1</Size></Contents>",
+                                           "<IsTruncated>false</IsTruncated>"),
+                                   kShown);
+    ASSERT_TRUE(page.ok()) << page.status().message();
+    EXPECT_EQ(page->objects.at(0).last_modified, seconds);
+  }
+}
+
 TEST(ParseListObjectsV2, ReadsEntriesAndPages) {
   auto page = ParseListObjectsV2(
       Listing(Entry("llama/config.json", "42") + Entry("llama/a &amp; b.json", "0", "") +
@@ -405,6 +426,7 @@ TEST(ParseListObjectsV2, ReadsEntriesAndPages) {
   EXPECT_EQ(page->objects[0].key, "llama/config.json");
   EXPECT_EQ(page->objects[0].size, 42u);
   EXPECT_EQ(page->objects[0].etag, "\"0123abcd\"");
+  EXPECT_EQ(page->objects[0].last_modified, 1704067200);  // 2024-01-01T00:00:00.000Z
   EXPECT_EQ(page->objects[1].key, "llama/a & b.json");
   EXPECT_EQ(page->objects[1].etag, "");
 
