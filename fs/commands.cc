@@ -20,7 +20,7 @@ namespace {
 
 Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const CodecOptions& codec,
                                              const RemoteOptions& remote, int* exit_code) {
-  auto volume = Volume::Open(source, codec, /*zip_crc=*/false, remote);
+  auto volume = Volume::Open(source, codec, ZipCrcMode::kAuto, remote);
   if (!volume.ok()) {
     PrintRefusal(volume.status());
     *exit_code = ExitCodeForOpenFailure(volume.status());

@@ -148,7 +148,7 @@ ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::CodecOptions& c
 }
 
 int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::CodecOptions codec,
-          bool zip_crc, ckptfs::RemoteOptions remote) {
+          ckptfs::ZipCrcMode zip_crc, ckptfs::RemoteOptions remote) {
   if (ckptfs::Status s = PrepareMount(options, codec, remote); !s.ok()) {
     ckptfs::PrintRefusal(s);
     return 2;
@@ -194,13 +194,20 @@ int main(int argc, char** argv) {
                     "where single-frame .zst shards are decoded once (default /var/tmp)");
   mount->add_option("--log-file", mount_options.log_file,
                     "append daemon log lines (read errors, warnings) to FILE instead of syslog");
-  bool zip_crc = false;
+  std::string zip_crc = "auto";
   RemoteArgs remote;
   remote.AddTo(mount);
   remote.AddCacheDirTo(mount);
-  mount->add_flag("--zip-crc", zip_crc,
-                  "compute CRC-32s for pytorch_model.bin at mount (reads every tensor once) so "
-                  "zip testers pass; torch sources carry theirs already");
+  mount
+      ->add_option("--zip-crc", zip_crc,
+                   "CRC-32s in pytorch_model.bin for zip testers (torch ignores them): auto "
+                   "(default) uses a sidecar from an earlier mount, verify or pack, else a "
+                   "background pass computes one for the next mount (local sources); mount "
+                   "computes them before serving (reads every tensor); off leaves them 0. "
+                   "--zip-crc alone means mount")
+      ->expected(0, 1)
+      ->default_str("mount")
+      ->check(CLI::IsMember({"auto", "mount", "off"}));
   mount->add_option("-o", o_options, "FUSE mount options, comma separated (e.g. allow_other)")
       ->delimiter(',')
       ->allow_extra_args(false);
@@ -260,7 +267,7 @@ int main(int argc, char** argv) {
     codec.cache_bytes = *bytes;
     codec.warn = [](const std::string& line) { ckptfs::LogError("%s", line.c_str()); };
     mount_options.fuse_options = o_options;
-    return Mount(source, mount_options, codec, zip_crc, remote.options);
+    return Mount(source, mount_options, codec, *ckptfs::ParseZipCrcMode(zip_crc), remote.options);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint);
   if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, remote.options);

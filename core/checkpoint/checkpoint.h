@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/codec/codec_context.h"
@@ -65,6 +66,9 @@ struct Tensor {
 
 enum class CheckpointFormat : uint8_t { kSafetensors, kTorch };
 
+// A packed checkpoint's zip CRC sidecar (see core/crc/zip_crc.h): read at open, never shown.
+inline constexpr std::string_view kPackedCrcFile = ".ckptfs-zip-crc";
+
 struct Checkpoint {
   std::string source_path;
   std::vector<StoredFile> shards;  // weight files, in file name order
@@ -76,6 +80,7 @@ struct Checkpoint {
   CheckpointFormat format = CheckpointFormat::kSafetensors;
   std::string state_json;  // torch: the non-tensor values, as JSON; empty if none
   bool remote = false;     // files come from a server (SourceDir::remote)
+  std::unique_ptr<ByteSource> packed_crcs;  // SOURCE's kPackedCrcFile, if it has one
 
   uint64_t TotalTensorBytes() const;
 };
