@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/codec/zstd_source.h"
+#include "core/crc/zip_crc.h"
 #include "core/format/safetensors.h"
 #include "core/pack/pack.h"
 #include "core/volume/volume.h"
@@ -62,7 +63,14 @@ uint64_t ViewBytes(const Tensor& t) {
   return t.contiguous() ? t.size : TensorByteSize(t.dtype, t.shape).value_or(0);
 }
 
-nlohmann::json InspectJson(const Checkpoint& ckpt) {
+nlohmann::json ZipCrcInspectJson(const ZipCrcStatus& crcs) {
+  const char* state = crcs.state == ZipCrcStatus::State::kKnown     ? "known"
+                      : crcs.state == ZipCrcStatus::State::kPending ? "pending"
+                                                                    : "not_computed";
+  return {{"state", state}, {"origin", crcs.origin}, {"sidecar", crcs.sidecar_path}};
+}
+
+nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   using nlohmann::json;
   json shards = json::array();
   for (const StoredFile& s : ckpt.shards) {
@@ -93,10 +101,11 @@ nlohmann::json InspectJson(const Checkpoint& ckpt) {
           {"tensor_count", ckpt.tensors.size()},
           {"tensor_bytes", ckpt.TotalTensorBytes()},
           {"metadata", metadata},
+          {"zip_crc", ZipCrcInspectJson(crcs)},
           {"tensors", tensors}};
 }
 
-void PrintInspectTable(const Checkpoint& ckpt) {
+void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   std::printf("source   %s\n", ckpt.source_path.c_str());
   std::printf("index    %s\n", ckpt.index.empty() ? "(single file)" : ckpt.index[0].name.c_str());
   std::printf("shards   %zu\n", ckpt.shards.size());
@@ -104,8 +113,9 @@ void PrintInspectTable(const Checkpoint& ckpt) {
     std::printf("  %s  %s  (%s)\n", s.stored_name.c_str(), HumanBytes(s.source->Size()).c_str(),
                 StorageKind(s).c_str());
   }
-  std::printf("tensors  %zu, %s\n\n", ckpt.tensors.size(),
+  std::printf("tensors  %zu, %s\n", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str());
+  std::printf("zip CRCs: %s\n\n", crcs.Describe().c_str());
   size_t width = 6;
   for (const Tensor& t : ckpt.tensors) width = std::max(width, t.name.size());
   std::printf("%-*s  %-8s  %-20s  %12s  %s\n", static_cast<int>(width), "TENSOR", "DTYPE", "SHAPE",
@@ -116,6 +126,24 @@ void PrintInspectTable(const Checkpoint& ckpt) {
                 static_cast<unsigned long long>(ViewBytes(t)), ckpt.shards[t.shard].name.c_str(),
                 t.contiguous() ? "" : "  (strided: only in pytorch_model.bin)");
   }
+}
+
+// verify has read every byte: the zip CRCs the mount lacks cost one more read of the
+// tensors (from the page cache or the block cache, mostly), and save every later mount a
+// background pass. Best effort: a sidecar not written is one line, not a failed verify.
+void SaveZipCrcs(const Volume& volume, const RemoteOptions& remote) {
+  const ZipCrcStatus& status = volume.zip_crcs();
+  if (status.state == ZipCrcStatus::State::kKnown || !status.key) return;
+  const std::atomic<bool> never{false};
+  auto crcs = ComputeCrcs(volume.checkpoint(), status.missing, never, nullptr);
+  const CrcStore store(CrcSidecarDir(remote.cache_dir));
+  Status saved = crcs.ok() ? store.Save(*status.key, crcs.value()) : crcs.status();
+  if (!saved.ok()) {
+    PrintRefusal(Status::IoError("zip CRCs not saved: " + saved.message()));
+    return;
+  }
+  std::printf("zip CRCs: saved in %s (pytorch_model.bin passes unzip -t from the next mount)\n",
+              status.sidecar_path.c_str());
 }
 
 }  // namespace
@@ -163,11 +191,11 @@ int RunInspect(const std::string& source, bool json, const CodecOptions& codec,
   auto volume = OpenOrReport(source, codec, remote, &rc);
   if (!volume.ok()) return rc;
   if (json) {
-    std::puts(InspectJson((*volume)->checkpoint())
+    std::puts(InspectJson((*volume)->checkpoint(), (*volume)->zip_crcs())
                   .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
                   .c_str());
   } else {
-    PrintInspectTable((*volume)->checkpoint());
+    PrintInspectTable((*volume)->checkpoint(), (*volume)->zip_crcs());
   }
   return 0;
 }
@@ -212,6 +240,7 @@ int RunVerify(const std::string& source, const CodecOptions& codec, const Remote
   if (damaged) return 2;
   std::printf("%s: ok (%zu shards, %zu tensors, %s)\n", ckpt.source_path.c_str(),
               ckpt.shards.size(), ckpt.tensors.size(), HumanBytes(ckpt.TotalTensorBytes()).c_str());
+  SaveZipCrcs(**volume, remote);
   return 0;
 }
 
@@ -241,6 +270,10 @@ int RunPack(const std::string& source, const std::string& dest, int level, uint6
   if (!s.ok()) {
     PrintRefusal(s);
     return s.code() == Status::Code::kIoError ? 1 : 2;
+  }
+  if (Status crcs = WritePackedCrcs(dest, codec); !crcs.ok()) {
+    PrintRefusal(crcs);
+    return crcs.code() == Status::Code::kIoError ? 1 : 2;
   }
   std::printf("%s: packed %zu tensors into %s\n", (*volume)->checkpoint().source_path.c_str(),
               (*volume)->checkpoint().tensors.size(), dest.c_str());

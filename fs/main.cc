@@ -80,7 +80,8 @@ struct RemoteArgs {
   void AddCacheDirTo(CLI::App* cmd) {
     cmd->add_option("--cache-dir", options.cache_dir,
                     "keep bytes fetched from remote sources in DIR, across mounts and shared "
-                    "by mounts using the same DIR; DIR must be yours and writable only by you");
+                    "by mounts using the same DIR, and zip CRC sidecars in DIR/crc (default "
+                    "~/.cache/ckptfs/crc); DIR must be yours and writable only by you");
     cmd->add_flag("--cache-dir-shared", options.cache_dir_shared,
                   "allow a --cache-dir that others own or may write (a group's cache); only "
                   "entries written by you or root are ever served from it");
@@ -222,11 +223,13 @@ int main(int argc, char** argv) {
   inspect->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
   inspect->add_flag("--json", json, "machine-readable output");
   remote.AddTo(inspect);
+  remote.AddCacheDirTo(inspect);
 
   CLI::App* verify =
       app.add_subcommand("verify", "Check structure and read every byte; exit 0 only if sound");
   verify->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
   remote.AddTo(verify);
+  remote.AddCacheDirTo(verify);
 
   std::string dest, frame_size = "4M", shard_size = "0";
   int level = 3;

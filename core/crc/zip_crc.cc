@@ -353,6 +353,32 @@ Result<ZipCrcStatus> ResolveZipCrcs(Checkpoint& ckpt, ZipCrcMode mode, const Crc
   return status;
 }
 
+Status WritePackedCrcs(const std::string& dest, const CodecOptions& codec_options) {
+  CodecContext codec(codec_options);
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(dest, codec));
+  for (StoredFile& f : ckpt.shards) f.source->BeginServing();
+  const std::vector<uint32_t> missing = MissingCrcStorages(ckpt);
+  const std::optional<CrcKey> key = CrcKeyOf(ckpt);
+  if (missing.empty() || !key) return Status::Ok();
+  Status computed = ComputeStorageCrcs(ckpt);
+  codec.Shutdown();
+  CKPTFS_RETURN_IF_ERROR(computed);
+  std::vector<uint32_t> crcs;
+  for (uint32_t i : missing) crcs.push_back(ckpt.storages[i].crc32);
+  const std::string path = dest + "/" + std::string(kPackedCrcFile);
+  const std::string temp = path + ".part";
+  const std::string bytes = EncodeCrcSidecar(*key, crcs);
+  FILE* f = std::fopen(temp.c_str(), "wbe");
+  bool ok = f && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok = (f && std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(temp.c_str());
+    return Status::IoError(path + ": cannot write: " + std::strerror(err), err);
+  }
+  return Status::Ok();
+}
+
 BackgroundCrcPass::BackgroundCrcPass(const Checkpoint& ckpt, const ZipCrcStatus& status,
                                      CrcStore store, std::function<void(const std::string&)> log)
     : ckpt_(ckpt),
