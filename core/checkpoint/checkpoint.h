@@ -78,8 +78,8 @@ struct Checkpoint {
   std::vector<Storage> storages;   // in shard order, then offset
   Metadata metadata;               // union of the shards' __metadata__, first shard wins
   CheckpointFormat format = CheckpointFormat::kSafetensors;
-  std::string state_json;  // torch: the non-tensor values, as JSON; empty if none
-  bool remote = false;     // files come from a server (SourceDir::remote)
+  std::string state_json;                   // torch: the non-tensor values, as JSON; empty if none
+  bool remote = false;                      // files come from a server (SourceDir::remote)
   std::unique_ptr<ByteSource> packed_crcs;  // SOURCE's kPackedCrcFile, if it has one
 
   uint64_t TotalTensorBytes() const;

@@ -73,10 +73,9 @@ ZstdSource::~ZstdSource() {
 Status ZstdSource::CheckUnchanged() const { return compressed_->CheckUnchanged(); }
 
 std::string ZstdSource::Identity() const {
-  const bool all_checked =
-      index_.seekable && !index_.frames.empty() &&
-      std::all_of(index_.frames.begin(), index_.frames.end(),
-                  [](const Frame& f) { return f.checksum.has_value(); });
+  const bool all_checked = index_.seekable && !index_.frames.empty() &&
+                           std::all_of(index_.frames.begin(), index_.frames.end(),
+                                       [](const Frame& f) { return f.checksum.has_value(); });
   if (!all_checked) {
     std::string base = compressed_->Identity();
     return base.empty() ? base : "zstd\n" + base;

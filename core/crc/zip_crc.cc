@@ -70,8 +70,8 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t limit) {
     bytes.resize(static_cast<size_t>(st.st_size));
     size_t done = 0;
     while (done < bytes.size()) {
-      const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done,
-                                static_cast<off_t>(done));
+      const ssize_t n =
+          ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       done += static_cast<size_t>(n);
@@ -211,8 +211,8 @@ Status CrcStore::Save(const CrcKey& key, std::span<const uint32_t> crcs) const {
   CKPTFS_RETURN_IF_ERROR(MakePrivateDirs(dir_));
   CKPTFS_RETURN_IF_ERROR(DiskCache::CheckDirectory(dir_, DiskCache::Sharing::kPrivate));
   static std::atomic<uint64_t> nonce{0};
-  const std::string temp = dir_ + "/.tmp-" + std::to_string(::getpid()) + "-" +
-                           std::to_string(nonce.fetch_add(1));
+  const std::string temp =
+      dir_ + "/.tmp-" + std::to_string(::getpid()) + "-" + std::to_string(nonce.fetch_add(1));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return Status::IoError(temp + ": cannot create: " + std::strerror(errno), errno);
   const std::string bytes = EncodeCrcSidecar(key, crcs);
@@ -224,8 +224,8 @@ Status CrcStore::Save(const CrcKey& key, std::span<const uint32_t> crcs) const {
     done += static_cast<size_t>(n);
   }
   const int err = errno;
-  const bool ok = ::close(fd) == 0 && done == bytes.size() &&
-                  ::rename(temp.c_str(), PathFor(key).c_str()) == 0;
+  const bool ok =
+      ::close(fd) == 0 && done == bytes.size() && ::rename(temp.c_str(), PathFor(key).c_str()) == 0;
   if (!ok) {
     ::unlink(temp.c_str());
     return Status::IoError(PathFor(key) + ": cannot write: " + std::strerror(err ? err : errno));
@@ -242,8 +242,7 @@ void ApplyCrcs(Checkpoint& ckpt, std::span<const uint32_t> missing,
   }
 }
 
-Result<std::vector<uint32_t>> ComputeCrcs(const Checkpoint& ckpt,
-                                          std::span<const uint32_t> missing,
+Result<std::vector<uint32_t>> ComputeCrcs(const Checkpoint& ckpt, std::span<const uint32_t> missing,
                                           const std::atomic<bool>& stop,
                                           std::atomic<uint64_t>* bytes_done) {
   std::vector<uint32_t> crcs;
@@ -274,7 +273,8 @@ std::string ZipCrcStatus::Describe() const {
     case State::kPending:
       return "not yet computed; unzip -t fails until a background pass finishes (next mount)";
     case State::kUnknown:
-      return "not computed (" + origin + "); unzip -t and zipfile -t fail, torch.load is unaffected";
+      return "not computed (" + origin +
+             "); unzip -t and zipfile -t fail, torch.load is unaffected";
   }
   return {};
 }
@@ -306,9 +306,9 @@ Result<ZipCrcStatus> ResolveZipCrcs(Checkpoint& ckpt, ZipCrcMode mode, const Crc
       Status read = file.Size() <= limit
                         ? file.ReadAt(0, {reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()})
                         : Status::Corruption(file.Name() + ": larger than its checkpoint's");
-      auto crcs = read.ok() ? DecodeCrcSidecar(bytes, *status.key, status.missing.size(),
-                                               file.Name())
-                            : Result<std::vector<uint32_t>>(read);
+      auto crcs = read.ok()
+                      ? DecodeCrcSidecar(bytes, *status.key, status.missing.size(), file.Name())
+                      : Result<std::vector<uint32_t>>(read);
       if (crcs.ok()) {
         ApplyCrcs(ckpt, status.missing, crcs.value());
         status.state = ZipCrcStatus::State::kKnown;

@@ -88,23 +88,21 @@ class CrcStore {
 };
 
 // Writes the CRCs of `missing` into the storages of `ckpt` (has_crc32 set).
-void ApplyCrcs(Checkpoint& ckpt, std::span<const uint32_t> missing,
-               std::span<const uint32_t> crcs);
+void ApplyCrcs(Checkpoint& ckpt, std::span<const uint32_t> missing, std::span<const uint32_t> crcs);
 
 // Reads the storages `missing` of `ckpt` in order, 4 MiB at a time, and returns their
 // CRCs. Adds each chunk's size to `*bytes_done`; gives up with Cancelled-like IoError if
 // `stop` becomes true.
-Result<std::vector<uint32_t>> ComputeCrcs(const Checkpoint& ckpt,
-                                          std::span<const uint32_t> missing,
+Result<std::vector<uint32_t>> ComputeCrcs(const Checkpoint& ckpt, std::span<const uint32_t> missing,
                                           const std::atomic<bool>& stop,
                                           std::atomic<uint64_t>* bytes_done);
 
 // What a mount knows about its zip CRCs; shown by inspect and stats.json.
 struct ZipCrcStatus {
   enum class State {
-    kKnown,      // every record carries its CRC (`origin` says from where)
-    kPending,    // unknown now; a background pass can compute them for the next mount
-    kUnknown,    // unknown, and nothing will compute them (--zip-crc off, remote, no key)
+    kKnown,    // every record carries its CRC (`origin` says from where)
+    kPending,  // unknown now; a background pass can compute them for the next mount
+    kUnknown,  // unknown, and nothing will compute them (--zip-crc off, remote, no key)
   };
   State state = State::kKnown;
   std::string origin;        // "torch zip", "sidecar", "computed at mount", or why unknown

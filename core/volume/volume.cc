@@ -34,8 +34,8 @@ void BeginServing(Checkpoint& ckpt) {
 }  // namespace
 
 Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
-                                             const CodecOptions& codec_options,
-                                             ZipCrcMode zip_crc, const RemoteOptions& remote) {
+                                             const CodecOptions& codec_options, ZipCrcMode zip_crc,
+                                             const RemoteOptions& remote) {
   auto codec = std::make_shared<CodecContext>(codec_options);
   CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path, *codec, remote));
   // Reading every tensor (--zip-crc mount) is serving, not opening: a remote checkpoint's
