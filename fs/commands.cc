@@ -16,6 +16,7 @@
 
 #include "core/checkpoint/natural_order.h"
 #include "core/codec/zstd_source.h"
+#include "core/crc/zip_crc.h"
 #include "core/format/safetensors.h"
 #include "core/pack/pack.h"
 #include "core/volume/volume.h"
@@ -26,7 +27,7 @@ namespace {
 
 Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const CodecOptions& codec,
                                              const RemoteOptions& remote, int* exit_code) {
-  auto volume = Volume::Open(source, codec, /*zip_crc=*/false, remote);
+  auto volume = Volume::Open(source, codec, ZipCrcMode::kAuto, remote);
   if (!volume.ok()) {
     PrintRefusal(volume.status());
     *exit_code = ExitCodeForOpenFailure(volume.status());
@@ -137,7 +138,14 @@ std::vector<uint32_t> NaturalTensorOrder(const Checkpoint& ckpt) {
   return order;
 }
 
-nlohmann::json InspectJson(const Checkpoint& ckpt) {
+nlohmann::json ZipCrcInspectJson(const ZipCrcStatus& crcs) {
+  const char* state = crcs.state == ZipCrcStatus::State::kKnown     ? "known"
+                      : crcs.state == ZipCrcStatus::State::kPending ? "pending"
+                                                                    : "not_computed";
+  return {{"state", state}, {"origin", crcs.origin}, {"sidecar", crcs.sidecar_path}};
+}
+
+nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   using nlohmann::json;
   json shards = json::array();
   for (const StoredFile& s : ckpt.shards) {
@@ -179,6 +187,7 @@ nlohmann::json InspectJson(const Checkpoint& ckpt) {
           {"parameter_count", params.total},
           {"parameters_by_dtype", by_dtype},
           {"metadata", metadata},
+          {"zip_crc", ZipCrcInspectJson(crcs)},
           {"tensors", tensors}};
 }
 
@@ -193,7 +202,7 @@ void PrintShardLine(const StoredFile& s) {
               StorageKind(s).c_str());
 }
 
-void PrintInspectTable(const Checkpoint& ckpt) {
+void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   std::printf("source   %s\n", ckpt.source_path.c_str());
   std::printf("index    %s\n", ckpt.index.empty() ? "(single file)" : ckpt.index[0].name.c_str());
   std::printf("shards   %zu\n", ckpt.shards.size());
@@ -206,7 +215,7 @@ void PrintInspectTable(const Checkpoint& ckpt) {
     std::printf("  %-8s %s in %zu tensor(s), %s\n", dtype.c_str(), Grouped(d.parameters).c_str(),
                 d.tensors, HumanBytes(d.bytes).c_str());
   }
-  std::printf("\n");
+  std::printf("zip CRCs: %s\n\n", crcs.Describe().c_str());
   size_t width = 6;
   for (const Tensor& t : ckpt.tensors) width = std::max(width, t.name.size());
   std::printf("%-*s  %-8s  %-20s  %12s  %s\n", static_cast<int>(width), "TENSOR", "DTYPE", "SHAPE",
@@ -315,6 +324,24 @@ std::string DamagedFrame(const Checkpoint& ckpt, uint32_t shard, size_t frame) {
   return line;
 }
 
+// verify has read every byte: the zip CRCs the mount lacks cost one more read of the
+// tensors (from the page cache or the block cache, mostly), and save every later mount a
+// background pass. Best effort: a sidecar not written is one line, not a failed verify.
+void SaveZipCrcs(const Volume& volume, const RemoteOptions& remote) {
+  const ZipCrcStatus& status = volume.zip_crcs();
+  if (status.state == ZipCrcStatus::State::kKnown || !status.key) return;
+  const std::atomic<bool> never{false};
+  auto crcs = ComputeCrcs(volume.checkpoint(), status.missing, never, nullptr);
+  const CrcStore store(CrcSidecarDir(remote.cache_dir));
+  Status saved = crcs.ok() ? store.Save(*status.key, crcs.value()) : crcs.status();
+  if (!saved.ok()) {
+    PrintRefusal(Status::IoError("zip CRCs not saved: " + saved.message()));
+    return;
+  }
+  std::printf("zip CRCs: saved in %s (pytorch_model.bin passes unzip -t from the next mount)\n",
+              status.sidecar_path.c_str());
+}
+
 }  // namespace
 
 std::optional<uint64_t> ParseByteSize(const std::string& text) {
@@ -360,11 +387,11 @@ int RunInspect(const std::string& source, bool json, const CodecOptions& codec,
   auto volume = OpenOrReport(source, codec, remote, &rc);
   if (!volume.ok()) return rc;
   if (json) {
-    std::puts(InspectJson((*volume)->checkpoint())
+    std::puts(InspectJson((*volume)->checkpoint(), (*volume)->zip_crcs())
                   .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
                   .c_str());
   } else {
-    PrintInspectTable((*volume)->checkpoint());
+    PrintInspectTable((*volume)->checkpoint(), (*volume)->zip_crcs());
   }
   return 0;
 }
@@ -428,6 +455,7 @@ int RunVerify(const std::string& source, const CodecOptions& codec, const Remote
               ckpt.source_path.c_str(), ckpt.shards.size(), ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str(), HumanBytes(total).c_str(),
               Duration(seconds).c_str(), MegabytesPerSecond(total, seconds));
+  SaveZipCrcs(**volume, remote);
   return 0;
 }
 
@@ -449,6 +477,7 @@ int RunPack(const std::string& source, const std::string& dest, const PackOption
   const Checkpoint& ckpt = (*volume)->checkpoint();
   Status s = PackCheckpoint(ckpt, dest, with_progress, &summary);
   progress.Clear();
+  if (s.ok()) s = WritePackedCrcs(dest, codec);
   if (!s.ok()) {
     PrintRefusal(s);
     return s.code() == Status::Code::kIoError ? 1 : 2;

@@ -514,6 +514,7 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
   }
   // Decode workers start here, in the process that serves: threads do not survive fork.
   ctx.volume->codec().StartWorkers();
+  ctx.volume->StartZipCrcPass([](const std::string& line) { LogInfo("%s", line.c_str()); });
   std::thread ready(SignalReady, options.mountpoint, ready_fd);
   fuse_loop_config* config = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(config, 16);

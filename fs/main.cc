@@ -82,7 +82,8 @@ struct RemoteArgs {
   void AddCacheDirTo(CLI::App* cmd) {
     cmd->add_option("--cache-dir", options.cache_dir,
                     "keep bytes fetched from remote sources in DIR, across mounts and shared "
-                    "by mounts using the same DIR; DIR must be yours and writable only by you");
+                    "by mounts using the same DIR, and zip CRC sidecars in DIR/crc (default "
+                    "~/.cache/ckptfs/crc); DIR must be yours and writable only by you");
     cmd->add_flag("--cache-dir-shared", options.cache_dir_shared,
                   "allow a --cache-dir that others own or may write (a group's cache); only "
                   "entries written by you or root are ever served from it");
@@ -187,7 +188,7 @@ ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::CodecOptions& c
 }
 
 int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::CodecOptions codec,
-          bool zip_crc, ckptfs::RemoteOptions remote) {
+          ckptfs::ZipCrcMode zip_crc, ckptfs::RemoteOptions remote) {
   if (ckptfs::Status s = PrepareMount(options, codec, remote); !s.ok()) {
     ckptfs::PrintRefusal(s);
     return 2;
@@ -237,13 +238,20 @@ int main(int argc, char** argv) {
                     "append daemon log lines (read errors, warnings) to FILE instead of syslog");
   OwnershipArgs ownership;
   ownership.AddTo(mount);
-  bool zip_crc = false;
+  std::string zip_crc = "auto";
   RemoteArgs remote;
   remote.AddTo(mount);
   remote.AddCacheDirTo(mount);
-  mount->add_flag("--zip-crc", zip_crc,
-                  "compute CRC-32s for pytorch_model.bin at mount (reads every tensor once) so "
-                  "zip testers pass; torch sources carry theirs already");
+  mount
+      ->add_option("--zip-crc", zip_crc,
+                   "CRC-32s in pytorch_model.bin for zip testers (torch ignores them): auto "
+                   "(default) uses a sidecar from an earlier mount, verify or pack, else a "
+                   "background pass computes one for the next mount (local sources); mount "
+                   "computes them before serving (reads every tensor); off leaves them 0. "
+                   "--zip-crc alone means mount")
+      ->expected(0, 1)
+      ->default_str("mount")
+      ->check(CLI::IsMember({"auto", "mount", "off"}));
   mount->add_option("-o", o_options, "FUSE mount options, comma separated (e.g. allow_other)")
       ->delimiter(',')
       ->allow_extra_args(false);
@@ -265,11 +273,13 @@ int main(int argc, char** argv) {
   inspect->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
   inspect->add_flag("--json", json, "machine-readable output");
   remote.AddTo(inspect);
+  remote.AddCacheDirTo(inspect);
 
   CLI::App* verify =
       app.add_subcommand("verify", "Check structure and read every byte; exit 0 only if sound");
   verify->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
   remote.AddTo(verify);
+  remote.AddCacheDirTo(verify);
 
   std::string dest, frame_size = "4M", shard_size = "0";
   int level = 3;
@@ -321,7 +331,7 @@ int main(int argc, char** argv) {
       ckptfs::PrintRefusal(s);
       return 2;
     }
-    return Mount(source, mount_options, codec, zip_crc, remote.options);
+    return Mount(source, mount_options, codec, *ckptfs::ParseZipCrcMode(zip_crc), remote.options);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint, lazy);
   if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, remote.options);

@@ -664,6 +664,12 @@ Status OpenOthers(const SourceDir& dir, const CodecOptions& options, Checkpoint&
     bool used = std::any_of(ckpt.index.begin(), ckpt.index.end(), stored_as(name)) ||
                 std::any_of(ckpt.shards.begin(), ckpt.shards.end(), stored_as(name));
     if (used || !WeightName(name).empty() || Contains(alternative, name)) continue;
+    if (name == kPackedCrcFile) {
+      // Untrusted like the rest of SOURCE: ResolveZipCrcs parses it strictly.
+      auto crcs = dir.open(name);
+      if (crcs.ok()) ckpt.packed_crcs = std::move(crcs).value();
+      continue;
+    }
     auto other = OpenStored(dir, name);
     if (!other.ok() && other.status().code() == Status::Code::kInvalidArgument) {
       if (options.warn) options.warn(other.status().message());

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/codec/codec_context.h"
@@ -66,6 +67,9 @@ struct Tensor {
 
 enum class CheckpointFormat : uint8_t { kSafetensors, kTorch };
 
+// A packed checkpoint's zip CRC sidecar (see core/crc/zip_crc.h): read at open, never shown.
+inline constexpr std::string_view kPackedCrcFile = ".ckptfs-zip-crc";
+
 struct Checkpoint {
   std::string source_path;
   std::vector<StoredFile> shards;  // weight files, in file name order
@@ -80,6 +84,7 @@ struct Checkpoint {
   // SOURCE's own modification time when it is a local directory; {0, 0} otherwise (a
   // file path, a URL), where the mount's directories show the newest stored file's.
   struct timespec dir_mtime = {};
+  std::unique_ptr<ByteSource> packed_crcs;  // SOURCE's kPackedCrcFile, if it has one
 
   uint64_t TotalTensorBytes() const;
 };

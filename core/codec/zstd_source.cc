@@ -7,6 +7,8 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -69,6 +71,29 @@ ZstdSource::~ZstdSource() {
 }
 
 Status ZstdSource::CheckUnchanged() const { return compressed_->CheckUnchanged(); }
+
+std::string ZstdSource::Identity() const {
+  const bool all_checked = index_.seekable && !index_.frames.empty() &&
+                           std::all_of(index_.frames.begin(), index_.frames.end(),
+                                       [](const Frame& f) { return f.checksum.has_value(); });
+  if (!all_checked) {
+    std::string base = compressed_->Identity();
+    return base.empty() ? base : "zstd\n" + base;
+  }
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  for (const Frame& f : index_.frames) {
+    const uint64_t entry[2] = {f.decoded_size, *f.checksum};
+    XXH3_128bits_update(state, entry, sizeof(entry));
+  }
+  const XXH128_hash_t h = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+  char hex[33];
+  std::snprintf(hex, sizeof(hex), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return "zstd-frames\n" + std::to_string(index_.decoded_size) + "\n" +
+         std::to_string(index_.frames.size()) + "\n" + hex;
+}
 
 Status ZstdSource::DecodeFrame(size_t i, std::span<uint8_t> out) const {
   Status s = DecodeFrameBytes(i, out);

@@ -61,6 +61,11 @@ class ZstdSource final : public ByteSource {
   void Prefetch(uint64_t offset, uint64_t length) const override;
   void BeginServing() override { compressed_->BeginServing(); }
   Status CheckUnchanged() const override;
+  // A seek table with a checksum for every frame names the decoded bytes themselves
+  // ("zstd-frames", then each frame's size and XXH64 checksum, hashed): the same packed
+  // shard copied anywhere, local or remote, has the same identity. Otherwise "zstd" and
+  // the compressed file's identity (empty if it has none).
+  std::string Identity() const override;
   bool CanLend() const override { return !whole_; }
   Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override;
 

@@ -242,6 +242,7 @@ std::vector<OutputFile> Reshard(const Checkpoint& ckpt, uint64_t shard_size) {
 std::set<std::string> OutputNames(const std::vector<OutputFile>& files) {
   std::set<std::string> names;
   for (const OutputFile& f : files) names.insert(f.compress ? f.name + ".zst" : f.name);
+  names.insert(std::string(kPackedCrcFile));  // written after the pack (WritePackedCrcs)
   return names;
 }
 
@@ -327,6 +328,8 @@ Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const Pac
   }
   for (const StoredFile& f : ckpt.others) files.push_back({f.name, {Whole(*f.source)}, false});
   CKPTFS_RETURN_IF_ERROR(PrepareDest(dest, OutputNames(files), options.force));
+  // A replaced pack's zip CRCs describe its old shards: gone before any new shard lands.
+  ::unlink((dest + "/" + std::string(kPackedCrcFile)).c_str());
 
   uint64_t total = 0, done = 0;
   for (const OutputFile& f : files) total += f.compress ? f.Size() : 0;

@@ -93,6 +93,12 @@ void LocalFileSource::Prefetch(uint64_t offset, uint64_t length) const {
   ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
 }
 
+std::string LocalFileSource::Identity() const {
+  const int64_t mtime_ns = static_cast<int64_t>(mtime_.tv_sec) * 1000000000 + mtime_.tv_nsec;
+  return "file\n" + path_ + "\n" + std::to_string(size_) + "\n" + std::to_string(mtime_ns) + "\n" +
+         std::to_string(dev_) + "\n" + std::to_string(ino_);
+}
+
 Status LocalFileSource::CheckUnchanged() const {
   struct stat st;
   if (::fstat(fd_, &st) != 0) {

@@ -61,6 +61,10 @@ class ByteSource {
   // while headers are parsed (RemoteSource: exact ranges, then cached blocks) switch here;
   // sources wrapping another pass it on.
   virtual void BeginServing() {}
+  // Names this version of the bytes for caches kept across mounts (the zip CRC sidecar):
+  // equal identities mean equal bytes. Empty when the source cannot tell (in-memory
+  // sources, a remote object with no ETag or Last-Modified): nothing is then cached.
+  virtual std::string Identity() const { return {}; }
 
  protected:
   // Checks [offset, offset+len) lies within Size(); shared by implementations.
@@ -108,6 +112,9 @@ class LocalFileSource final : public ByteSource {
   // and returns at once, so the disk works while the reader is still busy with what it
   // has: a cold sequential read then overlaps disk and FUSE instead of alternating.
   void Prefetch(uint64_t offset, uint64_t length) const override;
+  // "file", the path, size, mtime in ns, device and inode as seen at open, one a line: a
+  // rewrite in place, a new file renamed over it or a copy elsewhere all change it.
+  std::string Identity() const override;
 
  private:
   LocalFileSource(int fd, const struct stat& st, std::string path, std::string name);

@@ -138,7 +138,7 @@ class HttpSource final : public ByteSource {
   // "URL\nVALIDATOR\nSIZE": the URL without credentials, the ETag (else Last-Modified,
   // else empty) and the size in bytes. Equal identities mean the same bytes: a key for
   // caches of fetched bytes.
-  std::string Identity() const;
+  std::string Identity() const override;
 
  private:
   class Handle;

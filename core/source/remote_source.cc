@@ -30,6 +30,11 @@ RemoteSource::RemoteSource(std::unique_ptr<ByteSource> object, std::string ident
 
 RemoteSource::~RemoteSource() = default;
 
+std::string RemoteSource::Identity() const {
+  // "URL\nVALIDATOR\nSIZE" (HttpSource::Identity): no validator, no identity.
+  return identity_.find("\n\n") == std::string::npos ? identity_ : std::string();
+}
+
 void RemoteSource::BeginServing() {
   object_->BeginServing();  // an HttpSource's open deadline ends here
   serving_.store(true, std::memory_order_release);

@@ -63,6 +63,9 @@ class RemoteSource final : public ByteSource {
   Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override;
   void Prefetch(uint64_t offset, uint64_t length) const override;
   void BeginServing() override;
+  // The object's identity (URL, validator, size), or empty if the server gave no
+  // validator: a changed object could then not be told from the one cached.
+  std::string Identity() const override;
 
  private:
   uint64_t BlockCount() const { return (Size() + kBlockSize - 1) / kBlockSize; }

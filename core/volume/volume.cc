@@ -34,31 +34,75 @@ void BeginServing(Checkpoint& ckpt) {
 }  // namespace
 
 Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
-                                             const CodecOptions& codec_options, bool zip_crc,
+                                             const CodecOptions& codec_options, ZipCrcMode zip_crc,
                                              const RemoteOptions& remote) {
   auto codec = std::make_shared<CodecContext>(codec_options);
   CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path, *codec, remote));
-  if (zip_crc) {
-    // Reading every tensor is serving, not opening: a remote checkpoint's open deadline
-    // bounds its headers, not a pass over all its bytes (each read keeps --timeout).
-    BeginServing(ckpt);
-    CKPTFS_RETURN_IF_ERROR(ComputeStorageCrcs(ckpt));
-  }
-  return FromCheckpoint(std::move(ckpt), std::move(codec));
+  // Reading every tensor (--zip-crc mount) is serving, not opening: a remote checkpoint's
+  // open deadline bounds its headers, not a pass over all its bytes (each read keeps
+  // --timeout).
+  if (zip_crc == ZipCrcMode::kMount) BeginServing(ckpt);
+  CrcStore store(CrcSidecarDir(remote.cache_dir));
+  CKPTFS_ASSIGN_OR_RETURN(ZipCrcStatus crcs,
+                          ResolveZipCrcs(ckpt, zip_crc, store, codec_options.warn));
+  auto volume = FromCheckpoint(std::move(ckpt), std::move(codec));
+  volume->zip_crcs_ = std::move(crcs);
+  volume->crc_store_ = std::move(store);
+  return volume;
 }
 
 std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
                                                std::shared_ptr<CodecContext> codec) {
   BeginServing(ckpt);  // after --zip-crc too: a no-op for sources already serving
   auto volume = std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec)));
+  // Open resolves them; a checkpoint wrapped as it is says only what it carries.
+  volume->zip_crcs_.missing = MissingCrcStorages(volume->ckpt_);
+  if (!volume->zip_crcs_.missing.empty()) {
+    volume->zip_crcs_.state = ZipCrcStatus::State::kUnknown;
+    volume->zip_crcs_.origin = "no sidecar looked up";
+  }
   // Parsing headers and building the layout freed about as much as they keep; the daemon
   // forked from this process would otherwise carry those pages for its lifetime.
   ReleaseFreeMemory();
   return volume;
 }
 
-// Prefetch tasks point at sources: stop them before the sources go.
-Volume::~Volume() { codec_->Shutdown(); }
+// Prefetch tasks and the CRC pass point at sources: stop them before the sources go.
+Volume::~Volume() {
+  crc_pass_.reset();
+  codec_->Shutdown();
+}
+
+void Volume::StartZipCrcPass(std::function<void(const std::string&)> log) {
+  if (zip_crcs_.state != ZipCrcStatus::State::kPending || crc_pass_) return;
+  crc_pass_ = std::make_unique<BackgroundCrcPass>(ckpt_, zip_crcs_, crc_store_, std::move(log));
+}
+
+namespace {
+
+// stats.json's "zip_crc": whether pytorch_model.bin carries CRCs, and the pass's progress.
+nlohmann::json ZipCrcJson(const ZipCrcStatus& status, const BackgroundCrcPass* pass) {
+  std::string state = "known";
+  if (status.state == ZipCrcStatus::State::kUnknown) state = "not_computed";
+  if (status.state == ZipCrcStatus::State::kPending) {
+    state = "pending";  // no pass started (inspect, or a front end that starts none)
+    if (pass) {
+      const BackgroundCrcPass::State s = pass->state();
+      state = s == BackgroundCrcPass::State::kRunning ? "computing"
+              : s == BackgroundCrcPass::State::kSaved ? "saved_for_next_mount"
+                                                      : "failed";
+    }
+  }
+  return {{"state", state},
+          {"in_headers", status.state == ZipCrcStatus::State::kKnown},
+          {"origin", status.origin},
+          {"sidecar", status.sidecar_path},
+          {"storages", status.missing.size()},
+          {"bytes_total", status.missing_bytes},
+          {"bytes_done", pass ? pass->bytes_done() : 0}};
+}
+
+}  // namespace
 
 std::unique_ptr<Readahead> Volume::NewReadahead(uint64_t ino) const {
   const Node* node = layout_.Find(ino);
@@ -234,6 +278,7 @@ std::string Volume::StatsJson() const {
                          {"write_errors", d.write_errors}};
     }
   }
+  j["zip_crc"] = ZipCrcJson(zip_crcs_, crc_pass_.get());
   const BlockCache::Counters c = codec_->cache().counters();
   j["cache"] = {{"capacity_bytes", c.capacity_bytes},
                 {"charged_bytes", c.charged_bytes},

@@ -15,6 +15,7 @@
 // threads.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -23,6 +24,7 @@
 
 #include "core/cache/prefetch.h"
 #include "core/checkpoint/checkpoint.h"
+#include "core/crc/zip_crc.h"
 #include "core/layout/layout.h"
 #include "core/status.h"
 #include "core/volume/stats.h"
@@ -53,10 +55,13 @@ struct Gathered {
 
 class Volume {
  public:
-  // With `zip_crc`, storages without a CRC-32 (safetensors ones) are read once to compute
-  // it, so the merged pytorch_model.bin passes zip testers.
+  // Storages without a CRC-32 (safetensors ones) get theirs as `zip_crc` says (see
+  // core/crc/zip_crc.h): from a sidecar (kAuto, kMount), else computed now (kMount), else
+  // left 0 for this mount (kAuto: StartZipCrcPass computes them for the next one). The
+  // sidecars live in CrcSidecarDir(remote.cache_dir); ignored ones go to codec.warn.
   static Result<std::unique_ptr<Volume>> Open(const std::string& source_path,
-                                              const CodecOptions& codec = {}, bool zip_crc = false,
+                                              const CodecOptions& codec = {},
+                                              ZipCrcMode zip_crc = ZipCrcMode::kAuto,
                                               const RemoteOptions& remote = {});
   // Wraps an already opened checkpoint whose compressed sources use `codec`.
   static std::unique_ptr<Volume> FromCheckpoint(Checkpoint ckpt,
@@ -90,6 +95,13 @@ class Volume {
   // The current contents of /.ckptfs/stats.json.
   std::string StatsJson() const;
 
+  // What is known of pytorch_model.bin's zip CRCs at mount.
+  const ZipCrcStatus& zip_crcs() const { return zip_crcs_; }
+  // If the CRCs are pending, computes them on a background thread of idle priority and
+  // saves the sidecar for the next mount; `log` gets one line when it ends. Call once, in
+  // the process that serves (threads do not survive fork); stopped by the destructor.
+  void StartZipCrcPass(std::function<void(const std::string&)> log);
+
  private:
   // Asks the sources under [range) of file `ino` to fetch or decode it ahead.
   void Prefetch(uint64_t ino, ByteRange range) const;
@@ -101,6 +113,9 @@ class Volume {
   Checkpoint ckpt_;
   Layout layout_;
   mutable Stats stats_;
+  ZipCrcStatus zip_crcs_;
+  CrcStore crc_store_{""};
+  std::unique_ptr<BackgroundCrcPass> crc_pass_;  // reads ckpt_: stopped first
 };
 
 }  // namespace ckptfs

@@ -226,8 +226,10 @@ def LoadSource(src: str) -> Source:
             source = Source([os.path.join(src, n) for n in sorted(singles)], None)
         weights = set(source.weight_files) | {source.index_file}
         weights |= {p + ".zst" for p in source.weight_files}
+        # A packed source's zip CRC sidecar is read by the mount, never shown.
         source.non_weight_files = [os.path.join(src, n) for n in names
-                                   if os.path.join(src, n) not in weights]
+                                   if os.path.join(src, n) not in weights
+                                   and n != ".ckptfs-zip-crc"]
     for path in source.weight_files:
         AddShard(source, path)
     return source

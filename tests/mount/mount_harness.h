@@ -374,6 +374,9 @@ class MountFixture : public testing::Test {
       GTEST_SKIP() << "/dev/fuse cannot be opened (" << fuse_error << "): mount tests need FUSE";
     }
     scratch_ = std::make_unique<TempDir>();
+    // Sidecars of zip CRCs (core/crc) go under XDG_CACHE_HOME: in the scratch directory,
+    // so no test leaves files in the machine's ~/.cache or /var/cache.
+    ::setenv("XDG_CACHE_HOME", scratch_->MakeDir("xdg-cache").c_str(), 1);
   }
 
   void TearDown() override {
