@@ -149,7 +149,7 @@ ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::CodecOptions& c
 }
 
 int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::CodecOptions codec,
-          bool zip_crc, ckptfs::RemoteOptions remote, bool verbose) {
+          bool zip_crc, ckptfs::RemoteOptions remote, bool verbose, const std::string& log_level) {
   if (ckptfs::Status s = PrepareMount(options, codec, remote); !s.ok()) {
     ckptfs::PrintRefusal(s);
     return 2;
@@ -160,8 +160,9 @@ int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::Codec
     return ckptfs::ExitCodeForOpenFailure(volume.status());
   }
   if (verbose) {
-    options.summary = ckptfs::MountSummary(**volume, options.mountpoint, remote.cache_dir,
-                                           ckptfs::DaemonLogDescription(options.foreground));
+    options.summary = ckptfs::MountSummary(
+        **volume, options.mountpoint, remote.cache_dir,
+        ckptfs::DaemonLogDescription(options.foreground) + " (level " + log_level + ")");
   }
   return ckptfs::MountAndServe(std::move(volume).value(), options);
 }
@@ -313,7 +314,7 @@ int main(int argc, char** argv) {
                          : verbose ? ckptfs::LogLevel::kInfo
                                    : ckptfs::LogLevel::kWarn,
                          *ckptfs::ParseLogLevel(log_level));
-    return Mount(source, mount_options, codec, zip_crc, remote.options, verbose);
+    return Mount(source, mount_options, codec, zip_crc, remote.options, verbose, log_level);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint);
   if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, remote.options);
