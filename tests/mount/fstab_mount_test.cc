@@ -137,10 +137,10 @@ TEST_F(FstabMountTest, QuietSuccessVerboseSummaryAndLogLevel) {
   ASSERT_NO_FATAL_FAILURE(
       Mount(source_, mountpoint_, &r, {"-v", "--log-file", log, "--log-level", "error"}));
   EXPECT_EQ(r.err, "") << r.Describe();
-  for (const std::string& expected :
-       {"mounted " + source_ + " at " + mountpoint_, "safetensors, 8 shard(s)",
-        "model.safetensors pytorch_model.bin shards/ tensors/", "512.0 MiB in memory",
-        "log      " + log, "note     tensor \""}) {
+  for (const std::string& expected : std::vector<std::string>{
+           "mounted " + source_ + " at " + mountpoint_, "safetensors, 8 shard(s)",
+           "model.safetensors pytorch_model.bin shards/ tensors/", "512.0 MiB in memory",
+           "log      " + log, "note     tensor \""}) {
     EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.Describe();
   }
   ASSERT_TRUE(ForceUnmount(mountpoint_));
