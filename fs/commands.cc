@@ -1,14 +1,20 @@
 #include "fs/commands.h"
 
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint/natural_order.h"
 #include "core/codec/zstd_source.h"
 #include "core/format/safetensors.h"
 #include "core/pack/pack.h"
@@ -28,11 +34,12 @@ Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const Co
   return volume;
 }
 
-Status ReadEverything(const ByteSource& source) {
+Status ReadEverything(const ByteSource& source, const std::function<void(uint64_t)>& progress) {
   std::vector<uint8_t> buf(4u << 20);
   for (uint64_t off = 0; off < source.Size(); off += buf.size()) {
     const uint64_t n = std::min<uint64_t>(buf.size(), source.Size() - off);
     CKPTFS_RETURN_IF_ERROR(source.ReadAt(off, {buf.data(), n}));
+    progress(n);
   }
   return Status::Ok();
 }
@@ -47,6 +54,18 @@ std::string StorageKind(const StoredFile& f) {
          std::to_string(frames) + " frames";
 }
 
+// Bytes of the file as stored in SOURCE: the .zst file for a compressed shard.
+uint64_t StoredBytes(const StoredFile& f) {
+  const auto* zstd = dynamic_cast<const ZstdSource*>(f.source.get());
+  return zstd ? zstd->CompressedSize() : f.source->Size();
+}
+
+// Decoded bytes per stored byte; 1 for a plain (or empty) file.
+double Ratio(const StoredFile& f) {
+  const uint64_t stored = StoredBytes(f);
+  return stored ? static_cast<double>(f.source->Size()) / static_cast<double>(stored) : 1.0;
+}
+
 std::string HumanBytes(uint64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(n);
@@ -57,9 +76,65 @@ std::string HumanBytes(uint64_t n) {
   return buf;
 }
 
+// "1234567" -> "1,234,567": parameter counts are read digit group by digit group.
+std::string Grouped(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 // Bytes of the tensor's elements, also for a strided view (whose `size` is 0).
 uint64_t ViewBytes(const Tensor& t) {
   return t.contiguous() ? t.size : TensorByteSize(t.dtype, t.shape).value_or(0);
+}
+
+// Elements of the tensor (1 for a scalar); shapes were checked against byte sizes at open,
+// so this cannot overflow for a tensor that has bytes, and saturates for one that does not.
+uint64_t Elements(const Tensor& t) {
+  uint64_t n = 1;
+  for (uint64_t d : t.shape) {
+    if (d && n > UINT64_MAX / d) return UINT64_MAX;
+    n *= d;
+  }
+  return n;
+}
+
+// Parameters (tensor elements) of the whole checkpoint and per dtype. Tied weights count
+// once per tensor name, as summing numel() over a state dict does.
+struct ParameterCount {
+  struct PerDtype {
+    size_t tensors = 0;
+    uint64_t parameters = 0;
+    uint64_t bytes = 0;
+  };
+  uint64_t total = 0;
+  std::map<std::string, PerDtype> by_dtype;
+};
+
+ParameterCount CountParameters(const Checkpoint& ckpt) {
+  ParameterCount count;
+  for (const Tensor& t : ckpt.tensors) {
+    ParameterCount::PerDtype& d = count.by_dtype[std::string(DtypeName(t.dtype))];
+    const uint64_t n = Elements(t);
+    ++d.tensors;
+    d.parameters += n;
+    d.bytes += ViewBytes(t);
+    count.total += n;
+  }
+  return count;
+}
+
+// Tensor indices in natural name order (layers.2 before layers.10), for people.
+std::vector<uint32_t> NaturalTensorOrder(const Checkpoint& ckpt) {
+  std::vector<uint32_t> order(ckpt.tensors.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return NaturalLess(ckpt.tensors[a].name, ckpt.tensors[b].name);
+  });
+  return order;
 }
 
 nlohmann::json InspectJson(const Checkpoint& ckpt) {
@@ -69,13 +144,17 @@ nlohmann::json InspectJson(const Checkpoint& ckpt) {
     shards.push_back({{"file", s.name},
                       {"stored_as", s.stored_name},
                       {"storage", StorageKind(s)},
-                      {"bytes", s.source->Size()}});
+                      {"bytes", s.source->Size()},
+                      {"stored_bytes", StoredBytes(s)},
+                      {"ratio", Ratio(s)}});
   }
   json tensors = json::array();
-  for (const Tensor& t : ckpt.tensors) {
-    json entry = {
-        {"name", t.name},        {"dtype", DtypeName(t.dtype)},        {"shape", t.shape},
-        {"bytes", ViewBytes(t)}, {"shard", ckpt.shards[t.shard].name}, {"offset", t.offset}};
+  for (uint32_t i : NaturalTensorOrder(ckpt)) {
+    const Tensor& t = ckpt.tensors[i];
+    json entry = {{"name", t.name},        {"dtype", DtypeName(t.dtype)},
+                  {"shape", t.shape},      {"parameters", Elements(t)},
+                  {"bytes", ViewBytes(t)}, {"shard", ckpt.shards[t.shard].name},
+                  {"offset", t.offset}};
     if (!t.contiguous()) {
       // A strided view: where its storage starts and how it steps through it.
       entry["offset"] = ckpt.storages[t.storage].offset;
@@ -83,6 +162,11 @@ nlohmann::json InspectJson(const Checkpoint& ckpt) {
       entry["stride"] = t.stride;
     }
     tensors.push_back(std::move(entry));
+  }
+  const ParameterCount params = CountParameters(ckpt);
+  json by_dtype = json::object();
+  for (const auto& [dtype, d] : params.by_dtype) {
+    by_dtype[dtype] = {{"tensors", d.tensors}, {"parameters", d.parameters}, {"bytes", d.bytes}};
   }
   json metadata = json::object();
   for (const auto& [k, v] : ckpt.metadata) metadata[k] = v;
@@ -92,30 +176,143 @@ nlohmann::json InspectJson(const Checkpoint& ckpt) {
           {"shards", shards},
           {"tensor_count", ckpt.tensors.size()},
           {"tensor_bytes", ckpt.TotalTensorBytes()},
+          {"parameter_count", params.total},
+          {"parameters_by_dtype", by_dtype},
           {"metadata", metadata},
           {"tensors", tensors}};
+}
+
+void PrintShardLine(const StoredFile& s) {
+  if (StoredBytes(s) == s.source->Size() && s.stored_name == s.name) {
+    std::printf("  %s  %s  (%s)\n", s.stored_name.c_str(), HumanBytes(s.source->Size()).c_str(),
+                StorageKind(s).c_str());
+    return;
+  }
+  std::printf("  %s  %s stored, %s decoded, ratio %.2f  (%s)\n", s.stored_name.c_str(),
+              HumanBytes(StoredBytes(s)).c_str(), HumanBytes(s.source->Size()).c_str(), Ratio(s),
+              StorageKind(s).c_str());
 }
 
 void PrintInspectTable(const Checkpoint& ckpt) {
   std::printf("source   %s\n", ckpt.source_path.c_str());
   std::printf("index    %s\n", ckpt.index.empty() ? "(single file)" : ckpt.index[0].name.c_str());
   std::printf("shards   %zu\n", ckpt.shards.size());
-  for (const StoredFile& s : ckpt.shards) {
-    std::printf("  %s  %s  (%s)\n", s.stored_name.c_str(), HumanBytes(s.source->Size()).c_str(),
-                StorageKind(s).c_str());
-  }
-  std::printf("tensors  %zu, %s\n\n", ckpt.tensors.size(),
+  for (const StoredFile& s : ckpt.shards) PrintShardLine(s);
+  std::printf("tensors  %zu, %s\n", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str());
+  const ParameterCount params = CountParameters(ckpt);
+  std::printf("params   %s\n", Grouped(params.total).c_str());
+  for (const auto& [dtype, d] : params.by_dtype) {
+    std::printf("  %-8s %s in %zu tensor(s), %s\n", dtype.c_str(), Grouped(d.parameters).c_str(),
+                d.tensors, HumanBytes(d.bytes).c_str());
+  }
+  std::printf("\n");
   size_t width = 6;
   for (const Tensor& t : ckpt.tensors) width = std::max(width, t.name.size());
   std::printf("%-*s  %-8s  %-20s  %12s  %s\n", static_cast<int>(width), "TENSOR", "DTYPE", "SHAPE",
               "BYTES", "SHARD");
-  for (const Tensor& t : ckpt.tensors) {
+  for (uint32_t i : NaturalTensorOrder(ckpt)) {
+    const Tensor& t = ckpt.tensors[i];
     std::printf("%-*s  %-8s  %-20s  %12llu  %s%s\n", static_cast<int>(width), t.name.c_str(),
                 std::string(DtypeName(t.dtype)).c_str(), ShapeToJson(t.shape).c_str(),
                 static_cast<unsigned long long>(ViewBytes(t)), ckpt.shards[t.shard].name.c_str(),
                 t.contiguous() ? "" : "  (strided: only in pytorch_model.bin)");
   }
+}
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// "3.2 s", "4:05", "1:02:03": how long something took or will take.
+std::string Duration(double seconds) {
+  char buf[32];
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof(buf), "%.1f s", seconds);
+  } else {
+    const auto s = static_cast<unsigned long long>(seconds);
+    if (s < 3600) {
+      std::snprintf(buf, sizeof(buf), "%llu:%02llu", s / 60, s % 60);
+    } else {
+      std::snprintf(buf, sizeof(buf), "%llu:%02llu:%02llu", s / 3600, s / 60 % 60, s % 60);
+    }
+  }
+  return buf;
+}
+
+// Megabytes (10^6 bytes) per second, as transfer rates are usually given.
+double MegabytesPerSecond(uint64_t bytes, double seconds) {
+  return seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0;
+}
+
+// One progress line on stderr, rewritten in place at most 5 times a second, and only
+// when stderr is a terminal (logs and pipes get the final line alone).
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::string what) : what_(std::move(what)), tty_(::isatty(2) == 1) {}
+  ~ProgressLine() { Clear(); }
+  bool active() const { return tty_; }
+
+  void Update(uint64_t done, uint64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!tty_ || (shown_ && now - last_ < std::chrono::milliseconds(200) && done < total)) return;
+    last_ = now;
+    shown_ = true;
+    const double elapsed = Seconds(now - start_);
+    const double rate = MegabytesPerSecond(done, elapsed);
+    std::string eta = "--";
+    if (rate > 0 && total >= done) {
+      eta = Duration(static_cast<double>(total - done) / 1e6 / rate);
+    }
+    std::fprintf(stderr, "\r%s: %s of %s (%.0f%%), %.1f MB/s, ETA %s\033[K", what_.c_str(),
+                 HumanBytes(done).c_str(), HumanBytes(total).c_str(),
+                 total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
+                 rate, eta.c_str());
+    std::fflush(stderr);
+  }
+  // Erases the line, so that what follows starts on a clean one.
+  void Clear() {
+    if (shown_) std::fputs("\r\033[K", stderr);
+    shown_ = false;
+  }
+  double Elapsed() const { return Seconds(std::chrono::steady_clock::now() - start_); }
+
+ private:
+  std::string what_;
+  bool tty_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_;
+};
+
+// What a damaged frame of weight shard `shard` held, for verify's line: its decoded byte
+// range and the tensors overlapping it (natural order, the first few named).
+std::string DamagedFrame(const Checkpoint& ckpt, uint32_t shard, size_t frame) {
+  const auto& zstd = dynamic_cast<const ZstdSource&>(*ckpt.shards[shard].source);
+  uint64_t begin = 0, end = zstd.Size();
+  if (frame != ZstdSource::kWholeStream) {
+    begin = zstd.index().frames[frame].decoded_offset;
+    end = begin + zstd.index().frames[frame].decoded_size;
+  }
+  std::vector<std::string> hit;
+  for (const Tensor& t : ckpt.tensors) {
+    if (t.shard != shard) continue;
+    // A strided view draws from its whole storage.
+    const Storage& storage = ckpt.storages[t.storage];
+    const uint64_t from = t.contiguous() ? t.offset : storage.offset;
+    const uint64_t size = t.contiguous() ? t.size : storage.size;
+    if (from < end && begin < from + size) hit.push_back(t.name);
+  }
+  std::sort(hit.begin(), hit.end(),
+            [](const std::string& a, const std::string& b) { return NaturalLess(a, b); });
+  std::string line = "; bytes " + std::to_string(begin) + "-" + std::to_string(end) + " of " +
+                     ckpt.shards[shard].name + ", ";
+  if (hit.empty()) return line + "no tensor (header or padding)";
+  constexpr size_t kNamed = 8;
+  line += std::to_string(hit.size()) + (hit.size() == 1 ? " tensor: " : " tensors: ");
+  for (size_t i = 0; i < std::min(hit.size(), kNamed); ++i) line += (i ? ", " : "") + hit[i];
+  if (hit.size() > kNamed) line += ", ... (" + std::to_string(hit.size() - kNamed) + " more)";
+  return line;
 }
 
 }  // namespace
@@ -230,17 +427,32 @@ int RunVerify(const std::string& source, const CodecOptions& codec, const Remote
   // every stored byte once, reporting each damaged frame or unreadable file, one line each.
   const Checkpoint& ckpt = (*volume)->checkpoint();
   size_t damaged = 0;
+  ProgressLine progress("verify");
   auto report = [&](const Status& s) {
+    progress.Clear();
     PrintRefusal(s);
     ++damaged;
   };
+  uint64_t total = 0, done = 0;
+  for (const auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
+    for (const StoredFile& f : *group) total += f.source->Size();
+  }
+  auto advance = [&](uint64_t n) { progress.Update(done += n, total); };
   for (const auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
     for (const StoredFile& f : *group) {
-      if (const auto* zstd = dynamic_cast<const ZstdSource*>(f.source.get())) {
-        zstd->VerifyAll(report);
-      } else if (Status s = ReadEverything(*f.source); !s.ok()) {
-        report(s);
+      const auto* zstd = dynamic_cast<const ZstdSource*>(f.source.get());
+      if (!zstd) {
+        if (Status s = ReadEverything(*f.source, advance); !s.ok()) report(s);
+        continue;
       }
+      const auto shard = static_cast<uint32_t>(&f - group->data());
+      const bool weights = group == &ckpt.shards;
+      zstd->VerifyAll(
+          [&](const Status& s, size_t frame) {
+            report(weights ? Status::Corruption(s.message() + DamagedFrame(ckpt, shard, frame))
+                           : s);
+          },
+          advance);
     }
   }
   // torch.save records carry a CRC-32 of each storage: check what the zip promised.
@@ -258,14 +470,18 @@ int RunVerify(const std::string& source, const CodecOptions& codec, const Remote
       report(Status::Corruption(ckpt.shards[s.shard].name + line));
     }
   }
+  progress.Clear();
   if (damaged) return 2;
-  std::printf("%s: ok (%zu shards, %zu tensors, %s)\n", ckpt.source_path.c_str(),
-              ckpt.shards.size(), ckpt.tensors.size(), HumanBytes(ckpt.TotalTensorBytes()).c_str());
+  const double seconds = progress.Elapsed();
+  std::printf("%s: ok (%zu shards, %zu tensors, %s; %s read in %s, %.1f MB/s)\n",
+              ckpt.source_path.c_str(), ckpt.shards.size(), ckpt.tensors.size(),
+              HumanBytes(ckpt.TotalTensorBytes()).c_str(), HumanBytes(total).c_str(),
+              Duration(seconds).c_str(), MegabytesPerSecond(total, seconds));
   return 0;
 }
 
-int RunPack(const std::string& source, const std::string& dest, int level, uint64_t frame_size,
-            uint64_t shard_size, const RemoteOptions& remote) {
+int RunPack(const std::string& source, const std::string& dest, const PackOptions& options,
+            const RemoteOptions& remote) {
   int rc = 0;
   // Packing reads every byte once, front to back: a small cache is plenty.
   CodecOptions codec;
@@ -273,45 +489,98 @@ int RunPack(const std::string& source, const std::string& dest, int level, uint6
   auto volume = OpenOrReport(source, codec, remote, &rc);
   if (!volume.ok()) return rc;
   (*volume)->codec().StartWorkers();  // remote sources fetch ahead in parallel
-  PackOptions options;
-  options.level = level;
-  options.frame_size = frame_size;
-  options.shard_size = shard_size;
-  const bool tty = ::isatty(2);
-  if (tty) {
-    options.progress = [](uint64_t done, uint64_t total) {
-      std::fprintf(stderr, "\rpack: %s of %s (%.0f%%)   ", HumanBytes(done).c_str(),
-                   HumanBytes(total).c_str(),
-                   total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0);
-    };
+  ProgressLine progress("pack");
+  PackOptions with_progress = options;
+  if (progress.active()) {
+    with_progress.progress = [&](uint64_t done, uint64_t total) { progress.Update(done, total); };
   }
-  Status s = PackCheckpoint((*volume)->checkpoint(), dest, options);
-  if (tty) std::fputc('\n', stderr);
+  PackSummary summary;
+  const Checkpoint& ckpt = (*volume)->checkpoint();
+  Status s = PackCheckpoint(ckpt, dest, with_progress, &summary);
+  progress.Clear();
   if (!s.ok()) {
     PrintRefusal(s);
     return s.code() == Status::Code::kIoError ? 1 : 2;
   }
-  std::printf("%s: packed %zu tensors into %s\n", (*volume)->checkpoint().source_path.c_str(),
-              (*volume)->checkpoint().tensors.size(), dest.c_str());
+  const double seconds = progress.Elapsed();
+  const double ratio = summary.compressed_bytes ? static_cast<double>(summary.decoded_bytes) /
+                                                      static_cast<double>(summary.compressed_bytes)
+                                                : 1.0;
+  std::printf(
+      "%s: packed %zu tensors into %s: %zu shard(s), %s -> %s (ratio %.2f) in %s, %.1f MB/s\n",
+      ckpt.source_path.c_str(), ckpt.tensors.size(), dest.c_str(), summary.shards,
+      HumanBytes(summary.decoded_bytes).c_str(), HumanBytes(summary.compressed_bytes).c_str(),
+      ratio, Duration(seconds).c_str(), MegabytesPerSecond(summary.decoded_bytes, seconds));
   return 0;
 }
 
-int RunUmount(const std::string& path) {
-  // Judged from the mount table, never by touching the mount: a dead daemon's mount fails
-  // every stat with ENOTCONN and a hung one blocks it. realpath(3) of the parent still
-  // resolves symlinks on the way to it.
-  std::string mountpoint = AbsolutePath(path);
-  if (mountpoint != "/") {
-    char parent[PATH_MAX];
-    const size_t slash = mountpoint.rfind('/');
-    if (::realpath(slash == 0 ? "/" : mountpoint.substr(0, slash).c_str(), parent) != nullptr) {
-      mountpoint =
-          (std::string(parent) == "/" ? "" : std::string(parent)) + mountpoint.substr(slash);
+namespace {
+
+// Runs `fusermount3 -u [-z] MOUNTPOINT`, keeping what it prints on stderr (one or two
+// lines) so that ckptfs can say it in its own words. Exit status 127: no fusermount3.
+int RunFusermount(const std::string& mountpoint, bool lazy, std::string* err) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return 127;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 2);
+    if (lazy) {
+      ::execlp("fusermount3", "fusermount3", "-u", "-z", "--", mountpoint.c_str(),
+               static_cast<char*>(nullptr));
+    } else {
+      ::execlp("fusermount3", "fusermount3", "-u", "--", mountpoint.c_str(),
+               static_cast<char*>(nullptr));
     }
+    _exit(127);
   }
+  ::close(fds[1]);
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) != 0;) {
+    if (n > 0 && err->size() < 4096) err->append(buf, static_cast<size_t>(n));
+    if (n < 0 && errno != EINTR) break;
+  }
+  ::close(fds[0]);
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 1;
+  return WEXITSTATUS(status);
+}
+
+// fusermount3's last line without its "fusermount3: " prefix.
+std::string LastLine(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  text = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+  const std::string prefix = "fusermount3: ";
+  return text.rfind(prefix, 0) == 0 ? text.substr(prefix.size()) : text;
+}
+
+Status BusyStatus(const std::string& mountpoint) {
+  return Status::IoError(mountpoint +
+                         ": busy: a process has a file or directory open there (see fuser -vm " +
+                         mountpoint + " or lsof " + mountpoint +
+                         "); ckptfs umount -z detaches it now and ends it once they close");
+}
+
+// The mount point as the mount table spells it, found without touching the mount: a dead
+// daemon's mount fails every stat with ENOTCONN and a hung one blocks it. realpath(3) of
+// the parent still resolves symlinks on the way to it.
+std::string MountTablePath(const std::string& path) {
+  std::string mountpoint = AbsolutePath(path);
+  if (mountpoint == "/") return mountpoint;
+  char parent[PATH_MAX];
+  const size_t slash = mountpoint.rfind('/');
+  if (::realpath(slash == 0 ? "/" : mountpoint.substr(0, slash).c_str(), parent) != nullptr) {
+    mountpoint = (std::string(parent) == "/" ? "" : std::string(parent)) + mountpoint.substr(slash);
+  }
+  return mountpoint;
+}
+
+}  // namespace
+
+int RunUmount(const std::string& path, bool lazy) {
+  const std::string mountpoint = MountTablePath(path);
   const std::optional<MountEntry> mount = FindMount(mountpoint);
   if (!mount) {
-    PrintRefusal(Status::InvalidArgument(mountpoint + ": not a mount point"));
+    PrintRefusal(Status::InvalidArgument(mountpoint + ": not mounted"));
     return 2;
   }
   // fusermount3 unmounts any FUSE mount of this user, and as root umount2 anything at all.
@@ -320,19 +589,26 @@ int RunUmount(const std::string& path) {
                                          "); use umount(8) or fusermount3 -u"));
     return 2;
   }
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execlp("fusermount3", "fusermount3", "-u", mountpoint.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
+  std::string err;
+  const int rc = RunFusermount(mountpoint, lazy, &err);
+  if (rc == 0) return 0;
+  int error = 0;
+  if (rc == 127) {
+    // No fusermount3 on this machine: root can unmount directly.
+    if (::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) == 0) return 0;
+    error = errno;
+  } else if (err.find("Device or resource busy") != std::string::npos) {
+    error = EBUSY;
   }
-  int status = 0;
-  if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) {
-    if (WEXITSTATUS(status) == 0) return 0;
-    if (WEXITSTATUS(status) != 127) return 1;  // fusermount3 already said why
+  if (error == EBUSY) {
+    PrintRefusal(BusyStatus(mountpoint));
+  } else if (!FindMount(mountpoint)) {
+    PrintRefusal(Status::InvalidArgument(mountpoint + ": not mounted"));  // raced another umount
+    return 2;
+  } else {
+    PrintRefusal(Status::IoError(mountpoint + ": cannot unmount: " +
+                                 (error ? std::string(std::strerror(error)) : LastLine(err))));
   }
-  // No fusermount3 on this machine: root can unmount directly.
-  if (::umount2(mountpoint.c_str(), 0) == 0) return 0;
-  PrintRefusal(Status::IoError(mountpoint + ": cannot unmount: " + std::strerror(errno)));
   return 1;
 }
 

@@ -1,4 +1,4 @@
-// The ckptfs subcommands that do not mount: inspect, verify and umount. Each returns a
+// The ckptfs subcommands that do not mount: inspect, verify, pack and umount. Each returns a
 // process exit code (0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint) and
 // prints refusals as one line on stderr.
 #pragma once
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/codec/codec_context.h"
+#include "core/pack/pack.h"
 #include "core/source/remote_options.h"
 
 namespace ckptfs {
@@ -20,12 +21,17 @@ std::optional<uint64_t> ParseByteSize(const std::string& text);
 int RunInspect(const std::string& source, bool json, const CodecOptions& codec,
                const RemoteOptions& remote);
 int RunVerify(const std::string& source, const CodecOptions& codec, const RemoteOptions& remote);
-// Unmounts the ckptfs mount at `mountpoint` only: refuses (exit 2, one line) a path that
-// is not exactly a mount point in /proc/self/mountinfo, or is one of another file system.
-int RunUmount(const std::string& mountpoint);
-// `level`, `frame_size`, `shard_size` as PackOptions; progress on stderr when a terminal.
-int RunPack(const std::string& source, const std::string& dest, int level, uint64_t frame_size,
-            uint64_t shard_size, const RemoteOptions& remote);
+// Unmounts the ckptfs mount at `mountpoint` only (fusermount3 -u, or -uz when `lazy`:
+// detached at once, the daemon ends when the last open file closes). Exit 0 unmounted;
+// 2 (one line) for a path that is not exactly a mount point in /proc/self/mountinfo
+// ("not mounted") or is one of another file system ("not a ckptfs mount"); 1 when the
+// unmount fails: "busy" with the hint to fuser/lsof and -z, or the system's reason.
+int RunUmount(const std::string& mountpoint, bool lazy);
+// Packs SOURCE into DEST (see core/pack/pack.h); on a terminal a progress line (bytes,
+// MB/s, ETA) on stderr, rewritten in place; always, at the end, one line on stdout with
+// the shards written, decoded and stored size, ratio and time.
+int RunPack(const std::string& source, const std::string& dest, const PackOptions& options,
+            const RemoteOptions& remote);
 
 // What the views of `volume` leave out or shadow, one line each; the first 20 notes and a
 // count of the rest, since a checkpoint of many strided tensors would flood the log.

@@ -14,6 +14,7 @@
 #include "fs/log.h"
 #include "fs/mount_args.h"
 #include "fs/preflight.h"
+#include "fs/version.h"
 
 namespace {
 
@@ -202,9 +203,11 @@ int main(int argc, char** argv) {
   CLI::App app{
       "ckptfs: mount a sharded ML checkpoint (safetensors or torch.save) as one read-only\n"
       "file system.\n"
-      "Exit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint."};
+      "Exit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint.",
+      "ckptfs"};  // named, not argv[0]: help (and the man page made from it) says "ckptfs"
   app.require_subcommand(1);
-  app.set_version_flag("--version", "ckptfs 0.1.0");
+  app.set_version_flag("-V,--version", std::string("ckptfs ") + ckptfs::VersionString(),
+                       "print the version (and the git commit it was built from) and exit");
 
   std::string source, mountpoint;
   ckptfs::MountOptions mount_options;
@@ -255,6 +258,13 @@ int main(int argc, char** argv) {
   CLI::App* umount = app.add_subcommand(
       "umount", "Unmount the ckptfs mount at MOUNTPOINT (fusermount3 -u); refuses other mounts");
   umount->add_option("MOUNTPOINT", mountpoint, "a ckptfs mount point")->required();
+  bool lazy = false;
+  umount->add_flag("-z,--lazy", lazy,
+                   "lazy unmount (fusermount3 -uz): detach now even if busy; the daemon exits "
+                   "once the last open file is closed");
+  umount->footer(
+      "Exit codes: 0 unmounted; 1 busy (a process has a file open there: see fuser -vm or "
+      "lsof, or use -z) or the unmount failed; 2 not mounted or not a ckptfs mount.");
 
   bool json = false;
   CLI::App* inspect = app.add_subcommand(
@@ -273,7 +283,14 @@ int main(int argc, char** argv) {
   CLI::App* pack = app.add_subcommand(
       "pack", "Write SOURCE as seekable-zstd shards (random access, checksums) into DEST");
   pack->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
-  pack->add_option("DEST", dest, "new or empty directory")->required();
+  pack->add_option("DEST", dest,
+                   "new or empty directory; an interrupted pack's leftovers (NAME.part) there "
+                   "are removed and the pack starts over")
+      ->required();
+  bool force = false;
+  pack->add_flag("--force", force,
+                 "replace the files a previous pack wrote into DEST; other files are never "
+                 "touched (refused)");
   pack->add_option("--level", level, "zstd level (default 3)");
   pack->add_option("--frame-size", frame_size,
                    "decoded bytes per frame: the unit of random access (default 4M)");
@@ -316,7 +333,7 @@ int main(int argc, char** argv) {
                          *ckptfs::ParseLogLevel(log_level));
     return Mount(source, mount_options, codec, zip_crc, remote.options, verbose, log_level);
   }
-  if (umount->parsed()) return ckptfs::RunUmount(mountpoint);
+  if (umount->parsed()) return ckptfs::RunUmount(mountpoint, lazy);
   if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, remote.options);
   if (verify->parsed()) return ckptfs::RunVerify(source, codec, remote.options);
   if (pack->parsed()) {
@@ -328,7 +345,12 @@ int main(int argc, char** argv) {
           (!frame || *frame == 0 ? "--frame-size " + frame_size : "--shard-size " + shard_size) +
           ": not a size (e.g. 4M, 2G)");
     }
-    return ckptfs::RunPack(source, Absolute(dest), level, *frame, *shard, remote.options);
+    ckptfs::PackOptions options;
+    options.level = level;
+    options.frame_size = *frame;
+    options.shard_size = *shard;
+    options.force = force;
+    return ckptfs::RunPack(source, Absolute(dest), options, remote.options);
   }
   return 2;
 }

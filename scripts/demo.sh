@@ -3,6 +3,9 @@
 # mounts it and uses it with real clients, then unmounts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/packages.sh
+# What the demo's clients need: numpy and torch to load from the mount, nginx to serve.
+ensure_packages python3-numpy python3-torch nginx-light
 scripts/setup.sh build
 ckptfs=$PWD/build/fs/ckptfs
 work=$(mktemp -d /tmp/ckptfs-demo.XXXXXX)

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -90,8 +91,15 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, Co
   const std::string base = url.substr(0, slash + 1);
   // One deadline for every request of opening: discovery here, then the header reads of
   // OpenCheckpointIn (the sources keep it until BeginServing).
+  if (std::string problem = UrlPasswordProblem(url); !problem.empty()) {
+    return Status::InvalidArgument(problem);
+  }
   HttpOptions http = options;
   http.open_deadline = std::chrono::steady_clock::now() + http.timeout;
+  if (const char* password = std::getenv("CKPTFS_HTTP_PASSWORD");
+      password && http.password.empty()) {
+    http.password = password;
+  }
   // The one file a URL names is asked for as the user wrote it; every other name (known
   // names, names from an index) becomes one percent-encoded segment under `base`.
   const std::string named_file = slash + 1 < url.size() ? url.substr(slash + 1) : std::string();

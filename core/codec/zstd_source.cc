@@ -340,10 +340,14 @@ Status ZstdSource::DecodeStream(
   return Status::Ok();
 }
 
-size_t ZstdSource::VerifyAll(const std::function<void(const Status&)>& report) const {
+size_t ZstdSource::VerifyAll(const std::function<void(const Status&, size_t frame)>& report,
+                             const std::function<void(uint64_t decoded)>& progress) const {
   if (whole_) {
-    Status s = DecodeStream([](std::span<const uint8_t>, uint64_t) { return Status::Ok(); });
-    if (!s.ok()) report(s);
+    Status s = DecodeStream([&](std::span<const uint8_t> bytes, uint64_t) {
+      if (progress) progress(bytes.size());
+      return Status::Ok();
+    });
+    if (!s.ok()) report(s, kWholeStream);
     return s.ok() ? 0 : 1;
   }
   size_t damaged = 0;
@@ -351,9 +355,10 @@ size_t ZstdSource::VerifyAll(const std::function<void(const Status&)>& report) c
     std::unique_ptr<uint8_t[]> out(new uint8_t[index_.frames[i].decoded_size]);
     Status s = DecodeFrame(i, {out.get(), index_.frames[i].decoded_size});
     if (!s.ok()) {
-      report(s);
+      report(s, i);
       ++damaged;
     }
+    if (progress) progress(index_.frames[i].decoded_size);
   }
   return damaged;
 }

@@ -62,12 +62,18 @@ class ZstdSource final : public ByteSource {
   Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override;
 
   const FrameIndex& index() const { return index_; }
+  // Bytes of the .zst file as stored (frames and seek table).
+  uint64_t CompressedSize() const { return compressed_->Size(); }
   bool decodes_whole() const { return whole_; }
   // Decodes frame `i` into `out` (exactly its decoded size), checking it.
   Status DecodeFrame(size_t i, std::span<uint8_t> out) const;
   // Decodes everything without caching it, checking every frame; calls `report` once per
-  // damaged frame (or once for a damaged single-frame stream). Returns the number reported.
-  size_t VerifyAll(const std::function<void(const Status&)>& report) const;
+  // damaged frame with its index in index().frames (or once with kWholeStream for a
+  // damaged stream decoded whole), and `progress`, if set, with the decoded bytes of each
+  // step as it goes. Returns the number reported.
+  static constexpr size_t kWholeStream = SIZE_MAX;
+  size_t VerifyAll(const std::function<void(const Status&, size_t frame)>& report,
+                   const std::function<void(uint64_t decoded)>& progress = {}) const;
 
  private:
   ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index, CodecContext& context);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -72,11 +73,14 @@ Status ReadPieces(const OutputFile& file, uint64_t offset, std::span<uint8_t> ou
 class Writer {
  public:
   static Result<Writer> Create(const std::string& path) {
-    int fd = ::open((path + ".part").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // PrepareDest removed any leftover: a .part that exists now is not ours to truncate.
+    int fd = ::open((path + ".part").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    0644);
     if (fd < 0) return Status::IoError(path + ": cannot create: " + std::strerror(errno), errno);
     return Writer(path, fd);
   }
-  Writer(Writer&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)) {}
+  Writer(Writer&& o) noexcept
+      : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), written_(o.written_) {}
   ~Writer() {
     if (fd_ >= 0) {
       ::close(fd_);
@@ -90,8 +94,10 @@ class Writer {
       if (n < 0) return Status::IoError(path_ + ": write failed: " + std::strerror(errno), errno);
       done += static_cast<size_t>(n);
     }
+    written_ += bytes.size();
     return Status::Ok();
   }
+  uint64_t written() const { return written_; }
   // Makes the file visible under its final name.
   Status Commit() {
     if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
@@ -109,6 +115,7 @@ class Writer {
   Writer(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
   std::string path_;
   int fd_;
+  uint64_t written_ = 0;
 };
 
 // One frame being compressed.
@@ -132,7 +139,7 @@ Status CompressFrame(FrameJob& job, int level) {
 // Streams `file` into DEST/NAME.zst as seekable zstd: batches of frames are read in order,
 // compressed in parallel, written in order; memory stays at two frames per thread.
 Status WriteSeekable(const OutputFile& file, const std::string& dest, const PackOptions& options,
-                     size_t threads, uint64_t& done, uint64_t total) {
+                     size_t threads, uint64_t& done, uint64_t total, PackSummary& summary) {
   CKPTFS_ASSIGN_OR_RETURN(Writer out, Writer::Create(dest + "/" + file.name + ".zst"));
   const uint64_t size = file.Size();
   std::vector<Frame> frames;
@@ -169,10 +176,13 @@ Status WriteSeekable(const OutputFile& file, const std::string& dest, const Pack
   }
   const std::string table = BuildSeekTable(frames, /*with_checksums=*/true);
   CKPTFS_RETURN_IF_ERROR(out.Write({reinterpret_cast<const uint8_t*>(table.data()), table.size()}));
+  summary.decoded_bytes += size;
+  summary.compressed_bytes += out.written();
+  ++summary.shards;
   return out.Commit();
 }
 
-Status WriteCopy(const OutputFile& file, const std::string& dest) {
+Status WriteCopy(const OutputFile& file, const std::string& dest, PackSummary& summary) {
   CKPTFS_ASSIGN_OR_RETURN(Writer out, Writer::Create(dest + "/" + file.name));
   std::vector<uint8_t> buf(4u << 20);
   for (uint64_t offset = 0, size = file.Size(); offset < size;) {
@@ -181,6 +191,7 @@ Status WriteCopy(const OutputFile& file, const std::string& dest) {
     CKPTFS_RETURN_IF_ERROR(out.Write({buf.data(), n}));
     offset += n;
   }
+  summary.copied_bytes += out.written();
   return out.Commit();
 }
 
@@ -227,24 +238,61 @@ std::vector<OutputFile> Reshard(const Checkpoint& ckpt, uint64_t shard_size) {
   return shards;
 }
 
-Status PrepareDest(const std::string& dest) {
+// The names this pack writes into DEST.
+std::set<std::string> OutputNames(const std::vector<OutputFile>& files) {
+  std::set<std::string> names;
+  for (const OutputFile& f : files) names.insert(f.compress ? f.name + ".zst" : f.name);
+  return names;
+}
+
+// See the header: DEST missing, empty, or holding only this pack's own files.
+Status PrepareDest(const std::string& dest, const std::set<std::string>& ours, bool force) {
   if (::mkdir(dest.c_str(), 0755) == 0) return Status::Ok();
   if (errno != EEXIST)
     return Status::IoError(dest + ": cannot create: " + std::strerror(errno), errno);
   DIR* d = ::opendir(dest.c_str());
   if (!d) return Status::InvalidArgument(dest + ": exists and is not a directory");
-  bool empty = true;
+  std::vector<std::string> parts;
+  std::string foreign;
+  bool finished = false;
   while (dirent* e = ::readdir(d)) {
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) empty = false;
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    const bool part =
+        name.size() > 5 && name.ends_with(".part") && ours.count(name.substr(0, name.size() - 5));
+    struct stat st;
+    const bool regular =
+        ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+    if (!regular || (!part && !ours.count(name))) {
+      if (foreign.empty()) foreign = name;
+    } else if (part) {
+      parts.push_back(name);
+    } else {
+      finished = true;
+    }
   }
   ::closedir(d);
-  if (!empty) return Status::InvalidArgument(dest + ": destination is not empty");
+  if (!foreign.empty()) {
+    return Status::InvalidArgument(dest + ": destination is not empty: it holds \"" + foreign +
+                                   "\", which this pack does not write");
+  }
+  if (finished && parts.empty() && !force) {
+    return Status::InvalidArgument(dest +
+                                   ": destination is not empty: it holds a finished pack "
+                                   "(--force replaces it)");
+  }
+  for (const std::string& name : parts) {
+    if (::unlink((dest + "/" + name).c_str()) != 0 && errno != ENOENT) {
+      return Status::IoError(dest + "/" + name + ": cannot remove: " + std::strerror(errno), errno);
+    }
+  }
   return Status::Ok();
 }
 
 }  // namespace
 
-Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const PackOptions& options) {
+Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const PackOptions& options,
+                      PackSummary* summary) {
   for (const StoredFile& s : ckpt.shards) {
     if (s.stored_name != s.name) {
       return Status::InvalidArgument(ckpt.source_path + ": already packed (" + s.stored_name +
@@ -270,8 +318,6 @@ Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const Pac
       }
     }
   }
-  CKPTFS_RETURN_IF_ERROR(PrepareDest(dest));
-
   std::vector<OutputFile> files;
   if (options.shard_size) {
     files = Reshard(ckpt, options.shard_size);
@@ -280,15 +326,19 @@ Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const Pac
     for (const StoredFile& f : ckpt.index) files.push_back({f.name, {Whole(*f.source)}, false});
   }
   for (const StoredFile& f : ckpt.others) files.push_back({f.name, {Whole(*f.source)}, false});
+  CKPTFS_RETURN_IF_ERROR(PrepareDest(dest, OutputNames(files), options.force));
 
   uint64_t total = 0, done = 0;
   for (const OutputFile& f : files) total += f.compress ? f.Size() : 0;
   const size_t threads =
       options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  PackSummary written;
   for (const OutputFile& f : files) {
-    CKPTFS_RETURN_IF_ERROR(f.compress ? WriteSeekable(f, dest, options, threads, done, total)
-                                      : WriteCopy(f, dest));
+    CKPTFS_RETURN_IF_ERROR(f.compress
+                               ? WriteSeekable(f, dest, options, threads, done, total, written)
+                               : WriteCopy(f, dest, written));
   }
+  if (summary) *summary = written;
   return Status::Ok();
 }
 

@@ -5,8 +5,15 @@
 // per frame. Plain `zstd -d` decodes the result. Non-weight files and the index are copied
 // unchanged. With `shard_size`, tensors are regrouped (in aligned order) into new shards
 // of at most that many bytes each (a larger tensor gets a shard of its own) under a new
-// model.safetensors.index.json. Files are written under a temporary name and renamed, so
-// an interrupted pack leaves no file that looks complete.
+// model.safetensors.index.json. Files are written under a temporary name (NAME.part) and
+// renamed, so an interrupted pack leaves no file that looks complete.
+//
+// DEST must be missing or empty, with two exceptions, and never holds anything else
+// than what this pack writes (any other entry is refused, naming it, and left alone):
+//  - the leftovers of an interrupted pack, told apart by at least one NAME.part beside
+//    (some of) the files this pack writes: the .part files are removed and the pack starts
+//    over, replacing the finished files;
+//  - with `force`, the files this pack writes, finished or not: they are replaced.
 #pragma once
 
 #include <cstdint>
@@ -23,12 +30,23 @@ struct PackOptions {
   uint64_t frame_size = 4ull << 20;
   uint64_t shard_size = 0;  // 0: keep the source's sharding
   size_t threads = 0;       // 0: one per core
+  bool force = false;       // replace the files a previous pack wrote into DEST
   // Called now and then with bytes written so far (decoded) and the total.
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
+// What a pack wrote.
+struct PackSummary {
+  uint64_t decoded_bytes = 0;     // of the shards compressed
+  uint64_t compressed_bytes = 0;  // their .zst files, seek tables included
+  uint64_t copied_bytes = 0;      // files copied as they are (index, config...)
+  size_t shards = 0;
+};
+
 // Packs `ckpt` into the directory `dest`, which must be missing or empty. Refuses a
 // checkpoint whose shards are already compressed.
-Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const PackOptions& options);
+// `summary`, if given, is filled on success.
+Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const PackOptions& options,
+                      PackSummary* summary = nullptr);
 
 }  // namespace ckptfs

@@ -228,6 +228,18 @@ std::string RedactedUrl(const std::string& url) {
   return url.substr(0, host) + url.substr(at + 1);
 }
 
+std::string UrlPasswordProblem(const std::string& url) {
+  const size_t scheme = url.find("://");
+  const size_t host = scheme == std::string::npos ? 0 : scheme + 3;
+  const std::string authority = url.substr(host, url.find_first_of("/?#", host) - host);
+  const size_t at = authority.rfind('@');
+  if (at == std::string::npos || authority.find(':') > at) return "";  // none, or a user alone
+  return RedactedUrl(url) +
+         ": a password in the URL would be visible to every local user (ps, /proc/mounts); "
+         "give the user alone (http://USER@host/...) and the password in ~/.netrc or "
+         "CKPTFS_HTTP_PASSWORD";
+}
+
 namespace {
 
 // What every request sets the same way; Perform adds the rest after a curl_easy_reset, so
@@ -339,6 +351,10 @@ CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
     curl_easy_setopt(curl, CURLOPT_UNRESTRICTED_AUTH, 0L);
     curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR,
                      request.url->rfind("https://", 0) == 0 ? "https" : "http,https");
+    curl_easy_setopt(curl, CURLOPT_NETRC, static_cast<long>(CURL_NETRC_OPTIONAL));
+    if (!options.password.empty()) {
+      curl_easy_setopt(curl, CURLOPT_PASSWORD, options.password.c_str());
+    }
   } else {
     // Signed: libcurl would keep sending the x-amz-* headers (the session token among
     // them) to any host a Location names, and a signature is only good for the URL it

@@ -29,8 +29,12 @@
 // send the session token and x-amz-* headers to wherever the Location points. A 3xx is
 // then an error naming where it pointed. Unsigned requests follow up to 5 redirects,
 // only to http(s) (to https only from an https URL); libcurl sends a URL's
-// user:password only to the host and port it was given for (CURLOPT_UNRESTRICTED_AUTH
+// credentials only to the host and port it was given for (CURLOPT_UNRESTRICTED_AUTH
 // off), and the only other headers sent are If-Match / If-Unmodified-Since.
+//
+// Credentials for unsigned requests never come from the command line (UrlPasswordProblem):
+// libcurl looks the host up in ~/.netrc (of the user the daemon runs as), and
+// HttpOptions::password, when set, is the password of the user the URL names.
 //
 // S3 objects (HttpOptions::sigv4 with an access key) have every request signed with AWS
 // Signature Version 4 by libcurl, with the `x-amz-content-sha256` header S3 requires
@@ -58,6 +62,12 @@ namespace ckptfs {
 // `url` without any user:password@ part: what messages and stats may show, since
 // credentials are never logged.
 std::string RedactedUrl(const std::string& url);
+
+// Empty, or why `url` may not be used: it carries a password (`user:password@host`),
+// which every local user could read in `ps`, /proc/mounts (the mount's source) and shell
+// history. The user name alone is fine; its password comes from ~/.netrc or
+// CKPTFS_HTTP_PASSWORD (see HttpOptions::password). The message never shows the password.
+std::string UrlPasswordProblem(const std::string& url);
 
 // Empty if `name` (a file name an index or a listing gave) can be asked for as a file of
 // its directory, else why not: empty, or, as it is or percent-decoded (repeatedly: some

@@ -28,6 +28,10 @@ struct HttpOptions {
   // there are. The default (the clock's epoch): no such deadline.
   std::chrono::steady_clock::time_point open_deadline{};
   bool verify_tls = true;
+  // The password for the user a URL names (`http://USER@host/...`), for servers with basic
+  // or digest auth; the opener fills it from CKPTFS_HTTP_PASSWORD. Empty: ~/.netrc, if any,
+  // has the say. A secret: never print it.
+  std::string password;
   AwsSigning sigv4;  // S3 objects: every request signed for service "s3"
 };
 

@@ -14,6 +14,8 @@ a test can mount against a sound server and then turn it hostile:
   stall-shards  never answer a GET of a .safetensors file (HEADs are answered)
   stall-get     never answer any GET
   redirect      answer everything with 307 to the same path on --redirect-port
+  auth          serve correctly, but only requests with basic auth someone:hunter2
+                (401 to the rest)
 
 The --redirect-port listener (same process) answers 404 to everything. Every request on
 either port is appended to LOG as one JSON object a line: port, method, raw path, the
@@ -24,6 +26,7 @@ usage: hostile_http_server.py --port P --root DIR --log FILE --mode-file FILE
 """
 
 import argparse
+import base64
 import hashlib
 import http.server
 import json
@@ -93,6 +96,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if mode == "redirect":
             location = "http://127.0.0.1:%d%s" % (ARGS.redirect_port, self.path)
             self.Answer(307, [("Location", location)])
+            return
+        wanted = "Basic " + base64.b64encode(b"someone:hunter2").decode()
+        if mode == "auth" and self.headers.get("Authorization") != wanted:
+            self.Answer(401, [("WWW-Authenticate", 'Basic realm="ckptfs"')])
             return
         resolved = Resolve(self.path)
         file_path = os.path.join(ARGS.root, resolved.lstrip("/"))

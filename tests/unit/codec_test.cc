@@ -192,7 +192,7 @@ TEST_F(ZstdSourceTest, CorruptFrameIsAnErrorNamingShardAndFrame) {
       << s.message();
   // Other frames still read.
   EXPECT_EQ(Read(*src, 0, 100), kPlain.substr(0, 100));
-  size_t reported = src->VerifyAll([](const Status&) {});
+  size_t reported = src->VerifyAll([](const Status&, size_t) {});
   EXPECT_EQ(reported, 1u);
 }
 

@@ -175,5 +175,19 @@ TEST(HttpSourceTimeLimits, ARefusedRangeIsTriedOnceMoreWithoutRetries) {
   EXPECT_LT(Clock::now() - start, milliseconds(200));
 }
 
+TEST(UrlPasswordProblem, RefusesPasswordsNeverShowsThem) {
+  EXPECT_EQ(UrlPasswordProblem("https://host/ckpt/"), "");
+  EXPECT_EQ(UrlPasswordProblem("https://someone@host:8443/ckpt/"), "");
+  EXPECT_EQ(UrlPasswordProblem("http://host/a:b@c/model.safetensors"), "") << "@ in the path";
+  EXPECT_EQ(UrlPasswordProblem("http://host?x=a:b@c"), "") << "@ in the query";
+  for (const std::string url : {"http://someone:hunter2@host/ckpt/", "https://:hunter2@host/",
+                                "http://some:one:hunter2@host:80/x.safetensors"}) {
+    const std::string problem = UrlPasswordProblem(url);
+    EXPECT_NE(problem, "") << url;
+    EXPECT_EQ(problem.find("hunter2"), std::string::npos) << problem;
+    EXPECT_NE(problem.find(".netrc"), std::string::npos) << problem;
+  }
+}
+
 }  // namespace
 }  // namespace ckptfs

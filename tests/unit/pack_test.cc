@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "core/codec/zstd_source.h"
 #include "core/volume/volume.h"
@@ -106,6 +107,60 @@ TEST_F(PackTest, ReshardsBySize) {
     }
   }
   ExpectSameTensors(*packed);
+}
+
+// What a killed pack leaves: finished files beside a NAME.part (garbage here). A rerun
+// removes the .part, replaces the finished files, and reports what it wrote.
+TEST_F(PackTest, RerunReplacesTheLeftoversOfAnInterruptedPack) {
+  std::filesystem::create_directories(dest_);
+  std::ofstream(dest_ / "s1.safetensors.zst") << "not zstd";
+  std::ofstream(dest_ / "s2.safetensors.zst.part") << "half";
+  PackOptions options;
+  options.frame_size = 4096;
+  PackSummary summary;
+  Status s = PackCheckpoint(source_->checkpoint(), dest_, options, &summary);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_FALSE(std::filesystem::exists(dest_ / "s2.safetensors.zst.part"));
+  EXPECT_EQ(summary.shards, 2u);
+  EXPECT_EQ(summary.decoded_bytes, source_->checkpoint().shards[0].source->Size() +
+                                       source_->checkpoint().shards[1].source->Size());
+  EXPECT_EQ(summary.compressed_bytes, std::filesystem::file_size(dest_ / "s1.safetensors.zst") +
+                                          std::filesystem::file_size(dest_ / "s2.safetensors.zst"));
+  CodecContext codec({.cache_bytes = 1 << 20});
+  auto packed = OpenCheckpoint(dest_, codec);
+  ASSERT_TRUE(packed.ok()) << packed.status().message();
+  ExpectSameTensors(*packed);
+
+  // Finished now: replaced only with force.
+  EXPECT_NE(PackCheckpoint(source_->checkpoint(), dest_, options).message().find("--force"),
+            std::string::npos);
+  options.force = true;
+  EXPECT_TRUE(PackCheckpoint(source_->checkpoint(), dest_, options).ok());
+}
+
+// Whatever pack would not write stays, and makes DEST refused, force or not: a .part of
+// another name, a directory where a shard goes, a symlink.
+TEST_F(PackTest, NeverTouchesWhatItDoesNotWrite) {
+  PackOptions options;
+  options.frame_size = 4096;
+  options.force = true;
+  for (const char* name : {"notes.txt.part", "s1.safetensors.zst", "config.json"}) {
+    SCOPED_TRACE(name);
+    std::filesystem::remove_all(dest_);
+    std::filesystem::create_directories(dest_);
+    std::ofstream(dest_ / "s2.safetensors.zst.part") << "half";
+    if (std::string(name) == "s1.safetensors.zst") {
+      std::filesystem::create_directories(dest_ / name);
+    } else if (std::string(name) == "config.json") {
+      std::filesystem::create_symlink("/etc/hostname", dest_ / name);
+    } else {
+      std::ofstream(dest_ / name) << "mine";
+    }
+    Status s = PackCheckpoint(source_->checkpoint(), dest_, options);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find(name), std::string::npos) << s.message();
+    EXPECT_TRUE(std::filesystem::exists(dest_ / "s2.safetensors.zst.part"));
+  }
 }
 
 TEST_F(PackTest, RefusesBadOptions) {

@@ -1,0 +1,354 @@
+// The command line as a user meets it (issue 11, item 8), through the real binary:
+// --version/-V with the git description, the man page and bash completion the build
+// makes, inspect's natural order, parameter counts and compression ratios, a pack killed
+// half-way and run again, verify naming the tensors of a damaged frame, progress lines on
+// a terminal (under script(1)), and umount's own messages, exit codes and -z.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <random>
+#include <regex>
+
+#include "mount_harness.h"
+
+extern char** environ;
+
+namespace ckptfs::mount_test {
+namespace {
+
+struct TensorSpec {
+  std::string name;
+  std::string dtype;  // F32, BF16...
+  std::vector<uint64_t> shape;
+};
+
+uint64_t ElementSize(const std::string& dtype) { return dtype == "F32" ? 4 : 2; }
+uint64_t Elements(const TensorSpec& t) {
+  uint64_t n = 1;
+  for (uint64_t d : t.shape) n *= d;
+  return n;
+}
+
+// A safetensors file of `tensors` in the given order, data random (`random`) or zeros.
+// Returns the header's size (8 + JSON), where tensor data starts.
+uint64_t WriteSafetensors(const std::string& path, const std::vector<TensorSpec>& tensors,
+                          bool random) {
+  std::string json = "{";
+  uint64_t offset = 0;
+  for (const TensorSpec& t : tensors) {
+    const uint64_t bytes = Elements(t) * ElementSize(t.dtype);
+    std::string shape;
+    for (uint64_t d : t.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    json += (json.size() > 1 ? "," : "") + std::string("\"") + t.name + "\":{\"dtype\":\"" +
+            t.dtype + "\",\"shape\":[" + shape + "],\"data_offsets\":[" + std::to_string(offset) +
+            "," + std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  }
+  json += "}";
+  while (json.size() % 8) json += ' ';
+  std::string data(offset, '\0');
+  std::mt19937 rng(7);
+  if (random) {
+    for (char& c : data) c = static_cast<char>(rng());
+  }
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t n = json.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);  // little-endian hosts only
+  out << json << data;
+  return 8 + n;
+}
+
+// Runs argv under script(1), so that its stderr is a terminal; returns what it printed.
+ProcessResult OnTerminal(const std::vector<std::string>& argv, milliseconds timeout) {
+  std::string command;
+  for (const std::string& a : argv) command += (command.empty() ? "'" : " '") + a + "'";
+  return RunProcess({"script", "-qec", command, "/dev/null"}, timeout);
+}
+
+bool HaveProgram(const std::string& name) {
+  return RunProcess({"sh", "-c", "command -v " + name}, kRefusalTimeout).exit_code == 0;
+}
+
+std::vector<std::string> DirEntries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class CliTest : public MountFixture {};
+
+TEST_F(CliTest, VersionNamesTheCommit) {
+  const ProcessResult version = Ckptfs({"--version"}, kRefusalTimeout);
+  const ProcessResult v = Ckptfs({"-V"}, kRefusalTimeout);
+  ASSERT_EQ(version.exit_code, 0) << version.Describe();
+  ASSERT_EQ(v.exit_code, 0) << v.Describe();
+  EXPECT_EQ(version.out, v.out);
+  EXPECT_TRUE(std::regex_match(version.out,
+                               std::regex(R"(ckptfs \d+\.\d+\.\d+( \(git [0-9A-Za-z._-]+\))?\n)")))
+      << version.out;
+  // Built from a git checkout: the description is the one git gives for it.
+  const ProcessResult git =
+      RunProcess({"git", "-C", kSourceDir, "describe", "--always", "--dirty"}, kRefusalTimeout);
+  if (git.exit_code == 0) {
+    EXPECT_NE(version.out.find(" (git " + git.out.substr(0, git.out.find('\n')) + ")"),
+              std::string::npos)
+        << version.out << " vs git describe " << git.out;
+  }
+}
+
+TEST_F(CliTest, ManPageIsBuiltFromTheHelp) {
+  if (!HaveProgram("help2man")) GTEST_SKIP() << "no help2man: the build makes no man page";
+  ASSERT_TRUE(fs::exists(CKPTFS_MAN_PAGE)) << CKPTFS_MAN_PAGE;
+  const ProcessResult man =
+      RunProcess({"env", "MANWIDTH=120", "man", "-l", CKPTFS_MAN_PAGE}, kRefusalTimeout);
+  ASSERT_EQ(man.exit_code, 0) << man.Describe();
+  const ProcessResult version = Ckptfs({"--version"}, kRefusalTimeout);
+  for (const std::string& want :
+       {std::string("ckptfs umount"), std::string("ckptfs pack"), std::string("--lazy"),
+        std::string("--force"), std::string("--json"), std::string("Exit codes"),
+        version.out.substr(0, version.out.find('\n'))}) {
+    EXPECT_NE(man.out.find(want), std::string::npos) << "man page lacks " << want;
+  }
+}
+
+TEST_F(CliTest, BashCompletionOffersSubcommandsAndOptions) {
+  auto complete = [](const std::string& words, int cword) {
+    const std::string script =
+        "source '" + ScriptPath("completion/ckptfs.bash") + "'; COMP_WORDS=(" + words +
+        "); COMP_CWORD=" + std::to_string(cword) + "; _ckptfs; echo \"${COMPREPLY[*]}\"";
+    return RunProcess({"bash", "-c", script}, kRefusalTimeout);
+  };
+  const std::string bin = std::string("'") + kCkptfs + "'";
+  ProcessResult r = complete(bin + " ''", 1);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_EQ(r.out, "mount umount inspect verify pack\n") << r.Describe();
+  r = complete(bin + " pa", 1);
+  EXPECT_EQ(r.out, "pack\n") << r.Describe();
+  r = complete(bin + " umount -", 2);
+  EXPECT_NE(r.out.find("--lazy"), std::string::npos) << r.Describe();
+  EXPECT_NE(r.out.find("-z"), std::string::npos) << r.Describe();
+  r = complete(bin + " pack --f", 2);
+  EXPECT_EQ(r.out, "--force --frame-size\n") << r.Describe();
+}
+
+// layers.2 before layers.10; parameters in total and per dtype; a compressed shard's
+// stored size and ratio; the same in --json.
+TEST_F(CliTest, InspectSortsNaturallyAndCountsParameters) {
+  const std::string dir = scratch_->MakeDir("ck");
+  std::vector<TensorSpec> shard1 = {{"layers.10.w", "F32", {64, 64}},
+                                    {"layers.2.w", "F32", {64, 64}},
+                                    {"embed", "BF16", {100, 64}}};
+  std::vector<TensorSpec> shard2 = {{"layers.1.w", "F32", {64, 64}}, {"layers.11.w", "F32", {64}}};
+  WriteSafetensors(dir + "/model-00001-of-00002.safetensors", shard1, /*random=*/false);
+  WriteSafetensors(dir + "/model-00002-of-00002.safetensors", shard2, /*random=*/true);
+  std::string map;
+  for (const auto& t : shard1) map += "\"" + t.name + "\":\"model-00001-of-00002.safetensors\",";
+  for (const auto& t : shard2) map += "\"" + t.name + "\":\"model-00002-of-00002.safetensors\",";
+  map.pop_back();
+  std::ofstream(dir + "/model.safetensors.index.json") << "{\"weight_map\":{" << map << "}}";
+  // Zeros compress well: shard 1 stored as zstd.
+  ASSERT_EQ(
+      RunProcess({"zstd", "-q", "--rm", dir + "/model-00001-of-00002.safetensors"}, kCheckTimeout)
+          .exit_code,
+      0);
+  const uint64_t params = 3 * 4096 + 64 + 6400;
+
+  const ProcessResult table = Ckptfs({"inspect", dir}, kCheckTimeout);
+  ASSERT_EQ(table.exit_code, 0) << table.Describe();
+  const std::string& out = table.out;
+  std::vector<size_t> at;
+  for (const char* name : {"layers.1.w", "layers.2.w", "layers.10.w", "layers.11.w"}) {
+    at.push_back(out.find(std::string("\n") + name + " "));
+    ASSERT_NE(at.back(), std::string::npos) << name << " not listed:\n" << out;
+  }
+  EXPECT_TRUE(std::is_sorted(at.begin(), at.end())) << "not in natural order:\n" << out;
+  EXPECT_NE(out.find("params   18,752\n"), std::string::npos) << out;
+  EXPECT_EQ(params, 18752u);
+  EXPECT_NE(out.find("F32      12,352 in 4 tensor(s), 48."), std::string::npos) << out;
+  EXPECT_NE(out.find("BF16     6,400 in 1 tensor(s), 12.5 KiB"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(R"(model-00001-of-00002\.safetensors\.zst  \S+ \S+ stored, 44\.\d KiB )"
+                      R"(decoded, ratio \d+\.\d\d)")))
+      << out;
+
+  const ProcessResult json = Ckptfs({"inspect", dir, "--json"}, kCheckTimeout);
+  ASSERT_EQ(json.exit_code, 0) << json.Describe();
+  const std::string& j = json.out;
+  EXPECT_NE(j.find("\"parameter_count\": 18752"), std::string::npos) << j;
+  EXPECT_TRUE(std::regex_search(j, std::regex(R"("F32": \{\s*"bytes": 49408,\s*"parameters": )"
+                                              R"(12352,\s*"tensors": 4)")))
+      << j;
+  EXPECT_TRUE(j.find("\"name\": \"layers.2.w\"") < j.find("\"name\": \"layers.10.w\"")) << j;
+  EXPECT_NE(j.find("\"stored_as\": \"model-00001-of-00002.safetensors.zst\""), std::string::npos);
+  EXPECT_TRUE(std::regex_search(j, std::regex(R"("ratio": ([2-9]\d|\d{3,})\.)"))) << j;
+}
+
+// A pack killed with SIGKILL half-way leaves finished shards and a NAME.part; run again,
+// it removes the leftover, packs everything and the result verifies. A finished pack is
+// replaced only with --force, and a file pack does not write is never touched.
+TEST_F(CliTest, PackKilledHalfWayCanBeRunAgain) {
+  const std::string plain = scratch_->Path("plain");
+  ASSERT_NO_FATAL_FAILURE(
+      Generate(plain, {"--kind", "bench", "--total-bytes", "48M", "--shards", "6"}));
+  const std::string dest = scratch_->Path("packed");
+  // Level 19 is slow enough to catch it between shards.
+  std::vector<std::string> argv = {kCkptfs, "pack", plain, dest, "--level", "19"};
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, kCkptfs, &actions, nullptr, args.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  bool caught = false;
+  for (auto deadline = std::chrono::steady_clock::now() + seconds(120);
+       !caught && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(milliseconds(20));
+    if (!fs::exists(dest)) continue;
+    const auto names = DirEntries(dest);
+    const bool part = std::any_of(names.begin(), names.end(),
+                                  [](const std::string& n) { return n.ends_with(".zst.part"); });
+    const bool done = std::any_of(names.begin(), names.end(),
+                                  [](const std::string& n) { return n.ends_with(".zst"); });
+    caught = part && done;
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(caught) << "pack was never seen with a finished shard and a .part one";
+  ASSERT_TRUE(WIFSIGNALED(status)) << "pack finished before it could be killed";
+
+  // The leftovers of a killed pack: rerun, complete, sound.
+  ProcessResult again = Ckptfs({"pack", plain, dest, "--frame-size", kFrameSize}, kCheckTimeout);
+  ASSERT_EQ(again.exit_code, 0) << again.Describe();
+  EXPECT_TRUE(std::regex_search(
+      again.out, std::regex(R"(packed \d+ tensors into .*: 6 shard\(s\), 48\.\d MiB -> )"
+                            R"(\S+ \S+ \(ratio \d+\.\d\d\) in \S+ s, \d+\.\d MB/s\n)")))
+      << again.out;
+  for (const std::string& name : DirEntries(dest)) {
+    EXPECT_FALSE(name.ends_with(".part")) << name << " left in " << dest;
+  }
+  const ProcessResult verify = Ckptfs({"verify", dest}, kVerifyTimeout);
+  EXPECT_EQ(verify.exit_code, 0) << verify.Describe();
+  RunCheck("check_packed.py", {plain, dest, std::to_string(kFrameBytes)});
+
+  // Finished: refused without --force, replaced with it.
+  ExpectRefusal(Ckptfs({"pack", plain, dest}, kCheckTimeout), {dest});
+  again = Ckptfs({"pack", plain, dest, "--force", "--frame-size", kFrameSize}, kCheckTimeout);
+  EXPECT_EQ(again.exit_code, 0) << again.Describe();
+  // Something pack does not write: refused, named, left alone, with or without --force.
+  std::ofstream(dest + "/notes.txt") << "mine";
+  const ProcessResult foreign = Ckptfs({"pack", plain, dest, "--force"}, kCheckTimeout);
+  ExpectRefusal(foreign, {"notes.txt"});
+  EXPECT_EQ(ReadTextFile(dest + "/notes.txt"), "mine");
+}
+
+// On a terminal pack and verify rewrite one progress line (bytes, MB/s, ETA); the final
+// lines are printed either way.
+TEST_F(CliTest, ProgressOnATerminal) {
+  if (!HaveProgram("script")) GTEST_SKIP() << "no script(1) to give ckptfs a terminal";
+  const std::string plain = scratch_->Path("plain");
+  ASSERT_NO_FATAL_FAILURE(Generate(plain, {"--kind", "bench", "--total-bytes", "16M"}));
+  const std::string dest = scratch_->Path("packed");
+  const ProcessResult pack = OnTerminal({kCkptfs, "pack", plain, dest}, kCheckTimeout);
+  ASSERT_EQ(pack.exit_code, 0) << pack.Describe();
+  EXPECT_TRUE(std::regex_search(pack.out, std::regex(R"(\rpack: \S+ \S+ of 16\.\d MiB \(\d+%\), )"
+                                                     R"(\d+\.\d MB/s, ETA )")))
+      << pack.out;
+  EXPECT_NE(pack.out.find("(ratio "), std::string::npos) << pack.out;
+  const ProcessResult verify = OnTerminal({kCkptfs, "verify", dest}, kCheckTimeout);
+  ASSERT_EQ(verify.exit_code, 0) << verify.Describe();
+  EXPECT_TRUE(std::regex_search(verify.out, std::regex(R"(\rverify: \S+ \S+ of \S+ \S+ \(\d+%\), )"
+                                                       R"(\d+\.\d MB/s)")))
+      << verify.out;
+  EXPECT_NE(verify.out.find(": ok ("), std::string::npos) << verify.out;
+  // Not a terminal: no progress line at all.
+  const ProcessResult quiet = Ckptfs({"verify", dest}, kCheckTimeout);
+  EXPECT_EQ(quiet.err, "") << quiet.Describe();
+}
+
+// A damaged frame: verify's line gives the shard, the frame's byte range and exactly the
+// tensors stored there, in natural order.
+TEST_F(CliTest, VerifyNamesTheTensorsOfADamagedFrame) {
+  const std::string plain = scratch_->MakeDir("plain");
+  std::vector<TensorSpec> tensors;
+  for (int i = 0; i < 12; ++i)
+    tensors.push_back({"layers." + std::to_string(i) + ".w", "F32", {1000}});
+  const uint64_t data_start = WriteSafetensors(plain + "/model.safetensors", tensors, true);
+  const std::string dest = scratch_->Path("packed");
+  ASSERT_EQ(Ckptfs({"pack", plain, dest, "--frame-size", "8K"}, kCheckTimeout).exit_code, 0);
+  const std::string zst = dest + "/model.safetensors.zst";
+  {
+    std::fstream f(zst, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(zst) / 2));
+    f.write("\xde\xad\xbe\xef\xde\xad\xbe\xef", 8);
+  }
+  const ProcessResult r = Ckptfs({"verify", dest}, kVerifyTimeout);
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m,
+                                std::regex(R"(; bytes (\d+)-(\d+) of model\.safetensors, (\d+) )"
+                                           R"(tensors?: (.*)\n)")))
+      << r.Describe();
+  EXPECT_EQ(LineCount(r.err), 1) << r.Describe();
+  const uint64_t begin = std::stoull(m[1]), end = std::stoull(m[2]);
+  std::string want;
+  size_t count = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t from = data_start + 4000 * i;
+    if (from < end && begin < from + 4000) {
+      want += (want.empty() ? "" : ", ") + tensors[i].name;
+      ++count;
+    }
+  }
+  EXPECT_EQ(m[4].str(), want) << r.err;
+  EXPECT_EQ(std::stoull(m[3]), count);
+  EXPECT_GT(count, 1u);  // 8 KiB frames over 4000-byte tensors
+}
+
+// umount's own words: not mounted (2), busy (1, with the way out), and -z.
+TEST_F(CliTest, UmountMessagesAndLazyUnmount) {
+  const std::string source = scratch_->Path("mixed");
+  ASSERT_NO_FATAL_FAILURE(Generate(source));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+
+  ProcessResult r = Ckptfs({"umount", mountpoint}, kRefusalTimeout);
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_EQ(r.err, "ckptfs: " + mountpoint + ": not mounted\n") << r.Describe();
+  r = Ckptfs({"umount", scratch_->Path("missing")}, kRefusalTimeout);
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_EQ(r.err, "ckptfs: " + scratch_->Path("missing") + ": not mounted\n");
+
+  ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint));
+  const int fd = ::open((mountpoint + "/config.json").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  r = Ckptfs({"umount", mountpoint}, kMountTimeout);
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_EQ(LineCount(r.err), 1) << r.Describe();
+  for (const std::string& want : {mountpoint + ": busy", std::string("fuser -vm " + mountpoint),
+                                  std::string("lsof"), std::string("ckptfs umount -z")}) {
+    EXPECT_NE(r.err.find(want), std::string::npos) << "no \"" << want << "\": " << r.Describe();
+  }
+  EXPECT_TRUE(IsMounted(mountpoint));
+
+  // -z detaches at once; the open file still reads; the daemon ends once it is closed.
+  r = Ckptfs({"umount", "-z", mountpoint}, kMountTimeout);
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_EQ(r.err, "");
+  EXPECT_FALSE(IsMounted(mountpoint));
+  char buf[16];
+  EXPECT_GT(::read(fd, buf, sizeof(buf)), 0) << strerror(errno);
+  ::close(fd);
+  EXPECT_TRUE(WaitForNoDaemon(mountpoint, kDaemonExitTimeout))
+      << "the daemon outlived its lazily unmounted mount";
+}
+
+}  // namespace
+}  // namespace ckptfs::mount_test
