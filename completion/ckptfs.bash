@@ -23,6 +23,7 @@ _ckptfs() {
     --cache-dir | --spill-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --log-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --addressing) COMPREPLY=($(compgen -W "auto path virtual" -- "$cur")); return ;;
+    --log-level) COMPREPLY=($(compgen -W "error warn info debug" -- "$cur")); return ;;
     --level | --frame-size | --shard-size | --cache-size | --cache-dir-size | --timeout | \
       --endpoint | --region | -o) return ;;
   esac

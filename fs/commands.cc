@@ -372,6 +372,55 @@ std::optional<uint64_t> ParseByteSize(const std::string& text) {
   return value << shift;
 }
 
+std::vector<std::string> LayoutNotes(const Volume& volume) {
+  constexpr size_t kMaxLines = 20;
+  std::vector<std::string> lines;
+  for (const std::string& name : volume.layout().hidden()) {
+    lines.push_back(name + ": hidden at the mount root: the name belongs to a ckptfs view");
+  }
+  const std::vector<std::string>& notes = volume.layout().notes();
+  for (size_t i = 0; i < notes.size() && i < kMaxLines; ++i) lines.push_back(notes[i]);
+  if (notes.size() > kMaxLines) {
+    lines.push_back("... and " + std::to_string(notes.size() - kMaxLines) +
+                    " more tensors left out of some view (see ckptfs inspect)");
+  }
+  return lines;
+}
+
+std::string MountSummary(const Volume& volume, const std::string& mountpoint,
+                         const std::string& disk_cache, const std::string& log) {
+  const Checkpoint& ckpt = volume.checkpoint();
+  const Layout& layout = volume.layout();
+  std::string views;
+  for (uint64_t ino : layout.Children(Layout::kRoot)) {
+    const Node& node = *layout.Find(ino);
+    const std::string name(node.name());
+    if (name == "model.safetensors" || name == "pytorch_model.bin" || name == "tensors" ||
+        name == "shards" || name == "pytorch_model") {
+      views += (views.empty() ? "" : " ") + name + (node.kind == NodeKind::kDirectory ? "/" : "");
+    }
+  }
+  std::vector<std::string> lines = {
+      "ckptfs: mounted " + ckpt.source_path + " at " + mountpoint + " (read-only)",
+      "  format   " +
+          std::string(ckpt.format == CheckpointFormat::kTorch ? "torch.save" : "safetensors") +
+          ", " + std::to_string(ckpt.shards.size()) + " shard(s)" +
+          (ckpt.index.empty() ? "" : ", index " + ckpt.index[0].name) + ", " +
+          std::to_string(ckpt.others.size()) + " other file(s)",
+      "  tensors  " + std::to_string(ckpt.tensors.size()) + ", " +
+          HumanBytes(ckpt.TotalTensorBytes()),
+      "  views    " + views,
+      "  cache    " + HumanBytes(volume.codec().options().cache_bytes) + " in memory" +
+          (disk_cache.empty() ? "" : ", on disk in " + disk_cache),
+      "  log      " + log,
+  };
+  for (const std::string& note : LayoutNotes(volume)) lines.push_back("  note     " + note);
+  std::string out;
+  // Names in SOURCE may hold control characters: each line stays one line.
+  for (const std::string& line : lines) out += EscapeControlChars(line) + "\n";
+  return out;
+}
+
 void PrintRefusal(const Status& status) {
   // Status messages are escaped already; escaping again changes nothing.
   std::fprintf(stderr, "ckptfs: %s\n", EscapeControlChars(status.message()).c_str());

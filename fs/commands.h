@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/codec/codec_context.h"
 #include "core/pack/pack.h"
@@ -31,6 +32,15 @@ int RunUmount(const std::string& mountpoint, bool lazy);
 // the shards written, decoded and stored size, ratio and time.
 int RunPack(const std::string& source, const std::string& dest, const PackOptions& options,
             const RemoteOptions& remote);
+
+// What the views of `volume` leave out or shadow, one line each; the first 20 notes and a
+// count of the rest, since a checkpoint of many strided tensors would flood the log.
+std::vector<std::string> LayoutNotes(const class Volume& volume);
+
+// What `ckptfs mount -v` prints once the mount answers: source, format, shards, tensors,
+// the views, the caches, where the daemon logs (`log`) and the layout notes.
+std::string MountSummary(const class Volume& volume, const std::string& mountpoint,
+                         const std::string& disk_cache, const std::string& log);
 
 // "ckptfs: MESSAGE" on stderr, control characters escaped: one line whatever names it holds.
 void PrintRefusal(const class Status& status);

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <thread>
 
+#include "fs/commands.h"
 #include "fs/log.h"
 
 namespace ckptfs {
@@ -398,7 +399,7 @@ void RaiseReadahead(dev_t dev) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return;
   const std::string kb = std::to_string(kMaxRead / 1024);
-  if (::write(fd, kb.data(), kb.size()) < 0) LogInfo("cannot raise %s", path.c_str());
+  if (::write(fd, kb.data(), kb.size()) < 0) LogWarn("cannot raise %s", path.c_str());
   ::close(fd);
 }
 
@@ -420,7 +421,7 @@ void NotifySystemdReady() {
   const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n);
   if (::sendto(fd, msg.data(), msg.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr), len) <
       0) {
-    LogInfo("cannot notify systemd on %s: %s", socket_path, std::strerror(errno));
+    LogError("cannot notify systemd on %s: %s", socket_path, std::strerror(errno));
   }
   ::close(fd);
 }
@@ -449,24 +450,14 @@ void RedirectStdioToDevNull() {
   if (fd > 2) ::close(fd);
 }
 
-// Mounts and runs the session loop in this process. Failures before the loop starts are
-// reported on `ready_fd` (the waiting parent) or stderr in the foreground.
-// What the views leave out or shadow; the first lines only, since a checkpoint of many
-// strided tensors would otherwise flood the log.
+// What the views leave out or shadow, to the daemon's log (the terminal sees them in the
+// -v summary only): a successful mount prints nothing.
 void LogLayoutNotes(const FsContext& ctx) {
-  const Volume& volume = *ctx.volume;
-  constexpr size_t kMaxLines = 20;
-  for (const std::string& name : volume.layout().hidden()) {
-    LogInfo("%s: hidden at the mount root: the name belongs to a ckptfs view", name.c_str());
-  }
-  const std::vector<std::string>& notes = volume.layout().notes();
-  for (size_t i = 0; i < notes.size() && i < kMaxLines; ++i) LogInfo("%s", notes[i].c_str());
-  if (notes.size() > kMaxLines) {
-    LogInfo("... and %zu more tensors left out of some view (see ckptfs inspect)",
-            notes.size() - kMaxLines);
-  }
+  for (const std::string& line : LayoutNotes(*ctx.volume)) LogWarn("%s", line.c_str());
 }
 
+// Mounts and runs the session loop in this process. Failures before the loop starts are
+// reported on `ready_fd` (the waiting parent) or stderr in the foreground.
 int Serve(FsContext& ctx, const std::string& source, const MountOptions& options, int ready_fd) {
   auto fail = [&](const std::string& msg) {
     if (ready_fd >= 0) {
@@ -498,17 +489,20 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
     fuse_session_destroy(se);
     return fail(options.mountpoint + ": mount failed (see the fuse message above, or run with -f)");
   }
+  // The log file was opened before the mount (OpenLogFile): opening it now could reach
+  // into this very mount, which does not serve yet.
+  LogToDaemonDestination(/*keep_stderr=*/ready_fd < 0);
   if (ready_fd >= 0) {
-    // The log file was opened before the mount (OpenLogFile): opening it now could reach
-    // into this very mount, which does not serve yet.
-    LogToDaemonDestination();
     RedirectStdioToDevNull();
-    LogLayoutNotes(ctx);  // again, where the daemon's log lives
+  } else {
+    std::fputs(options.summary.c_str(), stdout);
+    std::fflush(stdout);
   }
+  LogLayoutNotes(ctx);
   // A fact of the data path, not a problem: the daemon's log and stats.json say it, the
   // terminal of a successful mount does not.
   if (!ctx.splice_replies) {
-    LogInfo(
+    LogWarn(
         "replies are copied, not spliced: pipes cannot grow past fs.pipe-max-size "
         "without CAP_SYS_RESOURCE");
   }
@@ -568,7 +562,6 @@ int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
   volume->stats().replies_spliced = ctx.splice_replies;
   const std::string source = volume->checkpoint().source_path;
   ctx.volume = std::move(volume);
-  LogLayoutNotes(ctx);
   if (options.foreground) return Serve(ctx, source, options, -1);
 
   int fds[2];
@@ -590,6 +583,7 @@ int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
   ::close(fds[1]);
   int rc = AwaitDaemon(fds[0], pid);
   ::close(fds[0]);
+  if (rc == 0) std::fputs(options.summary.c_str(), stdout);
   // The daemon owns the mount now. Exit without destructors: freeing this copy's hundreds
   // of thousands of nodes would only delay the moment `ckptfs mount` returns.
   std::fflush(nullptr);

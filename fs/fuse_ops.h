@@ -14,7 +14,8 @@ struct MountOptions {
   std::string mountpoint;
   bool foreground = false;
   bool debug = false;
-  std::string log_file;                   // daemon log; empty: syslog
+  std::string log_file;                   // daemon log; empty: syslog (stderr with -f)
+  std::string summary;                    // printed on stdout once the mount answers (-v)
   std::vector<std::string> fuse_options;  // from -o, passed to libfuse as given
   Ownership ownership;                    // --uid, --gid, --umask, --file-mode, --dir-mode
 };

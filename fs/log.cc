@@ -18,13 +18,36 @@ enum class Destination { kStderr, kSyslog, kFile };
 std::atomic<Destination> destination{Destination::kStderr};
 int log_fd = 2;
 int log_file_fd = -1;  // from OpenLogFile, used once the daemon detaches
+std::string log_file_path;
+LogLevel daemon_threshold = LogLevel::kWarn;
+std::atomic<LogLevel> threshold{LogLevel::kWarn};  // the terminal's until the daemon detaches
 
-void VLog(int priority, const char* fmt, va_list args) {
+int SyslogPriority(LogLevel level) {
+  switch (level) {
+    case LogLevel::kError:
+      return LOG_ERR;
+    case LogLevel::kWarn:
+      return LOG_WARNING;
+    case LogLevel::kInfo:
+      return LOG_INFO;
+    case LogLevel::kDebug:
+      break;
+  }
+  return LOG_DEBUG;
+}
+
+const char* LevelName(LogLevel level) {
+  static const char* const kNames[] = {"error", "warn", "info", "debug"};
+  return kNames[static_cast<int>(level)];
+}
+
+void VLog(LogLevel level, const char* fmt, va_list args) {
+  if (!LogEnabled(level)) return;
   char raw[1024];
   std::vsnprintf(raw, sizeof(raw), fmt, args);
   const std::string message = EscapeControlChars(raw);
   if (destination.load(std::memory_order_relaxed) == Destination::kSyslog) {
-    syslog(priority, "%s", message.c_str());
+    syslog(SyslogPriority(level), "%s", message.c_str());
     return;
   }
   char line[1200];
@@ -35,7 +58,7 @@ void VLog(int priority, const char* fmt, va_list args) {
     std::tm tm;
     std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", ::gmtime_r(&now, &tm));
     n = std::snprintf(line, sizeof(line), "%sZ ckptfs[%d] %s: %s\n", stamp, ::getpid(),
-                      priority == LOG_ERR ? "error" : "info", message.c_str());
+                      LevelName(level), message.c_str());
   } else {
     n = std::snprintf(line, sizeof(line), "ckptfs: %s\n", message.c_str());
   }
@@ -50,6 +73,22 @@ void VLog(int priority, const char* fmt, va_list args) {
 }
 
 }  // namespace
+
+std::optional<LogLevel> ParseLogLevel(const std::string& name) {
+  for (LogLevel level : {LogLevel::kError, LogLevel::kWarn, LogLevel::kInfo, LogLevel::kDebug}) {
+    if (name == LevelName(level)) return level;
+  }
+  return std::nullopt;
+}
+
+void SetLogLevels(LogLevel terminal, LogLevel daemon_log) {
+  threshold = terminal;
+  daemon_threshold = daemon_log;
+}
+
+bool LogEnabled(LogLevel level) {
+  return static_cast<int>(level) <= static_cast<int>(threshold.load(std::memory_order_relaxed));
+}
 
 Status OpenLogFile(const std::string& log_file) {
   // O_NONBLOCK: a FIFO named as the log must not hang the mount; O_NOCTTY: nor a terminal
@@ -69,30 +108,51 @@ Status OpenLogFile(const std::string& log_file) {
   ::fcntl(fd, F_SETFL, O_APPEND);  // blocking again: a full disk must not drop lines
   if (log_file_fd >= 0) ::close(log_file_fd);
   log_file_fd = fd;
+  log_file_path = log_file;
   return Status::Ok();
 }
 
-void LogToDaemonDestination() {
-  if (log_file_fd < 0) {
+void LogToDaemonDestination(bool keep_stderr) {
+  threshold = daemon_threshold;
+  if (log_file_fd >= 0) {
+    log_fd = log_file_fd;
+    destination = Destination::kFile;
+  } else if (!keep_stderr) {
     openlog("ckptfs", LOG_PID, LOG_DAEMON);
     destination = Destination::kSyslog;
-    return;
   }
-  log_fd = log_file_fd;
-  destination = Destination::kFile;
+}
+
+std::string DaemonLogDescription(bool keep_stderr) {
+  if (log_file_fd >= 0) return log_file_path;
+  return keep_stderr ? "stderr" : "syslog (journalctl -t ckptfs)";
 }
 
 void LogError(const char* fmt, ...) {
   va_list args;
   va_start(args, fmt);
-  VLog(LOG_ERR, fmt, args);
+  VLog(LogLevel::kError, fmt, args);
+  va_end(args);
+}
+
+void LogWarn(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  VLog(LogLevel::kWarn, fmt, args);
   va_end(args);
 }
 
 void LogInfo(const char* fmt, ...) {
   va_list args;
   va_start(args, fmt);
-  VLog(LOG_INFO, fmt, args);
+  VLog(LogLevel::kInfo, fmt, args);
+  va_end(args);
+}
+
+void LogDebug(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  VLog(LogLevel::kDebug, fmt, args);
   va_end(args);
 }
 

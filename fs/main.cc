@@ -12,6 +12,7 @@
 #include "fs/commands.h"
 #include "fs/fuse_ops.h"
 #include "fs/log.h"
+#include "fs/mount_args.h"
 #include "fs/ownership.h"
 #include "fs/preflight.h"
 #include "fs/version.h"
@@ -188,7 +189,8 @@ ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::CodecOptions& c
 }
 
 int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::CodecOptions codec,
-          ckptfs::ZipCrcMode zip_crc, ckptfs::RemoteOptions remote) {
+          ckptfs::ZipCrcMode zip_crc, ckptfs::RemoteOptions remote, bool verbose,
+          const std::string& log_level) {
   if (ckptfs::Status s = PrepareMount(options, codec, remote); !s.ok()) {
     ckptfs::PrintRefusal(s);
     return 2;
@@ -198,7 +200,41 @@ int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::Codec
     ckptfs::PrintRefusal(volume.status());
     return ckptfs::ExitCodeForOpenFailure(volume.status());
   }
+  if (verbose) {
+    options.summary = ckptfs::MountSummary(
+        **volume, options.mountpoint, remote.cache_dir,
+        ckptfs::DaemonLogDescription(options.foreground) + " (level " + log_level + ")");
+  }
   return ckptfs::MountAndServe(std::move(volume).value(), options);
+}
+
+// The arguments CLI11 is to parse: `ckptfs SOURCE MOUNTPOINT ...` (the FUSE convention
+// mount.fuse3 uses for fstab type fuse.ckptfs) made `ckptfs mount ...`, and mount's -o
+// options made long options (fs/mount_args.h). A refusal sets `error`.
+std::vector<std::string> MountCommandLine(CLI::App& app, const CLI::App& mount, int argc,
+                                          char** argv, std::string& error) {
+  std::vector<std::string> args(argv, argv + argc);
+  auto caller = ckptfs::MountCaller::kUser;
+  if (args.size() > 1 && args[1][0] != '-' &&
+      app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == args[1]; }).empty()) {
+    if (!ckptfs::LooksLikeSource(args[1])) {
+      error = "unknown command '" + args[1] + "', and no file of that name (see ckptfs --help)";
+      return {};
+    }
+    args.insert(args.begin() + 1, "mount");
+    caller = ckptfs::MountCaller::kMountHelper;
+  }
+  if (args.size() < 2 || args[1] != "mount") return args;
+  auto expanded =
+      ckptfs::ExpandMountArgs({args.begin() + 2, args.end()}, ckptfs::LongOptionsOf(mount), caller);
+  if (!expanded.ok()) {
+    error = expanded.status().message();
+    return {};
+  }
+  args.resize(2);
+  args.insert(args.end(), expanded->args.begin(), expanded->args.end());
+  for (const std::string& option : expanded->fuse_options) args.push_back("-o" + option);
+  return args;
 }
 
 }  // namespace
@@ -252,8 +288,20 @@ int main(int argc, char** argv) {
       ->expected(0, 1)
       ->default_str("mount")
       ->check(CLI::IsMember({"auto", "mount", "off"}));
-  mount->add_option("-o", o_options, "FUSE mount options, comma separated (e.g. allow_other)")
-      ->delimiter(',')
+  bool verbose = false, quiet = false;
+  std::string log_level = "warn";
+  mount->add_flag("-v,--verbose", verbose,
+                  "once mounted, print what was mounted and how (format, views, caches, log)");
+  mount->add_flag("-q,--quiet", quiet, "print errors only")->excludes("--verbose");
+  mount
+      ->add_option("--log-level", log_level,
+                   "least severe lines the daemon logs: error, warn, info or debug (default warn)")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
+  mount
+      ->add_option("-o", o_options,
+                   "mount options, comma separated: any long option above spelt NAME[=VALUE] "
+                   "with _ for - (cache_size=4G, zip_crc=off); mount(8)'s own (defaults, nofail, "
+                   "_netdev, noauto, x-*, ...) ignored; the rest go to FUSE (allow_other)")
       ->allow_extra_args(false);
 
   CLI::App* umount = app.add_subcommand(
@@ -302,10 +350,13 @@ int main(int argc, char** argv) {
   remote.AddTo(pack);
 
   // Refusals are one line on stderr; only --help and --version print more, to stdout.
-  if (argc > 1 && argv[1][0] != '-' &&
-      app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == argv[1]; }).empty()) {
-    return Refuse(std::string("unknown command '") + argv[1] + "' (see ckptfs --help)");
-  }
+  std::string error;
+  std::vector<std::string> args = MountCommandLine(app, *mount, argc, argv, error);
+  if (!error.empty()) return Refuse(error);
+  std::vector<char*> arg_ptrs;
+  for (std::string& arg : args) arg_ptrs.push_back(arg.data());
+  argc = static_cast<int>(arg_ptrs.size());
+  argv = arg_ptrs.data();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -325,13 +376,18 @@ int main(int argc, char** argv) {
       return Refuse("--cache-size " + cache_size + ": not a size above 0 (e.g. 512M, 4G)");
     }
     codec.cache_bytes = *bytes;
-    codec.warn = [](const std::string& line) { ckptfs::LogError("%s", line.c_str()); };
+    codec.warn = [](const std::string& line) { ckptfs::LogWarn("%s", line.c_str()); };
     mount_options.fuse_options = o_options;
     if (ckptfs::Status s = ownership.Finish(mount_options.ownership); !s.ok()) {
       ckptfs::PrintRefusal(s);
       return 2;
     }
-    return Mount(source, mount_options, codec, *ckptfs::ParseZipCrcMode(zip_crc), remote.options);
+    ckptfs::SetLogLevels(quiet     ? ckptfs::LogLevel::kError
+                         : verbose ? ckptfs::LogLevel::kInfo
+                                   : ckptfs::LogLevel::kWarn,
+                         *ckptfs::ParseLogLevel(log_level));
+    return Mount(source, mount_options, codec, *ckptfs::ParseZipCrcMode(zip_crc), remote.options,
+                 verbose, log_level);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint, lazy);
   if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, remote.options);

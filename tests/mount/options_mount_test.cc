@@ -219,21 +219,5 @@ TEST_F(OptionsMountTest, ControlCharactersInNamesAreEscaped) {
   EXPECT_FALSE(IsMounted(mountpoint_));
 }
 
-// The fstab helper drops mount(8)'s own rw/ro and passes ckptfs options on; they pass
-// the checks above (a mount(8) line usually carries "rw").
-TEST_F(OptionsMountTest, FstabHelperStillMounts) {
-  const std::string bin_dir = fs::path(kCkptfs).parent_path();
-  const std::string cache = scratch_->Path("cache");
-  const ProcessResult r =
-      RunProcess({"env", "PATH=" + bin_dir + ":/usr/sbin:/usr/bin:/sbin:/bin", "sh",
-                  ScriptPath("systemd/mount.ckptfs"), source_, mountpoint_, "-o",
-                  "rw,nofail,cache_size=64M,timeout=10,cache_dir=" + cache + ",cache_dir_size=1G"},
-                 kMountTimeout);
-  ASSERT_EQ(r.exit_code, 0) << r.Describe();
-  EXPECT_TRUE(IsMounted(mountpoint_));
-  const ProcessResult touch = RunProcess({"touch", mountpoint_ + "/new"}, kMountTimeout);
-  EXPECT_NE(touch.exit_code, 0) << "the mount is writable; " << touch.Describe();
-}
-
 }  // namespace
 }  // namespace ckptfs::mount_test

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <string>
 
 #include "core/status.h"
 #include "fs/commands.h"
+#include "fs/log.h"
+#include "fs/mount_args.h"
 #include "fs/ownership.h"
 #include "fs/preflight.h"
 
@@ -125,6 +128,123 @@ TEST(FindMountTest, KnowsTheRoot) {
   ASSERT_TRUE(root.has_value());
   EXPECT_FALSE(root->fstype.empty());
   EXPECT_FALSE(FindMount("/no/such/mount/point").has_value());
+}
+
+// The -o spelling comes from the subcommand's own options: one added later is covered.
+TEST(LongOptionsOfTest, FromTheCli11OptionList) {
+  CLI::App cmd;
+  std::string size, mode;
+  bool flag = false;
+  cmd.add_option("--cache-size", size);
+  cmd.add_flag("-f,--foreground", flag);
+  cmd.add_option("--zip-crc", mode)->expected(0, 1);
+  cmd.add_option("SOURCE", size);
+  const std::vector<LongOption> options = LongOptionsOf(cmd);
+  auto find = [&](const std::string& name) -> const LongOption* {
+    for (const LongOption& o : options) {
+      if (o.name == name) return &o;
+    }
+    return nullptr;
+  };
+  ASSERT_NE(find("cache-size"), nullptr);
+  EXPECT_TRUE(find("cache-size")->needs_value);
+  ASSERT_NE(find("foreground"), nullptr);
+  EXPECT_FALSE(find("foreground")->needs_value);
+  ASSERT_NE(find("zip-crc"), nullptr);
+  EXPECT_FALSE(find("zip-crc")->needs_value);
+  EXPECT_NE(find("help"), nullptr);
+  EXPECT_EQ(find("SOURCE"), nullptr);
+}
+
+const std::vector<LongOption> kMountOptions = {
+    {"cache-size", true}, {"log-file", true}, {"zip-crc", false}, {"foreground", false}};
+
+std::vector<std::string> Args(const Result<MountArgs>& r) {
+  return r.ok() ? r->args : std::vector<std::string>{};
+}
+
+TEST(ExpandMountArgsTest, OursBecomeLongOptionsInPlace) {
+  const auto r = ExpandMountArgs({"-o", "cache_size=1G,allow_other,zip_crc", "SRC", "MNT"},
+                                 kMountOptions, MountCaller::kUser);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->args, (std::vector<std::string>{"--cache-size=1G", "--zip-crc", "SRC", "MNT"}));
+  EXPECT_EQ(r->fuse_options, std::vector<std::string>{"allow_other"});
+  // Both spellings together, -o glued to its list, a flag given a value.
+  const auto glued = ExpandMountArgs({"SRC", "--cache-size", "2G", "-ofsname=x,foreground=true"},
+                                     kMountOptions, MountCaller::kUser);
+  EXPECT_EQ(Args(glued),
+            (std::vector<std::string>{"SRC", "--cache-size", "2G", "--foreground=true"}));
+  EXPECT_EQ(glued->fuse_options, std::vector<std::string>{"fsname=x"});
+}
+
+// mount.fuse3's command line for `SRC MNT fuse.ckptfs cache_size=64M,allow_other,nofail 0 0`.
+TEST(ExpandMountArgsTest, WhatMountFuse3Passes) {
+  const auto r = ExpandMountArgs({"SRC", "MNT", "-o", "rw,cache_size=64M,allow_other,dev,suid"},
+                                 kMountOptions, MountCaller::kMountHelper);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->args, (std::vector<std::string>{"SRC", "MNT", "--cache-size=64M"}));
+  EXPECT_EQ(r->fuse_options, (std::vector<std::string>{"allow_other", "dev", "suid"}));
+  // From a user, rw stays, for CheckFuseOptions to refuse.
+  const auto user = ExpandMountArgs({"-o", "rw"}, kMountOptions, MountCaller::kUser);
+  ASSERT_TRUE(user.ok());
+  EXPECT_FALSE(CheckFuseOptions(user->fuse_options).ok());
+}
+
+TEST(ExpandMountArgsTest, MountOnlyOptionsAreDropped) {
+  const auto r = ExpandMountArgs(
+      {"-o",
+       "defaults,auto,noauto,nofail,_netdev,user,users,nouser,user=alice,x-systemd.automount,"
+       "comment=x,ro,noatime"},
+      kMountOptions, MountCaller::kUser);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->args.empty());
+  EXPECT_EQ(r->fuse_options, std::vector<std::string>{"noatime"});
+  EXPECT_FALSE(IsMountOnlyOption("allow_other"));
+  EXPECT_FALSE(IsMountOnlyOption("nofailx"));
+}
+
+// libfuse's escapes: "\," is a comma inside a value, not a separator.
+TEST(ExpandMountArgsTest, EscapedCommasStayInTheirItem) {
+  const auto r = ExpandMountArgs({"-o", "fsname=a\\,b,log_file=/tmp/x\\,y"}, kMountOptions,
+                                 MountCaller::kUser);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->fuse_options, std::vector<std::string>{"fsname=a\\,b"});
+  EXPECT_EQ(r->args, std::vector<std::string>{"--log-file=/tmp/x,y"});
+}
+
+TEST(ExpandMountArgsTest, ValuesAndTheEndOfOptionsAreNotRead) {
+  const auto r =
+      ExpandMountArgs({"--log-file", "-o", "--", "-o", "x"}, kMountOptions, MountCaller::kUser);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->args, (std::vector<std::string>{"--log-file", "-o", "--", "-o", "x"}));
+  EXPECT_TRUE(r->fuse_options.empty());
+}
+
+TEST(ExpandMountArgsTest, Refusals) {
+  const auto no_value = ExpandMountArgs({"-o", "cache_size"}, kMountOptions, MountCaller::kUser);
+  ASSERT_FALSE(no_value.ok());
+  EXPECT_NE(no_value.status().message().find("cache_size"), std::string::npos);
+  EXPECT_FALSE(ExpandMountArgs({"SRC", "-o"}, kMountOptions, MountCaller::kUser).ok());
+}
+
+TEST(LooksLikeSourceTest, PathsUrlsAndExistingNames) {
+  EXPECT_TRUE(LooksLikeSource("/data/llama"));
+  EXPECT_TRUE(LooksLikeSource("s3://bucket/model/"));
+  EXPECT_TRUE(LooksLikeSource("./inspect"));
+  EXPECT_TRUE(LooksLikeSource("."));
+  EXPECT_FALSE(LooksLikeSource("inpsect-no-such-file"));
+}
+
+TEST(LogLevelTest, ParseAndThresholds) {
+  EXPECT_EQ(ParseLogLevel("error"), LogLevel::kError);
+  EXPECT_EQ(ParseLogLevel("debug"), LogLevel::kDebug);
+  EXPECT_EQ(ParseLogLevel("verbose"), std::nullopt);
+  SetLogLevels(LogLevel::kError, LogLevel::kWarn);
+  EXPECT_TRUE(LogEnabled(LogLevel::kError));
+  EXPECT_FALSE(LogEnabled(LogLevel::kWarn));
+  SetLogLevels(LogLevel::kWarn, LogLevel::kWarn);
+  EXPECT_TRUE(LogEnabled(LogLevel::kWarn));
+  EXPECT_FALSE(LogEnabled(LogLevel::kInfo));
 }
 
 }  // namespace

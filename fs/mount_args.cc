@@ -1,0 +1,123 @@
+#include "fs/mount_args.h"
+
+#include <sys/stat.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+
+namespace ckptfs {
+namespace {
+
+// libfuse's splitting of an -o value: a backslash escapes the character after it, which
+// stays escaped in the item (libfuse removes the backslash later, per option).
+std::vector<std::string> SplitOptionList(const std::string& list) {
+  std::vector<std::string> items(1);
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i] == '\\' && i + 1 < list.size()) {
+      items.back() += list.substr(i, 2);
+      ++i;
+    } else if (list[i] == ',') {
+      items.emplace_back();
+    } else {
+      items.back() += list[i];
+    }
+  }
+  items.erase(std::remove(items.begin(), items.end(), ""), items.end());
+  return items;
+}
+
+std::string WithoutEscapes(const std::string& option) {
+  std::string plain;
+  for (char c : option) {
+    if (c != '\\') plain += c;
+  }
+  return plain;
+}
+
+const LongOption* FindLongOption(const std::vector<LongOption>& options, std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  for (const LongOption& option : options) {
+    if (option.name == name) return &option;
+  }
+  return nullptr;
+}
+
+// One -o list into `out`: ours as long options, mount(8)'s dropped, the rest for libfuse.
+Status ExpandOptionList(const std::string& list, const std::vector<LongOption>& options,
+                        MountCaller caller, MountArgs& out) {
+  for (const std::string& item : SplitOptionList(list)) {
+    const size_t eq = item.find('=');
+    const std::string name = item.substr(0, eq);
+    if (const LongOption* ours = FindLongOption(options, name)) {
+      if (ours->needs_value && eq == std::string::npos) {
+        return Status::InvalidArgument("-o " + item + ": needs a value (-o " + name +
+                                       "=VALUE, or --" + ours->name + " VALUE)");
+      }
+      out.args.push_back(
+          "--" + ours->name +
+          (eq == std::string::npos ? "" : "=" + WithoutEscapes(item.substr(eq + 1))));
+    } else if (IsMountOnlyOption(item) ||
+               (caller == MountCaller::kMountHelper && WithoutEscapes(item) == "rw")) {
+      continue;
+    } else {
+      out.fuse_options.push_back(item);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<LongOption> LongOptionsOf(const CLI::App& cmd) {
+  std::vector<LongOption> out;
+  for (const CLI::Option* option : cmd.get_options()) {
+    const bool needs_value = option->get_type_size_min() > 0 && option->get_expected_min() > 0;
+    for (const std::string& name : option->get_lnames()) out.push_back({name, needs_value});
+  }
+  return out;
+}
+
+Result<MountArgs> ExpandMountArgs(const std::vector<std::string>& args,
+                                  const std::vector<LongOption>& options, MountCaller caller) {
+  MountArgs out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      out.args.insert(out.args.end(), args.begin() + static_cast<ptrdiff_t>(i), args.end());
+      break;
+    }
+    if (arg.rfind("-o", 0) == 0) {
+      if (arg == "-o" && i + 1 == args.size()) {
+        return Status::InvalidArgument("-o: needs a list of options (e.g. -o allow_other)");
+      }
+      const std::string list = arg == "-o" ? args[++i] : arg.substr(2);
+      CKPTFS_RETURN_IF_ERROR(ExpandOptionList(list, options, caller, out));
+      continue;
+    }
+    out.args.push_back(arg);
+    // `--log-file -o` names a file called "-o": a value is never taken for an option.
+    if (arg.rfind("--", 0) == 0 && arg.find('=') == std::string::npos && i + 1 < args.size()) {
+      const LongOption* ours = FindLongOption(options, arg.substr(2));
+      if (ours != nullptr && ours->needs_value) out.args.push_back(args[++i]);
+    }
+  }
+  return out;
+}
+
+bool IsMountOnlyOption(const std::string& option) {
+  static const char* const kNames[] = {"defaults", "auto",  "noauto", "nofail", "_netdev",
+                                       "user",     "users", "nouser", "ro"};
+  const std::string plain = WithoutEscapes(option);
+  for (const char* name : kNames) {
+    if (plain == name) return true;
+  }
+  return plain.rfind("x-", 0) == 0 || plain.rfind("comment=", 0) == 0 ||
+         plain.rfind("user=", 0) == 0;
+}
+
+bool LooksLikeSource(const std::string& arg) {
+  struct stat st;
+  return arg.find('/') != std::string::npos || ::lstat(arg.c_str(), &st) == 0;
+}
+
+}  // namespace ckptfs
