@@ -8,6 +8,7 @@
 #include <xxhash.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -346,6 +347,12 @@ Result<ZipCrcStatus> ResolveZipCrcs(Checkpoint& ckpt, ZipCrcMode mode, const Crc
   } else if (ckpt.remote) {
     status.origin =
         "remote source: no background pass; `ckptfs verify` or --zip-crc mount writes them";
+  } else if (std::any_of(ckpt.shards.begin(), ckpt.shards.end(),
+                         [](const StoredFile& f) { return f.stored_name != f.name; })) {
+    // A pass would decode every frame through the cache the user's reads share, evicting
+    // what they keep hot; `ckptfs pack` output carries its CRCs instead.
+    status.origin =
+        "compressed shards: no background pass; `ckptfs verify` or --zip-crc mount writes them";
   } else {
     status.state = ZipCrcStatus::State::kPending;
     status.origin = "a background pass computes them for the next mount";

@@ -44,7 +44,7 @@
 
 namespace ckptfs {
 
-// --zip-crc: kAuto uses a sidecar, else computes one in the background (local sources)
+// --zip-crc: kAuto uses a sidecar, else computes one in the background (plain local shards)
 // for the next mount; kMount computes before serving (and writes the sidecar); kOff
 // leaves every unknown CRC 0 and reads no sidecar.
 enum class ZipCrcMode { kAuto, kMount, kOff };

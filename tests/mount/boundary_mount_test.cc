@@ -23,22 +23,6 @@ class BoundaryMountTest : public MountFixture {
         << "make_checkpoint.py --kind llama no longer writes " << kShard1 << " and " << kShard2;
   }
 
-  // The tensors/ path (below the mount) of the first tensor the index puts in `shard`.
-  std::string TensorFileIn(const std::string& source, const std::string& shard) {
-    const ProcessResult r = RunProcess(
-        {kPython, "-c",
-         "import json, sys\n"
-         "m = json.load(open(sys.argv[1]))['weight_map']\n"
-         "print('tensors/' + '/'.join(sorted(n for n, s in m.items() if s == sys.argv[2])[0]"
-         ".split('.')) + '.npy')",
-         source + "/model.safetensors.index.json", shard},
-        kCheckTimeout);
-    EXPECT_EQ(r.exit_code, 0) << r.Describe();
-    std::string path = r.out;
-    while (!path.empty() && path.back() == '\n') path.pop_back();
-    return path;
-  }
-
   // `cat PATH` as user nobody (no groups), under a deadline.
   static ProcessResult CatAsNobody(const std::string& path) {
     return RunProcess(

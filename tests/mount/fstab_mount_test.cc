@@ -93,7 +93,8 @@ TEST_F(FstabMountTest, FstabLineMountsAfterInstall) {
   const std::string script =
       "set -e\n"
       "mount -t overlay overlay -o lowerdir=\"$1/usr/local/bin:/usr/local/bin\" /usr/local/bin\n"
-      "env -i /usr/bin/mount -T \"$2\" \"$3\" 2>&1\n"
+      // The harness's XDG_CACHE_HOME keeps the zip CRC sidecar in the scratch directory.
+      "env -i XDG_CACHE_HOME=\"$XDG_CACHE_HOME\" /usr/bin/mount -T \"$2\" \"$3\" 2>&1\n"
       "trap 'umount -l \"$3\" 2>/dev/null || true' EXIT\n"
       "echo mounted\n"
       "awk -v m=\"$3\" '$2 == m { print $3, $4 }' /proc/self/mounts\n"

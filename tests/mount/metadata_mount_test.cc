@@ -51,22 +51,6 @@ class MetadataMountTest : public MountFixture {
     return out;
   }
 
-  // The mount's per-tensor file of some tensor stored in `shard`, relative to the mount.
-  std::string TensorFileIn(const std::string& shard) const {
-    const ProcessResult r = RunProcess(
-        {kPython, "-c",
-         "import json, sys\n"
-         "m = json.load(open(sys.argv[1]))['weight_map']\n"
-         "print('tensors/' + '/'.join(sorted(n for n, s in m.items() if s == sys.argv[2])[0]"
-         ".split('.')) + '.npy')",
-         source_ + "/model.safetensors.index.json", shard},
-        kCheckTimeout);
-    EXPECT_EQ(r.exit_code, 0) << r.Describe();
-    std::string path = r.out;
-    while (!path.empty() && path.back() == '\n') path.pop_back();
-    return path;
-  }
-
   // "INODE MTIME PATH" of everything in the mount but the live stats file, sorted.
   std::string InodesAndTimes() const {
     const ProcessResult r = RunProcess(
@@ -100,8 +84,8 @@ TEST_F(MetadataMountTest, FilesShowTheirSourcesTimes) {
               std::to_string(kShard2Time) + " " + std::to_string(kShard2Time))
         << view << ": mtime and atime";
   }
-  EXPECT_EQ(Stat("%Y", m + TensorFileIn(kShard1)), std::to_string(kShard1Time));
-  EXPECT_EQ(Stat("%Y", m + TensorFileIn(kShard2)), std::to_string(kShard2Time));
+  EXPECT_EQ(Stat("%Y", m + TensorFileIn(source_, kShard1)), std::to_string(kShard1Time));
+  EXPECT_EQ(Stat("%Y", m + TensorFileIn(source_, kShard2)), std::to_string(kShard2Time));
   for (const char* dir : {"", "tensors", "shards"}) {
     EXPECT_EQ(Stat("%Y", m + dir), std::to_string(kSourceDirTime)) << "directory /" << dir;
   }

@@ -366,6 +366,23 @@ inline void ExpectRefusal(const ProcessResult& r, const std::vector<std::string>
 
 // Skips without /dev/fuse, gives each test a scratch directory, and unmounts whatever
 // the test mounted, pass or fail.
+// The tensors/ path (below a mount) of the first tensor, by name, that the index of the
+// safetensors checkpoint `source` puts in `shard`.
+inline std::string TensorFileIn(const std::string& source, const std::string& shard) {
+  const ProcessResult r = RunProcess(
+      {kPython, "-c",
+       "import json, sys\n"
+       "m = json.load(open(sys.argv[1]))['weight_map']\n"
+       "print('tensors/' + '/'.join(sorted(n for n, s in m.items() if s == sys.argv[2])[0]"
+       ".split('.')) + '.npy')",
+       source + "/model.safetensors.index.json", shard},
+      kCheckTimeout);
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  std::string path = r.out;
+  while (!path.empty() && path.back() == '\n') path.pop_back();
+  return path;
+}
+
 class MountFixture : public testing::Test {
  protected:
   void SetUp() override {

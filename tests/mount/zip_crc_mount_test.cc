@@ -18,7 +18,9 @@ class ZipCrcMountTest : public MountFixture {
   std::string MountWithCache(const std::string& source, std::vector<std::string> options = {}) {
     const std::string n = std::to_string(mounts_.size());
     const std::string mountpoint = scratch_->MakeDir("mnt" + n);
-    options.insert(options.end(), {"--cache-dir", Cache(), "--log-file", Log()});
+    // The background pass says it is done at info level.
+    options.insert(options.end(),
+                   {"--cache-dir", Cache(), "--log-file", Log(), "--log-level", "info"});
     ProcessResult r;
     Mount(source, mountpoint, &r, options);
     mount_stderr_ += r.err;
