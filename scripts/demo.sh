@@ -23,7 +23,7 @@ run() { printf '\n$ %s\n' "$*"; "$@"; }
 /usr/bin/python3 scripts/make_checkpoint.py "$work/llama" --kind llama --dtype F16
 run ls "$work/llama"
 run "$ckptfs" inspect "$work/llama"
-run "$ckptfs" mount "$work/llama" "$mnt"
+run "$ckptfs" mount -v "$work/llama" "$mnt"   # -v: say what was mounted (a plain mount prints nothing)
 run ls -la "$mnt"
 run ls "$mnt/tensors/model/layers/0/self_attn"
 run /usr/bin/python3 -c "
