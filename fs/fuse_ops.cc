@@ -499,8 +499,8 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
     std::fflush(stdout);
   }
   LogLayoutNotes(ctx);
-  // A fact of the data path, not a problem: the daemon's log and stats.json say it, the
-  // terminal of a successful mount does not.
+  // A fact of the data path, not a failure: the daemon's log (a warning, since granting the
+  // capability would make reads cheaper) and stats.json say it; the terminal does not.
   if (!ctx.splice_replies) {
     LogWarn(
         "replies are copied, not spliced: pipes cannot grow past fs.pipe-max-size "

@@ -385,6 +385,8 @@ ensure_packages
 
 SCRATCH=$(mktemp -d "$WORKDIR/run.XXXXXX")
 mkdir -p "$SCRATCH/mnt" "$SCRATCH/tools" "$SCRATCH/logs" "$WORKDIR/results"
+# The zip CRC sidecars the mounts write (the default --zip-crc auto) stay with the run.
+export XDG_CACHE_HOME=$SCRATCH/xdg-cache
 
 # ---------------------------------------------------------------- builds
 build_ckptfs() {
