@@ -243,7 +243,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "ckptfs: mount a sharded ML checkpoint (safetensors or torch.save) as one read-only\n"
       "file system.\n"
-      "Exit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint.",
+      "Exit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint.\n"
+      "`ckptfs SOURCE MOUNTPOINT [-o OPTS]` is `ckptfs mount` (what mount(8) runs for an\n"
+      "fstab line of type fuse.ckptfs).",
       "ckptfs"};  // named, not argv[0]: help (and the man page made from it) says "ckptfs"
   app.require_subcommand(1);
   app.set_version_flag("-V,--version", std::string("ckptfs ") + ckptfs::VersionString(),
@@ -349,6 +351,17 @@ int main(int argc, char** argv) {
                    "regroup tensors into shards of at most this many bytes (default: keep)");
   remote.AddTo(pack);
 
+  // Set last: subcommands made before it would each repeat it.
+  app.footer(
+      "Environment:\n"
+      "  CKPTFS_HTTP_PASSWORD  password of the user an http(s):// URL names (else ~/.netrc)\n"
+      "  AWS_ACCESS_KEY_ID     with AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN): s3:// "
+      "credentials (else AWS_PROFILE's in ~/.aws)\n"
+      "  AWS_REGION            region of s3:// sources (else AWS_DEFAULT_REGION, the profile's)\n"
+      "  AWS_ENDPOINT_URL      S3-compatible endpoint when --endpoint is not given\n"
+      "  XDG_CACHE_HOME        where zip CRC sidecars go without --cache-dir (~/.cache)\n"
+      "\n"
+      "Logs: syslog as `ckptfs` (journalctl -t ckptfs), or --log-file.");
   // Refusals are one line on stderr; only --help and --version print more, to stdout.
   std::string error;
   std::vector<std::string> args = MountCommandLine(app, *mount, argc, argv, error);
