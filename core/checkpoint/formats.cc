@@ -59,8 +59,12 @@ Status NothingClaimed(const SourceDir& dir, const std::string& shown) {
 }  // namespace
 
 Status NotACheckpointFile(const std::string& shown) {
-  return Status::InvalidArgument(shown + ": not a checkpoint file (" + LooksFor() +
-                                 ", or .zst of a weights file) or a directory");
+  std::string kinds;
+  for (const FormatReader& f : Formats()) {
+    kinds += (kinds.empty() ? "" : ", ") + std::string(f.file_kinds);
+  }
+  return Status::InvalidArgument(shown + ": not a " + kinds +
+                                 " file (or .zst of one), or a directory");
 }
 
 Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, CodecContext& codec,

@@ -55,8 +55,10 @@ struct FormatReader {
   std::span<const std::string_view> probe_names;
   // For "no checkpoint found (...)": the files this format looks for.
   std::string_view looks_for;
-  // A regular file SOURCE so named may be this format's (name only; .zst included).
+  // A regular file SOURCE so named may be this format's (name only; .zst included), and
+  // what such names look like, for the refusal of others (".bin, .pt, .pth").
   bool (*accepts_file)(std::string_view name);
+  std::string_view file_kinds;
   // What this format finds in `dir` (listing, Has, and small reads such as a state
   // file); nullopt if nothing. With `dir.named` set, only that name (file or prefix) may
   // be claimed. Errors are I/O failures, not "not mine".

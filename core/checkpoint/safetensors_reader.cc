@@ -61,6 +61,7 @@ FormatReader SafetensorsFormat() {
       .probe_names = kProbeNames,
       .looks_for = "*.safetensors, *.safetensors.index.json",
       .accepts_file = [](std::string_view name) { return !SafetensorsWeightName(name).empty(); },
+      .file_kinds = ".safetensors",
       .detect = [](const SourceDir& dir) -> Result<std::optional<Claim>> {
         return DetectHf(dir, kLayout);
       },

@@ -73,6 +73,7 @@ FormatReader TorchFormat() {
       .probe_names = kProbeNames,
       .looks_for = "*.bin, *.pt, *.pth, *.bin.index.json",
       .accepts_file = [](std::string_view name) { return !TorchWeightName(name).empty(); },
+      .file_kinds = ".bin, .pt, .pth",
       .detect = [](const SourceDir& dir) -> Result<std::optional<Claim>> {
         return DetectHf(dir, kLayout);
       },

@@ -54,6 +54,7 @@ TEST(FormatTable, EveryEntryIsCompleteAndDistinct) {
     EXPECT_FALSE(f.name.empty());
     EXPECT_FALSE(f.title.empty());
     EXPECT_FALSE(f.looks_for.empty());
+    EXPECT_FALSE(f.file_kinds.empty());
     EXPECT_TRUE(names.insert(f.name).second) << "names must be unique";
     EXPECT_FALSE(f.probe_names.empty()) << "a server cannot list: probe names are needed";
     ASSERT_NE(f.detect, nullptr);
@@ -233,7 +234,7 @@ TEST_F(LocalSeamTest, PathThatIsNoFileGoesThroughTheTable) {
   EXPECT_EQ(no_dir.status().message(), root_ + "/nowhere/ckpt-3: no such file or directory");
   auto not_weights = OpenCheckpoint(root_ + "/src/saved_model.pb", TestCodec());
   ASSERT_FALSE(not_weights.ok());
-  EXPECT_NE(not_weights.status().message().find("saved_model.pb: not a checkpoint file"),
+  EXPECT_NE(not_weights.status().message().find("saved_model.pb: not a .safetensors, .bin"),
             std::string::npos);
   // A named lone file beside others is that file alone.
   Write(root_ + "/src/model.safetensors", kA);
