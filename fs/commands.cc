@@ -14,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint/formats.h"
 #include "core/checkpoint/natural_order.h"
 #include "core/codec/zstd_source.h"
 #include "core/crc/zip_crc.h"
@@ -179,7 +180,7 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   json metadata = json::object();
   for (const auto& [k, v] : ckpt.metadata) metadata[k] = v;
   return {{"source", ckpt.source_path},
-          {"format", ckpt.format == CheckpointFormat::kTorch ? "torch" : "safetensors"},
+          {"format", std::string(FormatOf(ckpt.format).name)},
           {"index", ckpt.index.empty() ? json(nullptr) : json(ckpt.index[0].name)},
           {"shards", shards},
           {"tensor_count", ckpt.tensors.size()},
@@ -402,9 +403,8 @@ std::string MountSummary(const Volume& volume, const std::string& mountpoint,
   }
   std::vector<std::string> lines = {
       "ckptfs: mounted " + ckpt.source_path + " at " + mountpoint + " (read-only)",
-      "  format   " +
-          std::string(ckpt.format == CheckpointFormat::kTorch ? "torch.save" : "safetensors") +
-          ", " + std::to_string(ckpt.shards.size()) + " shard(s)" +
+      "  format   " + std::string(FormatOf(ckpt.format).title) + ", " +
+          std::to_string(ckpt.shards.size()) + " shard(s)" +
           (ckpt.index.empty() ? "" : ", index " + ckpt.index[0].name) + ", " +
           std::to_string(ckpt.others.size()) + " other file(s)",
       "  tensors  " + std::to_string(ckpt.tensors.size()) + ", " +

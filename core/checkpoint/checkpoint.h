@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -24,6 +23,7 @@
 #include "core/format/safetensors.h"
 #include "core/source/byte_source.h"
 #include "core/source/remote_options.h"
+#include "core/source/source_dir.h"
 #include "core/status.h"
 
 namespace ckptfs {
@@ -104,18 +104,6 @@ Result<uint32_t> ReadStorageCrc(const Checkpoint& ckpt, const Storage& storage);
 // data start, laying tensors end to end in this order keeps every tensor aligned to its
 // element size with no padding: the order of every safetensors file ckptfs writes.
 std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt);
-
-// What a checkpoint directory offers, whatever stores it: the names of its regular files
-// and a way to open one by name. Local directories today; object stores later; maps of
-// in-memory files in tests.
-struct SourceDir {
-  std::string path;                // shown in messages and stats
-  std::vector<std::string> files;  // plain names, sorted
-  std::function<Result<std::unique_ptr<ByteSource>>(const std::string& name)> open;
-  // Files come from a server (http, S3), opened as RemoteSources: the mount then shows
-  // remote counters in stats.json and starts readahead with one block.
-  bool remote = false;
-};
 
 // Finds and validates the checkpoint in `dir`: the index if there is one (preferring
 // model.safetensors.index.json among several), else its only .safetensors file.

@@ -100,8 +100,9 @@ Result<std::shared_ptr<const LocalDirectory>> LocalDirectory::Open(const std::st
   auto real = RealPathOf(fd);
   if (!real.ok()) return Status::IoError(path + ": " + real.status().message());
   std::string blobs = HubBlobsFor(*real);
-  return std::shared_ptr<const LocalDirectory>(
-      new LocalDirectory(closer.release(), path, std::move(real).value(), std::move(blobs)));
+  std::string boundary = *real;
+  return std::shared_ptr<const LocalDirectory>(new LocalDirectory(
+      closer.release(), path, std::move(real).value(), std::move(boundary), std::move(blobs)));
 }
 
 LocalDirectory::~LocalDirectory() { ::close(fd_); }
@@ -113,7 +114,7 @@ bool LocalDirectory::Inside(const std::string& real) const {
     return real.size() > dir.size() && real.compare(0, dir.size(), dir) == 0 &&
            real[dir.size()] == '/';
   };
-  return under(real_) || under(blobs_);
+  return under(boundary_) || under(blobs_);
 }
 
 Status LocalDirectory::Resolve(const std::string& name, Resolved* out) const {
@@ -186,6 +187,25 @@ Result<LocalDirectory::Listing> LocalDirectory::List() const {
   std::sort(listing.files.begin(), listing.files.end());
   std::sort(listing.outside.begin(), listing.outside.end());
   return listing;
+}
+
+Result<std::shared_ptr<const LocalDirectory>> LocalDirectory::OpenSubdirectory(
+    const std::string& name) const {
+  Resolved r;
+  CKPTFS_RETURN_IF_ERROR(Resolve(name, &r));
+  FdCloser closer(r.fd);
+  if (!r.inside) {
+    return Status::InvalidArgument(name + ": symbolic link leads outside " + path_ + " (to " +
+                                   r.real + "), not served");
+  }
+  if (!S_ISDIR(r.type)) {
+    return Status::InvalidArgument(name + ": " + TypeName(r.type) + ", not a directory");
+  }
+  auto real = RealPathOf(r.fd);
+  if (!real.ok()) return Status::IoError(name + ": " + real.status().message());
+  return std::shared_ptr<const LocalDirectory>(
+      new LocalDirectory(closer.release(), path_ + (path_.ends_with('/') ? "" : "/") + name,
+                         std::move(real).value(), boundary_, blobs_));
 }
 
 Result<std::unique_ptr<LocalFileSource>> LocalDirectory::OpenFile(const std::string& name) const {

@@ -58,6 +58,12 @@ class LocalDirectory {
   // Opens regular file `name` (a plain name in the directory) under the rule above.
   Result<std::unique_ptr<LocalFileSource>> OpenFile(const std::string& name) const;
 
+  // Opens subdirectory `name` (a plain name; a symlink to a directory inside the boundary
+  // works) as a LocalDirectory whose boundary stays this one's: a file in it may link to
+  // a sibling of the subdirectory, never out of SOURCE. Errors as OpenFile's, and
+  // InvalidArgument when `name` is not a directory.
+  Result<std::shared_ptr<const LocalDirectory>> OpenSubdirectory(const std::string& name) const;
+
  private:
   // What a name resolved to: an O_PATH descriptor (owned by the holder) and whether it
   // lies inside the boundary.
@@ -67,16 +73,22 @@ class LocalDirectory {
     mode_t type = 0;   // st_mode & S_IFMT
     std::string real;  // the real path, when it had to be checked
   };
-  LocalDirectory(int fd, std::string path, std::string real, std::string blobs)
-      : fd_(fd), path_(std::move(path)), real_(std::move(real)), blobs_(std::move(blobs)) {}
+  LocalDirectory(int fd, std::string path, std::string real, std::string boundary,
+                 std::string blobs)
+      : fd_(fd),
+        path_(std::move(path)),
+        real_(std::move(real)),
+        boundary_(std::move(boundary)),
+        blobs_(std::move(blobs)) {}
 
   Status Resolve(const std::string& name, Resolved* out) const;
   bool Inside(const std::string& real) const;
 
-  int fd_;             // O_PATH descriptor of the directory
-  std::string path_;   // as given
-  std::string real_;   // its real path
-  std::string blobs_;  // hub cache snapshot: the real path of the repo's blobs/, else ""
+  int fd_;                // O_PATH descriptor of the directory
+  std::string path_;      // as given
+  std::string real_;      // its real path
+  std::string boundary_;  // the real path of SOURCE: real_, or a parent's for a subdirectory
+  std::string blobs_;     // hub cache snapshot: the real path of the repo's blobs/, else ""
 };
 
 }  // namespace ckptfs

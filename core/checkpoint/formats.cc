@@ -1,0 +1,97 @@
+#include "core/checkpoint/formats.h"
+
+#include <algorithm>
+
+#include "core/checkpoint/assembly.h"
+
+namespace ckptfs {
+
+std::span<const FormatReader> Formats() {
+  // Order is precedence among equal ranks (see formats.h).
+  static const FormatReader kTable[] = {
+      SafetensorsFormat(),
+      TorchFormat(),
+  };
+  return kTable;
+}
+
+const FormatReader& FormatOf(CheckpointFormat format) {
+  for (const FormatReader& f : Formats()) {
+    if (f.format == format) return f;
+  }
+  return Formats().front();  // unreachable: every CheckpointFormat has an entry
+}
+
+std::vector<std::string> ProbeNames() {
+  std::vector<std::string> names;
+  for (const FormatReader& f : Formats()) {
+    for (std::string_view name : f.probe_names) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.emplace_back(name);
+    }
+  }
+  return names;
+}
+
+bool AnyFormatAcceptsFile(std::string_view name) {
+  return std::any_of(Formats().begin(), Formats().end(),
+                     [&](const FormatReader& f) { return f.accepts_file(name); });
+}
+
+namespace {
+
+std::string LooksFor() {
+  std::string kinds;
+  for (const FormatReader& f : Formats()) {
+    kinds += (kinds.empty() ? "" : "; ") + std::string(f.looks_for);
+  }
+  return kinds;
+}
+
+// The refusal when no entry claims anything.
+Status NothingClaimed(const SourceDir& dir, const std::string& shown) {
+  if (!dir.named.empty() && !dir.Lists(dir.named)) {
+    return Status::NotFound(shown + (dir.remote ? ": not found" : ": no such file or directory"));
+  }
+  if (!dir.named.empty()) return NotACheckpointFile(shown);
+  return Status::InvalidArgument(shown + ": no checkpoint found (" + LooksFor() + ")");
+}
+
+}  // namespace
+
+Status NotACheckpointFile(const std::string& shown) {
+  std::string kinds;
+  for (const FormatReader& f : Formats()) {
+    kinds += (kinds.empty() ? "" : ", ") + std::string(f.file_kinds);
+  }
+  return Status::InvalidArgument(shown + ": not a " + kinds +
+                                 " file (or .zst of one), or a directory");
+}
+
+Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, CodecContext& codec,
+                                  const std::string& shown) {
+  const FormatReader* winner = nullptr;
+  std::optional<Claim> best;
+  for (const FormatReader& f : Formats()) {
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> claim, f.detect(dir));
+    if (!claim || (best && claim->rank >= best->rank)) continue;
+    winner = &f;
+    best = std::move(claim);
+    if (best->rank == Claim::Rank::kNamed) break;
+  }
+  if (!best) return NothingClaimed(dir, shown);
+  CKPTFS_RETURN_IF_ERROR(best->problem);
+  Checkpoint ckpt;
+  ckpt.source_path = dir.path;
+  ckpt.remote = dir.remote;
+  ckpt.format = winner->format;
+  CKPTFS_RETURN_IF_ERROR(winner->read(dir, *best, codec, ckpt));
+  // A SOURCE naming one file or prefix is that checkpoint alone.
+  if (dir.named.empty()) {
+    const std::vector<std::string> hidden =
+        winner->hidden ? winner->hidden(dir, ckpt) : std::vector<std::string>();
+    CKPTFS_RETURN_IF_ERROR(OpenOthers(dir, codec.options(), hidden, ckpt));
+  }
+  return ckpt;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,97 @@
+// The format table: the one place discovery learns which checkpoint formats exist. A
+// SOURCE of any kind (local directory, file path, prefix, HTTP or S3 URL) becomes a
+// SourceDir (core/source/source_dir.h), and the table decides what it holds:
+//
+//   | name        | claims (rank)                                  | reader               |
+//   |-------------|------------------------------------------------|----------------------|
+//   | safetensors | *.safetensors.index.json (named), *.safetensors | safetensors_reader.cc|
+//   |             | (lone file)                                     |                      |
+//   | torch       | *.bin.index.json (named), *.bin/.pt/.pth (lone) | torch_reader.cc      |
+//
+// Precedence: every entry's detect is asked, in table order. A claim on a file that names
+// the rest of a checkpoint (an index, a state file, a prefix: Rank::kNamed) beats a claim
+// on a lone weights file (kLoneFile); among equal ranks the earlier entry wins. So a
+// safetensors index wins over a torch index beside it, any index over a lone file, and a
+// lone .safetensors over a lone .bin. The first kNamed claim ends the walk. A winning
+// claim that carries a problem (several indexes, several lone files) is the refusal.
+//
+// Adding a format: a folder of parsers (core/format/<fmt>/), a reader
+// (core/checkpoint/<fmt>_reader.cc) that defines a FormatReader, and its line in
+// Formats() (formats.cc). Nothing else in discovery changes.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/codec/codec_context.h"
+#include "core/source/source_dir.h"
+#include "core/status.h"
+
+namespace ckptfs {
+
+// What a format found in a SourceDir.
+struct Claim {
+  enum class Rank : uint8_t {
+    kNamed = 0,     // a file that names the rest: an index, a state file, a prefix
+    kLoneFile = 1,  // one weights file standing alone
+  };
+  Rank rank = Rank::kLoneFile;
+  std::string file;  // what read() starts from (reader-defined: an index, a file, a prefix)
+  // Not Ok: this format would be chosen, but cannot tell which files; the refusal.
+  Status problem = Status::Ok();
+};
+
+struct FormatReader {
+  std::string_view name;   // unique; inspect's "format" ("safetensors", "torch")
+  std::string_view title;  // the mount's summary line ("torch.save")
+  CheckpointFormat format;
+  // Names a server is asked for, since it cannot list (HttpDir): this format's usual
+  // entry files and the companions it shows. Names learnt from contents are asked for
+  // later through SourceDir::Has / open.
+  std::span<const std::string_view> probe_names;
+  // For "no checkpoint found (...)": the files this format looks for.
+  std::string_view looks_for;
+  // A regular file SOURCE so named may be this format's (name only; .zst included), and
+  // what such names look like, for the refusal of others (".bin, .pt, .pth").
+  bool (*accepts_file)(std::string_view name);
+  std::string_view file_kinds;
+  // What this format finds in `dir` (listing, Has, and small reads such as a state
+  // file); nullopt if nothing. With `dir.named` set, only that name (file or prefix) may
+  // be claimed. Errors are I/O failures, not "not mine".
+  Result<std::optional<Claim>> (*detect)(const SourceDir& dir);
+  // Fills shards, index, tensors (sorted, SortTensors), storages, metadata and state of
+  // `ckpt` from the claim. `ckpt.source_path`, `remote` and `format` are set already.
+  Status (*read)(const SourceDir& dir, const Claim& claim, CodecContext& codec, Checkpoint& ckpt);
+  // Files of `dir` not to show at the mount root besides those read() used (sorted).
+  std::vector<std::string> (*hidden)(const SourceDir& dir, const Checkpoint& ckpt);
+};
+
+// The table, in precedence order.
+std::span<const FormatReader> Formats();
+
+// The entry of `format`.
+const FormatReader& FormatOf(CheckpointFormat format);
+
+// Every entry's probe_names, in table order, each once.
+std::vector<std::string> ProbeNames();
+
+// True if some entry accepts a file SOURCE named `name`.
+bool AnyFormatAcceptsFile(std::string_view name);
+
+// The refusal of a regular file SOURCE no entry accepts (accepts_file).
+Status NotACheckpointFile(const std::string& shown);
+
+// Walks the table over `dir` and reads what wins, then (for a directory SOURCE) the
+// other files. `shown` names SOURCE in refusals that concern it as a whole.
+Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, CodecContext& codec,
+                                  const std::string& shown);
+
+// The entries' readers (defined in <fmt>_reader.cc).
+FormatReader SafetensorsFormat();
+FormatReader TorchFormat();
+
+}  // namespace ckptfs

@@ -1,0 +1,173 @@
+#include "core/checkpoint/hf_layout.h"
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+#include "core/format/hf_index.h"
+
+namespace ckptfs {
+namespace {
+
+constexpr std::string_view kSafetensorsIndexSuffix = ".safetensors.index.json";
+constexpr std::string_view kTorchIndexSuffix = ".bin.index.json";
+
+// The weight files of `dir` an index of `layout` may list: distinct names without .zst,
+// sorted.
+std::vector<std::string> LikelyShards(const SourceDir& dir, const HfLayout& layout) {
+  std::vector<std::string> names;
+  for (const std::string& f : dir.files) {
+    std::string name = layout.weight_name(f);
+    if (!name.empty()) names.push_back(std::move(name));
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+// Every stored tensor must be in the index, under the shard that stores it, and every
+// index entry must be stored. Both lists are walked in name order (an index is usually
+// written sorted, so sorting it is a check), which costs a fraction of a hash map's
+// lookups at a million tensors. The errors are those of a lookup per tensor: the first
+// tensor in name order that is unlisted or listed elsewhere (the first listing of a name
+// counts), then the first entry in index order that no shard stores.
+Status CheckAgainstIndex(const Checkpoint& ckpt, const HfIndex& index, const std::string& file) {
+  const auto& map = index.weight_map;
+  std::vector<uint32_t> order(map.size());
+  std::iota(order.begin(), order.end(), 0u);
+  auto by_name = [&](uint32_t a, uint32_t b) { return map[a].first < map[b].first; };
+  if (!std::is_sorted(order.begin(), order.end(), by_name)) {
+    std::stable_sort(order.begin(), order.end(), by_name);
+  }
+  size_t next = 0;  // into order
+  bool missing = false;
+  for (const Tensor& t : ckpt.tensors) {
+    for (; next < order.size() && map[order[next]].first < t.name; ++next) missing = true;
+    const std::string& shard = ckpt.shards[t.shard].name;
+    if (next == order.size() || map[order[next]].first != t.name) {
+      return Status::Corruption(shard + ": tensor \"" + t.name + "\" is not listed in " + file);
+    }
+    if (map[order[next]].second != shard) {
+      return Status::Corruption(file + ": tensor \"" + t.name + "\" is listed in " +
+                                map[order[next]].second + " but stored in " + shard);
+    }
+    while (next < order.size() && map[order[next]].first == t.name) ++next;
+  }
+  if (!missing && next == order.size()) return Status::Ok();
+  for (const auto& [tensor, shard] : map) {
+    if (!FindTensor(ckpt, tensor)) {
+      return Status::Corruption(shard + ": tensor \"" + tensor + "\" listed in " + file +
+                                " is missing from the shard");
+    }
+  }
+  return Status::Ok();
+}
+
+// The files of another copy of the weights: an index that is not ours, and the shards it
+// names. Best effort: an unreadable index hides only itself.
+std::vector<std::string> AlternativeCopy(const SourceDir& dir, const Checkpoint& ckpt) {
+  std::vector<std::string> names;
+  for (const std::string& f : dir.files) {
+    const bool ours = !ckpt.index.empty() && ckpt.index[0].stored_name == f;
+    if (ours || !(EndsWith(f, kSafetensorsIndexSuffix) || EndsWith(f, kTorchIndexSuffix))) {
+      continue;
+    }
+    names.push_back(f);
+    auto source = dir.open(f);
+    if (!source.ok()) continue;
+    auto text = ReadWhole(**source);
+    auto index = text.ok() ? ParseHfIndex(*text, f) : Result<HfIndex>(text.status());
+    if (!index.ok()) continue;
+    for (const std::string& shard : index->shard_files) {
+      names.push_back(shard);
+      names.push_back(shard + std::string(kZstdSuffix));
+    }
+  }
+  return names;
+}
+
+Status ReadIndexed(const SourceDir& dir, const std::string& index_name, CodecContext& codec,
+                   const HfLayout& layout, Checkpoint& ckpt) {
+  // Remote files are read only once the index names them: a request each, and a
+  // listing may hold stale shards.
+  std::optional<EarlyShards> early;
+  if (!dir.remote) early.emplace(dir, LikelyShards(dir, layout), codec, layout.parse);
+  CKPTFS_ASSIGN_OR_RETURN(StoredFile index_file, OpenStored(dir, index_name));
+  CKPTFS_ASSIGN_OR_RETURN(std::string text, ReadWhole(*index_file.source));
+  CKPTFS_ASSIGN_OR_RETURN(HfIndex index, ParseHfIndex(text, index_name));
+  std::string().swap(text);
+  ckpt.index.push_back(std::move(index_file));
+  CKPTFS_RETURN_IF_ERROR(OpenShards(dir, index.shard_files, index_name, codec, layout.parse, ckpt,
+                                    early ? &early->Wait() : nullptr));
+  early.reset();
+  return CheckAgainstIndex(ckpt, index, index_name);
+}
+
+}  // namespace
+
+std::string SafetensorsWeightName(std::string_view file) {
+  std::string_view name = StripZst(file);
+  return EndsWith(name, ".safetensors") ? std::string(name) : std::string();
+}
+
+std::string TorchWeightName(std::string_view file) {
+  std::string_view name = StripZst(file);
+  for (std::string_view suffix : {".bin", ".pt", ".pth"}) {
+    if (EndsWith(name, suffix)) return std::string(name);
+  }
+  return std::string();
+}
+
+std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout) {
+  std::vector<std::string> indexes;
+  for (const std::string& f : dir.files) {
+    if (EndsWith(f, layout.index_suffix)) indexes.push_back(f);
+  }
+  if (indexes.size() == 1) return Claim{Claim::Rank::kNamed, indexes[0]};
+  if (indexes.size() > 1) {
+    if (!layout.preferred_index.empty() &&
+        std::find(indexes.begin(), indexes.end(), layout.preferred_index) != indexes.end()) {
+      return Claim{Claim::Rank::kNamed, std::string(layout.preferred_index)};
+    }
+    return Claim{Claim::Rank::kNamed, "",
+                 Status::InvalidArgument(dir.path + ": several index files (" + indexes[0] + ", " +
+                                         indexes[1] + "); cannot tell which is the checkpoint")};
+  }
+  // Without an index, the one weights file (files are sorted: x and x.zst are adjacent).
+  std::vector<std::string> weights;
+  for (const std::string& f : dir.files) {
+    std::string weight = layout.weight_name(f);
+    if (!weight.empty() && (weights.empty() || weights.back() != weight)) {
+      weights.push_back(std::move(weight));
+    }
+  }
+  if (weights.empty()) return std::nullopt;
+  if (weights.size() == 1) return Claim{Claim::Rank::kLoneFile, weights[0]};
+  if (!layout.preferred_file.empty() &&
+      std::binary_search(weights.begin(), weights.end(), layout.preferred_file)) {
+    return Claim{Claim::Rank::kLoneFile, std::string(layout.preferred_file)};
+  }
+  return Claim{Claim::Rank::kLoneFile, "",
+               Status::InvalidArgument(dir.path + ": " + std::to_string(weights.size()) +
+                                       " weight files (" + weights[0] + ", " + weights[1] +
+                                       ", ...) but no index json to join them")};
+}
+
+Status ReadHf(const SourceDir& dir, const Claim& claim, CodecContext& codec, const HfLayout& layout,
+              Checkpoint& ckpt) {
+  if (EndsWith(claim.file, layout.index_suffix)) {
+    return ReadIndexed(dir, claim.file, codec, layout, ckpt);
+  }
+  return OpenShards(dir, {claim.file}, dir.path, codec, layout.parse, ckpt);
+}
+
+std::vector<std::string> HfHidden(const SourceDir& dir, const Checkpoint& ckpt) {
+  std::vector<std::string> names = AlternativeCopy(dir, ckpt);
+  for (const std::string& f : dir.files) {
+    if (!SafetensorsWeightName(f).empty()) names.push_back(f);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,58 @@
+// The Hugging Face layout that safetensors and torch.save checkpoints share: a directory
+// holding an index json (`*.safetensors.index.json`, `*.bin.index.json`) and the shards
+// it names, or a lone weights file. The two readers (safetensors_reader.cc,
+// torch_reader.cc) differ only in the HfLayout they pass: which names are theirs and how
+// one shard is parsed.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/checkpoint/assembly.h"
+#include "core/checkpoint/formats.h"
+
+namespace ckptfs {
+
+struct HfLayout {
+  std::string_view index_suffix;     // ".safetensors.index.json"
+  std::string_view preferred_index;  // chosen among several indexes ("" : none, refuse)
+  std::string_view preferred_file;   // chosen among several lone weight files ("": refuse)
+  // "x.safetensors" for "x.safetensors" and "x.safetensors.zst"; "" if not this format's.
+  std::string (*weight_name)(std::string_view file);
+  ShardParser parse;
+};
+
+// Files the HF ecosystem keeps beside the weights (config, tokenizer). A server cannot
+// list them, so both HF formats ask for these by name.
+inline constexpr std::string_view kHfCompanionFiles[] = {"config.json",
+                                                         "generation_config.json",
+                                                         "tokenizer.json",
+                                                         "tokenizer_config.json",
+                                                         "special_tokens_map.json",
+                                                         "tokenizer.model",
+                                                         "vocab.json",
+                                                         "merges.txt",
+                                                         "added_tokens.json",
+                                                         "preprocessor_config.json"};
+
+// This format's index (Claim::Rank::kNamed; several without the preferred one: a
+// problem), else its lone weights file (kLoneFile; several: a problem), else none.
+std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout);
+
+// Reads the claimed index and its shards, or the claimed lone file, into `ckpt`.
+Status ReadHf(const SourceDir& dir, const Claim& claim, CodecContext& codec, const HfLayout& layout,
+              Checkpoint& ckpt);
+
+// Files not to show: every .safetensors weight file that is not part of the checkpoint (a
+// stale or foreign one would only mislead) and the index and shards of another copy of
+// the weights (repositories often ship a torch index beside the safetensors one). Other
+// torch files (training_args.bin, optimizer.pt) are shown: they are not weights.
+std::vector<std::string> HfHidden(const SourceDir& dir, const Checkpoint& ckpt);
+
+// WeightName of each HF format, for the readers and HfHidden.
+std::string SafetensorsWeightName(std::string_view file);
+std::string TorchWeightName(std::string_view file);
+
+}  // namespace ckptfs

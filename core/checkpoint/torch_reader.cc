@@ -1,0 +1,85 @@
+// The torch entry of the format table: an HF index of torch.save shards
+// (pytorch_model.bin.index.json), or one torch.save file (.bin, .pt, .pth). Storages are
+// torch's, tensors view them (tied weights share one), and non-tensor values become
+// state_json.
+#include "core/checkpoint/hf_layout.h"
+#include "core/format/torch_file.h"
+
+namespace ckptfs {
+namespace {
+
+ShardContents FromTorch(TorchFile& file, uint32_t shard_no) {
+  ShardContents out;
+  for (const TorchStorage& s : file.storages) {
+    out.storages.push_back(Storage{shard_no, s.data_offset, s.size, s.dtype, true, s.crc32});
+  }
+  for (TorchTensor& t : file.tensors) {
+    const Storage& s = out.storages[t.storage];
+    const uint64_t element = DtypeSize(s.dtype);
+    Tensor tensor{std::move(t.name), s.dtype, std::move(t.shape), shard_no, 0, 0, t.storage,
+                  t.storage_offset,  {}};
+    if (IsRowMajor(tensor.shape, t.stride)) {
+      // The interpreter checked that the view lies inside the storage.
+      tensor.size = TensorByteSize(s.dtype, tensor.shape).value_or(0);  // 0: empty
+      // An empty view may name any offset; keep it at its storage.
+      tensor.offset = s.offset + (tensor.size ? t.storage_offset * element : 0);
+    } else {
+      tensor.stride = std::move(t.stride);
+    }
+    out.tensors.push_back(std::move(tensor));
+  }
+  out.state_json = std::move(file.state_json);
+  return out;
+}
+
+Result<ShardContents> ParseTorchShard(const StoredFile& shard, uint32_t shard_no) {
+  CKPTFS_ASSIGN_OR_RETURN(TorchFile file, ReadTorchFile(*shard.source));
+  return FromTorch(file, shard_no);
+}
+
+// Several lone torch files: pytorch_model.bin, since trainers leave training_args.bin and
+// optimizer.pt beside it.
+constexpr HfLayout kLayout = {".bin.index.json", "", "pytorch_model.bin", &TorchWeightName,
+                              &ParseTorchShard};
+
+constexpr std::string_view kProbeNames[] = {"pytorch_model.bin.index.json",
+                                            "pytorch_model.bin",
+                                            "pytorch_model.bin.zst",
+                                            kHfCompanionFiles[0],
+                                            kHfCompanionFiles[1],
+                                            kHfCompanionFiles[2],
+                                            kHfCompanionFiles[3],
+                                            kHfCompanionFiles[4],
+                                            kHfCompanionFiles[5],
+                                            kHfCompanionFiles[6],
+                                            kHfCompanionFiles[7],
+                                            kHfCompanionFiles[8],
+                                            kHfCompanionFiles[9]};
+
+Status ReadTorch(const SourceDir& dir, const Claim& claim, CodecContext& codec, Checkpoint& ckpt) {
+  CKPTFS_RETURN_IF_ERROR(ReadHf(dir, claim, codec, kLayout, ckpt));
+  // A safetensors conversion of torch weights: what transformers' loader looks for.
+  ckpt.metadata = {{"format", "pt"}};
+  return Status::Ok();
+}
+
+}  // namespace
+
+FormatReader TorchFormat() {
+  return FormatReader{
+      .name = "torch",
+      .title = "torch.save",
+      .format = CheckpointFormat::kTorch,
+      .probe_names = kProbeNames,
+      .looks_for = "*.bin, *.pt, *.pth, *.bin.index.json",
+      .accepts_file = [](std::string_view name) { return !TorchWeightName(name).empty(); },
+      .file_kinds = ".bin, .pt, .pth",
+      .detect = [](const SourceDir& dir) -> Result<std::optional<Claim>> {
+        return DetectHf(dir, kLayout);
+      },
+      .read = &ReadTorch,
+      .hidden = &HfHidden,
+  };
+}
+
+}  // namespace ckptfs

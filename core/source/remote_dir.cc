@@ -1,0 +1,254 @@
+#include "core/source/remote_dir.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "core/cache/disk_cache.h"
+#include "core/source/remote_source.h"
+#include "core/source/s3.h"
+
+namespace ckptfs {
+namespace {
+
+// An object read through the block cache, the disk cache and parallel fetches once the
+// mount serves (see RemoteSource).
+std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, CodecContext& codec) {
+  std::string identity = object->Identity();
+  return std::make_unique<RemoteSource>(std::move(object), std::move(identity), codec,
+                                        codec.disk_cache());
+}
+
+// A server decodes what it is sent: "..%2Fx" would be "../x" to it.
+Status CheckUrlName(const std::string& name) {
+  if (const std::string problem = UrlNameProblem(name); !problem.empty()) {
+    return Status::Corruption("\"" + name.substr(0, 200) +
+                              "\" is not a plain file name inside the checkpoint directory (" +
+                              problem + ")");
+  }
+  return Status::Ok();
+}
+
+// Objects asked for while opening, kept open for `open` (each is asked for once), and
+// the names a server said it does not have. Shared by a SourceDir's functions.
+struct Found {
+  std::mutex mu;
+  std::map<std::string, std::unique_ptr<ByteSource>> open;
+  std::set<std::string> missing;
+};
+
+// The SourceDir of the HTTP directory `base` (ending in '/'). `url_of` maps a name to the
+// URL asked for: one segment under `base`, except the file a URL named as written.
+SourceDir HttpDirAt(std::string base, std::string named_file, std::string named_url,
+                    std::string shown, const HttpOptions& http, CodecContext& codec) {
+  auto url_of = [base, named_file, named_url](const std::string& name) {
+    return !named_file.empty() && name == named_file ? named_url : base + EncodeUrlSegment(name);
+  };
+  auto found = std::make_shared<Found>();
+  SourceDir dir;
+  dir.path = std::move(shown);
+  dir.remote = true;
+  dir.probe = [url_of, found, http, &codec](const std::string& name) -> Result<bool> {
+    {
+      std::lock_guard lock(found->mu);
+      if (found->open.count(name)) return true;
+      if (found->missing.count(name)) return false;
+    }
+    CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
+    auto source = HttpSource::Open(url_of(name), name, http);
+    std::lock_guard lock(found->mu);
+    if (!source.ok()) {
+      if (source.status().code() != Status::Code::kNotFound) return source.status();
+      found->missing.insert(name);
+      return false;
+    }
+    found->open.emplace(name, CachedRemote(std::move(source).value(), codec));
+    return true;
+  };
+  dir.open = [url_of, found, http,
+              &codec](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+    {
+      std::lock_guard lock(found->mu);
+      auto it = found->open.find(name);
+      if (it != found->open.end() && it->second) return std::move(it->second);
+    }
+    CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
+    CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(url_of(name), name, http));
+    return CachedRemote(std::move(source), codec);
+  };
+  dir.open_dir = [base, shown = dir.path, http,
+                  &codec](const std::string& name) -> Result<SourceDir> {
+    CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
+    const std::string child = base + EncodeUrlSegment(name) + "/";
+    return HttpDirAt(child, "", "", RedactedUrl(child), http, codec);
+  };
+  return dir;
+}
+
+// The SourceDir of S3 prefix `where` (a directory) from one listing.
+Result<SourceDir> S3Listed(std::shared_ptr<const S3Target> target, const S3Url& where,
+                           CodecContext& codec);
+
+// Opens object `prefix + name` (HEAD) as a file of the directory shown as `shown`.
+Result<std::unique_ptr<ByteSource>> OpenS3Object(const S3Target& target, const std::string& prefix,
+                                                 const std::string& name, const std::string& shown,
+                                                 CodecContext& codec) {
+  CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
+  CKPTFS_ASSIGN_OR_RETURN(
+      auto object, HttpSource::Open(target.ObjectUrl(prefix + name), name, target.http, shown));
+  return CachedRemote(std::move(object), codec);
+}
+
+// A child prefix of `prefix`, for SourceDir::open_dir.
+std::function<Result<SourceDir>(const std::string&)> S3Child(std::shared_ptr<const S3Target> target,
+                                                             S3Url where, CodecContext& codec) {
+  return [target, where, &codec](const std::string& name) -> Result<SourceDir> {
+    CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
+    S3Url child{where.bucket, where.key + name + "/"};
+    return S3Listed(target, child, codec);
+  };
+}
+
+Result<SourceDir> S3Listed(std::shared_ptr<const S3Target> target, const S3Url& where,
+                           CodecContext& codec) {
+  SourceDir dir;
+  dir.path = where.ToString();
+  dir.remote = true;
+  auto listed = std::make_shared<std::map<std::string, S3Object>>();
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<S3Object> objects, ListS3(*target, where));
+  for (auto& [name, object] : S3CheckpointFiles(where.key, std::move(objects))) {
+    dir.files.push_back(name);
+    listed->emplace(name, std::move(object));
+  }
+  if (dir.files.empty()) return Status::NotFound(dir.path + ": no objects under this prefix");
+  dir.open = [target, listed, shown = dir.path,
+              &codec](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+    auto it = listed->find(name);
+    if (it == listed->end()) return Status::NotFound(name + ": not in " + shown);
+    const S3Object& o = it->second;
+    return CachedRemote(HttpSource::FromListing(target->ObjectUrl(o.key), name, o.size, o.etag,
+                                                target->http, timespec{o.last_modified, 0}),
+                        codec);
+  };
+  dir.open_dir = S3Child(target, where, codec);
+  return dir;
+}
+
+// s3://bucket/dir/name: the object `name` in prefix `dir/`, HEADed; its siblings are
+// HEADed when asked for. `named` is `name` whether or not the object exists (a prefix).
+Result<SourceDir> S3Named(std::shared_ptr<const S3Target> target, const S3Url& where,
+                          CodecContext& codec) {
+  const size_t slash = where.key.rfind('/');
+  const std::string prefix = slash == std::string::npos ? "" : where.key.substr(0, slash + 1);
+  const std::string name = where.key.substr(prefix.size());
+  SourceDir dir;
+  dir.path = where.ToString();
+  dir.remote = true;
+  dir.named = name;
+  auto found = std::make_shared<Found>();
+  auto object = OpenS3Object(*target, prefix, name, dir.path, codec);
+  if (object.ok()) {
+    found->open.emplace(name, std::move(object).value());
+    dir.files.push_back(name);
+  } else if (object.status().code() != Status::Code::kNotFound) {
+    return object.status();
+  }
+  const std::string shown = dir.path;
+  dir.probe = [target, prefix, shown, found, &codec](const std::string& other) -> Result<bool> {
+    {
+      std::lock_guard lock(found->mu);
+      if (found->open.count(other)) return true;
+      if (found->missing.count(other)) return false;
+    }
+    auto sibling = OpenS3Object(*target, prefix, other, shown, codec);
+    std::lock_guard lock(found->mu);
+    if (!sibling.ok()) {
+      if (sibling.status().code() != Status::Code::kNotFound) return sibling.status();
+      found->missing.insert(other);
+      return false;
+    }
+    found->open.emplace(other, std::move(sibling).value());
+    return true;
+  };
+  dir.open = [target, prefix, shown, found,
+              &codec](const std::string& other) -> Result<std::unique_ptr<ByteSource>> {
+    {
+      std::lock_guard lock(found->mu);
+      auto it = found->open.find(other);
+      if (it != found->open.end() && it->second) return std::move(it->second);
+    }
+    return OpenS3Object(*target, prefix, other, shown, codec);
+  };
+  dir.open_dir = S3Child(target, S3Url{where.bucket, prefix}, codec);
+  return dir;
+}
+
+}  // namespace
+
+bool IsUrl(std::string_view path) {
+  return path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0 || IsS3Url(path);
+}
+
+Status OpenDiskCache(const RemoteOptions& remote, CodecContext& codec) {
+  if (remote.cache_dir.empty() || codec.disk_cache()) return Status::Ok();
+  CKPTFS_ASSIGN_OR_RETURN(
+      auto disk, DiskCache::Open(remote.cache_dir, remote.cache_dir_bytes, codec.options().warn,
+                                 remote.cache_dir_shared ? DiskCache::Sharing::kShared
+                                                         : DiskCache::Sharing::kPrivate));
+  codec.SetDiskCache(std::move(disk));
+  return Status::Ok();
+}
+
+Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, CodecContext& codec,
+                          const std::vector<std::string>& probe_names) {
+  if (std::string problem = UrlPasswordProblem(url); !problem.empty()) {
+    return Status::InvalidArgument(problem);
+  }
+  // One deadline for every request of opening: discovery here, then the header reads of
+  // the format reader (the sources keep it until BeginServing).
+  HttpOptions http = options;
+  http.open_deadline = std::chrono::steady_clock::now() + http.timeout;
+  if (const char* password = std::getenv("CKPTFS_HTTP_PASSWORD");
+      password && http.password.empty()) {
+    http.password = password;
+  }
+  // The one file a URL names is asked for as the user wrote it; every other name becomes
+  // one percent-encoded segment under `base`.
+  const size_t slash = url.rfind('/');
+  const std::string base = url.substr(0, slash + 1);
+  const std::string named = slash + 1 < url.size() ? url.substr(slash + 1) : std::string();
+  SourceDir dir = HttpDirAt(base, named, url, RedactedUrl(url), http, codec);
+  dir.named = named;
+  const std::vector<std::string> one = {named};
+  for (const std::string& name : named.empty() ? probe_names : one) {
+    CKPTFS_ASSIGN_OR_RETURN(bool there, dir.probe(name));
+    if (there) dir.files.push_back(name);
+  }
+  std::sort(dir.files.begin(), dir.files.end());
+  dir.files.erase(std::unique(dir.files.begin(), dir.files.end()), dir.files.end());
+  return dir;
+}
+
+Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, CodecContext& codec) {
+  CKPTFS_ASSIGN_OR_RETURN(S3Url where, ParseS3Url(url));
+  CKPTFS_ASSIGN_OR_RETURN(S3Target target, ResolveS3(where, remote));
+  // One deadline for every request of opening (see HttpDir).
+  target.http.open_deadline = std::chrono::steady_clock::now() + target.http.timeout;
+  auto target_ptr = std::make_shared<const S3Target>(std::move(target));
+  if (!where.IsDirectory()) return S3Named(target_ptr, where, codec);
+  auto listed = S3Listed(target_ptr, where, codec);
+  // ParseS3Url takes s3://b/x as a directory unless x looks like a weights file; when no
+  // such directory exists, x may still name a file or a prefix (TF's ckpt-3) in s3://b/.
+  const bool written_as_dir = !url.empty() && url.back() == '/';
+  if (listed.ok() || listed.status().code() != Status::Code::kNotFound || written_as_dir ||
+      where.key.empty()) {
+    return listed;
+  }
+  S3Url named{where.bucket, where.key.substr(0, where.key.size() - 1)};
+  return S3Named(target_ptr, named, codec);
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,66 @@
+// SourceDir: what a checkpoint directory offers, whatever stores it (local disk, an HTTP
+// server, an S3 prefix, a map of in-memory files in tests). Discovery (core/checkpoint/
+// formats.h) and every format reader see SOURCE only through it, so a format written
+// against it works for local and remote SOURCEs alike.
+//
+// - `files` are the names discovery looks at and the mount may show: a directory's
+//   listing (local, S3), the names a server answered when asked (HTTP cannot list: it is
+//   asked for every name the format table probes), or the one file a path SOURCE names.
+// - Has(name) says whether a file exists even when `files` does not list it: a name
+//   learnt from another file's contents (a shard an index names, a TF data file), or a
+//   sibling of a single-file SOURCE. It asks the store only when `files` is not the whole
+//   story (`probe` set).
+// - OpenDir(name) opens a child directory with the same bounds (a SavedModel's
+//   `variables/`): local stays beneath SOURCE, HTTP is base + "name/", S3 a prefix.
+//
+// Names are plain file names: no '/', never "." or "..". Stores refuse others. A SourceDir
+// is used by one opening at a time; the sources it opens are thread-safe ByteSources.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/source/byte_source.h"
+#include "core/source/local_dir.h"
+#include "core/status.h"
+
+namespace ckptfs {
+
+struct SourceDir {
+  std::string path;                // shown in messages and stats
+  std::vector<std::string> files;  // plain names, sorted
+  std::function<Result<std::unique_ptr<ByteSource>>(const std::string& name)> open;
+  // Files come from a server (http, S3), opened as RemoteSources: the mount then shows
+  // remote counters in stats.json and starts readahead with one block.
+  bool remote = false;
+  // Asks the store whether `name` exists (NotFound is false, other errors are errors).
+  // Null when `files` lists everything there is.
+  std::function<Result<bool>(const std::string& name)> probe;
+  // Opens child directory `name`; null when the store has none (in-memory test dirs).
+  std::function<Result<SourceDir>(const std::string& name)> open_dir;
+  // The name SOURCE pointed at inside this directory (a file, or a prefix such as TF's
+  // `ckpt-3` that is no file itself); empty when SOURCE is the directory. Only what
+  // belongs to that name is read and shown.
+  std::string named;
+
+  // `name` is in `files`, or the store has it.
+  Result<bool> Has(const std::string& name) const;
+  // `name` is in `files` (no request).
+  bool Lists(const std::string& name) const;
+  // OpenDir: NotFound when there is no such directory or the store has no directories.
+  Result<SourceDir> OpenDir(const std::string& name) const;
+};
+
+// A SourceDir over local directory `root` offering `files` (its listing, or the one file
+// a path SOURCE names, then with a probe for siblings). Every file is opened through
+// `root`, so nothing outside it is served (core/source/local_dir.h).
+SourceDir LocalDir(std::shared_ptr<const LocalDirectory> root, std::vector<std::string> files,
+                   bool listed_all = true);
+
+// LocalDir over `root`'s listing. Links that leave SOURCE are offered too, so that opening
+// one names it in a refusal (a shard) or a skipped-file line (anything else).
+Result<SourceDir> ListLocalDir(std::shared_ptr<const LocalDirectory> root);
+
+}  // namespace ckptfs

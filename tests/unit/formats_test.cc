@@ -1,0 +1,248 @@
+// The format table (core/checkpoint/formats.h) and the SourceDir seam it walks: every
+// entry is complete and distinct, each format claims its own minimal checkpoint and no
+// other's, precedence is as documented, names learnt from contents are asked for
+// (a server cannot list), and a child directory stays beneath SOURCE.
+#include "core/checkpoint/formats.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/source/source_dir.h"
+#include "tests/unit/test_util.h"
+
+namespace ckptfs {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::IndexJson;
+using testing::MakeSafetensors;
+using testing::MemoryDir;
+using testing::TestCodec;
+
+const std::string kA = MakeSafetensors({{"a", Dtype::kF32, {2}}});
+
+// A minimal checkpoint of each format, by the entry's name. Detection looks at names and
+// small files only, so torch's bytes need not parse here (torch_test opens real ones).
+std::map<std::string, std::map<std::string, std::string>> MinimalCheckpoints() {
+  return {{"safetensors", {{"model.safetensors", kA}, {"config.json", "{}"}}},
+          {"torch", {{"pytorch_model.bin", "not parsed by detect"}, {"config.json", "{}"}}}};
+}
+
+// The entry whose detect claims `dir`, by the table's precedence; "" if none.
+std::string Winner(const SourceDir& dir) {
+  const FormatReader* winner = nullptr;
+  std::optional<Claim> best;
+  for (const FormatReader& f : Formats()) {
+    auto claim = f.detect(dir);
+    EXPECT_TRUE(claim.ok()) << f.name << ": " << claim.status().message();
+    if (!claim.ok() || !*claim || (best && (*claim)->rank >= best->rank)) continue;
+    winner = &f;
+    best = **claim;
+  }
+  return winner ? std::string(winner->name) : "";
+}
+
+TEST(FormatTable, EveryEntryIsCompleteAndDistinct) {
+  ASSERT_GE(Formats().size(), 2u);
+  std::set<std::string_view> names;
+  for (const FormatReader& f : Formats()) {
+    SCOPED_TRACE(std::string(f.name));
+    EXPECT_FALSE(f.name.empty());
+    EXPECT_FALSE(f.title.empty());
+    EXPECT_FALSE(f.looks_for.empty());
+    EXPECT_FALSE(f.file_kinds.empty());
+    EXPECT_TRUE(names.insert(f.name).second) << "names must be unique";
+    EXPECT_FALSE(f.probe_names.empty()) << "a server cannot list: probe names are needed";
+    ASSERT_NE(f.detect, nullptr);
+    ASSERT_NE(f.read, nullptr);
+    ASSERT_NE(f.accepts_file, nullptr);
+    EXPECT_EQ(&FormatOf(f.format), &f) << "one entry per CheckpointFormat";
+    auto none = f.detect(MemoryDir({}));
+    ASSERT_TRUE(none.ok()) << none.status().message();
+    EXPECT_FALSE(none->has_value()) << "an empty directory is no checkpoint";
+    auto others_only = f.detect(MemoryDir({{"config.json", "{}"}, {"README.md", "x"}}));
+    ASSERT_TRUE(others_only.ok());
+    EXPECT_FALSE(others_only->has_value());
+  }
+}
+
+TEST(FormatTable, EachFormatClaimsItsOwnCheckpointAndNoOther) {
+  const auto minimal = MinimalCheckpoints();
+  for (const FormatReader& f : Formats()) {
+    ASSERT_TRUE(minimal.count(std::string(f.name))) << "add a minimal " << f.name << " checkpoint";
+  }
+  for (const auto& [format, files] : minimal) {
+    SCOPED_TRACE(format);
+    const SourceDir dir = MemoryDir(files);
+    for (const FormatReader& f : Formats()) {
+      auto claim = f.detect(dir);
+      ASSERT_TRUE(claim.ok()) << claim.status().message();
+      EXPECT_EQ(claim->has_value(), f.name == format) << f.name;
+    }
+    EXPECT_EQ(Winner(dir), format);
+  }
+  // A minimal safetensors checkpoint opens through the table as that format.
+  auto ckpt = OpenCheckpointIn(MemoryDir(minimal.at("safetensors")), TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  EXPECT_EQ(FormatOf(ckpt->format).name, "safetensors");
+  EXPECT_EQ(ckpt->tensors.size(), 1u);
+}
+
+TEST(FormatTable, PrecedenceIndexBeatsLoneFileThenTableOrder) {
+  const std::string st_index = IndexJson({{"a", "1.safetensors"}});
+  const std::string pt_index = IndexJson({{"a", "1.bin"}});
+  // Any index beats a lone weights file, whatever the format.
+  EXPECT_EQ(
+      Winner(MemoryDir(
+          {{"pytorch_model.bin.index.json", pt_index}, {"1.bin", "x"}, {"model.safetensors", kA}})),
+      "torch");
+  // Between two indexes, or two lone files, the earlier entry.
+  EXPECT_EQ(Winner(MemoryDir({{"pytorch_model.bin.index.json", pt_index},
+                              {"model.safetensors.index.json", st_index}})),
+            "safetensors");
+  EXPECT_EQ(Winner(MemoryDir({{"pytorch_model.bin", "x"}, {"model.safetensors", kA}})),
+            "safetensors");
+  // An ambiguity is refused only when its format would win.
+  auto ambiguous_loser = OpenCheckpointIn(
+      MemoryDir({{"1.safetensors", kA},
+                 {"model.safetensors.index.json", IndexJson({{"a", "1.safetensors"}})},
+                 {"a.bin", "x"},
+                 {"b.bin", "y"}}),
+      TestCodec());
+  EXPECT_TRUE(ambiguous_loser.ok()) << ambiguous_loser.status().message();
+  auto ambiguous_winner = OpenCheckpointIn(
+      MemoryDir({{"1.safetensors", kA}, {"2.safetensors", kA}, {"pytorch_model.bin", "x"}}),
+      TestCodec());
+  ASSERT_FALSE(ambiguous_winner.ok());
+  EXPECT_NE(ambiguous_winner.status().message().find("2 weight files"), std::string::npos);
+}
+
+TEST(FormatTable, ProbeNamesAreEveryEntrysOnce) {
+  const std::vector<std::string> probes = ProbeNames();
+  EXPECT_EQ(std::set<std::string>(probes.begin(), probes.end()).size(), probes.size());
+  for (const FormatReader& f : Formats()) {
+    for (std::string_view name : f.probe_names) {
+      EXPECT_NE(std::find(probes.begin(), probes.end(), name), probes.end()) << name;
+    }
+  }
+  for (const char* name : {"model.safetensors.index.json", "pytorch_model.bin.index.json",
+                           "model.safetensors", "pytorch_model.bin.zst", "config.json"}) {
+    EXPECT_NE(std::find(probes.begin(), probes.end(), name), probes.end()) << name;
+  }
+}
+
+TEST(FormatTable, NoClaimNamesWhatEachFormatLooksFor) {
+  auto none = OpenCheckpointIn(MemoryDir({{"config.json", "{}"}}), TestCodec());
+  ASSERT_FALSE(none.ok());
+  for (const FormatReader& f : Formats()) {
+    EXPECT_NE(none.status().message().find(f.looks_for), std::string::npos) << f.name;
+  }
+}
+
+// A directory that cannot list (a server): only the index is known; the shards it names,
+// one stored as NAME.zst, are found by asking.
+TEST(SourceDirSeam, NamesLearntFromAnIndexAreAskedFor) {
+  std::map<std::string, std::string> stored = {
+      {"model.safetensors.index.json", IndexJson({{"a", "1.safetensors"}, {"b", "2.safetensors"}})},
+      {"1.safetensors", kA},
+      {"2.safetensors", MakeSafetensors({{"b", Dtype::kU8, {3}}})}};
+  SourceDir dir = MemoryDir(stored);
+  dir.files = {"model.safetensors.index.json"};
+  auto asked = std::make_shared<std::vector<std::string>>();
+  dir.probe = [stored, asked](const std::string& name) -> Result<bool> {
+    asked->push_back(name);
+    return stored.count(name) > 0;
+  };
+  auto ckpt = OpenCheckpointIn(dir, TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  ASSERT_EQ(ckpt->shards.size(), 2u);
+  EXPECT_EQ(ckpt->tensors.size(), 2u);
+  EXPECT_NE(std::find(asked->begin(), asked->end(), "2.safetensors"), asked->end());
+  // A shard the store does not have is missing, named with the index that names it.
+  stored.erase("2.safetensors");
+  SourceDir gone = MemoryDir(stored);
+  gone.files = {"model.safetensors.index.json"};
+  gone.probe = [stored](const std::string& name) -> Result<bool> { return stored.count(name) > 0; };
+  auto missing = OpenCheckpointIn(gone, TestCodec());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            "2.safetensors: shard named in model.safetensors.index.json is missing");
+}
+
+class LocalSeamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string templ = (fs::temp_directory_path() / "ckptfs-seam-XXXXXX").string();
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    root_ = fs::canonical(templ).string();
+    fs::create_directories(root_ + "/src/variables");
+    fs::create_directories(root_ + "/outside");
+    Write(root_ + "/src/saved_model.pb", "pb");
+    Write(root_ + "/src/variables/variables.index", "index");
+    Write(root_ + "/outside/secret", "secret");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  static void Write(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary) << bytes;
+  }
+  std::string root_;
+};
+
+TEST_F(LocalSeamTest, ChildDirectoryStaysBeneathSource) {
+  auto root = LocalDirectory::Open(root_ + "/src");
+  ASSERT_TRUE(root.ok());
+  auto dir = ListLocalDir(*root);
+  ASSERT_TRUE(dir.ok()) << dir.status().message();
+  EXPECT_EQ(dir->files, std::vector<std::string>{"saved_model.pb"});
+  auto variables = dir->OpenDir("variables");
+  ASSERT_TRUE(variables.ok()) << variables.status().message();
+  EXPECT_EQ(variables->files, std::vector<std::string>{"variables.index"});
+  auto index = variables->open("variables.index");
+  ASSERT_TRUE(index.ok());
+  EXPECT_EQ((*index)->Size(), 5u);
+  // A link from the child to a file of SOURCE is inside; one out of SOURCE is not.
+  fs::create_symlink("../saved_model.pb", root_ + "/src/variables/up");
+  fs::create_symlink(root_ + "/outside/secret", root_ + "/src/variables/out");
+  fs::create_directory_symlink(root_ + "/outside", root_ + "/src/away");
+  EXPECT_TRUE(variables->open("up").ok());
+  auto out = variables->open("out");
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("outside"), std::string::npos);
+  auto away = dir->OpenDir("away");
+  ASSERT_FALSE(away.ok());
+  EXPECT_NE(away.status().message().find("away: symbolic link leads outside"), std::string::npos);
+  auto file = dir->OpenDir("saved_model.pb");
+  ASSERT_FALSE(file.ok());
+  EXPECT_NE(file.status().message().find("not a directory"), std::string::npos);
+  EXPECT_FALSE(dir->OpenDir("..").ok());
+  EXPECT_FALSE(dir->OpenDir("nothing").ok());
+}
+
+// A path SOURCE that is no file reaches the table with `named` set; with no format
+// claiming it, the refusal is the usual one.
+TEST_F(LocalSeamTest, PathThatIsNoFileGoesThroughTheTable) {
+  auto missing = OpenCheckpoint(root_ + "/src/ckpt-3", TestCodec());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(missing.status().message(), root_ + "/src/ckpt-3: no such file or directory");
+  auto no_dir = OpenCheckpoint(root_ + "/nowhere/ckpt-3", TestCodec());
+  ASSERT_FALSE(no_dir.ok());
+  EXPECT_EQ(no_dir.status().message(), root_ + "/nowhere/ckpt-3: no such file or directory");
+  auto not_weights = OpenCheckpoint(root_ + "/src/saved_model.pb", TestCodec());
+  ASSERT_FALSE(not_weights.ok());
+  EXPECT_NE(not_weights.status().message().find("saved_model.pb: not a .safetensors, .bin"),
+            std::string::npos);
+  // A named lone file beside others is that file alone.
+  Write(root_ + "/src/model.safetensors", kA);
+  auto single = OpenCheckpoint(root_ + "/src/model.safetensors", TestCodec());
+  ASSERT_TRUE(single.ok()) << single.status().message();
+  EXPECT_TRUE(single->others.empty());
+  EXPECT_EQ(single->shards.size(), 1u);
+}
+
+}  // namespace
+}  // namespace ckptfs
