@@ -223,6 +223,23 @@ std::string DataFileName(std::string_view prefix, uint32_t shard_id, int64_t num
   return std::string(prefix) + buf;
 }
 
+Result<std::vector<uint64_t>> DataFileSizes(
+    const TensorBundle& bundle, std::string_view prefix,
+    const std::function<std::optional<uint64_t>(const std::string& name)>& size_of) {
+  const int64_t n = bundle.header.num_shards;
+  std::vector<uint64_t> sizes;
+  for (int64_t k = 0; k < n; ++k) {
+    const std::string name = DataFileName(prefix, static_cast<uint32_t>(k), n);
+    const auto size = size_of(name);
+    if (!size) {
+      return Status::NotFound(name + ": missing data file (the index names " + std::to_string(n) +
+                              " shards)");
+    }
+    sizes.push_back(*size);
+  }
+  return sizes;
+}
+
 Status CheckDataFileExtents(const TensorBundle& bundle, std::span<const uint64_t> data_sizes,
                             std::string_view prefix) {
   const int64_t n = bundle.header.num_shards;

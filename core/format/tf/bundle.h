@@ -21,6 +21,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -71,6 +73,13 @@ Result<TensorBundle> ParseTensorBundle(std::string_view bytes, const std::string
 
 // "PREFIX.data-00001-of-00004" for shard 1 of 4.
 std::string DataFileName(std::string_view prefix, uint32_t shard_id, int64_t num_shards);
+
+// The sizes of the bundle's data files, asking `size_of(name)` for each
+// DataFileName(prefix, k, num_shards) (nullopt: no such file). A missing one is refused:
+// "PREFIX.data-00001-of-00002: missing data file (the index names 2 shards)".
+Result<std::vector<uint64_t>> DataFileSizes(
+    const TensorBundle& bundle, std::string_view prefix,
+    const std::function<std::optional<uint64_t>(const std::string& name)>& size_of);
 
 // Checks every tensor and slice lies inside its data file; `data_sizes[k]` is the size of
 // shard k (the span must hold num_shards sizes). Errors name the data file and key.
