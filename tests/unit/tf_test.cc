@@ -43,13 +43,23 @@ std::string ReadFile(const fs::path& path) {
   return ss.str();
 }
 
+// This process's scratch directory, removed when the test binary exits.
+struct Scratch {
+  fs::path dir = fs::temp_directory_path() / ("ckptfs_tf_" + std::to_string(getpid()));
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+const Scratch kScratch;
+
 // A scratch directory holding the writer's output for `kind`, made once per test binary.
 fs::path Generated(const std::string& kind, const std::string& extra = "") {
   static std::map<std::string, fs::path> made;
   std::string tag = kind + extra;
   std::replace(tag.begin(), tag.end(), ' ', '_');
   if (made.count(tag)) return made[tag];
-  const fs::path dir = fs::temp_directory_path() / ("ckptfs_tf_" + std::to_string(getpid())) / tag;
+  const fs::path dir = kScratch.dir / tag;
   fs::remove_all(dir);
   const std::string cmd = "/usr/bin/python3 " CKPTFS_SOURCE_DIR "/scripts/make_tf_checkpoint.py " +
                           kind + " " + dir.string() + " " + extra;
