@@ -4,7 +4,8 @@
 # The packages building and running ckptfs need.
 CKPTFS_BUILD_PACKAGES=(cmake g++ make pkg-config help2man
                        libfuse3-dev fuse3 nlohmann-json3-dev libzstd-dev libxxhash-dev
-                       libcli11-dev zlib1g-dev libcurl4-openssl-dev libtinyxml2-dev)
+                       libcli11-dev zlib1g-dev libcurl4-openssl-dev libtinyxml2-dev
+                       libsnappy-dev)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -1,0 +1,62 @@
+// sstable: a strict reader of the LevelDB table format that a TensorBundle `.index` is.
+//
+// File layout (LevelDB's table_format.md): data blocks, a metaindex block, an index block,
+// then a 48-byte footer: the metaindex and index BlockHandles (varint64 offset, size),
+// zero padding to 40 bytes, and the magic 0xdb4775248b80fb57 (little-endian). Each block
+// is followed by a 5-byte trailer: compression type (0 none, 1 snappy) and the masked
+// CRC32C of the stored block bytes plus that type byte. A block holds prefix-compressed
+// entries (varint32 shared, non_shared, value_length; key suffix; value), then a restart
+// array of uint32 offsets and its count.
+//
+// Why not libleveldb's leveldb::Table: it allocates a buffer of the size a block handle
+// states before reading (and the size a snappy block states before decoding), so a hostile
+// index makes it allocate up to what a varint can say; its errors do not say which block;
+// and it cannot go on past one bad block to report the next, which `verify` needs.
+//
+// The reader treats the bytes as untrusted: every handle is checked against the file,
+// every varint for truncation and overflow, restart points must mark entries with no
+// shared prefix, a snappy block must decode to exactly its stated size (at most
+// kMaxSstBlock), keys must be strictly ascending across the whole table, and each index
+// separator must lie between its block's last key and the next block's first. Every error
+// is one line starting with the file's name. Pure functions over bytes; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ckptfs::tf {
+
+inline constexpr uint64_t kSstMagic = 0xdb4775248b80fb57ull;
+inline constexpr size_t kSstFooterSize = 48;
+inline constexpr size_t kSstTrailerSize = 5;
+inline constexpr uint64_t kMaxSstBlock = 64ull << 20;  // decoded bytes of one block
+
+struct SstEntry {
+  std::string key;
+  std::string_view value;  // into the table's bytes, or a decoded block the table owns
+};
+
+struct SstTable {
+  std::vector<SstEntry> entries;  // in key order (strictly ascending)
+  uint64_t data_blocks = 0;
+  uint64_t snappy_blocks = 0;
+  // Decoded snappy blocks that values point into.
+  std::vector<std::unique_ptr<char[]>> decoded;
+};
+
+// Reads every entry of the table in `bytes` (which must outlive the result). Checks every
+// block's CRC unless `verify_checksums` is false.
+Result<SstTable> ReadSstable(std::string_view bytes, const std::string& file_name,
+                             bool verify_checksums = true);
+
+// For `verify`: checks the footer, the index block and then every data block's trailer
+// CRC and contents, going on past a bad data block. Returns one message per problem
+// found (empty when the table is sound); a bad footer or index block ends the walk.
+std::vector<std::string> CheckSstableBlocks(std::string_view bytes, const std::string& file_name);
+
+}  // namespace ckptfs::tf
