@@ -2,7 +2,7 @@
 # ckptfs benchmark: every contender side by side in ONE run, ratios first.
 #
 #   scripts/bench.sh [--size 2G] [--workdir DIR] [--reps N] [--keep] [--no-build]
-#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote]
+#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote,tf]
 #                    [SECTION...]
 #
 # What it measures (see DESIGN.md section 3, "Performance rules"):
@@ -66,8 +66,13 @@
 #   The report's header also says whether libfuse can splice 1 MiB read
 #   replies here (pipe size limit) and whether a DAMON pageout scheme is
 #   evicting page cache (it makes "warm" data go cold within seconds).
+#   * tf: TensorFlow bundles written by scripts/make_tf_checkpoint.py: mount cost
+#     of a 50,000-variable bundle (time until `ckptfs mount` returns, cold and
+#     warm; daemon RSS after mount), then sequential read of MNT/model.safetensors
+#     of a --size bundle (F32 variables of 64 MiB in 8 data files) vs `cat` of
+#     its data files, cold and warm, interleaved, median of --reps.
 #   --sections (or bare section names: `bench.sh remote`) picks a subset
-#   (default all five, in one run); --level defaults to 3, --frame-size to
+#   (default all six, in one run); --level defaults to 3, --frame-size to
 #   pack's own default.
 # Targets are printed next to the figures as PASS/MISS. A MISS does not fail the
 # script; a contender that cannot run does (exit 1).
@@ -111,7 +116,7 @@ HDR_SHARDS=2000
 HDR_TENSORS=200000
 LEVEL=3
 FRAME=''            # --frame-size for ckptfs pack; '' = its default
-SECTIONS=plain,mount,zstd,torch,remote
+SECTIONS=plain,mount,zstd,torch,remote,tf
 RSS_CACHE=256M      # --cache-size for the peak RSS measurement
 RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
 RANDOM_TENSORS=32
@@ -335,7 +340,7 @@ while (($#)); do
     --frame-size=*) FRAME=${1#*=}; shift ;;
     --sections) SECTIONS=${2:?--sections needs a value}; shift 2 ;;
     --sections=*) SECTIONS=${1#*=}; shift ;;
-    plain|mount|zstd|torch|remote) BARE_SECTIONS+=("$1"); shift ;;
+    plain|mount|zstd|torch|remote|tf) BARE_SECTIONS+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; printf '%s: error: unknown argument %s\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
@@ -346,8 +351,8 @@ size_to_bytes "$SIZE" >/dev/null   # validate
   { echo "$PROG: error: --level must be 1..19" >&2; exit 2; }
 [[ -z $FRAME ]] || size_to_bytes "$FRAME" >/dev/null
 ((${#BARE_SECTIONS[@]})) && SECTIONS=$(IFS=,; echo "${BARE_SECTIONS[*]}")
-[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote))+,$ ]] ||
-  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote" >&2; exit 2; }
+[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote|tf))+,$ ]] ||
+  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote, tf" >&2; exit 2; }
 section() { [[ ,$SECTIONS, == *,$1,* ]]; }
 mkdir -p -- "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
@@ -1442,6 +1447,60 @@ if section torch; then torch_section; fi
 # ---------------------------------------------------------------- remote
 if section remote; then remote_section; fi
 
+# -------------------------------------------------------------------- tf
+# tf_gen DIR ARGS...: make_tf_checkpoint.py ARGS into DIR unless it exists.
+tf_gen() {
+  local dir=$1; shift
+  [[ -d $dir ]] && { log "reusing $dir"; return 0; }
+  rm -rf --one-file-system -- "$dir.tmp"
+  log "generating $dir ($*)"
+  timeout 3600 "$PY" "$REPO/scripts/make_tf_checkpoint.py" "$@" "$dir.tmp" \
+    >"$SCRATCH/logs/gen-$(basename "$dir").log" 2>&1 ||
+    { tail -n 30 "$SCRATCH/logs/gen-$(basename "$dir").log" >&2; die "make_tf_checkpoint.py $* failed"; }
+  mv -- "$dir.tmp" "$dir"
+  GENERATED+=("$dir")
+}
+
+c_ckptfs_tf_label() { echo "ckptfs: cat MNT/model.safetensors of a TF bundle"; }
+c_ckptfs_tf_setup() { ckptfs_mount "$TFBIG" "$SCRATCH/mnt/tf"; }
+c_ckptfs_tf_files() { echo "$SCRATCH/mnt/tf/model.safetensors"; }
+c_ckptfs_tf_teardown() { unmount_one "$SCRATCH/mnt/tf" || die "could not unmount ckptfs"; }
+c_cat_tf_label() { echo "cat: the bundle's ${#TF_FILES[@]} data files from disk"; }
+c_cat_tf_files() { printf '%s\n' "${TF_FILES[@]}"; }
+TFCONTENDERS=(ckptfs_tf cat_tf)
+TFRATIOS=("ckptfs_tf cat_tf cold 0.8" "ckptfs_tf cat_tf warm 0.8")
+
+tf_section() {
+  TFMANY=$WORKDIR/tf-many-${TF_VARIABLES}
+  TFBIG=$WORKDIR/tf-big-$SIZE
+  tf_gen "$TFMANY" many --count "$TF_VARIABLES"
+  tf_gen "$TFBIG" big --size "$(size_to_bytes "$SIZE")" --shards 8
+  mapfile -t TF_FILES < <(ls -1 "$TFBIG"/ckpt-1.data-* | sort)
+  local mnt=$SCRATCH/mnt/tfmany r mode
+  TFMOUNT_COLD=() TFMOUNT_WARM=()
+  log "tf: mount cost of $TF_VARIABLES variables, $REPS reps cold + warm"
+  for ((r = 1; r <= REPS; r++)); do
+    for mode in cold warm; do
+      [[ $mode == cold ]] && drop_caches
+      ckptfs_mount "$TFMANY" "$mnt"
+      if [[ $mode == cold ]]; then TFMOUNT_COLD+=("$CKPTFS_MOUNT_SECS"); else TFMOUNT_WARM+=("$CKPTFS_MOUNT_SECS"); fi
+      if [[ -n $CKPTFS_PID ]]; then TFRSS=$(proc_kb "$CKPTFS_PID" VmRSS); TFHWM=$(proc_kb "$CKPTFS_PID" VmHWM); fi
+      log "  $mode mount: ${CKPTFS_MOUNT_SECS}s"
+      unmount_one "$mnt" || die "could not unmount $mnt"
+    done
+  done
+  log "tf: sequential read, ${#TFCONTENDERS[@]} contenders x {cold,warm} x $REPS reps"
+  read_files "${TF_FILES[@]}"
+  for ((r = 1; r <= REPS; r++)); do
+    for mode in cold warm; do
+      for id in "${TFCONTENDERS[@]}"; do run_sample "$id" "$mode"; done
+    done
+  done
+}
+TF_VARIABLES=50000
+TFRSS='' TFHWM=''
+if section tf; then tf_section; fi
+
 # ------------------------------------------------------------------ report
 verdict() { # value op target -> PASS/MISS
   awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN{
@@ -1716,6 +1775,28 @@ report() {
     echo "| 2nd mount: stats.json remote.bytes_fetched (whole mount) / remote.disk_cache_bytes | ${RC[fetched2]} / ${RC[dcbytes2]} B | - | - |"
     echo "| 2nd mount: disk_cache hits / misses / corrupt | ${RC[hits2]} / ${RC[misses2]} / ${RC[corrupt2]} | - | - |"
     echo "| 2nd mount: read of model.safetensors | ${RC[secs2]} s ($(awk -v b="${BYTES[ckptfs_http]}" -v s="${RC[secs2]}" 'BEGIN{printf "%.0f", (s > 0 ? b/1e6/s : 0)}') MB/s) | - | - |"
+  fi
+  if section tf; then
+    local tc tw
+    tc=$(median "${TFMOUNT_COLD[@]}"); tw=$(median "${TFMOUNT_WARM[@]}")
+    echo
+    echo "### tf: TensorFlow bundles (scripts/make_tf_checkpoint.py)"
+    echo
+    echo "| mount of a bundle of $TF_VARIABLES variables ($TFMANY) | value | target | result |"
+    echo "|---|---:|---|---|"
+    echo "| \`ckptfs mount\` until it returns, cold cache (median of $REPS: $(echo "${TFMOUNT_COLD[*]}" | tr ' ' '/')) | ${tc} s | <= 1 s | $(verdict "$tc" '<=' 1) |"
+    echo "| \`ckptfs mount\` until it returns, warm cache (median of $REPS: $(echo "${TFMOUNT_WARM[*]}" | tr ' ' '/')) | ${tw} s | <= 1 s | $(verdict "$tw" '<=' 1) |"
+    if [[ -n $TFRSS ]]; then
+      echo "| daemon after mount: VmRSS / VmHWM | $(mib $((TFRSS * 1024))) / $(mib $((TFHWM * 1024))) MiB | <= 100 MiB | $(verdict "$(mib $((TFHWM * 1024)))" '<=' 100) |"
+    fi
+    echo
+    echo "| sequential read of $(gib "$(sum_sizes "${TF_FILES[@]}")") GiB F32 ($TFBIG) | MB | cold MB/s (median) | cold samples | warm MB/s (median) | warm samples |"
+    echo "|---|---:|---:|---|---:|---|"
+    contender_rows "cold warm" "${TFCONTENDERS[@]}"
+    echo
+    echo "| ratio | mode | value | target | result |"
+    echo "|---|---|---:|---|---|"
+    ratio_rows "${TFRATIOS[@]}"
   fi
 }
 

@@ -4,6 +4,9 @@
   make_tf_checkpoint.py standard DIR [--snappy]   every dtype, 2 shards, slices, strings, a
                                                    `checkpoint` file, DIR/expected.json
   make_tf_checkpoint.py many DIR [--count N]      N small F32 variables in one shard
+  make_tf_checkpoint.py big DIR [--size BYTES] [--shards K]
+                                                   F32 variables of 64 MiB (random bytes,
+                                                   no CRCs: for scripts/bench.sh) in K shards
   make_tf_checkpoint.py hostile DIR               DIR/<case>/ckpt.* per hostile case, and
                                                    DIR/cases.json {case: text the refusal holds}
   make_tf_checkpoint.py corpus DIR                small .index files to seed the fuzz target
@@ -358,6 +361,32 @@ def many(directory, count):
     b.write(directory, "ckpt-1")
 
 
+def big(directory, size, shards):
+    """About `size` bytes of F32 variables, 64 MiB each (smaller if `size` is small), spread
+    over `shards` data files and streamed to disk: Python could not CRC a gigabyte in time, so
+    entries carry no crc32c (TF's own writer always does; readers treat it as optional)."""
+    os.makedirs(directory, exist_ok=True)
+    per = max(4, min(64 << 20, size // 8) // 4 * 4)
+    count = max(1, size // per)
+    files = [open(os.path.join(directory, "ckpt-1.data-%05d-of-%05d" % (k, shards)), "wb")
+             for k in range(shards)]
+    offsets = [0] * shards
+    entries = {b"": header_proto(shards)}
+    for i in range(count):
+        k = i % shards
+        key = ("model/layer_%03d/kernel/.ATTRIBUTES/VARIABLE_VALUE" % i).encode()
+        entries[key] = entry_proto(1, [per // 4], k, offsets[k], per)
+        for done in range(0, per, 8 << 20):
+            files[k].write(os.urandom(min(8 << 20, per - done)))
+        offsets[k] += per
+    for f in files:
+        f.close()
+    with open(os.path.join(directory, "ckpt-1.index"), "wb") as f:
+        f.write(write_table(sorted(entries.items())))
+    with open(os.path.join(directory, "checkpoint"), "w") as f:
+        f.write('model_checkpoint_path: "ckpt-1"\nall_model_checkpoint_paths: "ckpt-1"\n')
+
+
 def hostile(directory):
     cases = {}
 
@@ -526,10 +555,12 @@ def corpus(directory):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("kind", choices=["standard", "many", "hostile", "corpus"])
+    ap.add_argument("kind", choices=["standard", "many", "big", "hostile", "corpus"])
     ap.add_argument("dir")
     ap.add_argument("--snappy", action="store_true", help="snappy-compress index blocks")
     ap.add_argument("--count", type=int, default=50000)
+    ap.add_argument("--size", type=int, default=1 << 30, help="big: total bytes")
+    ap.add_argument("--shards", type=int, default=8, help="big: data files")
     args = ap.parse_args()
     if args.snappy and not _has_snappy():
         sys.exit("make_tf_checkpoint.py: --snappy needs python3-snappy")
@@ -537,6 +568,8 @@ def main():
         standard(args.dir, args.snappy)
     elif args.kind == "many":
         many(args.dir, args.count)
+    elif args.kind == "big":
+        big(args.dir, args.size, args.shards)
     elif args.kind == "hostile":
         hostile(args.dir)
     else:
