@@ -8,7 +8,7 @@
 //   |             | (lone file)                                     |                      |
 //   | torch       | *.bin.index.json (named), *.bin/.pt/.pth (lone) | torch_reader.cc      |
 //   | tensorflow  | `checkpoint` state file, SavedModel, PREFIX or  | tf_reader.cc         |
-//   |             | PREFIX.index (all named)                        |                      |
+//   |             | PREFIX.index (named); a lone *.index (lone)     |                      |
 //
 // Precedence: every entry's detect is asked, in table order. A claim on a file that names
 // the rest of a checkpoint (an index, a state file, a prefix: Rank::kNamed) beats a claim

@@ -4,7 +4,7 @@
 //   - a directory with a `checkpoint` state file: the bundle it names (a stale absolute
 //     path is taken by its base name, inside SOURCE);
 //   - a SavedModel directory (saved_model.pb beside variables/): variables/variables;
-//   - a directory with exactly one *.index: that bundle.
+//   - a directory with exactly one *.index: that bundle (ranked as a lone file).
 // Each data file is a shard; each numeric tensor one storage over its bytes, a partitioned
 // variable one storage made of several stored ranges (Checkpoint::ranges). Strings, the
 // object graph and the entries ckptfs does not serve go to state_json. Raw keys are kept in
@@ -81,6 +81,17 @@ Result<std::optional<Claim>> DetectStateFile(const SourceDir& dir) {
   return claim;
 }
 
+// A SavedModel copied without its graph (saved_model.pb): variables/variables.index.
+Result<std::optional<Claim>> DetectVariablesDir(const SourceDir& dir) {
+  Result<SourceDir> variables = dir.OpenDir("variables");
+  if (!variables.ok()) {
+    if (variables.status().code() == Status::Code::kIoError) return variables.status();
+    return MaybeClaim();
+  }
+  CKPTFS_ASSIGN_OR_RETURN(const bool has_index, variables->Has("variables.index"));
+  return has_index ? NamedClaim(std::string(kSavedModelPrefix)) : MaybeClaim();
+}
+
 Result<std::optional<Claim>> DetectTensorflow(const SourceDir& dir) {
   if (!dir.named.empty()) return DetectNamed(dir);
   CKPTFS_ASSIGN_OR_RETURN(const bool has_state, dir.Has(std::string(kStateFile)));
@@ -96,15 +107,12 @@ Result<std::optional<Claim>> DetectTensorflow(const SourceDir& dir) {
   for (const std::string& f : dir.files) {
     if (EndsWith(f, kIndexSuffix)) indexes.push_back(f);
   }
-  if (indexes.empty()) return MaybeClaim();
-  // An index with no data file beside it is not a bundle (TF always writes one).
+  if (indexes.empty()) return DetectVariablesDir(dir);
+  // A guess, not a name (no state file says so): ranked as a lone weights file, so a
+  // safetensors or torch checkpoint beside a stray .index still wins.
   const std::string prefix = indexes[0].substr(0, indexes[0].size() - kIndexSuffix.size());
-  if (indexes.size() == 1 && !std::any_of(dir.files.begin(), dir.files.end(), [&](auto& f) {
-        return f.starts_with(prefix + ".data-");
-      })) {
-    return MaybeClaim();
-  }
   MaybeClaim claim = NamedClaim(prefix);
+  claim->rank = Claim::Rank::kLoneFile;
   if (indexes.size() > 1) {
     std::string names;
     for (const std::string& i : indexes) names += (names.empty() ? "" : ", ") + i;
