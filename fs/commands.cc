@@ -164,6 +164,7 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
                   {"shape", t.shape},      {"parameters", Elements(t)},
                   {"bytes", ViewBytes(t)}, {"shard", ckpt.shards[t.shard].name},
                   {"offset", t.offset}};
+    if (!ckpt.tensor_keys.empty()) entry["tf_key"] = ckpt.tensor_keys[i];
     if (!t.contiguous()) {
       // A strided view: where its storage starts and how it steps through it.
       entry["offset"] = ckpt.storages[t.storage].offset;
@@ -306,12 +307,16 @@ std::string DamagedFrame(const Checkpoint& ckpt, uint32_t shard, size_t frame) {
   }
   std::vector<std::string> hit;
   for (const Tensor& t : ckpt.tensors) {
-    if (t.shard != shard) continue;
-    // A strided view draws from its whole storage.
+    // A strided view draws from its whole storage; a TF partitioned one from its ranges.
     const Storage& storage = ckpt.storages[t.storage];
-    const uint64_t from = t.contiguous() ? t.offset : storage.offset;
-    const uint64_t size = t.contiguous() ? t.size : storage.size;
-    if (from < end && begin < from + size) hit.push_back(t.name);
+    StoredRange one;
+    for (const StoredRange& r :
+         t.contiguous() ? RangesOf(ckpt, t, one) : RangesOf(ckpt, storage, one)) {
+      if (r.shard == shard && r.offset < end && begin < r.offset + r.size) {
+        hit.push_back(t.name);
+        break;
+      }
+    }
   }
   std::sort(hit.begin(), hit.end(),
             [](const std::string& a, const std::string& b) { return NaturalLess(a, b); });
@@ -496,6 +501,10 @@ int RunVerify(const std::string& source, const CodecOptions& codec, const Remote
                     static_cast<unsigned long long>(s.size), crc.value(), s.crc32);
       report(Status::Corruption(ckpt.shards[s.shard].name + line));
     }
+  }
+  // Checks of the format's own (TF: index blocks and each tensor's CRC32C).
+  if (const FormatReader& format = FormatOf(ckpt.format); format.verify && !damaged) {
+    if (Status s = format.verify(ckpt, report); !s.ok()) report(s);
   }
   progress.Clear();
   if (damaged) return 2;

@@ -75,15 +75,36 @@ std::string MetadataJson(const Checkpoint& ckpt) {
   return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
+std::span<const StoredRange> RangesOf(const Checkpoint& ckpt, const Storage& storage,
+                                      StoredRange& one) {
+  if (storage.range_count > 0) {
+    return std::span<const StoredRange>(ckpt.ranges)
+        .subspan(storage.first_range, storage.range_count);
+  }
+  one = StoredRange{storage.shard, storage.offset, storage.size};
+  return {&one, 1};
+}
+
+std::span<const StoredRange> RangesOf(const Checkpoint& ckpt, const Tensor& t, StoredRange& one) {
+  if (t.storage < ckpt.storages.size() && ckpt.storages[t.storage].range_count > 0) {
+    return RangesOf(ckpt, ckpt.storages[t.storage], one);
+  }
+  one = StoredRange{t.shard, t.offset, t.size};
+  return {&one, 1};
+}
+
 Result<uint32_t> ReadStorageCrc(const Checkpoint& ckpt, const Storage& storage) {
   std::vector<uint8_t> buf(std::min<uint64_t>(storage.size, 4 << 20));
   uLong crc = crc32(0, nullptr, 0);
-  for (uint64_t done = 0; done < storage.size;) {
-    const uint64_t n = std::min<uint64_t>(buf.size(), storage.size - done);
-    CKPTFS_RETURN_IF_ERROR(
-        ckpt.shards[storage.shard].source->ReadAt(storage.offset + done, {buf.data(), n}));
-    crc = crc32(crc, buf.data(), static_cast<uInt>(n));
-    done += n;
+  StoredRange one;
+  for (const StoredRange& range : RangesOf(ckpt, storage, one)) {
+    for (uint64_t done = 0; done < range.size;) {
+      const uint64_t n = std::min<uint64_t>(buf.size(), range.size - done);
+      CKPTFS_RETURN_IF_ERROR(
+          ckpt.shards[range.shard].source->ReadAt(range.offset + done, {buf.data(), n}));
+      crc = crc32(crc, buf.data(), static_cast<uInt>(n));
+      done += n;
+    }
   }
   return static_cast<uint32_t>(crc);
 }

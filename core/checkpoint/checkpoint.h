@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,15 +39,27 @@ struct StoredFile {
   struct timespec mtime = {};  // the stored file's ByteSource::MTime() ({0, 0}: unknown)
 };
 
-// The bytes of one storage: a safetensors tensor's data, or a torch storage record.
+// A stored byte range: `size` bytes at `offset` in shard `shard`.
+struct StoredRange {
+  uint32_t shard = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+// The bytes of one storage: a safetensors tensor's data, a torch storage record, or a TF
+// tensor (a partitioned variable is several stored ranges, possibly in several shards).
 // Tensors view storages; tied weights are several tensors over one storage.
 struct Storage {
-  uint32_t shard = 0;   // index into Checkpoint::shards
-  uint64_t offset = 0;  // absolute byte offset within the shard file
-  uint64_t size = 0;    // bytes
+  uint32_t shard = 0;   // index into Checkpoint::shards (the first range's, if ranged)
+  uint64_t offset = 0;  // absolute byte offset within the shard file (the first range's)
+  uint64_t size = 0;    // bytes (all ranges together)
   Dtype dtype = Dtype::kU8;
   bool has_crc32 = false;  // torch records carry one; ComputeStorageCrcs fills the rest
   uint32_t crc32 = 0;
+  // range_count > 0: the bytes are Checkpoint::ranges[first_range, first_range +
+  // range_count) laid end to end, not [offset, offset + size). Use RangesOf.
+  uint32_t first_range = 0;
+  uint32_t range_count = 0;
 };
 
 struct Tensor {
@@ -65,19 +78,23 @@ struct Tensor {
   bool contiguous() const { return stride.empty(); }
 };
 
-enum class CheckpointFormat : uint8_t { kSafetensors, kTorch };
+enum class CheckpointFormat : uint8_t { kSafetensors, kTorch, kTensorflow };
 
 // A packed checkpoint's zip CRC sidecar (see core/crc/zip_crc.h): read at open, never shown.
 inline constexpr std::string_view kPackedCrcFile = ".ckptfs-zip-crc";
 
 struct Checkpoint {
   std::string source_path;
-  std::vector<StoredFile> shards;  // weight files, in file name order
-  std::vector<StoredFile> index;   // the index json, if any (shown under shards/)
-  std::vector<StoredFile> others;  // non-weight files, shown at the mount root
-  std::vector<Tensor> tensors;     // sorted by name
-  std::vector<Storage> storages;   // in shard order, then offset
-  Metadata metadata;               // union of the shards' __metadata__, first shard wins
+  std::vector<StoredFile> shards;   // weight files, in file name order
+  std::vector<StoredFile> index;    // the index json, if any (shown under shards/)
+  std::vector<StoredFile> others;   // non-weight files, shown at the mount root
+  std::vector<Tensor> tensors;      // sorted by name
+  std::vector<Storage> storages;    // in shard order, then offset
+  std::vector<StoredRange> ranges;  // of storages made of several ranges (Storage::range_count)
+  // TF: the raw index key of each tensor (parallel to `tensors`), which names tensors/ paths
+  // and the xattr user.ckptfs.tf_key; empty for other formats.
+  std::vector<std::string> tensor_keys;
+  Metadata metadata;  // union of the shards' __metadata__, first shard wins
   CheckpointFormat format = CheckpointFormat::kSafetensors;
   std::string state_json;  // torch: the non-tensor values, as JSON; empty if none
   bool remote = false;     // files come from a server (SourceDir::remote)
@@ -88,6 +105,14 @@ struct Checkpoint {
 
   uint64_t TotalTensorBytes() const;
 };
+
+// The stored ranges holding `storage`'s bytes, in order: the storage itself (written to
+// `one`) or its ranges.
+std::span<const StoredRange> RangesOf(const Checkpoint& ckpt, const Storage& storage,
+                                      StoredRange& one);
+// The same for contiguous tensor `t`: its own (shard, offset, size), or, when its storage
+// is made of ranges (which such a tensor always covers whole), the storage's.
+std::span<const StoredRange> RangesOf(const Checkpoint& ckpt, const Tensor& t, StoredRange& one);
 
 // What /.ckptfs/metadata.json shows: the non-tensor values of a torch checkpoint, or the
 // safetensors __metadata__ as {"__metadata__": {...}}. Pretty-printed, newline-terminated.

@@ -11,6 +11,7 @@ std::span<const FormatReader> Formats() {
   static const FormatReader kTable[] = {
       SafetensorsFormat(),
       TorchFormat(),
+      TensorflowFormat(),
   };
   return kTable;
 }

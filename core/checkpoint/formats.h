@@ -7,6 +7,8 @@
 //   | safetensors | *.safetensors.index.json (named), *.safetensors | safetensors_reader.cc|
 //   |             | (lone file)                                     |                      |
 //   | torch       | *.bin.index.json (named), *.bin/.pt/.pth (lone) | torch_reader.cc      |
+//   | tensorflow  | `checkpoint` state file, SavedModel, PREFIX or  | tf_reader.cc         |
+//   |             | PREFIX.index (named); a lone *.index (lone)     |                      |
 //
 // Precedence: every entry's detect is asked, in table order. A claim on a file that names
 // the rest of a checkpoint (an index, a state file, a prefix: Rank::kNamed) beats a claim
@@ -20,6 +22,7 @@
 // Formats() (formats.cc). Nothing else in discovery changes.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -68,6 +71,10 @@ struct FormatReader {
   Status (*read)(const SourceDir& dir, const Claim& claim, CodecContext& codec, Checkpoint& ckpt);
   // Files of `dir` not to show at the mount root besides those read() used (sorted).
   std::vector<std::string> (*hidden)(const SourceDir& dir, const Checkpoint& ckpt);
+  // verify's format-specific checks once every stored byte was read (null: none): each
+  // problem found goes to `report` (one line naming the file); an error return ends them.
+  Status (*verify)(const Checkpoint& ckpt,
+                   const std::function<void(const Status&)>& report) = nullptr;
 };
 
 // The table, in precedence order.
@@ -93,5 +100,6 @@ Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, CodecContext& codec,
 // The entries' readers (defined in <fmt>_reader.cc).
 FormatReader SafetensorsFormat();
 FormatReader TorchFormat();
+FormatReader TensorflowFormat();
 
 }  // namespace ckptfs

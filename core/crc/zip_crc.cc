@@ -137,8 +137,11 @@ std::optional<CrcKey> CrcKeyOf(const Checkpoint& ckpt) {
   }
   for (const Storage& s : ckpt.storages) {
     if (s.has_crc32) continue;
-    const uint64_t extent[3] = {s.shard, s.offset, s.size};
-    XXH3_128bits_update(state, extent, sizeof(extent));
+    StoredRange one;
+    for (const StoredRange& r : RangesOf(ckpt, s, one)) {
+      const uint64_t extent[3] = {r.shard, r.offset, r.size};
+      XXH3_128bits_update(state, extent, sizeof(extent));
+    }
   }
   const XXH128_hash_t h = XXH3_128bits_digest(state);
   XXH3_freeState(state);
@@ -250,17 +253,19 @@ Result<std::vector<uint32_t>> ComputeCrcs(const Checkpoint& ckpt, std::span<cons
   crcs.reserve(missing.size());
   std::vector<uint8_t> buf;
   for (uint32_t index : missing) {
-    const Storage& s = ckpt.storages[index];
-    const ByteSource& source = *ckpt.shards[s.shard].source;
     uLong crc = crc32(0, nullptr, 0);
-    for (uint64_t done = 0; done < s.size;) {
-      if (stop.load(std::memory_order_relaxed)) return Status::IoError("stopped", ECANCELED);
-      const uint64_t n = std::min(kChunkBytes, s.size - done);
-      buf.resize(n);
-      CKPTFS_RETURN_IF_ERROR(source.ReadAt(s.offset + done, buf));
-      crc = crc32(crc, buf.data(), static_cast<uInt>(n));
-      done += n;
-      if (bytes_done) bytes_done->fetch_add(n, std::memory_order_relaxed);
+    StoredRange one;
+    for (const StoredRange& r : RangesOf(ckpt, ckpt.storages[index], one)) {
+      const ByteSource& source = *ckpt.shards[r.shard].source;
+      for (uint64_t done = 0; done < r.size;) {
+        if (stop.load(std::memory_order_relaxed)) return Status::IoError("stopped", ECANCELED);
+        const uint64_t n = std::min(kChunkBytes, r.size - done);
+        buf.resize(n);
+        CKPTFS_RETURN_IF_ERROR(source.ReadAt(r.offset + done, buf));
+        crc = crc32(crc, buf.data(), static_cast<uInt>(n));
+        done += n;
+        if (bytes_done) bytes_done->fetch_add(n, std::memory_order_relaxed);
+      }
     }
     crcs.push_back(static_cast<uint32_t>(crc));
   }

@@ -1,5 +1,7 @@
 #include "core/layout/escape.h"
 
+#include "core/format/tf/names.h"
+
 namespace ckptfs {
 
 std::string EscapeComponent(std::string_view component) {
@@ -29,6 +31,13 @@ std::vector<std::string> TensorPathComponents(std::string_view tensor_name) {
     if (dot == std::string_view::npos) break;
     start = dot + 1;
   }
+  return parts;
+}
+
+std::vector<std::string> TfTensorPathComponents(std::string_view key) {
+  std::vector<std::string> parts = tf::TfKeyToName(key).segments;
+  for (std::string& part : parts) part = EscapeComponent(part);
+  if (parts.empty()) parts.emplace_back("%");  // never: a key has at least one segment
   return parts;
 }
 

@@ -88,6 +88,14 @@ class Layout::Builder {
     node.count += AppendExtents(out_.extents_, node.size, source, offset, length, tensor);
   }
 
+  // Appends the bytes of contiguous tensor `t`: one extent per stored range.
+  void AppendTensor(uint64_t ino, const Checkpoint& ckpt, const Tensor& t) {
+    StoredRange one;
+    for (const StoredRange& r : RangesOf(ckpt, t, one)) {
+      AppendSource(ino, r.shard, r.offset, r.size, /*tensor=*/true);
+    }
+  }
+
   void AppendInline(uint64_t ino, std::string_view bytes) {
     const uint64_t pool_offset = out_.pool_.size();
     out_.pool_ += bytes;
@@ -212,6 +220,22 @@ uint32_t Crc32(std::string_view bytes) {
   return static_cast<uint32_t>(crc32(crc32(0, nullptr, 0),
                                      reinterpret_cast<const Bytef*>(bytes.data()),
                                      static_cast<uInt>(bytes.size())));
+}
+
+// TF tensors in the order of their tensors/ paths: a directory's files then come together
+// for the DirectoryWalker, which sorting by dotted name does not promise ("a"/"b" and "a.c"
+// share the dotted prefix "a.").
+std::vector<uint32_t> KeyPathOrder(const Checkpoint& ckpt) {
+  std::vector<std::pair<std::vector<std::string>, uint32_t>> paths;
+  paths.reserve(ckpt.tensors.size());
+  for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
+    paths.emplace_back(TfTensorPathComponents(ckpt.tensor_keys[i]), i);
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<uint32_t> order;
+  order.reserve(paths.size());
+  for (const auto& p : paths) order.push_back(p.second);
+  return order;
 }
 
 std::string JoinShape(std::span<const uint64_t> dims) {
@@ -377,7 +401,7 @@ class TorchZipSize final : public TorchZipSink {
 // directory chunk), the kept bytes, and the record table.
 class Layout::TorchZipLazy final : public TorchZipSink {
  public:
-  explicit TorchZipLazy(LazyBytes& out) : out_(out) {}
+  TorchZipLazy(LazyBytes& out, const Checkpoint& ckpt) : out_(out), ckpt_(&ckpt) {}
   bool WantsBytes() const override { return true; }
   void Bytes(std::string_view bytes) override {
     Append(Extent::kLazy, out_.bytes.size(), bytes.size());
@@ -385,7 +409,10 @@ class Layout::TorchZipLazy final : public TorchZipSink {
   }
   void UnmadeBytes(uint64_t) override {}  // never called: WantsBytes()
   void StorageBytes(const Storage& s) override {
-    Append(s.shard, s.offset, s.size, /*tensor=*/true);
+    StoredRange one;
+    for (const StoredRange& r : RangesOf(*ckpt_, s, one)) {
+      Append(r.shard, r.offset, r.size, /*tensor=*/true);
+    }
   }
   void RecordHeader(uint32_t key, std::string_view bytes) override {
     Append(Extent::kZipHeader, key, bytes.size());
@@ -403,11 +430,12 @@ class Layout::TorchZipLazy final : public TorchZipSink {
     AppendExtents(out_.extents, offset_, source, offset, length, tensor);
   }
   LazyBytes& out_;
+  const Checkpoint* ckpt_;
 };
 
 void Layout::MakeLazyBytes() const {
   std::call_once(lazy_->once, [this] {
-    TorchZipLazy sink(*lazy_);
+    TorchZipLazy sink(*lazy_, *ckpt_);
     EmitTorchZip(*ckpt_, sink, nullptr);
     lazy_->bytes.shrink_to_fit();
     lazy_->extents.shrink_to_fit();
@@ -532,7 +560,10 @@ Layout Layout::Build(const Checkpoint& ckpt) {
 
   // One file per tensor.
   DirectoryWalker walker(b, b.AddDir(kRoot, "tensors"));
-  for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
+  const bool by_key = !ckpt.tensor_keys.empty();
+  const std::vector<uint32_t> path_order = by_key ? KeyPathOrder(ckpt) : std::vector<uint32_t>();
+  for (uint32_t k = 0; k < ckpt.tensors.size(); ++k) {
+    const uint32_t i = by_key ? path_order[k] : k;
     const Tensor& t = ckpt.tensors[i];
     if (!t.contiguous()) {
       layout.notes_.push_back("tensor \"" + t.name + "\" is a strided view (shape " +
@@ -541,7 +572,8 @@ Layout Layout::Build(const Checkpoint& ckpt) {
                               "tensors/");
       continue;
     }
-    std::vector<std::string> parts = TensorPathComponents(t.name);
+    std::vector<std::string> parts =
+        by_key ? TfTensorPathComponents(ckpt.tensor_keys[i]) : TensorPathComponents(t.name);
     std::string leaf = std::move(parts.back());
     parts.pop_back();
     const uint64_t dir = walker.Enter(parts);
@@ -553,7 +585,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     } else {
       b.AppendInline(ino, OneTensorHeader(t, ckpt.metadata));
     }
-    b.AppendSource(ino, t.shard, t.offset, t.size, /*tensor=*/true);
+    b.AppendTensor(ino, ckpt, t);
   }
 
   zip_thread.join();
@@ -578,8 +610,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   }
   b.AppendInline(merged, "}" + std::string(padding, ' '));
   for (uint32_t i : order) {
-    const Tensor& t = ckpt.tensors[i];
-    b.AppendSource(merged, t.shard, t.offset, t.size, /*tensor=*/true);
+    b.AppendTensor(merged, ckpt, ckpt.tensors[i]);
   }
   layout.merged_order_ = std::move(order);
 

@@ -225,9 +225,11 @@ std::vector<OutputFile> Reshard(const Checkpoint& ckpt, uint64_t shard_size) {
     }
     file.pieces.push_back(Bytes(BuildSafetensorsHeader(entries, ckpt.metadata)));
     for (uint32_t i : groups[g]) {
-      const Tensor& t = ckpt.tensors[i];
-      if (t.size)
-        file.pieces.push_back(Piece{ckpt.shards[t.shard].source.get(), t.offset, t.size, {}});
+      StoredRange one;
+      for (const StoredRange& r : RangesOf(ckpt, ckpt.tensors[i], one)) {
+        if (r.size)
+          file.pieces.push_back(Piece{ckpt.shards[r.shard].source.get(), r.offset, r.size, {}});
+      }
     }
     shards.push_back(std::move(file));
   }

@@ -233,9 +233,14 @@ std::vector<std::pair<std::string, std::string>> Volume::Xattrs(uint64_t ino) co
   const Node* node = layout_.Find(ino);
   if (!node || node->tensor < 0) return {};
   const Tensor& t = ckpt_.tensors[static_cast<size_t>(node->tensor)];
-  return {{"user.ckptfs.dtype", std::string(DtypeName(t.dtype))},
-          {"user.ckptfs.shape", ShapeToJson(t.shape)},
-          {"user.ckptfs.name", t.name}};
+  std::vector<std::pair<std::string, std::string>> out = {
+      {"user.ckptfs.dtype", std::string(DtypeName(t.dtype))},
+      {"user.ckptfs.shape", ShapeToJson(t.shape)},
+      {"user.ckptfs.name", t.name}};
+  if (!ckpt_.tensor_keys.empty()) {
+    out.emplace_back("user.ckptfs.tf_key", ckpt_.tensor_keys[static_cast<size_t>(node->tensor)]);
+  }
+  return out;
 }
 
 std::string Volume::StatsJson() const {

@@ -29,7 +29,12 @@ const std::string kA = MakeSafetensors({{"a", Dtype::kF32, {2}}});
 // small files only, so torch's bytes need not parse here (torch_test opens real ones).
 std::map<std::string, std::map<std::string, std::string>> MinimalCheckpoints() {
   return {{"safetensors", {{"model.safetensors", kA}, {"config.json", "{}"}}},
-          {"torch", {{"pytorch_model.bin", "not parsed by detect"}, {"config.json", "{}"}}}};
+          {"torch", {{"pytorch_model.bin", "not parsed by detect"}, {"config.json", "{}"}}},
+          // A `checkpoint` state file naming a prefix (detect reads only the state file).
+          {"tensorflow",
+           {{"checkpoint", "model_checkpoint_path: \"/stale/dir/ckpt-1\"\n"},
+            {"ckpt-1.index", "not parsed by detect"},
+            {"ckpt-1.data-00000-of-00001", "x"}}}};
 }
 
 // The entry whose detect claims `dir`, by the table's precedence; "" if none.

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checkpoint/checkpoint.h"
 #include "core/format/tf/bundle.h"
 #include "core/format/tf/checkpoint_state.h"
 #include "core/format/tf/crc32c.h"
@@ -30,6 +31,8 @@
 #include "core/format/tf/sstable.h"
 #include "core/format/tf/strings.h"
 #include "core/format/tf/varint.h"
+#include "core/layout/layout.h"
+#include "tests/unit/test_util.h"
 
 namespace ckptfs::tf {
 namespace {
@@ -516,6 +519,56 @@ TEST(TfFixturesTest, CheckpointFilesNameAPrefixInsideTheirDirectory) {
     ++files;
   }
   EXPECT_EQ(files, 2u);
+}
+
+// The reader (core/checkpoint/tf_reader.cc) over the writer's standard bundle: keys kept
+// beside tensors, a partitioned variable one storage of several stored ranges, and its
+// tensors/ file one extent per range after the .npy header (nothing copied).
+TEST(TfReaderTest, PartitionedTensorIsRangesOverTheDataFiles) {
+  const fs::path dir = Generated("standard");
+  auto ckpt = OpenCheckpoint(dir.string(), testing::TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  EXPECT_EQ(ckpt->format, CheckpointFormat::kTensorflow);
+  ASSERT_EQ(ckpt->tensor_keys.size(), ckpt->tensors.size());
+  auto it = std::find_if(ckpt->tensors.begin(), ckpt->tensors.end(),
+                         [](const Tensor& t) { return t.name == "part.axis1"; });
+  ASSERT_NE(it, ckpt->tensors.end());
+  EXPECT_EQ(ckpt->tensor_keys[static_cast<size_t>(it - ckpt->tensors.begin())], "part/axis1");
+  const Storage& s = ckpt->storages[it->storage];
+  ASSERT_GT(s.range_count, 1u) << "slices on axis 1 interleave rows";
+  StoredRange one;
+  uint64_t total = 0;
+  for (const StoredRange& r : RangesOf(*ckpt, *it, one)) total += r.size;
+  EXPECT_EQ(total, 3u * 5u * 8u);
+  EXPECT_EQ(it->size, total);
+
+  Layout layout = Layout::Build(*ckpt);
+  uint64_t ino = layout.Lookup(Layout::kRoot, "tensors");
+  ino = layout.Lookup(ino, "part");
+  ino = layout.Lookup(ino, "axis1.npy");
+  ASSERT_NE(ino, 0u);
+  size_t stored = 0;
+  for (const Extent& e : layout.Extents(ino, 0, UINT64_MAX)) stored += e.synthesized() ? 0 : 1;
+  EXPECT_EQ(stored, s.range_count);
+}
+
+// Two keys that map to one name ("a/b" and "a..b" both to "a.b"): one line naming both.
+TEST(TfReaderTest, TwoKeysOneNameRefusedNamingBoth) {
+  const fs::path dir = kScratch.dir / "collide";
+  const std::string cmd =
+      "cd " CKPTFS_SOURCE_DIR
+      "/scripts && /usr/bin/python3 -c 'import make_tf_checkpoint as m; "
+      "b = m.Bundle(); b.add(b\"a/b\", \"F32\", [2]); b.add(b\"a..b\", \"F32\", [2]); "
+      "b.write(\"" +
+      dir.string() + "\", \"ckpt\")'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestCodec());
+  ASSERT_FALSE(ckpt.ok());
+  const std::string& message = ckpt.status().message();
+  EXPECT_NE(message.find("ckpt.index"), std::string::npos) << message;
+  EXPECT_NE(message.find("\"a/b\""), std::string::npos) << message;
+  EXPECT_NE(message.find("\"a..b\""), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
 }  // namespace

@@ -1,0 +1,379 @@
+// The TensorFlow entry of the format table: a TensorBundle (PREFIX.index and its
+// PREFIX.data-0000K-of-0000N files), found as docs/tensorflow.md says:
+//   - SOURCE names a prefix or PREFIX.index: that bundle;
+//   - a directory with a `checkpoint` state file: the bundle it names (a stale absolute
+//     path is taken by its base name, inside SOURCE);
+//   - a SavedModel directory (saved_model.pb beside variables/): variables/variables;
+//   - a directory with exactly one *.index: that bundle (ranked as a lone file).
+// Each data file is a shard; each numeric tensor one storage over its bytes, a partitioned
+// variable one storage made of several stored ranges (Checkpoint::ranges). Strings, the
+// object graph and the entries ckptfs does not serve go to state_json. Raw keys are kept in
+// Checkpoint::tensor_keys for tensors/ paths, the xattr and inspect.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "core/checkpoint/assembly.h"
+#include "core/checkpoint/formats.h"
+#include "core/format/tf/bundle.h"
+#include "core/format/tf/checkpoint_state.h"
+#include "core/format/tf/names.h"
+#include "core/format/tf/slices.h"
+#include "core/format/tf/sstable.h"
+#include "core/format/tf/strings.h"
+
+namespace ckptfs {
+namespace {
+
+constexpr std::string_view kIndexSuffix = ".index";
+constexpr std::string_view kStateFile = "checkpoint";
+constexpr std::string_view kSavedModelFiles[] = {"saved_model.pb", "saved_model.pbtxt"};
+constexpr std::string_view kSavedModelPrefix = "variables/variables";
+// A string tensor larger than this is listed in metadata by size, not decoded.
+constexpr uint64_t kMaxStringTensorBytes = 16u << 20;
+
+constexpr std::string_view kProbeNames[] = {kStateFile, kSavedModelFiles[0], kSavedModelFiles[1]};
+
+std::string Shown(const SourceDir& dir, const std::string& name) {
+  if (dir.path.empty() || dir.path == ".") return name;
+  return dir.path + (dir.path.back() == '/' ? "" : "/") + name;
+}
+
+// "ckpt-3.data-00000-of-00001" and such: a bundle's data file (maybe .zst).
+bool IsDataFile(std::string_view name) {
+  return StripZst(name).find(".data-") != std::string_view::npos;
+}
+
+using MaybeClaim = std::optional<Claim>;
+
+MaybeClaim NamedClaim(std::string prefix) {
+  return Claim{Claim::Rank::kNamed, std::move(prefix), Status::Ok()};
+}
+
+// SOURCE named a prefix, or PREFIX.index.
+Result<std::optional<Claim>> DetectNamed(const SourceDir& dir) {
+  if (EndsWith(dir.named, kIndexSuffix)) {
+    return NamedClaim(dir.named.substr(0, dir.named.size() - kIndexSuffix.size()));
+  }
+  if (dir.Lists(dir.named)) return MaybeClaim();  // a file of another kind
+  CKPTFS_ASSIGN_OR_RETURN(const bool has_index, dir.Has(dir.named + std::string(kIndexSuffix)));
+  if (!has_index) return MaybeClaim();
+  return NamedClaim(dir.named);
+}
+
+// The prefix a `checkpoint` state file names; a problem if it cannot be read or names none.
+Result<std::optional<Claim>> DetectStateFile(const SourceDir& dir) {
+  const std::string shown = Shown(dir, std::string(kStateFile));
+  Result<StoredFile> file = OpenStored(dir, std::string(kStateFile));
+  if (!file.ok()) return MaybeClaim();  // not a regular file: not a TF state file
+  MaybeClaim claim = NamedClaim("");
+  Result<std::string> text = ReadWhole(*file->source, 1u << 20);
+  if (!text.ok()) {
+    claim->problem = text.status();
+    return claim;
+  }
+  Result<std::string> prefix = tf::LatestCheckpointPrefix(*text, shown);
+  if (!prefix.ok()) {
+    claim->problem = prefix.status();
+    return claim;
+  }
+  claim->file = std::move(prefix).value();
+  return claim;
+}
+
+// A SavedModel copied without its graph (saved_model.pb): variables/variables.index.
+Result<std::optional<Claim>> DetectVariablesDir(const SourceDir& dir) {
+  Result<SourceDir> variables = dir.OpenDir("variables");
+  if (!variables.ok()) {
+    if (variables.status().code() == Status::Code::kIoError) return variables.status();
+    return MaybeClaim();
+  }
+  CKPTFS_ASSIGN_OR_RETURN(const bool has_index, variables->Has("variables.index"));
+  return has_index ? NamedClaim(std::string(kSavedModelPrefix)) : MaybeClaim();
+}
+
+Result<std::optional<Claim>> DetectTensorflow(const SourceDir& dir) {
+  if (!dir.named.empty()) return DetectNamed(dir);
+  CKPTFS_ASSIGN_OR_RETURN(const bool has_state, dir.Has(std::string(kStateFile)));
+  if (has_state) {
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> claim, DetectStateFile(dir));
+    if (claim) return claim;
+  }
+  for (std::string_view pb : kSavedModelFiles) {
+    CKPTFS_ASSIGN_OR_RETURN(const bool has_pb, dir.Has(std::string(pb)));
+    if (has_pb) return NamedClaim(std::string(kSavedModelPrefix));
+  }
+  std::vector<std::string> indexes;
+  for (const std::string& f : dir.files) {
+    if (EndsWith(f, kIndexSuffix)) indexes.push_back(f);
+  }
+  if (indexes.empty()) return DetectVariablesDir(dir);
+  // A guess, not a name (no state file says so): ranked as a lone weights file, so a
+  // safetensors or torch checkpoint beside a stray .index still wins.
+  const std::string prefix = indexes[0].substr(0, indexes[0].size() - kIndexSuffix.size());
+  MaybeClaim claim = NamedClaim(prefix);
+  claim->rank = Claim::Rank::kLoneFile;
+  if (indexes.size() > 1) {
+    std::string names;
+    for (const std::string& i : indexes) names += (names.empty() ? "" : ", ") + i;
+    claim->problem =
+        Status::InvalidArgument(Shown(dir, "") + ": several TensorFlow checkpoints (" + names +
+                                "): name one PREFIX, or add a `checkpoint` file");
+  }
+  return claim;
+}
+
+// The directory holding `path`'s last component (OpenDir for each one before it).
+Result<SourceDir> DirOf(const SourceDir& dir, const std::string& path, std::string& base) {
+  const size_t slash = path.rfind('/');
+  base = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (slash == std::string::npos) return dir;
+  SourceDir at = dir;
+  size_t start = 0;
+  while (start < slash) {
+    const size_t next = path.find('/', start);
+    CKPTFS_ASSIGN_OR_RETURN(at, at.OpenDir(path.substr(start, next - start)));
+    start = next + 1;
+  }
+  return at;
+}
+
+// What goes to metadata.json for the entries that are not tensor files.
+class Extras {
+ public:
+  void Skip(const tf::TfTensor& t, std::string_view why) {
+    skipped_.push_back({{"key", t.key},
+                        {"dtype", std::string(t.type.name)},
+                        {"shape", t.shape},
+                        {"why", std::string(why)}});
+  }
+  Status String(const Checkpoint& ckpt, const tf::TfTensor& t, const std::string& what) {
+    if (t.partitioned() || t.where.size > kMaxStringTensorBytes) {
+      Skip(t, t.partitioned() ? "partitioned string tensor" : "string tensor over 16 MiB");
+      return Status::Ok();
+    }
+    std::string bytes(t.where.size, '\0');
+    CKPTFS_RETURN_IF_ERROR(ckpt.shards[t.where.shard_id].source->ReadAt(
+        t.where.offset, {reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()}));
+    const uint64_t elements =
+        std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1}, std::multiplies<uint64_t>());
+    CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> strings,
+                            tf::DecodeStringTensor(bytes, elements, t.where, what));
+    if (t.key == tf::kObjectGraphKey && strings.size() == 1) {
+      CKPTFS_ASSIGN_OR_RETURN(object_graph_, tf::ObjectGraphToJson(strings[0], what));
+      return Status::Ok();
+    }
+    nlohmann::json value = t.shape.empty() && strings.size() == 1 ? nlohmann::json(strings[0])
+                                                                  : nlohmann::json(strings);
+    strings_[t.key] = {{"shape", t.shape}, {"value", std::move(value)}};
+    return Status::Ok();
+  }
+  std::string Json(const std::string& prefix, const tf::TensorBundle& bundle) const {
+    nlohmann::ordered_json out = {{"tensorflow",
+                                   {{"prefix", prefix},
+                                    {"num_shards", bundle.header.num_shards},
+                                    {"producer", bundle.header.producer},
+                                    {"index_blocks", bundle.index_blocks},
+                                    {"snappy_blocks", bundle.snappy_blocks}}}};
+    if (!strings_.empty()) out["strings"] = strings_;
+    if (!object_graph_.is_null()) out["object_graph"] = object_graph_;
+    if (!skipped_.empty()) out["skipped"] = skipped_;
+    return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+
+ private:
+  nlohmann::ordered_json strings_ = nlohmann::ordered_json::object();
+  nlohmann::json object_graph_;
+  nlohmann::json skipped_ = nlohmann::json::array();
+};
+
+// One numeric tensor as a storage (one range, or Checkpoint::ranges) and a tensor over it.
+Status AddNumeric(const tf::TfTensor& t, const std::string& index_name, Checkpoint& ckpt,
+                  std::string name) {
+  const Dtype dtype = *t.type.dtype;
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<tf::TfRun> runs,
+                          tf::TensorRuns(t, DtypeSize(dtype), index_name));
+  Storage s;
+  s.dtype = dtype;
+  if (!runs.empty()) {
+    s.shard = runs[0].shard_id;
+    s.offset = runs[0].offset;
+  }
+  for (const tf::TfRun& r : runs) s.size += r.length;
+  if (runs.size() > 1) {
+    s.first_range = static_cast<uint32_t>(ckpt.ranges.size());
+    s.range_count = static_cast<uint32_t>(runs.size());
+    for (const tf::TfRun& r : runs) ckpt.ranges.push_back({r.shard_id, r.offset, r.length});
+  }
+  const auto storage = static_cast<uint32_t>(ckpt.storages.size());
+  ckpt.storages.push_back(s);
+  ckpt.tensors.push_back(
+      Tensor{std::move(name), dtype, t.shape, s.shard, s.offset, s.size, storage, 0, {}});
+  ckpt.tensor_keys.push_back(t.key);
+  return Status::Ok();
+}
+
+// Sorts tensors (and their keys) by name; two keys with one name are refused, naming both.
+Status SortByName(const std::string& index_name, Checkpoint& ckpt) {
+  std::vector<uint32_t> order(ckpt.tensors.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return ckpt.tensors[a].name < ckpt.tensors[b].name; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    if (ckpt.tensors[order[i]].name != ckpt.tensors[order[i - 1]].name) continue;
+    return Status::Corruption(index_name + ": keys \"" + ckpt.tensor_keys[order[i - 1]] +
+                              "\" and \"" + ckpt.tensor_keys[order[i]] +
+                              "\" both map to tensor name \"" + ckpt.tensors[order[i]].name + "\"");
+  }
+  std::vector<Tensor> tensors;
+  std::vector<std::string> keys;
+  tensors.reserve(order.size());
+  keys.reserve(order.size());
+  for (uint32_t i : order) {
+    tensors.push_back(std::move(ckpt.tensors[i]));
+    keys.push_back(std::move(ckpt.tensor_keys[i]));
+  }
+  ckpt.tensors = std::move(tensors);
+  ckpt.tensor_keys = std::move(keys);
+  return Status::Ok();
+}
+
+// Opens the bundle's data files in shard order; a missing one is refused by DataFileSizes.
+Status OpenDataFiles(const SourceDir& dir, const tf::TensorBundle& bundle, const std::string& base,
+                     const std::string& shown_prefix, CodecContext& codec, Checkpoint& ckpt) {
+  const auto n = static_cast<uint32_t>(bundle.header.num_shards);
+  std::vector<std::optional<StoredFile>> files(n);
+  Status error = Status::Ok();
+  auto size_of = [&](const std::string& name) -> std::optional<uint64_t> {
+    uint32_t k = 0;
+    while (k < n && tf::DataFileName(shown_prefix, k, n) != name) ++k;
+    if (k == n || !error.ok()) return std::nullopt;
+    Result<StoredFile> f = OpenWeightFile(dir, tf::DataFileName(base, k, n), codec);
+    if (!f.ok()) {
+      if (f.status().code() != Status::Code::kNotFound) error = f.status();
+      return std::nullopt;
+    }
+    files[k] = std::move(f).value();
+    return files[k]->source->Size();
+  };
+  Result<std::vector<uint64_t>> sizes = tf::DataFileSizes(bundle, shown_prefix, size_of);
+  CKPTFS_RETURN_IF_ERROR(error);
+  CKPTFS_RETURN_IF_ERROR(sizes.status());
+  CKPTFS_RETURN_IF_ERROR(tf::CheckDataFileExtents(bundle, *sizes, shown_prefix));
+  for (auto& f : files) ckpt.shards.push_back(std::move(*f));
+  return Status::Ok();
+}
+
+Status ReadTensorflow(const SourceDir& source, const Claim& claim, CodecContext& codec,
+                      Checkpoint& ckpt) {
+  std::string base;
+  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, DirOf(source, claim.file, base));
+  const std::string shown_prefix = Shown(source, claim.file);
+  const std::string index_name = shown_prefix + std::string(kIndexSuffix);
+  Result<StoredFile> index = OpenStored(dir, base + std::string(kIndexSuffix));
+  if (!index.ok()) {
+    if (index.status().code() != Status::Code::kNotFound) return index.status();
+    return Status::NotFound(index_name + ": missing (the TensorFlow checkpoint's index)");
+  }
+  CKPTFS_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(*index->source));
+  CKPTFS_ASSIGN_OR_RETURN(tf::TensorBundle bundle, tf::ParseTensorBundle(bytes, index_name));
+  CKPTFS_RETURN_IF_ERROR(OpenDataFiles(dir, bundle, base, shown_prefix, codec, ckpt));
+  ckpt.index.push_back(std::move(index).value());
+
+  Extras extras;
+  for (const tf::TfTensor& t : bundle.tensors) {
+    switch (t.type.kind) {
+      case tf::TfKind::kNumeric:
+        CKPTFS_RETURN_IF_ERROR(AddNumeric(t, index_name, ckpt, tf::TfKeyToName(t.key).dotted));
+        break;
+      case tf::TfKind::kString:
+        CKPTFS_RETURN_IF_ERROR(extras.String(
+            ckpt, t,
+            tf::DataFileName(shown_prefix, t.where.shard_id, bundle.header.num_shards) + ": \"" +
+                t.key + "\""));
+        break;
+      case tf::TfKind::kVariant:
+        extras.Skip(t, "variant");
+        break;
+      case tf::TfKind::kResource:
+        extras.Skip(t, "resource");
+        break;
+      case tf::TfKind::kUnsupported:
+        extras.Skip(t, "dtype ckptfs does not serve");
+        break;
+    }
+  }
+  CKPTFS_RETURN_IF_ERROR(SortByName(index_name, ckpt));
+  ckpt.ranges.shrink_to_fit();
+  ckpt.state_json = extras.Json(claim.file, bundle);
+  // The merged safetensors says where its tensors come from (transformers reads "format").
+  ckpt.metadata = {{"format", "tf"}};
+  return Status::Ok();
+}
+
+// Every other bundle's files: another checkpoint's weights would only mislead.
+std::vector<std::string> TfHidden(const SourceDir& dir, const Checkpoint&) {
+  std::vector<std::string> hidden;
+  for (const std::string& f : dir.files) {
+    if (EndsWith(f, kIndexSuffix) || IsDataFile(f)) hidden.push_back(f);
+  }
+  return hidden;
+}
+
+// verify: every index block's checksum, then every stored tensor piece's CRC32C.
+Status VerifyTensorflow(const Checkpoint& ckpt, const std::function<void(const Status&)>& report) {
+  if (ckpt.index.empty()) return Status::Ok();
+  const StoredFile& index = ckpt.index[0];
+  CKPTFS_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(*index.source));
+  for (const std::string& problem : tf::CheckSstableBlocks(bytes, index.name)) {
+    report(Status::Corruption(problem));
+  }
+  Result<tf::TensorBundle> bundle = tf::ParseTensorBundle(bytes, index.name);
+  if (!bundle.ok()) return Status::Ok();  // the block walk said what is wrong
+  std::string buf;
+  auto check = [&](const tf::TfTensor& t, const tf::TfLocation& where) -> Status {
+    if (!where.has_crc32c || where.shard_id >= ckpt.shards.size()) return Status::Ok();
+    const StoredFile& shard = ckpt.shards[where.shard_id];
+    buf.resize(where.size);
+    CKPTFS_RETURN_IF_ERROR(
+        shard.source->ReadAt(where.offset, {reinterpret_cast<uint8_t*>(buf.data()), buf.size()}));
+    if (t.type.kind == tf::TfKind::kString) {
+      const uint64_t elements =
+          std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1}, std::multiplies<uint64_t>());
+      Result<std::vector<std::string>> s =
+          tf::DecodeStringTensor(buf, elements, where, shard.name + ": \"" + t.key + "\"");
+      if (!s.ok()) report(s.status());
+    } else if (!tf::TensorCrcMatches(where, buf)) {
+      report(Status::Corruption(shard.name + ": \"" + t.key + "\" at offset " +
+                                std::to_string(where.offset) + " (" + std::to_string(where.size) +
+                                " bytes): CRC32C does not match the index"));
+    }
+    return Status::Ok();
+  };
+  for (const tf::TfTensor& t : bundle->tensors) {
+    if (t.type.kind != tf::TfKind::kNumeric && t.type.kind != tf::TfKind::kString) continue;
+    if (!t.partitioned()) CKPTFS_RETURN_IF_ERROR(check(t, t.where));
+    for (const tf::TfSlicePiece& piece : t.slices) CKPTFS_RETURN_IF_ERROR(check(t, piece.where));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+FormatReader TensorflowFormat() {
+  return FormatReader{
+      .name = "tensorflow",
+      .title = "tensorflow",
+      .format = CheckpointFormat::kTensorflow,
+      .probe_names = kProbeNames,
+      .looks_for = "a TensorFlow `checkpoint` file, PREFIX.index, saved_model.pb",
+      .accepts_file = [](std::string_view name) { return EndsWith(name, kIndexSuffix); },
+      .file_kinds = ".index",
+      .detect = &DetectTensorflow,
+      .read = &ReadTensorflow,
+      .hidden = &TfHidden,
+      .verify = &VerifyTensorflow,
+  };
+}
+
+}  // namespace ckptfs
