@@ -206,6 +206,7 @@ void PrintShardLine(const StoredFile& s) {
 
 void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   std::printf("source   %s\n", ckpt.source_path.c_str());
+  std::printf("format   %s\n", std::string(FormatOf(ckpt.format).name).c_str());
   std::printf("index    %s\n", ckpt.index.empty() ? "(single file)" : ckpt.index[0].name.c_str());
   std::printf("shards   %zu\n", ckpt.shards.size());
   for (const StoredFile& s : ckpt.shards) PrintShardLine(s);

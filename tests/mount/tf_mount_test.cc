@@ -57,6 +57,7 @@ TEST_F(TfMountTest, InspectShowsFormatAndRawKeys) {
   ASSERT_NO_FATAL_FAILURE(GenerateTf("standard", source));
   const ProcessResult text = Ckptfs({"inspect", source}, kCheckTimeout);
   EXPECT_EQ(text.exit_code, 0) << text.Describe();
+  EXPECT_NE(text.out.find("format   tensorflow\n"), std::string::npos) << text.out;
   const ProcessResult json = Ckptfs({"inspect", "--json", source}, kCheckTimeout);
   ASSERT_EQ(json.exit_code, 0) << json.Describe();
   EXPECT_NE(json.out.find("\"format\": \"tensorflow\""), std::string::npos) << json.out;
