@@ -5,6 +5,7 @@
 // one shard is parsed.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,16 @@ inline constexpr std::string_view kHfCompanionFiles[] = {"config.json",
                                                          "merges.txt",
                                                          "added_tokens.json",
                                                          "preprocessor_config.json"};
+
+// `own` followed by kHfCompanionFiles: an HF format's probe names (FormatReader::probe_names).
+template <size_t N>
+constexpr std::array<std::string_view, N + std::size(kHfCompanionFiles)> WithHfCompanions(
+    const std::array<std::string_view, N>& own) {
+  std::array<std::string_view, N + std::size(kHfCompanionFiles)> all{};
+  for (size_t i = 0; i < N; ++i) all[i] = own[i];
+  for (size_t i = 0; i < std::size(kHfCompanionFiles); ++i) all[N + i] = kHfCompanionFiles[i];
+  return all;
+}
 
 // This format's index (Claim::Rank::kNamed; several without the preferred one: a
 // problem), else its lone weights file (kLoneFile; several: a problem), else none.

@@ -36,20 +36,8 @@ Result<ShardContents> ParseSafetensorsShard(const StoredFile& shard, uint32_t sh
 constexpr HfLayout kLayout = {".safetensors.index.json", "model.safetensors.index.json", "",
                               &SafetensorsWeightName, &ParseSafetensorsShard};
 
-constexpr std::string_view kProbeNames[] = {"model.safetensors.index.json",
-                                            "model.safetensors",
-                                            "model.safetensors.zst",
-                                            kHfCompanionFiles[0],
-                                            kHfCompanionFiles[1],
-                                            kHfCompanionFiles[2],
-                                            kHfCompanionFiles[3],
-                                            kHfCompanionFiles[4],
-                                            kHfCompanionFiles[5],
-                                            kHfCompanionFiles[6],
-                                            kHfCompanionFiles[7],
-                                            kHfCompanionFiles[8],
-                                            kHfCompanionFiles[9]};
-static_assert(std::size(kHfCompanionFiles) == 10, "list every companion in kProbeNames");
+constexpr auto kProbeNames = WithHfCompanions<3>(
+    {"model.safetensors.index.json", "model.safetensors", "model.safetensors.zst"});
 
 }  // namespace
 

@@ -42,19 +42,8 @@ Result<ShardContents> ParseTorchShard(const StoredFile& shard, uint32_t shard_no
 constexpr HfLayout kLayout = {".bin.index.json", "", "pytorch_model.bin", &TorchWeightName,
                               &ParseTorchShard};
 
-constexpr std::string_view kProbeNames[] = {"pytorch_model.bin.index.json",
-                                            "pytorch_model.bin",
-                                            "pytorch_model.bin.zst",
-                                            kHfCompanionFiles[0],
-                                            kHfCompanionFiles[1],
-                                            kHfCompanionFiles[2],
-                                            kHfCompanionFiles[3],
-                                            kHfCompanionFiles[4],
-                                            kHfCompanionFiles[5],
-                                            kHfCompanionFiles[6],
-                                            kHfCompanionFiles[7],
-                                            kHfCompanionFiles[8],
-                                            kHfCompanionFiles[9]};
+constexpr auto kProbeNames = WithHfCompanions<3>(
+    {"pytorch_model.bin.index.json", "pytorch_model.bin", "pytorch_model.bin.zst"});
 
 Status ReadTorch(const SourceDir& dir, const Claim& claim, CodecContext& codec, Checkpoint& ckpt) {
   CKPTFS_RETURN_IF_ERROR(ReadHf(dir, claim, codec, kLayout, ckpt));
