@@ -70,6 +70,21 @@ w = np.load('$mnt/tensors/model_state_dict/fc/weight.npy')
 print('fc.weight', w.shape, 'equal to torch.load of the source:', np.array_equal(w, src['model_state_dict']['fc.weight'].numpy()))"
 run "$ckptfs" umount "$mnt"
 
+# A TensorFlow checkpoint (TensorBundle; written here by the tests' byte-level writer, since
+# TensorFlow is not installed): a partitioned variable reads as one whole tensor.
+/usr/bin/python3 scripts/make_tf_checkpoint.py standard "$work/tf_ckpts" >/dev/null
+run ls "$work/tf_ckpts"
+run "$ckptfs" mount "$work/tf_ckpts" "$mnt"
+run ls "$mnt" "$mnt/tensors/model/dense/kernel/OPTIMIZER_SLOT/optimizer"
+run /usr/bin/python3 -c "
+import json, os, numpy as np
+p = '$mnt/tensors/part/axis1.npy'
+w = np.load(p)
+want = json.load(open('$work/tf_ckpts/expected.json'))['part/axis1']['hex']
+print('part/axis1', w.dtype, w.shape, 'stored as slices, read whole; equal to the bytes written:', w.tobytes().hex() == want)
+print('tf key:', os.getxattr('$mnt/tensors/model/dense/kernel/OPTIMIZER_SLOT/optimizer/m.npy', 'user.ckptfs.tf_key').decode())"
+run "$ckptfs" umount "$mnt"
+
 # The same checkpoint stored as seekable zstd: mounts the same, decodes on read.
 run "$ckptfs" pack --frame-size 256K "$work/llama" "$work/llama.zst"
 run ls -la "$work/llama.zst"
