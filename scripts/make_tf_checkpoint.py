@@ -447,56 +447,36 @@ def hostile(directory):
         json.dump(cases, f, indent=1)
 
 
+def read_varint(buf, pos):
+    """The varint at buf[pos:], and the position after it."""
+    v = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return v, pos
+
+
 def shrink_snappy_length(data):
     """Lowers the stated length of the first snappy block by one and fixes its CRC, so the
     block is well formed but decodes past its stated size."""
     # The first block starts at 0; find it through the index handle in the footer.
     footer = data[-48:]
-    pos = 0
-
-    def rd():
-        nonlocal pos
-        v = shift = 0
-        while True:
-            b = footer[pos]
-            pos += 1
-            v |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                return v
-    rd(), rd()
-    index_off, index_size = rd(), rd()
+    _, pos = read_varint(footer, 0)  # metaindex handle: offset, size
+    _, pos = read_varint(footer, pos)
+    index_off, pos = read_varint(footer, pos)
+    index_size, pos = read_varint(footer, pos)
     index = bytes(data[index_off:index_off + index_size])
     # The index's first entry value is the first data block's handle.
-    p = 3
-    klen = index[1]
-    p += klen
-    vals = index[p:]
-    q = 0
-
-    def rv():
-        nonlocal q
-        v = shift = 0
-        while True:
-            b = vals[q]
-            q += 1
-            v |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                return v
-    off, size = rv(), rv()
+    p = 3 + index[1]
+    off, q = read_varint(index, p)
+    size, q = read_varint(index, q)
     assert data[off + size] == 1, "first block not snappy"
     block = bytearray(data[off:off + size])
     # Stated length is a varint at the block's start; lower it keeping its byte count.
-    n = 0
-    length = shift = 0
-    while True:
-        b = block[n]
-        length |= (b & 0x7F) << shift
-        shift += 7
-        n += 1
-        if b < 0x80:
-            break
+    length, n = read_varint(block, 0)
     new = varint(length - 1)
     assert len(new) == n
     block[:n] = new
