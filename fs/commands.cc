@@ -95,14 +95,7 @@ uint64_t ViewBytes(const Tensor& t) {
 
 // Elements of the tensor (1 for a scalar); shapes were checked against byte sizes at open,
 // so this cannot overflow for a tensor that has bytes, and saturates for one that does not.
-uint64_t Elements(const Tensor& t) {
-  uint64_t n = 1;
-  for (uint64_t d : t.shape) {
-    if (d && n > UINT64_MAX / d) return UINT64_MAX;
-    n *= d;
-  }
-  return n;
-}
+uint64_t Elements(const Tensor& t) { return ElementCount(t.shape).value_or(UINT64_MAX); }
 
 // Parameters (tensor elements) of the whole checkpoint and per dtype. Tied weights count
 // once per tensor name, as summing numel() over a state dict does.

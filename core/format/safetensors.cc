@@ -298,6 +298,11 @@ std::optional<uint64_t> TensorByteSize(Dtype dtype, std::span<const uint64_t> sh
   return n;
 }
 
+// A one-byte dtype's byte size is the element count.
+std::optional<uint64_t> ElementCount(std::span<const uint64_t> shape) {
+  return TensorByteSize(Dtype::kU8, shape);
+}
+
 std::string ShapeToJson(std::span<const uint64_t> shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) {

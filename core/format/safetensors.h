@@ -48,6 +48,9 @@ Result<SafetensorsHeader> ReadSafetensorsHeader(const ByteSource& source);
 Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json, uint64_t file_size,
                                                  const std::string& file_name);
 
+// Number of elements of a tensor of `shape` (1 for a scalar), or nullopt on overflow.
+std::optional<uint64_t> ElementCount(std::span<const uint64_t> shape);
+
 // Number of bytes a tensor of `dtype` and `shape` occupies, or nullopt on overflow.
 std::optional<uint64_t> TensorByteSize(Dtype dtype, std::span<const uint64_t> shape);
 
