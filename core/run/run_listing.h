@@ -1,0 +1,80 @@
+// Run directories: a SOURCE whose entries are checkpoints (a training run's save dir).
+//
+// A run's entries, each a checkpoint of any format in the table (core/checkpoint/formats.h):
+//   - subdirectories that hold a checkpoint (HF Trainer `checkpoint-500/`, any name);
+//   - torch files (`*.ckpt`, `*.pt`, `*.pth`, `*.bin`): Lightning's `epoch=3-step=1000.ckpt`
+//     and `last.ckpt`, `model_00010.pt`;
+//   - TF prefixes that a `checkpoint` state file lists.
+// The rule (IsRun): a directory with checkpoint subdirectories, or with several torch files
+// that are each a checkpoint, is a run; one holding one checkpoint at its top and no
+// checkpoint subdirectories is a checkpoint. `optimizer.pt`, `scheduler.pt`, `rng_state*.pth`,
+// `training_args.bin` beside `pytorch_model.bin` are parts of one HF Trainer checkpoint, and
+// a directory holding `map.pt` is a per-key split checkpoint: neither is a run.
+//
+// Listing is cheap: names, sizes and times, plus the framework records (TF `checkpoint`,
+// HF `trainer_state.json`, Lightning callbacks state), never every header. Headers are the
+// mount's business, on first use of an entry (RunTree).
+//
+// Untrusted input: entry names are plain names of SOURCE (no '/', never "." or ".."); a
+// symlink that leaves SOURCE, a state file naming a path outside SOURCE, a record naming an
+// entry that is not there: skipped with a line in `skipped`, never followed.
+#pragma once
+
+#include <time.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/codec/codec_context.h"
+#include "core/source/remote_options.h"
+#include "core/source/source_dir.h"
+#include "core/status.h"
+
+namespace ckptfs {
+
+struct RunEntry {
+  enum class Kind : uint8_t { kDirectory, kFile, kTfPrefix };
+  std::string name;  // as in SOURCE: a directory, a file, or a TF prefix (no file itself)
+  Kind kind = Kind::kDirectory;
+  std::optional<uint64_t> step;  // the step number its name carries, if any
+  // All its files are there and whole (an HF dir with its index and every shard; a torch
+  // zip whose end record is valid; a TF prefix the `checkpoint` file names). An incomplete
+  // entry is not shown by a mount, and `why_incomplete` says why (for inspect).
+  bool complete = false;
+  std::string why_incomplete;
+  std::string format;       // the format table's name when the listing tells, else ""
+  uint64_t bytes = 0;       // its files' sizes as listed (0: unknown)
+  struct timespec mtime = {};  // its newest file's ({0, 0}: unknown)
+  // Changes whenever any of its files changes (names, sizes, mtimes, ETags): a mount that
+  // sees a new signature treats the entry as a new checkpoint, never mixing their bytes.
+  std::string signature;
+};
+
+struct RunListing {
+  std::vector<RunEntry> entries;  // in natural name order (core/checkpoint/natural_order.h)
+  // Names of complete entries, or "" when none qualifies; `*_from` says by what record
+  // ("checkpoint file", "last.ckpt", "highest step", "newest", "trainer_state.json",
+  // "ModelCheckpoint best_model_path").
+  std::string latest, latest_from;
+  std::string best, best_from;
+  std::vector<std::string> skipped;  // one line each, naming what was left out and why
+};
+
+// The SourceDir of a SOURCE path or URL (a local directory, a file path, an http(s):// or
+// s3:// URL), as discovery sees it; the same listing OpenCheckpoint starts from.
+Result<SourceDir> OpenSourceDir(const std::string& source, CodecContext& codec,
+                                const RemoteOptions& remote);
+
+// Whether `dir` is a run by the rule above (not a checkpoint itself).
+Result<bool> IsRun(const SourceDir& dir);
+
+// The entries of run `dir`, with `latest` and `best`.
+Result<RunListing> ListRun(const SourceDir& dir);
+
+// The SourceDir that holds entry `entry` of run `dir` (for ReadCheckpoint, formats.h): the
+// subdirectory, or `dir` with `named` set to the file or prefix.
+Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry);
+
+}  // namespace ckptfs
