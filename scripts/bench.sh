@@ -2,7 +2,7 @@
 # ckptfs benchmark: every contender side by side in ONE run, ratios first.
 #
 #   scripts/bench.sh [--size 2G] [--workdir DIR] [--reps N] [--keep] [--no-build]
-#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote,tf]
+#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote,tf,run]
 #                    [SECTION...]
 #
 # What it measures (see DESIGN.md section 3, "Performance rules"):
@@ -71,8 +71,14 @@
 #     warm; daemon RSS after mount), then sequential read of MNT/model.safetensors
 #     of a --size bundle (F32 variables of 64 MiB in 8 data files) vs `cat` of
 #     its data files, cold and warm, interleaved, median of --reps.
+#   * run: a training run directory of 200 HF-Trainer-shaped
+#     checkpoint-N/ dirs (small safetensors each): time until `ckptfs mount`
+#     returns, cold and warm, daemon RSS; the first lookup inside one checkpoint
+#     (its headers parsed then); and the time until a checkpoint saved while
+#     mounted (written to a temporary dir, then renamed, as transformers does)
+#     shows in `ls MNT`, and until `latest` names it.
 #   --sections (or bare section names: `bench.sh remote`) picks a subset
-#   (default all six, in one run); --level defaults to 3, --frame-size to
+#   (default all seven, in one run); --level defaults to 3, --frame-size to
 #   pack's own default.
 # Targets are printed next to the figures as PASS/MISS. A MISS does not fail the
 # script; a contender that cannot run does (exit 1).
@@ -116,7 +122,7 @@ HDR_SHARDS=2000
 HDR_TENSORS=200000
 LEVEL=3
 FRAME=''            # --frame-size for ckptfs pack; '' = its default
-SECTIONS=plain,mount,zstd,torch,remote,tf
+SECTIONS=plain,mount,zstd,torch,remote,tf,run
 RSS_CACHE=256M      # --cache-size for the peak RSS measurement
 RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
 RANDOM_TENSORS=32
@@ -340,7 +346,7 @@ while (($#)); do
     --frame-size=*) FRAME=${1#*=}; shift ;;
     --sections) SECTIONS=${2:?--sections needs a value}; shift 2 ;;
     --sections=*) SECTIONS=${1#*=}; shift ;;
-    plain|mount|zstd|torch|remote|tf) BARE_SECTIONS+=("$1"); shift ;;
+    plain|mount|zstd|torch|remote|tf|run) BARE_SECTIONS+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; printf '%s: error: unknown argument %s\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
@@ -351,8 +357,8 @@ size_to_bytes "$SIZE" >/dev/null   # validate
   { echo "$PROG: error: --level must be 1..19" >&2; exit 2; }
 [[ -z $FRAME ]] || size_to_bytes "$FRAME" >/dev/null
 ((${#BARE_SECTIONS[@]})) && SECTIONS=$(IFS=,; echo "${BARE_SECTIONS[*]}")
-[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote|tf))+,$ ]] ||
-  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote, tf" >&2; exit 2; }
+[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote|tf|run))+,$ ]] ||
+  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote, tf, run" >&2; exit 2; }
 section() { [[ ,$SECTIONS, == *,$1,* ]]; }
 mkdir -p -- "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
@@ -1501,6 +1507,99 @@ TF_VARIABLES=50000
 TFRSS='' TFHWM=''
 if section tf; then tf_section; fi
 
+# ------------------------------------------------------------------- run
+# run_gen DIR N: N checkpoint-<500*i>/ dirs, each a model.safetensors of 4 F32 tensors (256
+# KiB) and a trainer_state.json, as transformers' Trainer leaves them.
+run_gen() {
+  local dir=$1 n=$2
+  [[ -d $dir ]] && { log "reusing $dir"; return 0; }
+  rm -rf --one-file-system -- "$dir.tmp"
+  log "generating $dir ($n checkpoints)"
+  "$PY" - "$dir.tmp" "$n" <<'PYEOF' || die "run_gen failed"
+import json, os, struct, sys
+root, n = sys.argv[1], int(sys.argv[2])
+def save(path, step):
+    tensors = {f"layer{i}.weight": struct.pack("<f", float(step)) * (16384) for i in range(4)}
+    header, off = {}, 0
+    for name, data in tensors.items():
+        header[name] = {"dtype": "F32", "shape": [128, 128], "data_offsets": [off, off + len(data)]}
+        off += len(data)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(tensors.values()))
+for i in range(1, n + 1):
+    d = os.path.join(root, f"checkpoint-{500 * i}")
+    os.makedirs(d)
+    save(os.path.join(d, "model.safetensors"), 500 * i)
+    with open(os.path.join(d, "trainer_state.json"), "w") as f:
+        json.dump({"global_step": 500 * i, "best_model_checkpoint": os.path.join(root, "checkpoint-500")}, f)
+PYEOF
+  mv -- "$dir.tmp" "$dir"
+  GENERATED+=("$dir")
+}
+
+# Saves checkpoint-STEP into run DIR as transformers does (a tmp- dir, then a rename).
+run_save() {
+  local dir=$1 step=$2
+  "$PY" - "$dir" "$step" <<'PYEOF' || die "run_save failed"
+import json, os, struct, sys
+root, step = sys.argv[1], int(sys.argv[2])
+tmp = os.path.join(root, f"tmp-checkpoint-{step}")
+os.makedirs(tmp)
+data = struct.pack("<f", float(step)) * 16384
+h = json.dumps({"w": {"dtype": "F32", "shape": [128, 128], "data_offsets": [0, len(data)]}}).encode()
+h += b" " * (-len(h) % 8)
+with open(os.path.join(tmp, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + data)
+os.rename(tmp, os.path.join(root, f"checkpoint-{step}"))
+PYEOF
+}
+
+# Seconds from now until `test COND` holds (polled every 20 ms), or "timeout" after 60 s.
+wait_secs() {
+  local t0 deadline
+  t0=$(now_ns); deadline=$((t0 + 60000000000))
+  until "$@"; do
+    (($(now_ns) > deadline)) && { echo timeout; return 0; }
+    sleep 0.02
+  done
+  elapsed "$t0" "$(now_ns)"
+}
+run_listed() { [[ -d $1/$2 ]]; }
+run_latest_is() { [[ $(readlink "$1/latest" 2>/dev/null) == "$2" ]]; }
+
+run_section() {
+  RUNDIR=$WORKDIR/run-$RUN_CHECKPOINTS
+  run_gen "$RUNDIR" "$RUN_CHECKPOINTS"
+  local mnt=$SCRATCH/mnt/run r mode t0 next
+  RUNMOUNT_COLD=() RUNMOUNT_WARM=() RUNOPEN=() RUNVISIBLE=() RUNLATEST=()
+  log "run: mount of $RUN_CHECKPOINTS checkpoints, $REPS reps cold + warm"
+  for ((r = 1; r <= REPS; r++)); do
+    for mode in cold warm; do
+      [[ $mode == cold ]] && drop_caches
+      ckptfs_mount "$RUNDIR" "$mnt"
+      if [[ $mode == cold ]]; then RUNMOUNT_COLD+=("$CKPTFS_MOUNT_SECS"); else RUNMOUNT_WARM+=("$CKPTFS_MOUNT_SECS"); fi
+      if [[ $mode == cold ]]; then
+        t0=$(now_ns)
+        ls "$mnt/checkpoint-$((500 * (RUN_CHECKPOINTS / 2)))/" >/dev/null || die "ls inside a checkpoint of the run failed"
+        RUNOPEN+=("$(elapsed "$t0" "$(now_ns)")")
+        next=$((500 * (RUN_CHECKPOINTS + r)))
+        run_save "$RUNDIR" "$next"
+        RUNVISIBLE+=("$(wait_secs run_listed "$mnt" "checkpoint-$next")")
+        RUNLATEST+=("$(wait_secs run_latest_is "$mnt" "checkpoint-$next")")
+        rm -rf --one-file-system -- "${RUNDIR:?}/checkpoint-$next"
+        log "  cold mount ${CKPTFS_MOUNT_SECS}s; new checkpoint listed after ${RUNVISIBLE[-1]}s, latest after ${RUNLATEST[-1]}s"
+      fi
+      if [[ -n $CKPTFS_PID ]]; then RUNRSS=$(proc_kb "$CKPTFS_PID" VmRSS); fi
+      unmount_one "$mnt" || die "could not unmount $mnt"
+    done
+  done
+}
+RUN_CHECKPOINTS=200
+RUNRSS=''
+if section run; then run_section; fi
+
 # ------------------------------------------------------------------ report
 verdict() { # value op target -> PASS/MISS
   awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN{
@@ -1797,6 +1896,21 @@ report() {
     echo "| ratio | mode | value | target | result |"
     echo "|---|---|---:|---|---|"
     ratio_rows "${TFRATIOS[@]}"
+  fi
+  if section run; then
+    echo
+    echo "### run: a run directory of $RUN_CHECKPOINTS checkpoints ($RUNDIR)"
+    echo
+    echo "| what | value | target | result |"
+    echo "|---|---:|---|---|"
+    local rc rw
+    rc=$(median "${RUNMOUNT_COLD[@]}"); rw=$(median "${RUNMOUNT_WARM[@]}")
+    echo "| \`ckptfs mount\` until it returns, cold cache (median of $REPS: $(echo "${RUNMOUNT_COLD[*]}" | tr ' ' '/')) | ${rc} s | <= 1 s | $(verdict "$rc" '<=' 1) |"
+    echo "| \`ckptfs mount\` until it returns, warm cache (median of $REPS: $(echo "${RUNMOUNT_WARM[*]}" | tr ' ' '/')) | ${rw} s | <= 1 s | $(verdict "$rw" '<=' 1) |"
+    echo "| first \`ls\` inside one checkpoint, cold (headers parsed then; $(echo "${RUNOPEN[*]}" | tr ' ' '/')) | $(median "${RUNOPEN[@]}") s | - | - |"
+    echo "| a checkpoint saved while mounted (tmp dir + rename) until \`ls MNT\` lists it ($(echo "${RUNVISIBLE[*]}" | tr ' ' '/')) | $(median "${RUNVISIBLE[@]}") s | <= 15 s | $(verdict "$(max_of "${RUNVISIBLE[@]}")" '<=' 15) |"
+    echo "| ... until \`latest\` names it ($(echo "${RUNLATEST[*]}" | tr ' ' '/')) | $(median "${RUNLATEST[@]}") s | <= 15 s | $(verdict "$(max_of "${RUNLATEST[@]}")" '<=' 15) |"
+    [[ -z $RUNRSS ]] || echo "| daemon VmRSS after the above | $(mib $((RUNRSS * 1024))) MiB | - | - |"
   fi
 }
 
