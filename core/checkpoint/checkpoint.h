@@ -64,21 +64,22 @@ struct Storage {
 
 struct Tensor {
   std::string name;
-  Dtype dtype;
+  Dtype dtype = Dtype::kU8;
+  // In the model the merged views show (ModelView, core/checkpoint/model.h).
+  bool in_model = true;
+  bool top_is_dict = false;  // torch: the container of top_key_size is a dict
   std::vector<uint64_t> shape;
-  uint32_t shard;                // index into Checkpoint::shards
-  uint64_t offset;               // absolute byte offset within the shard file (contiguous tensors)
-  uint64_t size;                 // bytes (contiguous tensors; 0 otherwise)
-  uint32_t storage = 0;          // index into Checkpoint::storages
-  uint64_t storage_offset = 0;   // elements from the start of the storage
-  std::vector<uint64_t> stride;  // empty: row-major, so [offset, offset + size) holds it
+  uint32_t shard = 0;    // index into Checkpoint::shards
+  uint64_t offset = 0;   // absolute byte offset within the shard file (contiguous tensors)
+  uint64_t size = 0;     // bytes (contiguous tensors; 0 otherwise)
+  uint32_t storage = 0;  // index into Checkpoint::storages
   // torch: when the tensor lies inside a container (dict, list) that is a value of the
   // pickled root dict, the length of that root key (the name's first `top_key_size`
   // bytes, then '.'); 0 for a tensor that is itself a root value, or another format's.
+  // It and the two bools above fill padding: a Tensor stays 128 bytes.
   uint32_t top_key_size = 0;
-  bool top_is_dict = false;  // that container is a dict (the model rule wants one)
-  // In the model the merged views show (ModelView, core/checkpoint/model.h).
-  bool in_model = true;
+  uint64_t storage_offset = 0;        // elements from the start of the storage
+  std::vector<uint64_t> stride = {};  // empty: row-major, so [offset, offset + size) holds it
 
   // A tensor whose bytes are not one row-major range (a transposed view torch saved as
   // is) only appears in views that carry strides: the merged pytorch_model.bin.

@@ -16,10 +16,14 @@ ShardContents FromTorch(TorchFile& file, uint32_t shard_no) {
   for (TorchTensor& t : file.tensors) {
     const Storage& s = out.storages[t.storage];
     const uint64_t element = DtypeSize(s.dtype);
-    Tensor tensor{std::move(t.name), s.dtype, std::move(t.shape), shard_no, 0, 0, t.storage,
-                  t.storage_offset,  {}};
-    tensor.top_key_size = t.top_key_size;
-    tensor.top_is_dict = t.top_is_dict;
+    Tensor tensor{.name = std::move(t.name),
+                  .dtype = s.dtype,
+                  .top_is_dict = t.top_is_dict,
+                  .shape = std::move(t.shape),
+                  .shard = shard_no,
+                  .storage = t.storage,
+                  .top_key_size = t.top_key_size,
+                  .storage_offset = t.storage_offset};
     if (IsRowMajor(tensor.shape, t.stride)) {
       // The interpreter checked that the view lies inside the storage.
       tensor.size = TensorByteSize(s.dtype, tensor.shape).value_or(0);  // 0: empty

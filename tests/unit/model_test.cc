@@ -297,7 +297,7 @@ Checkpoint TfCheckpoint(const std::vector<std::string>& keys) {
   Checkpoint ckpt;
   ckpt.format = CheckpointFormat::kTensorflow;
   for (const std::string& key : keys) {
-    Tensor t{tf::TfKeyToName(key).dotted, Dtype::kF32, {1}, 0, 0, 4, 0, 0, {}};
+    Tensor t{.name = tf::TfKeyToName(key).dotted, .dtype = Dtype::kF32, .shape = {1}, .size = 4};
     ckpt.tensors.push_back(t);
     ckpt.tensor_keys.push_back(key);
   }
