@@ -572,8 +572,10 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     if (!t.contiguous()) {
       layout.notes_.push_back("tensor \"" + t.name + "\" is a strided view (shape " +
                               JoinShape(t.shape) + ", stride " + JoinShape(t.stride) +
-                              "): only in pytorch_model.bin, not in model.safetensors or "
-                              "tensors/");
+                              (t.in_model ? "): only in pytorch_model.bin, not in "
+                                            "model.safetensors or tensors/"
+                                          : "): in no view (not in tensors/, and not the "
+                                            "model: --model-key to choose)"));
       continue;
     }
     std::vector<std::string> parts =
