@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/formats.h"
+#include "core/checkpoint/model.h"
 #include "core/checkpoint/natural_order.h"
 #include "core/codec/zstd_source.h"
 #include "core/crc/zip_crc.h"
@@ -132,6 +133,27 @@ std::vector<uint32_t> NaturalTensorOrder(const Checkpoint& ckpt) {
   return order;
 }
 
+// What the merged views hold (core/checkpoint/model.h), for inspect's "model" line.
+std::string ModelLine(const Checkpoint& ckpt) {
+  const ModelView& m = ckpt.model;
+  if (m.whole) {
+    return std::string("every tensor") +
+           (m.rule.empty() ? " (--model-key to choose a sub-tree)" : " (" + m.rule + ")");
+  }
+  const std::string what = m.key.empty() ? "every tensor but the training state" : m.key;
+  return what + " (" + std::to_string(m.tensors) + " of " + std::to_string(ckpt.tensors.size()) +
+         " tensors; --model-key to choose)";
+}
+
+nlohmann::json ModelJson(const Checkpoint& ckpt) {
+  const ModelView& m = ckpt.model;
+  return {{"key", m.key.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.key)},
+          {"rule", m.rule.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.rule)},
+          {"whole", m.whole},
+          {"prefix_stripped", m.strip ? m.key + "." : ""},
+          {"tensor_count", m.tensors}};
+}
+
 nlohmann::json ZipCrcInspectJson(const ZipCrcStatus& crcs) {
   const char* state = crcs.state == ZipCrcStatus::State::kKnown     ? "known"
                       : crcs.state == ZipCrcStatus::State::kPending ? "pending"
@@ -158,6 +180,7 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
                   {"bytes", ViewBytes(t)}, {"shard", ckpt.shards[t.shard].name},
                   {"offset", t.offset}};
     if (!ckpt.tensor_keys.empty()) entry["tf_key"] = ckpt.tensor_keys[i];
+    if (!ckpt.model.whole) entry["in_model"] = t.in_model;
     if (!t.contiguous()) {
       // A strided view: where its storage starts and how it steps through it.
       entry["offset"] = ckpt.storages[t.storage].offset;
@@ -179,6 +202,7 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
           {"shards", shards},
           {"tensor_count", ckpt.tensors.size()},
           {"tensor_bytes", ckpt.TotalTensorBytes()},
+          {"model", ModelJson(ckpt)},
           {"parameter_count", params.total},
           {"parameters_by_dtype", by_dtype},
           {"metadata", metadata},
@@ -205,6 +229,7 @@ void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   for (const StoredFile& s : ckpt.shards) PrintShardLine(s);
   std::printf("tensors  %zu, %s\n", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str());
+  std::printf("model    %s\n", ModelLine(ckpt).c_str());
   const ParameterCount params = CountParameters(ckpt);
   std::printf("params   %s\n", Grouped(params.total).c_str());
   for (const auto& [dtype, d] : params.by_dtype) {
@@ -409,6 +434,7 @@ std::string MountSummary(const Volume& volume, const std::string& mountpoint,
       "  tensors  " + std::to_string(ckpt.tensors.size()) + ", " +
           HumanBytes(ckpt.TotalTensorBytes()),
       "  views    " + views,
+      "  model    " + ModelLine(ckpt),
       "  cache    " + HumanBytes(volume.codec().options().cache_bytes) + " in memory" +
           (disk_cache.empty() ? "" : ", on disk in " + disk_cache),
       "  log      " + log,

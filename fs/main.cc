@@ -7,6 +7,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "core/cache/disk_cache.h"
 #include "fs/commands.h"
@@ -118,6 +121,29 @@ struct RemoteArgs {
 };
 
 // --uid, --gid, --umask, --file-mode, --dir-mode: kept as given, checked by Finish.
+// --model-key: which sub-tree the merged views show (core/checkpoint/model.h). Given or
+// not matters, since '' (every tensor) differs from the format's rule.
+struct ModelKeyArg {
+  std::string key;
+  std::vector<CLI::Option*> given;  // one per subcommand it was added to
+
+  void AddTo(CLI::App* cmd) {
+    given.push_back(cmd->add_option(
+        "--model-key", key,
+        "the top-level sub-tree model.safetensors and pytorch_model.bin hold, its KEY. cut "
+        "from the names (e.g. ema); '' keeps every tensor as stored. Default: torch, the "
+        "first of model_state_dict, state_dict, model, module that is a dict of tensors; "
+        "TensorFlow object checkpoints, all but optimizer slots, save_counter and optimizer/*; "
+        "else every tensor. tensors/ always holds every tensor"));
+  }
+  std::optional<std::string> Value() const {
+    for (const CLI::Option* option : given) {
+      if (option->count() > 0) return key;
+    }
+    return std::nullopt;
+  }
+};
+
 struct OwnershipArgs {
   std::string uid, gid, umask, file_mode, dir_mode;
 
@@ -274,6 +300,8 @@ int main(int argc, char** argv) {
                     "where single-frame .zst shards are decoded once (default /var/tmp)");
   mount->add_option("--log-file", mount_options.log_file,
                     "append daemon log lines (read errors, warnings) to FILE instead of syslog");
+  ModelKeyArg model_key;
+  model_key.AddTo(mount);
   OwnershipArgs ownership;
   ownership.AddTo(mount);
   std::string zip_crc = "auto";
@@ -324,12 +352,14 @@ int main(int argc, char** argv) {
   inspect->add_flag("--json", json, "machine-readable output");
   remote.AddTo(inspect);
   remote.AddCacheDirTo(inspect);
+  model_key.AddTo(inspect);
 
   CLI::App* verify =
       app.add_subcommand("verify", "Check structure and read every byte; exit 0 only if sound");
   verify->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
   remote.AddTo(verify);
   remote.AddCacheDirTo(verify);
+  model_key.AddTo(verify);
 
   std::string dest, frame_size = "4M", shard_size = "0";
   int level = 3;
@@ -381,6 +411,7 @@ int main(int argc, char** argv) {
   RaiseOpenFileLimit();
   BoundAllocatorMemory();
   if (!remote.Finish()) return 2;
+  codec.model_key = model_key.Value();
   if (mount->parsed()) {
     mount_options.mountpoint = mountpoint;
     mount_options.foreground |= mount_options.debug;

@@ -53,9 +53,14 @@ Status ExpandOptionList(const std::string& list, const std::vector<LongOption>& 
         return Status::InvalidArgument("-o " + item + ": needs a value (-o " + name +
                                        "=VALUE, or --" + ours->name + " VALUE)");
       }
-      out.args.push_back(
-          "--" + ours->name +
-          (eq == std::string::npos ? "" : "=" + WithoutEscapes(item.substr(eq + 1))));
+      const std::string value = eq == std::string::npos ? "" : WithoutEscapes(item.substr(eq + 1));
+      if (eq != std::string::npos && value.empty()) {
+        // CLI11 reads `--name=` as a missing value and takes the next argument for it;
+        // an empty value (model_key=, every tensor) is its own argument.
+        out.args.insert(out.args.end(), {"--" + ours->name, ""});
+      } else {
+        out.args.push_back("--" + ours->name + (eq == std::string::npos ? "" : "=" + value));
+      }
     } else if (IsMountOnlyOption(item) ||
                (caller == MountCaller::kMountHelper && WithoutEscapes(item) == "rw")) {
       continue;

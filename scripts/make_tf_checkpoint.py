@@ -2,7 +2,10 @@
 """Writes TensorFlow TensorBundle checkpoints byte by byte, for tests (TensorFlow is not needed).
 
   make_tf_checkpoint.py standard DIR [--snappy]   every dtype, 2 shards, slices, strings, a
-                                                   `checkpoint` file, DIR/expected.json
+                                                   `checkpoint` file, DIR/expected.json; an
+                                                   object checkpoint's training state (an
+                                                   optimizer slot, save_counter, optimizer/iter
+                                                   and optimizer/learning_rate)
   make_tf_checkpoint.py many DIR [--count N]      N small F32 variables in one shard
   make_tf_checkpoint.py big DIR [--size BYTES] [--shards K]
                                                    F32 variables of 64 MiB (random bytes,
@@ -336,6 +339,9 @@ def standard(directory, snappy):
     b.add(b"model/conv1..weight/.ATTRIBUTES/VARIABLE_VALUE", "F16", [2, 2])
     b.add(b"model/a.Sb/.ATTRIBUTES/VARIABLE_VALUE", "I32", [3])
     b.add(b"save_counter/.ATTRIBUTES/VARIABLE_VALUE", "I64", [])
+    # The optimizer's own variables (Keras: iterations, learning rate): training state too.
+    b.add(b"optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE", "I64", [])
+    b.add(b"optimizer/learning_rate/.ATTRIBUTES/VARIABLE_VALUE", "F32", [])
     b.add(b"empty", "F32", [0, 4])
     b.add_partitioned(b"part/axis0", "F32", [6, 4], 0, [2, 5])
     b.add_partitioned(b"part/axis1", "F64", [3, 5], 1, [2])

@@ -15,6 +15,12 @@ zip format of PyTorch >= 1.6, unless said otherwise):
                'optimizer_state_dict' (torch.optim.Adam after one step), ...}: nested
                dicts, int keys, lists of tensors, a Parameter, and non-tensor values of
                every JSON-able kind (None, bools, tuples, big ints, unicode, floats).
+  lightning    epoch=3-step=100.ckpt, a PyTorch Lightning checkpoint's real key layout
+               (epoch, global_step, pytorch-lightning_version, state_dict, loops,
+               callbacks with ModelCheckpoint's state, optimizer_states with Adam's
+               state after one step, lr_schedulers, hparams_name, hyper_parameters)
+               written by torch.save; state_dict is a LitNet's: its TinyNet under
+               `model.` and a `head`.
   tied         pytorch_model.bin where two names are the same tensor (one storage).
   dtypes       pytorch_model.bin with every dtype ckptfs takes from torch (bf16, f16,
                f32, f64, int64, int32, int16, int8, uint8, bool) holding every bit
@@ -60,7 +66,7 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_checkpoint  # noqa: E402  pylint: disable=wrong-import-position
 
-KINDS = ("sharded", "single", "train_state", "tied", "dtypes", "views", "hostile", "zst")
+KINDS = ("sharded", "single", "train_state", "lightning", "tied", "dtypes", "views", "hostile", "zst")
 
 # The dtypes ckptfs reads from torch files, with safetensors names.
 DTYPES = {
@@ -269,6 +275,56 @@ def MakeTrainState(out_dir: str, seed: int) -> None:
     }
     # torch 1.13's weights_only loader lacks BINFLOAT (the float opcode): not for this one.
     Save(state, os.path.join(out_dir, "train_state.pt"), weights_only=False)
+
+
+class LitNet(nn.Module):
+    """The modules a LightningModule holds: a wrapped model and a head of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = TinyNet()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.model(ids))
+
+
+def MakeLightning(out_dir: str, seed: int) -> None:
+    """What Lightning's Trainer.save_checkpoint writes (1.9's keys and their shapes),
+    without Lightning: the module's state_dict beside the loop, callback, optimizer and
+    scheduler states."""
+    torch.manual_seed(seed)
+    lit = LitNet()
+    opt = torch.optim.Adam(lit.parameters(), lr=0.001)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10)
+    ids = torch.randint(0, 16, (5,), generator=Generator(seed))
+    lit(ids).pow(2).mean().backward()
+    opt.step()
+    sched.step()
+    progress = {"total": {"ready": 4, "started": 4, "processed": 4, "completed": 3},
+                "current": {"ready": 1, "started": 1, "processed": 1, "completed": 0}}
+    best = os.path.join(out_dir, "epoch=2-step=75.ckpt")
+    ckpt = {
+        "epoch": 3,
+        "global_step": 100,
+        "pytorch-lightning_version": "1.9.0",
+        "state_dict": lit.state_dict(),
+        "loops": {"fit_loop": {"state_dict": {}, "epoch_progress": progress,
+                               "epoch_loop.state_dict": {"_batches_that_stepped": 100}}},
+        "callbacks": {
+            "ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min', 'every_n_train_steps': 0, "
+            "'every_n_epochs': 1, 'train_time_interval': None}": {
+                "monitor": "val_loss", "best_model_score": torch.tensor(0.25),
+                "best_model_path": best, "current_score": torch.tensor(0.3),
+                "dirpath": out_dir, "best_k_models": {best: torch.tensor(0.25)},
+                "kth_best_model_path": best, "kth_value": torch.tensor(0.25),
+                "last_model_path": os.path.join(out_dir, "last.ckpt")}},
+        "optimizer_states": [opt.state_dict()],
+        "lr_schedulers": [sched.state_dict()],
+        "hparams_name": "kwargs",
+        "hyper_parameters": {"lr": 0.001, "hidden": 8},
+    }
+    Save(ckpt, os.path.join(out_dir, "epoch=3-step=100.ckpt"), weights_only=False)
 
 
 def MakeTied(out_dir: str, seed: int) -> None:
@@ -666,6 +722,7 @@ def Main(argv: List[str]) -> int:
             MakeZst(out, args.from_dir, opts)
         else:
             {"sharded": MakeSharded, "single": MakeSingle, "train_state": MakeTrainState,
+             "lightning": MakeLightning,
              "tied": MakeTied, "dtypes": MakeDtypes, "views": MakeViews,
              "hostile": MakeHostile}[args.kind](out, args.seed)
     except (UsageError, make_checkpoint.UsageError) as e:

@@ -2,7 +2,7 @@
 //
 // SOURCE is a directory holding an index (`*.safetensors.index.json`, or
 // `pytorch_model.bin.index.json` as transformers writes it) with its shards, or a single
-// weights file (`*.safetensors`, or a torch.save file: `*.bin`, `*.pt`, `*.pth`), or the
+// weights file (`*.safetensors`, or a torch.save file: `*.bin`, `*.pt`, `*.pth`, `*.ckpt`), or the
 // path of one such file. Any weight file may be stored as NAME.zst instead, decoded on
 // read through `codec`. Opening reads only
 // headers, so its cost grows with the number of tensors, not the bytes of the checkpoint.
@@ -64,14 +64,22 @@ struct Storage {
 
 struct Tensor {
   std::string name;
-  Dtype dtype;
+  Dtype dtype = Dtype::kU8;
+  // In the model the merged views show (ModelView, core/checkpoint/model.h).
+  bool in_model = true;
+  bool top_is_dict = false;  // torch: the container of top_key_size is a dict
   std::vector<uint64_t> shape;
-  uint32_t shard;                // index into Checkpoint::shards
-  uint64_t offset;               // absolute byte offset within the shard file (contiguous tensors)
-  uint64_t size;                 // bytes (contiguous tensors; 0 otherwise)
-  uint32_t storage = 0;          // index into Checkpoint::storages
-  uint64_t storage_offset = 0;   // elements from the start of the storage
-  std::vector<uint64_t> stride;  // empty: row-major, so [offset, offset + size) holds it
+  uint32_t shard = 0;    // index into Checkpoint::shards
+  uint64_t offset = 0;   // absolute byte offset within the shard file (contiguous tensors)
+  uint64_t size = 0;     // bytes (contiguous tensors; 0 otherwise)
+  uint32_t storage = 0;  // index into Checkpoint::storages
+  // torch: when the tensor lies inside a container (dict, list) that is a value of the
+  // pickled root dict, the length of that root key (the name's first `top_key_size`
+  // bytes, then '.'); 0 for a tensor that is itself a root value, or another format's.
+  // It and the two bools above fill padding: a Tensor stays 128 bytes.
+  uint32_t top_key_size = 0;
+  uint64_t storage_offset = 0;        // elements from the start of the storage
+  std::vector<uint64_t> stride = {};  // empty: row-major, so [offset, offset + size) holds it
 
   // A tensor whose bytes are not one row-major range (a transposed view torch saved as
   // is) only appears in views that carry strides: the merged pytorch_model.bin.
@@ -79,6 +87,17 @@ struct Tensor {
 };
 
 enum class CheckpointFormat : uint8_t { kSafetensors, kTorch, kTensorflow };
+
+// Which tensors the merged views (model.safetensors, pytorch_model.bin) hold, and under
+// what names: chosen once at open by SelectModel (core/checkpoint/model.h), which marks
+// each tensor's `in_model`. tensors/ and .ckptfs/ show everything whatever it says.
+struct ModelView {
+  std::string key;       // the top-level sub-tree that is the model ("" : no sub-tree)
+  std::string rule;      // how it was chosen, for inspect ("first of model_state_dict, ...")
+  uint32_t strip = 0;    // bytes cut from the front of each model tensor's name (key + '.')
+  uint64_t tensors = 0;  // how many tensors are in_model
+  bool whole = true;     // every tensor, names unchanged (weights-only, or --model-key '')
+};
 
 // A packed checkpoint's zip CRC sidecar (see core/crc/zip_crc.h): read at open, never shown.
 inline constexpr std::string_view kPackedCrcFile = ".ckptfs-zip-crc";
@@ -97,6 +116,7 @@ struct Checkpoint {
   Metadata metadata;  // union of the shards' __metadata__, first shard wins
   CheckpointFormat format = CheckpointFormat::kSafetensors;
   std::string state_json;  // torch: the non-tensor values, as JSON; empty if none
+  ModelView model;         // what the merged views hold (SelectModel)
   bool remote = false;     // files come from a server (SourceDir::remote)
   // SOURCE's own modification time when it is a local directory; {0, 0} otherwise (a
   // file path, a URL), where the mount's directories show the newest stored file's.

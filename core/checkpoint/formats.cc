@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/checkpoint/assembly.h"
+#include "core/checkpoint/model.h"
 
 namespace ckptfs {
 
@@ -86,6 +87,7 @@ Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, CodecContext& codec,
   ckpt.remote = dir.remote;
   ckpt.format = winner->format;
   CKPTFS_RETURN_IF_ERROR(winner->read(dir, *best, codec, ckpt));
+  CKPTFS_RETURN_IF_ERROR(SelectModel(ckpt, codec.options().model_key, shown));
   // A SOURCE naming one file or prefix is that checkpoint alone.
   if (dir.named.empty()) {
     const std::vector<std::string> hidden =

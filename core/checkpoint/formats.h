@@ -6,7 +6,7 @@
 //   |-------------|------------------------------------------------|----------------------|
 //   | safetensors | *.safetensors.index.json (named), *.safetensors | safetensors_reader.cc|
 //   |             | (lone file)                                     |                      |
-//   | torch       | *.bin.index.json (named), *.bin/.pt/.pth (lone) | torch_reader.cc      |
+//   | torch       | *.bin.index.json (named), *.bin/.pt/.pth/.ckpt   | torch_reader.cc      |
 //   | tensorflow  | `checkpoint` state file, SavedModel, PREFIX or  | tf_reader.cc         |
 //   |             | PREFIX.index (named); a lone *.index (lone)     |                      |
 //
@@ -92,8 +92,9 @@ bool AnyFormatAcceptsFile(std::string_view name);
 // The refusal of a regular file SOURCE no entry accepts (accepts_file).
 Status NotACheckpointFile(const std::string& shown);
 
-// Walks the table over `dir` and reads what wins, then (for a directory SOURCE) the
-// other files. `shown` names SOURCE in refusals that concern it as a whole.
+// Walks the table over `dir` and reads what wins, chooses its model view (SelectModel,
+// core/checkpoint/model.h, with codec.options().model_key), then (for a directory SOURCE)
+// reads the other files. `shown` names SOURCE in refusals that concern it as a whole.
 Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, CodecContext& codec,
                                   const std::string& shown);
 

@@ -13,15 +13,13 @@ ShardContents FromSafetensors(SafetensorsHeader& header, uint32_t shard_no) {
   for (TensorEntry& t : header.tensors) {
     const uint64_t offset = header.data_start + t.begin, size = t.end - t.begin;
     out.storages.push_back(Storage{shard_no, offset, size, t.dtype});
-    Tensor tensor{std::move(t.name),
-                  t.dtype,
-                  std::move(t.shape),
-                  shard_no,
-                  offset,
-                  size,
-                  static_cast<uint32_t>(out.storages.size() - 1),
-                  0,
-                  {}};
+    Tensor tensor{.name = std::move(t.name),
+                  .dtype = t.dtype,
+                  .shape = std::move(t.shape),
+                  .shard = shard_no,
+                  .offset = offset,
+                  .size = size,
+                  .storage = static_cast<uint32_t>(out.storages.size() - 1)};
     out.tensors.push_back(std::move(tensor));
   }
   out.metadata = std::move(header.metadata);

@@ -207,8 +207,13 @@ Status AddNumeric(const tf::TfTensor& t, const std::string& index_name, Checkpoi
   }
   const auto storage = static_cast<uint32_t>(ckpt.storages.size());
   ckpt.storages.push_back(s);
-  ckpt.tensors.push_back(
-      Tensor{std::move(name), dtype, t.shape, s.shard, s.offset, s.size, storage, 0, {}});
+  ckpt.tensors.push_back(Tensor{.name = std::move(name),
+                                .dtype = dtype,
+                                .shape = t.shape,
+                                .shard = s.shard,
+                                .offset = s.offset,
+                                .size = s.size,
+                                .storage = storage});
   ckpt.tensor_keys.push_back(t.key);
   return Status::Ok();
 }

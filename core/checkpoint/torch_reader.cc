@@ -1,6 +1,6 @@
 // The torch entry of the format table: an HF index of torch.save shards
-// (pytorch_model.bin.index.json), or one torch.save file (.bin, .pt, .pth). Storages are
-// torch's, tensors view them (tied weights share one), and non-tensor values become
+// (pytorch_model.bin.index.json), or one torch.save file (.bin, .pt, .pth, Lightning's .ckpt).
+// Storages are torch's, tensors view them (tied weights share one), and non-tensor values become
 // state_json.
 #include "core/checkpoint/hf_layout.h"
 #include "core/format/torch_file.h"
@@ -16,8 +16,14 @@ ShardContents FromTorch(TorchFile& file, uint32_t shard_no) {
   for (TorchTensor& t : file.tensors) {
     const Storage& s = out.storages[t.storage];
     const uint64_t element = DtypeSize(s.dtype);
-    Tensor tensor{std::move(t.name), s.dtype, std::move(t.shape), shard_no, 0, 0, t.storage,
-                  t.storage_offset,  {}};
+    Tensor tensor{.name = std::move(t.name),
+                  .dtype = s.dtype,
+                  .top_is_dict = t.top_is_dict,
+                  .shape = std::move(t.shape),
+                  .shard = shard_no,
+                  .storage = t.storage,
+                  .top_key_size = t.top_key_size,
+                  .storage_offset = t.storage_offset};
     if (IsRowMajor(tensor.shape, t.stride)) {
       // The interpreter checked that the view lies inside the storage.
       tensor.size = TensorByteSize(s.dtype, tensor.shape).value_or(0);  // 0: empty
@@ -60,9 +66,9 @@ FormatReader TorchFormat() {
       .title = "torch.save",
       .format = CheckpointFormat::kTorch,
       .probe_names = kProbeNames,
-      .looks_for = "*.bin, *.pt, *.pth, *.bin.index.json",
+      .looks_for = "*.bin, *.pt, *.pth, *.ckpt, *.bin.index.json",
       .accepts_file = [](std::string_view name) { return !TorchWeightName(name).empty(); },
-      .file_kinds = ".bin, .pt, .pth",
+      .file_kinds = ".bin, .pt, .pth, .ckpt",
       .detect = [](const SourceDir& dir) -> Result<std::optional<Claim>> {
         return DetectHf(dir, kLayout);
       },

@@ -165,6 +165,10 @@ class Interpreter {
     if (name.find('\0') != std::string::npos) return Bad("a tensor name contains a NUL byte");
     TorchTensor t;
     t.name = name;
+    if (name.size() > top_key_size_) {  // inside a root value's container, not that value
+      t.top_key_size = top_key_size_;
+      t.top_is_dict = top_is_dict_;
+    }
     CKPTFS_ASSIGN_OR_RETURN(t.storage, Storage(args.items[0], name));
     CKPTFS_ASSIGN_OR_RETURN(t.storage_offset, NonNegative(args.items[1], "storage offset"));
     CKPTFS_ASSIGN_OR_RETURN(t.shape, Sizes(args.items[2], "tensor \"" + name + "\" shape"));
@@ -289,6 +293,10 @@ class Interpreter {
           json child;
           bool child_state = false;
           const size_t before = out_.tensors.size();
+          if (depth == 0) {  // a root value: the sub-tree the model rule may pick
+            top_key_size_ = static_cast<uint32_t>(key.size());
+            top_is_dict_ = At(p.items[i + 1]).kind == PickleKind::kDict;
+          }
           CKPTFS_RETURN_IF_ERROR(
               Visit(p.items[i + 1], Join(name, key), depth + 1, &child, &child_state));
           any_tensor |= out_.tensors.size() != before;
@@ -342,6 +350,9 @@ class Interpreter {
   std::unordered_map<std::string, const ZipEntry*> records_;
   std::unordered_map<std::string, uint32_t> keys_;
   uint64_t visits_ = 0;
+  // The root key being walked (TorchTensor::top_key_size); 0 outside the root dict.
+  uint32_t top_key_size_ = 0;
+  bool top_is_dict_ = false;
   TorchFile out_;
 };
 

@@ -49,6 +49,12 @@ struct TorchTensor {
   uint64_t storage_offset = 0;  // elements
   std::vector<uint64_t> shape;
   std::vector<uint64_t> stride;  // elements, one per dimension
+  // When the pickled root is a dict and this tensor lies inside a container that is one
+  // of its values: the length of that root key (`name` starts with it and a '.'), and
+  // whether the container is a dict. 0 for a tensor that is a root value itself, so a
+  // flat state dict's "model.encoder.weight" has none: decided on structure, not dots.
+  uint32_t top_key_size = 0;
+  bool top_is_dict = false;
 };
 
 struct TorchFile {

@@ -10,6 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/checkpoint/model.h"
 #include "core/format/npy.h"
 #include "core/format/safetensors.h"
 #include "core/format/torch_file.h"
@@ -252,7 +253,8 @@ void AppendMergedEntry(std::string& out, const Checkpoint& ckpt, std::span<const
                        size_t j, uint64_t data_offset) {
   const Tensor& t = ckpt.tensors[order[j]];
   if (j > 0 || !ckpt.metadata.empty()) out += ',';
-  AppendSafetensorsEntry(out, t.name, t.dtype, t.shape, data_offset, data_offset + t.size);
+  AppendSafetensorsEntry(out, ModelName(ckpt, t), t.dtype, t.shape, data_offset,
+                         data_offset + t.size);
 }
 
 std::string OneTensorHeader(const Tensor& t, const Metadata& metadata) {
@@ -304,6 +306,7 @@ void EmitTorchZip(const Checkpoint& ckpt, TorchZipSink& sink, std::vector<std::s
   std::vector<uint32_t> order;
   for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
     const Tensor& t = ckpt.tensors[i];
+    if (!t.in_model) continue;
     if (TorchStorageClass(t.dtype)) {
       order.push_back(i);
     } else if (notes) {
@@ -331,8 +334,8 @@ void EmitTorchZip(const Checkpoint& ckpt, TorchZipSink& sink, std::vector<std::s
     }
     const Storage& s = ckpt.storages[t.storage];
     stride = t.contiguous() ? RowMajorStrides(t.shape) : t.stride;
-    pickler.Add(TorchPickleEntry{t.name, t.dtype, keys[t.storage], s.size / DtypeSize(s.dtype),
-                                 t.storage_offset, t.shape, stride});
+    pickler.Add(TorchPickleEntry{ModelName(ckpt, t), t.dtype, keys[t.storage],
+                                 s.size / DtypeSize(s.dtype), t.storage_offset, t.shape, stride});
   }
   std::vector<uint32_t>().swap(keys);
   const uint64_t pickle_size = pickler.Finish();
@@ -526,6 +529,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   std::vector<uint32_t> chunk_sizes;
   std::thread merged_thread([&ckpt, &layout, &order, &chunk_sizes] {
     order = AlignedOrder(ckpt);
+    std::erase_if(order, [&ckpt](uint32_t i) { return !ckpt.tensors[i].in_model; });
     std::string bytes;
     uint64_t data_offset = 0;
     HeaderChunk chunk{0, 0, 0};
@@ -568,8 +572,10 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     if (!t.contiguous()) {
       layout.notes_.push_back("tensor \"" + t.name + "\" is a strided view (shape " +
                               JoinShape(t.shape) + ", stride " + JoinShape(t.stride) +
-                              "): only in pytorch_model.bin, not in model.safetensors or "
-                              "tensors/");
+                              (t.in_model ? "): only in pytorch_model.bin, not in "
+                                            "model.safetensors or tensors/"
+                                          : "): in no view (not in tensors/, and not the "
+                                            "model: --model-key to choose)"));
       continue;
     }
     std::vector<std::string> parts =

@@ -3,11 +3,13 @@
 // Every file is a list of extents laid end to end. An extent is either a range of a
 // stored file (a shard, the index, config.json...) or synthesized bytes (a merged
 // safetensors header, an .npy header) kept in one in-memory pool. The views:
-//   /model.safetensors          merged header + every tensor, ordered by element size
-//                               (largest first) then name, so all are aligned
-//   /tensors/a/b/leaf.npy       .npy header + the tensor (one-tensor .safetensors when
+//   /model.safetensors          merged header + every tensor of the model (Checkpoint::model:
+//                               in_model tensors, named by ModelName), ordered by element
+//                               size (largest first) then name, so all are aligned
+//   /tensors/a/b/leaf.npy       every tensor, model or not: .npy header + the tensor (one-tensor
+//   .safetensors when
 //                               numpy lacks the dtype)
-//   /pytorch_model.bin          a torch.save zip of every tensor with a torch type:
+//   /pytorch_model.bin          a torch.save zip of every model tensor with a torch type:
 //                               synthesized pickle and zip headers around one stored
 //                               record per storage, each an extent over the shard bytes
 //   /shards/NAME                each stored weight file and the index, unchanged

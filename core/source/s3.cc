@@ -35,7 +35,7 @@ bool IsControl(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7
 
 bool LooksLikeWeightsFile(std::string_view name) {
   if (EndsWith(name, ".zst")) name.remove_suffix(4);
-  for (std::string_view suffix : {".safetensors", ".bin", ".pt", ".pth"}) {
+  for (std::string_view suffix : {".safetensors", ".bin", ".pt", ".pth", ".ckpt"}) {
     if (EndsWith(name, suffix) && name.size() > suffix.size()) return true;
   }
   return false;

@@ -47,7 +47,7 @@ struct S3Url {
 
 // InvalidArgument naming the URL (without credentials) unless `url` is
 // s3://BUCKET[/KEY]. A KEY not ending in '/' whose last segment is not a weights file
-// (.safetensors, .bin, .pt, .pth, optionally .zst) is taken as a directory: "s3://b/llama"
+// (.safetensors, .bin, .pt, .pth, .ckpt, optionally .zst) is taken as a directory: "s3://b/llama"
 // means s3://b/llama/.
 Result<S3Url> ParseS3Url(const std::string& url);
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Checks every view of a mounted TensorFlow bundle against the writer's description.
 
-  check_tf.py SRC MOUNT [--expected FILE]
+  check_tf.py SRC MOUNT [--expected FILE] [--model-key KEY]
 
 SRC is the bundle's directory (the files shards/ must show unchanged); FILE (default
 SRC/expected.json, written by scripts/make_tf_checkpoint.py) lists each raw key with its
@@ -14,6 +14,12 @@ Checked: tensors/ (numpy.load, also mmap; xattrs tf_key, name, dtype, shape), th
 model.safetensors (parsed by hand: header rules, every tensor's bytes), pytorch_model.bin
 (torch.load weights_only for the dtypes torch 1.13 has), shards/ byte-identical to SRC,
 .ckptfs/metadata.json (strings, the object graph).
+
+The merged files hold the model (README's rule, applied here on the raw keys): for an
+object-based bundle (keys with a `.ATTRIBUTES` segment) every tensor but optimizer slots
+(a `.OPTIMIZER_SLOT` segment), `save_counter` and the optimizer's own variables (first
+segment `optimizer`); for a name-based one, or with --model-key '', every tensor.
+tensors/ holds every tensor whatever the model.
 """
 import argparse
 import json
@@ -27,6 +33,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checklib import DTYPE_SIZES, NUMPY_DESCRS, Checker, RunMain  # noqa: E402
 
 SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def model_keys(keys, model_key):
+    """The keys whose tensors the merged files hold (see the docstring)."""
+    if model_key == "" or not any(".ATTRIBUTES" in k.split("/") for k in keys):
+        return set(keys)
+
+    def training_state(k):
+        parts = k.split("/")
+        return parts[0] in ("optimizer", "save_counter") or ".OPTIMIZER_SLOT" in parts
+    return {k for k in keys if not training_state(k)}
 
 
 def unescape(segment):
@@ -154,6 +171,15 @@ def check_torch(c, mount, numeric):
         c.Expect(raw.numpy().tobytes() == bytes.fromhex(e["hex"]), f"torch {name}: bytes differ")
 
 
+def check_torch_has_only(c, mount, numeric):
+    import torch
+
+    state = torch.load(os.path.join(mount, "pytorch_model.bin"), weights_only=True)
+    names = {".".join(segments(k)) for k in numeric}
+    extra = sorted(set(state) - names)
+    c.Expect(not extra, f"pytorch_model.bin: tensors outside the model: {extra}")
+
+
 def check_shards(c, src, mount):
     shards = os.path.join(mount, "shards")
     names = sorted(os.listdir(shards))
@@ -186,6 +212,7 @@ def main(argv):
     ap.add_argument("mount")
     ap.add_argument("--expected")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--model-key", help="the mount's --model-key ('' only)")
     args = ap.parse_args(argv)
     with open(args.expected or os.path.join(args.src, "expected.json")) as f:
         expected = json.load(f)
@@ -193,12 +220,16 @@ def main(argv):
     strings = {k: e for k, e in expected.items() if e["dtype"] == "STRING"}
     c = Checker("check_tf")
     check_tensor_files(c, args.mount, numeric)
-    check_merged(c, args.mount, numeric)
+    model = model_keys(numeric, args.model_key)
+    model_numeric = {k: e for k, e in numeric.items() if k in model}
+    check_merged(c, args.mount, model_numeric)
     if not args.no_torch:
-        check_torch(c, args.mount, numeric)
+        check_torch(c, args.mount, model_numeric)
+        check_torch_has_only(c, args.mount, model_numeric)
     check_shards(c, args.src, args.mount)
     check_metadata(c, args.mount, strings)
-    return c.Finish(f"{len(numeric)} tensors in every view, {len(strings)} string entries")
+    return c.Finish(f"{len(numeric)} tensors in tensors/, {len(model_numeric)} in the merged "
+                    f"files, {len(strings)} string entries")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 shards/ must hold the bundle's files byte-identical to SRC's (SRC itself, or SRC/variables
 for a SavedModel); every tensors/*.npy must equal its model.safetensors entry (parsed by
 hand) and its pytorch_model.bin entry (torch.load weights_only); the bundle's data bytes
-must be exactly the tensors' bytes found in the data file. TensorFlow Serving's half_plus_two
+must be exactly the tensors' bytes found in the data file. The merged files hold the model:
+every tensor but an object-based bundle's training state (check_tf.py's model_keys). TensorFlow Serving's half_plus_two
 models hold a = 0.5, b = 2 (half_plus_three: b = 3), as their names say.
 """
 import json
@@ -18,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checklib import Checker, RunMain  # noqa: E402
+from check_tf import model_keys  # noqa: E402
 
 
 def merged(mount):
@@ -46,6 +48,7 @@ def main(argv):
     import torch
     state = torch.load(os.path.join(mount, "pytorch_model.bin"), weights_only=True)
     values = {}
+    keys = {}
     for root, _, files in os.walk(os.path.join(mount, "tensors")):
         for f in files:
             path = os.path.join(root, f)
@@ -55,11 +58,15 @@ def main(argv):
             a = np.load(path)
             raw = np.ascontiguousarray(a).tobytes()
             values[name] = a
-            c.Equal(raw, tensors.get(name), f"{name}: tensors/ vs model.safetensors")
+            keys[key] = name
+            if name in tensors:
+                c.Equal(raw, tensors.get(name), f"{name}: tensors/ vs model.safetensors")
             if name in state:
                 c.Equal(state[name].numpy().tobytes(), raw, f"{name}: pytorch_model.bin")
             c.Expect(raw in data_bytes, f"{name}: bytes not found in the data files")
-    c.Equal(sorted(values), sorted(tensors), "tensors/ and model.safetensors hold the same names")
+    model = sorted(keys[k] for k in model_keys(keys, None))
+    c.Equal(model, sorted(tensors), "model.safetensors holds the model's tensors/ names")
+    c.Expect(set(state) <= set(model), f"pytorch_model.bin: not the model: {sorted(set(state) - set(model))}")
     leaf = os.path.basename(os.path.dirname(os.path.abspath(src)))
     known = {"half_plus_two": {"a": 0.5, "b": 2.0}, "half_plus_three": {"a": 0.5, "b": 3.0}}
     for model, want in known.items():

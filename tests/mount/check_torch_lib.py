@@ -36,7 +36,7 @@ DTYPE_ALIASES = {
     "uint8": "U8", "byte": "U8", "bool": "BOOL",
 }
 
-TORCH_SUFFIXES = (".bin", ".pt", ".pth")
+TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 TORCH_INDEX = "pytorch_model.bin.index.json"
 
 

@@ -35,7 +35,9 @@ class TfMountTest : public MountFixture {
 };
 
 // The directory (its `checkpoint` file names /stale/machine/dir/ckpt-3: the base name is
-// taken inside SOURCE), the prefix and PREFIX.index: every view, every tensor.
+// taken inside SOURCE), the prefix and PREFIX.index: every view, every tensor in tensors/,
+// the model (no optimizer slot, save_counter, optimizer/*) in the merged files, and with
+// --model-key '' every tensor there too.
 TEST_F(TfMountTest, StandardBundleEveryView) {
   const std::string source = scratch_->Path("std");
   ASSERT_NO_FATAL_FAILURE(GenerateTf("standard", source));
@@ -49,6 +51,9 @@ TEST_F(TfMountTest, StandardBundleEveryView) {
     if (HasFatalFailure()) return;
     RunCheck("check_tf.py", {source, m, "--no-torch"});
   }
+  const std::string all = MountFresh(source, {"--model-key", ""});
+  if (HasFatalFailure()) return;
+  RunCheck("check_tf.py", {source, all, "--model-key", ""});
 }
 
 // inspect names the format and, with --json, each tensor's raw key.
@@ -58,6 +63,11 @@ TEST_F(TfMountTest, InspectShowsFormatAndRawKeys) {
   const ProcessResult text = Ckptfs({"inspect", source}, kCheckTimeout);
   EXPECT_EQ(text.exit_code, 0) << text.Describe();
   EXPECT_NE(text.out.find("format   tensorflow\n"), std::string::npos) << text.out;
+  // 26 tensors, 4 of them training state (a slot, save_counter, optimizer/iter and /lr).
+  EXPECT_NE(text.out.find("model    every tensor but the training state (22 of 26 tensors; "
+                          "--model-key to choose)\n"),
+            std::string::npos)
+      << text.out;
   const ProcessResult json = Ckptfs({"inspect", "--json", source}, kCheckTimeout);
   ASSERT_EQ(json.exit_code, 0) << json.Describe();
   EXPECT_NE(json.out.find("\"format\": \"tensorflow\""), std::string::npos) << json.out;

@@ -89,19 +89,86 @@ TEST_F(TorchMountTest, SingleFileDirectoryAndPath) {
 
 // torch.save({'epoch': 10, 'loss': 0.25, 'model_state_dict': ..., 'optimizer_state_dict':
 // Adam's after one step, ...}): nested names become directories, int keys decimal, and
-// the rest goes to .ckptfs/metadata.json. Mounted as a directory and as `train_state.pt`.
+// the rest goes to .ckptfs/metadata.json. Mounted as a directory and as `train_state.pt`,
+// with --model-key '' so that the merged files hold every tensor too (the model view's
+// own tests are TrainingDictModelView and below).
 TEST_F(TorchMountTest, TrainStateNested) {
   const std::string dir = scratch_->Path("train_state");
   ASSERT_NO_FATAL_FAILURE(GenerateTorch("train_state", dir));
   for (const std::string& source : {dir, dir + "/train_state.pt"}) {
     Inspect(source);
-    const std::string mountpoint = MountAndCheck(source, source);
+    const std::string mountpoint = MountAndCheck(source, source, {"--model-key", ""});
     if (mountpoint.empty()) continue;
     ExpectListing(mountpoint + "/tensors/model_state_dict/fc", "bias.npy\nweight.npy\n");
     ExpectListing(mountpoint + "/tensors/optimizer_state_dict/state/0",
                   "exp_avg.npy\nexp_avg_sq.npy\nstep.npy\n");
     ExpectListing(mountpoint + "/tensors/ema", "0.npy\n1.npy\n");
   }
+}
+
+// The model view (issue 13): a training dict's merged files hold model_state_dict with
+// that key stripped, and a fresh TinyNet takes pytorch_model.bin and model.safetensors with
+// load_state_dict(strict=True); tensors/ keeps the optimizer state and the EMA. Mounted as
+// the directory and as the file; then `-o model_key=ema` (a list: names 0 and 1), inspect
+// naming the sub-tree, and an unknown key refused in one line naming the sub-trees.
+TEST_F(TorchMountTest, TrainingDictModelView) {
+  const std::string dir = scratch_->Path("train_state");
+  ASSERT_NO_FATAL_FAILURE(GenerateTorch("train_state", dir));
+  const std::string file = dir + "/train_state.pt";
+  for (const std::string& source : {dir, file}) {
+    SCOPED_TRACE(source);
+    const std::string mnt = scratch_->MakeDir("mnt" + std::to_string(mounts_.size()));
+    Mount(source, mnt);
+    if (!IsMounted(mnt)) return;
+    RunCheck("check_model_view.py",
+             {file, mnt, "--key", "model_state_dict", "--module", "TinyNet", "--tensor",
+              "optimizer_state_dict/state/0/exp_avg.npy", "--tensor", "ema/1.npy"});
+  }
+  const std::string ema = scratch_->MakeDir("mnt-ema");
+  Mount(file, ema, nullptr, {"-o", "model_key=ema"});
+  if (!IsMounted(ema)) return;
+  RunCheck("check_model_view.py",
+           {file, ema, "--key", "ema", "--tensor", "model_state_dict/fc/weight.npy"});
+
+  const ProcessResult text = Ckptfs({"inspect", file}, kCheckTimeout);
+  EXPECT_EQ(text.exit_code, 0) << text.Describe();
+  EXPECT_NE(text.out.find("\nmodel    model_state_dict (5 of 24 tensors; --model-key to choose)\n"),
+            std::string::npos)
+      << text.out;
+  const ProcessResult json =
+      Ckptfs({"inspect", "--json", "--model-key", "ema", file}, kCheckTimeout);
+  EXPECT_EQ(json.exit_code, 0) << json.Describe();
+  EXPECT_NE(json.out.find("\"key\": \"ema\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"tensor_count\": 2"), std::string::npos) << json.out;
+
+  const std::string unused = scratch_->MakeDir("mnt-unknown");
+  const ProcessResult refused =
+      Ckptfs({"mount", "--model-key", "emma", file, unused}, kMountTimeout);
+  EXPECT_EQ(refused.exit_code, 2) << refused.Describe();
+  EXPECT_EQ(refused.err, "ckptfs: " + file +
+                             ": --model-key emma: no sub-tree of that name holds tensors "
+                             "(sub-trees that do: ema, extras, model_state_dict, "
+                             "optimizer_state_dict; --model-key '' keeps every tensor)\n");
+  EXPECT_FALSE(IsMounted(unused));
+}
+
+// A Lightning .ckpt written by torch.save with Lightning's real keys: the merged files
+// hold state_dict with only `state_dict.` stripped (its `model.` and `head.` stay), and a
+// fresh LitNet takes them strict; tensors/ keeps optimizer_states and the callbacks' state.
+TEST_F(TorchMountTest, LightningCkptModelView) {
+  const std::string dir = scratch_->Path("lightning");
+  ASSERT_NO_FATAL_FAILURE(GenerateTorch("lightning", dir));
+  const std::string file = dir + "/epoch=3-step=100.ckpt";
+  for (const std::string& source : {dir, file}) {
+    SCOPED_TRACE(source);
+    const std::string mnt = scratch_->MakeDir("mnt" + std::to_string(mounts_.size()));
+    Mount(source, mnt);
+    if (!IsMounted(mnt)) return;
+    RunCheck("check_model_view.py", {file, mnt, "--key", "state_dict", "--module", "LitNet",
+                                     "--tensor", "optimizer_states/0/state/0/exp_avg.npy"});
+  }
+  const ProcessResult text = Ckptfs({"inspect", file}, kCheckTimeout);
+  EXPECT_NE(text.out.find("\nmodel    state_dict (7 of "), std::string::npos) << text.Describe();
 }
 
 // lm_head.weight is model.embed_tokens.weight (and decoder.norm.weight is

@@ -156,8 +156,11 @@ TEST(LongOptionsOfTest, FromTheCli11OptionList) {
   EXPECT_EQ(find("SOURCE"), nullptr);
 }
 
-const std::vector<LongOption> kMountOptions = {
-    {"cache-size", true}, {"log-file", true}, {"zip-crc", false}, {"foreground", false}};
+const std::vector<LongOption> kMountOptions = {{"cache-size", true},
+                                               {"log-file", true},
+                                               {"zip-crc", false},
+                                               {"foreground", false},
+                                               {"model-key", true}};
 
 std::vector<std::string> Args(const Result<MountArgs>& r) {
   return r.ok() ? r->args : std::vector<std::string>{};
@@ -175,6 +178,16 @@ TEST(ExpandMountArgsTest, OursBecomeLongOptionsInPlace) {
   EXPECT_EQ(Args(glued),
             (std::vector<std::string>{"SRC", "--cache-size", "2G", "--foreground=true"}));
   EXPECT_EQ(glued->fuse_options, std::vector<std::string>{"fsname=x"});
+}
+
+// An empty value is a value (model_key=: every tensor), not the next argument's: CLI11
+// takes `--model-key=` as a missing value, so it is passed as its own empty argument.
+TEST(ExpandMountArgsTest, EmptyValueStaysAnEmptyValue) {
+  const auto r = ExpandMountArgs({"-o", "model_key=,allow_other", "SRC", "MNT"}, kMountOptions,
+                                 MountCaller::kUser);
+  EXPECT_EQ(Args(r), (std::vector<std::string>{"--model-key", "", "SRC", "MNT"}));
+  const auto key = ExpandMountArgs({"-o", "model_key=ema"}, kMountOptions, MountCaller::kUser);
+  EXPECT_EQ(Args(key), std::vector<std::string>{"--model-key=ema"});
 }
 
 // mount.fuse3's command line for `SRC MNT fuse.ckptfs cache_size=64M,allow_other,nofail 0 0`.

@@ -371,7 +371,7 @@ void CheckStandard(const fs::path& dir, bool snappy) {
     ++numeric;
     partitioned += t.partitioned();
   }
-  EXPECT_EQ(numeric, 24u);  // 15 dtypes, 6 named, 3 partitioned
+  EXPECT_EQ(numeric, 26u);  // 15 dtypes, 8 named, 3 partitioned
   EXPECT_EQ(partitioned, 3u);
   EXPECT_GT(VerifyAllCrcs(*o), 25u);
 

@@ -41,4 +41,26 @@ TfName TfKeyToName(std::string_view key) {
   return name;
 }
 
+namespace {
+
+// Whether `key` has a segment exactly `segment` (between '/'s or the ends).
+bool HasSegment(std::string_view key, std::string_view segment) {
+  size_t begin = 0;
+  while (true) {
+    const size_t slash = key.find('/', begin);
+    if (key.substr(begin, slash - begin) == segment) return true;
+    if (slash == std::string_view::npos) return false;
+    begin = slash + 1;
+  }
+}
+
+}  // namespace
+
+bool IsObjectBasedKey(std::string_view key) { return HasSegment(key, ".ATTRIBUTES"); }
+
+bool IsTrainingStateKey(std::string_view key) {
+  const std::string_view first = key.substr(0, key.find('/'));
+  return first == "optimizer" || first == "save_counter" || HasSegment(key, ".OPTIMIZER_SLOT");
+}
+
 }  // namespace ckptfs::tf

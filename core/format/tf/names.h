@@ -34,4 +34,14 @@ TfName TfKeyToName(std::string_view key);
 // One segment with TF's escapes undone and a leading marker dot dropped.
 std::string UnescapeTfSegment(std::string_view segment);
 
+// Whether `key` is an object-based checkpoint's (tf.train.Checkpoint, Keras
+// save_weights): such keys carry a `.ATTRIBUTES` segment; TF1 name-based keys never do.
+bool IsObjectBasedKey(std::string_view key);
+
+// The training state of an object-based checkpoint, which its model view leaves out:
+// an optimizer slot (a `.OPTIMIZER_SLOT` segment), the checkpoint's `save_counter`, or
+// a variable of the optimizer itself (first segment `optimizer`: `optimizer/iter`,
+// `optimizer/learning_rate`). Segments are compared raw, as TF writes them.
+bool IsTrainingStateKey(std::string_view key);
+
 }  // namespace ckptfs::tf

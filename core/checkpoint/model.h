@@ -1,0 +1,53 @@
+// The model view: which tensors of a checkpoint are "the model" that the merged files
+// (model.safetensors, pytorch_model.bin) hold, and under which names. tensors/ and
+// .ckptfs/metadata.json show everything whatever the model is.
+//
+// The rule, per format, when no key is given:
+//   - torch.save: if the pickled root is a dict, the first of `model_state_dict`,
+//     `state_dict`, `model`, `module` whose value is a dict holding tensors is the model,
+//     and that one key and its '.' are cut from its tensors' names, so
+//     `model.load_state_dict(...)` takes them as they are. One key only: a Lightning
+//     `.ckpt`'s `state_dict.model.encoder.weight` becomes `model.encoder.weight`. The
+//     choice is made on the pickle's structure, never on dotted names: a flat state dict
+//     whose keys read `model.encoder.layers.0.weight` has no sub-tree and stays whole.
+//     Otherwise (a weights-only state dict, a root with none of those keys) every tensor.
+//   - TensorFlow object-based checkpoints (keys with `.ATTRIBUTES`): every tensor but the
+//     training state (tf::IsTrainingStateKey: optimizer slots, `save_counter`, the
+//     optimizer's own variables such as `optimizer/iter`); names unchanged. TF1
+//     name-based checkpoints: every tensor.
+//   - safetensors: every tensor.
+// A key (`--model-key`, CodecOptions::model_key) overrides the rule: "" keeps every
+// tensor with its name unchanged; KEY takes the top-level sub-tree KEY, with `KEY.` cut
+// from the names. A top-level sub-tree is, for torch, a container (dict or list) that is a
+// value of the root dict; for TF, the keys whose first segment is KEY; for safetensors,
+// the names that start `KEY.`. A KEY that names no sub-tree holding tensors is refused
+// (InvalidArgument) with a line naming SOURCE and the sub-trees there are.
+//
+// Thread safety: SelectModel changes the Checkpoint (before it is shared); ModelName is
+// a pure function.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/status.h"
+
+namespace ckptfs {
+
+// The torch rule's keys, in order of preference.
+inline constexpr std::string_view kTorchModelKeys[] = {"model_state_dict", "state_dict", "model",
+                                                       "module"};
+
+// Chooses the model of `ckpt` (its tensors sorted, tensor_keys filled for TF): sets
+// `ckpt.model` and every tensor's `in_model`. `shown` names SOURCE in the refusal.
+Status SelectModel(Checkpoint& ckpt, const std::optional<std::string>& model_key,
+                   const std::string& shown);
+
+// The name model tensor `t` has in the merged views: its name without ckpt.model.strip.
+inline std::string_view ModelName(const Checkpoint& ckpt, const Tensor& t) {
+  return std::string_view(t.name).substr(ckpt.model.strip);
+}
+
+}  // namespace ckptfs
