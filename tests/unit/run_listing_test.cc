@@ -263,6 +263,19 @@ save('last.ckpt', 1, 200, best)
   EXPECT_NE(std::find(names.begin(), names.end(), "state_dict.model.encoder.weight"), names.end());
 }
 
+TEST_F(RunListingTest, CompressedEntriesAreCompleteAndOpen) {
+  for (const char* d : {"checkpoint-1", "checkpoint-2"}) {
+    Write(run_ / d / "model.safetensors", Weights(d));
+    const std::string cmd = "zstd -q --rm '" + (run_ / d / "model.safetensors").string() + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "checkpoint-1 checkpoint-2");
+  EXPECT_TRUE(Entry(run, "checkpoint-2")->complete) << Entry(run, "checkpoint-2")->why_incomplete;
+  EXPECT_EQ(run.latest, "checkpoint-2");
+  EXPECT_EQ(OpenEntry(run, "checkpoint-2"), std::vector<std::string>{"checkpoint-2.weight"});
+}
+
 TEST_F(RunListingTest, PerKeySplitCheckpointIsNotARun) {
   Python(R"PY(
 import torch
