@@ -684,6 +684,7 @@ Result<bool> IsRun(const SourceDir& dir) {
 
 Result<RunListing> ListRun(const SourceDir& dir) {
   RunListing run;
+  run.skipped = dir.left_out;
   TrainerStates trainer_states;
   std::string top_format;
   CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, &top_format));

@@ -364,6 +364,9 @@ TEST_F(RunListingTest, RecordsAndLinksLeavingSourceAreSkippedNeverFollowed) {
     Write(run_ / d / "model.safetensors", Weights(d));
   }
   Write(run_ / "bad\nname-3" / "model.safetensors", Weights("x"));
+  // Link loops (a `latest` pointing at itself) and dangling links.
+  fs::create_symlink("latest", run_ / "latest");
+  fs::create_symlink("checkpoint-404", run_ / "best");
   // A link inside SOURCE is served like the directory it names.
   fs::create_directory_symlink("checkpoint-2", run_ / "checkpoint-3");
   // Records naming paths outside SOURCE.
@@ -379,6 +382,9 @@ TEST_F(RunListingTest, RecordsAndLinksLeavingSourceAreSkippedNeverFollowed) {
   EXPECT_NE(skipped.find("model_09000.pt: symbolic link leads outside"), std::string::npos)
       << skipped;
   EXPECT_NE(skipped.find("bad\\x0aname-3"), std::string::npos) << skipped;
+  EXPECT_NE(skipped.find("latest: too many levels of symbolic links"), std::string::npos)
+      << skipped;
+  EXPECT_NE(skipped.find("best: no such file"), std::string::npos) << skipped;
   EXPECT_NE(skipped.find("best \"../../etc\" is no entry"), std::string::npos) << skipped;
   EXPECT_NE(skipped.find("latest \"../secret\" is no complete entry"), std::string::npos)
       << skipped;
