@@ -261,6 +261,14 @@ save('last.ckpt', 1, 200, best)
   EXPECT_EQ(run.best_from, "ModelCheckpoint best_model_path");
   const std::vector<std::string> names = OpenEntry(run, "epoch=0-step=100.ckpt");
   EXPECT_NE(std::find(names.begin(), names.end(), "state_dict.model.encoder.weight"), names.end());
+  // Without last.ckpt: latest by step, best from the newest .ckpt's callbacks state.
+  fs::remove(run_ / "last.ckpt");
+  fs::last_write_time(run_ / "epoch=1-step=200.ckpt",
+                      fs::file_time_type::clock::now() + std::chrono::seconds(5));
+  const RunListing without = List();
+  EXPECT_EQ(without.latest, "epoch=1-step=200.ckpt");
+  EXPECT_EQ(without.latest_from, "highest step");
+  EXPECT_EQ(without.best, "epoch=0-step=100.ckpt");
 }
 
 TEST_F(RunListingTest, CompressedEntriesAreCompleteAndOpen) {
