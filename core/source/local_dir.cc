@@ -178,15 +178,38 @@ Result<LocalDirectory::Listing> LocalDirectory::List() const {
     const std::string name = e->d_name;
     if (name == "." || name == "..") continue;
     Resolved r;
-    // An entry that cannot be resolved (dangling link, loop) is not part of a checkpoint.
-    if (!Resolve(name, &r).ok()) continue;
+    // An entry that cannot be resolved (dangling link, loop) is not part of a checkpoint;
+    // a run's listing says why it left it out.
+    if (Status resolved = Resolve(name, &r); !resolved.ok()) {
+      listing.unresolved.push_back(resolved.message());
+      continue;
+    }
     ::close(r.fd);
     if (S_ISREG(r.type)) (r.inside ? listing.files : listing.outside).push_back(name);
+    if (S_ISDIR(r.type)) (r.inside ? listing.dirs : listing.outside_dirs).push_back(name);
   }
   ::closedir(d);
   std::sort(listing.files.begin(), listing.files.end());
   std::sort(listing.outside.begin(), listing.outside.end());
+  std::sort(listing.dirs.begin(), listing.dirs.end());
+  std::sort(listing.outside_dirs.begin(), listing.outside_dirs.end());
   return listing;
+}
+
+Result<struct stat> LocalDirectory::Stat(const std::string& name) const {
+  Resolved r;
+  CKPTFS_RETURN_IF_ERROR(Resolve(name, &r));
+  FdCloser closer(r.fd);
+  if (!r.inside) {
+    return Status::InvalidArgument(name + ": symbolic link leads outside " + path_ + " (to " +
+                                   r.real + "), not served");
+  }
+  struct stat st;
+  if (::fstat(r.fd, &st) != 0) {
+    const int err = errno;
+    return Status::IoError(name + ": cannot stat: " + std::strerror(err), err);
+  }
+  return st;
 }
 
 Result<std::shared_ptr<const LocalDirectory>> LocalDirectory::OpenSubdirectory(
