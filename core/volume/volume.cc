@@ -51,10 +51,10 @@ Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
   return volume;
 }
 
-std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
-                                               std::shared_ptr<CodecContext> codec) {
+std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt, std::shared_ptr<CodecContext> codec,
+                                               CodecUse use) {
   BeginServing(ckpt);  // after --zip-crc too: a no-op for sources already serving
-  auto volume = std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec)));
+  auto volume = std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec), use));
   // Open resolves them; a checkpoint wrapped as it is says only what it carries.
   volume->zip_crcs_.missing = MissingCrcStorages(volume->ckpt_);
   if (!volume->zip_crcs_.missing.empty()) {
@@ -70,7 +70,11 @@ std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
 // Prefetch tasks and the CRC pass point at sources: stop them before the sources go.
 Volume::~Volume() {
   crc_pass_.reset();
-  codec_->Shutdown();
+  if (codec_use_ == CodecUse::kOwned) {
+    codec_->Shutdown();
+  } else {
+    codec_->DropPending();
+  }
 }
 
 void Volume::StartZipCrcPass(std::function<void(const std::string&)> log) {
