@@ -9,38 +9,9 @@
 #include <thread>
 
 #include "core/checkpoint/formats.h"
-#include "core/source/local_dir.h"
-#include "core/source/remote_dir.h"
-#include "core/source/s3.h"
+#include "core/run/run_listing.h"
 
 namespace ckptfs {
-namespace {
-
-// Splits "dir/name" into ("dir", "name"); a bare name lives in ".".
-std::pair<std::string, std::string> SplitPath(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return {".", path};
-  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
-}
-
-// A path SOURCE that is no directory: a file, or a name that is no file at all (a TF
-// prefix), read through its directory, which bounds it.
-Result<Checkpoint> OpenNamed(const std::string& source_path, bool exists, CodecContext& codec) {
-  auto [dir_path, name] = SplitPath(source_path);
-  auto root = LocalDirectory::Open(dir_path);
-  if (!root.ok() && !exists) {
-    return Status::NotFound(source_path + ": no such file or directory");
-  }
-  CKPTFS_RETURN_IF_ERROR(root.status());
-  SourceDir dir = LocalDir(std::move(root).value(),
-                           exists ? std::vector<std::string>{name} : std::vector<std::string>{},
-                           /*listed_all=*/false);
-  dir.named = name;
-  return ReadCheckpoint(dir, codec, source_path);
-}
-
-}  // namespace
-
 std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt) {
   std::vector<uint32_t> order;
   order.reserve(ckpt.tensors.size());
@@ -141,30 +112,15 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
 
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,
                                   const RemoteOptions& remote) {
-  if (IsUrl(source_path)) {
-    CKPTFS_RETURN_IF_ERROR(OpenDiskCache(remote, codec));
-    if (IsS3Url(source_path)) {
-      CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, S3Dir(source_path, remote, codec));
-      return ReadCheckpoint(dir, codec, dir.path);
-    }
-    CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, HttpDir(source_path, remote.http, codec, ProbeNames()));
-    return ReadCheckpoint(dir, codec, dir.path);
-  }
+  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source_path, codec, remote));
+  // A local path naming a file or prefix is shown as written; a URL redacted (dir.path).
+  const bool local_named = !dir.remote && !dir.named.empty();
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt,
+                          ReadCheckpoint(dir, codec, local_named ? source_path : dir.path));
   struct stat st;
-  if (::stat(source_path.c_str(), &st) != 0) return OpenNamed(source_path, false, codec);
-  if (S_ISREG(st.st_mode)) {
-    if (!AnyFormatAcceptsFile(SplitPath(source_path).second)) {
-      return NotACheckpointFile(source_path);
-    }
-    return OpenNamed(source_path, true, codec);
+  if (!dir.remote && dir.named.empty() && ::stat(source_path.c_str(), &st) == 0) {
+    ckpt.dir_mtime = st.st_mtim;
   }
-  if (!S_ISDIR(st.st_mode)) {
-    return Status::InvalidArgument(source_path + ": not a file or directory");
-  }
-  CKPTFS_ASSIGN_OR_RETURN(auto root, LocalDirectory::Open(source_path));
-  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, ListLocalDir(std::move(root)));
-  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(dir, codec, dir.path));
-  ckpt.dir_mtime = st.st_mtim;
   return ckpt;
 }
 

@@ -112,7 +112,7 @@ std::string SafetensorsWeightName(std::string_view file) {
 
 std::string TorchWeightName(std::string_view file) {
   std::string_view name = StripZst(file);
-  for (std::string_view suffix : {".bin", ".pt", ".pth"}) {
+  for (std::string_view suffix : {".bin", ".pt", ".pth", ".ckpt"}) {
     if (EndsWith(name, suffix)) return std::string(name);
   }
   return std::string();

@@ -60,9 +60,9 @@ FormatReader TorchFormat() {
       .title = "torch.save",
       .format = CheckpointFormat::kTorch,
       .probe_names = kProbeNames,
-      .looks_for = "*.bin, *.pt, *.pth, *.bin.index.json",
+      .looks_for = "*.bin, *.pt, *.pth, *.ckpt, *.bin.index.json",
       .accepts_file = [](std::string_view name) { return !TorchWeightName(name).empty(); },
-      .file_kinds = ".bin, .pt, .pth",
+      .file_kinds = ".bin, .pt, .pth, .ckpt",
       .detect = [](const SourceDir& dir) -> Result<std::optional<Claim>> {
         return DetectHf(dir, kLayout);
       },

@@ -44,8 +44,11 @@ struct RunEntry {
   // entry is not shown by a mount, and `why_incomplete` says why (for inspect).
   bool complete = false;
   std::string why_incomplete;
-  std::string format;       // the format table's name when the listing tells, else ""
-  uint64_t bytes = 0;       // its files' sizes as listed (0: unknown)
+  // Complete, but the format table refuses it (several weight files and no index...): the
+  // mount shows its ERROR file. Never latest or best.
+  std::string problem;
+  std::string format;          // the format table's name when the listing tells, else ""
+  uint64_t bytes = 0;          // its files' sizes as listed (0: unknown)
   struct timespec mtime = {};  // its newest file's ({0, 0}: unknown)
   // Changes whenever any of its files changes (names, sizes, mtimes, ETags): a mount that
   // sees a new signature treats the entry as a new checkpoint, never mixing their bytes.
@@ -72,6 +75,12 @@ Result<bool> IsRun(const SourceDir& dir);
 
 // The entries of run `dir`, with `latest` and `best`.
 Result<RunListing> ListRun(const SourceDir& dir);
+
+// The step number entry name `name` carries: the number after "step" (`step=1000`,
+// `global_step1000`, `epoch=3-step=1000.ckpt`), else the last number of the name without
+// its extension (`checkpoint-1500`, `ckpt-3`, `model_00010.pt`, `00000123`); nullopt when
+// there is none or it exceeds 64 bits.
+std::optional<uint64_t> StepInName(const std::string& name);
 
 // The SourceDir that holds entry `entry` of run `dir` (for ReadCheckpoint, formats.h): the
 // subdirectory, or `dir` with `named` set to the file or prefix.

@@ -182,11 +182,30 @@ Result<LocalDirectory::Listing> LocalDirectory::List() const {
     if (!Resolve(name, &r).ok()) continue;
     ::close(r.fd);
     if (S_ISREG(r.type)) (r.inside ? listing.files : listing.outside).push_back(name);
+    if (S_ISDIR(r.type)) (r.inside ? listing.dirs : listing.outside_dirs).push_back(name);
   }
   ::closedir(d);
   std::sort(listing.files.begin(), listing.files.end());
   std::sort(listing.outside.begin(), listing.outside.end());
+  std::sort(listing.dirs.begin(), listing.dirs.end());
+  std::sort(listing.outside_dirs.begin(), listing.outside_dirs.end());
   return listing;
+}
+
+Result<struct stat> LocalDirectory::Stat(const std::string& name) const {
+  Resolved r;
+  CKPTFS_RETURN_IF_ERROR(Resolve(name, &r));
+  FdCloser closer(r.fd);
+  if (!r.inside) {
+    return Status::InvalidArgument(name + ": symbolic link leads outside " + path_ + " (to " +
+                                   r.real + "), not served");
+  }
+  struct stat st;
+  if (::fstat(r.fd, &st) != 0) {
+    const int err = errno;
+    return Status::IoError(name + ": cannot stat: " + std::strerror(err), err);
+  }
+  return st;
 }
 
 Result<std::shared_ptr<const LocalDirectory>> LocalDirectory::OpenSubdirectory(

@@ -22,6 +22,7 @@
 // the name. Thread-safe: immutable after Open.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <memory>
@@ -47,13 +48,20 @@ class LocalDirectory {
 
   // What List found, sorted by name: `files` are the regular files (symlinks to
   // regular files inside included); `outside` the symlinks that lead out of the
-  // boundary to a regular file. Subdirectories, dangling links and special files are in
-  // neither: they are not part of a checkpoint.
+  // boundary to a regular file; `dirs` the subdirectories (links to directories inside
+  // included) and `outside_dirs` the links to directories out of the boundary. Dangling
+  // links and special files are in none: they are not part of a checkpoint.
   struct Listing {
     std::vector<std::string> files;
     std::vector<std::string> outside;
+    std::vector<std::string> dirs;
+    std::vector<std::string> outside_dirs;
   };
   Result<Listing> List() const;
+
+  // stat of regular file or directory `name`, under the rule above (a link that leaves
+  // the boundary is refused as OpenFile refuses it).
+  Result<struct stat> Stat(const std::string& name) const;
 
   // Opens regular file `name` (a plain name in the directory) under the rule above.
   Result<std::unique_ptr<LocalFileSource>> OpenFile(const std::string& name) const;

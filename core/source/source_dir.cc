@@ -19,6 +19,17 @@ Result<SourceDir> SourceDir::OpenDir(const std::string& name) const {
   return open_dir(name);
 }
 
+Result<ListedInfo> SourceDir::Info(const std::string& name) const {
+  if (info) return info(name);
+  if (!open) return Status::NotFound(path + "/" + name + ": no such file");
+  CKPTFS_ASSIGN_OR_RETURN(auto source, open(name));
+  ListedInfo listed;
+  listed.size = source->Size();
+  listed.mtime = source->MTime();
+  listed.etag = source->Identity();
+  return listed;
+}
+
 SourceDir LocalDir(std::shared_ptr<const LocalDirectory> root, std::vector<std::string> files,
                    bool listed_all) {
   SourceDir dir;
@@ -42,6 +53,13 @@ SourceDir LocalDir(std::shared_ptr<const LocalDirectory> root, std::vector<std::
     CKPTFS_ASSIGN_OR_RETURN(auto child, root->OpenSubdirectory(name));
     return ListLocalDir(std::move(child));
   };
+  dir.info = [root](const std::string& name) -> Result<ListedInfo> {
+    CKPTFS_ASSIGN_OR_RETURN(struct stat st, root->Stat(name));
+    ListedInfo listed;
+    listed.size = static_cast<uint64_t>(st.st_size);
+    listed.mtime = st.st_mtim;
+    return listed;
+  };
   return dir;
 }
 
@@ -50,7 +68,13 @@ Result<SourceDir> ListLocalDir(std::shared_ptr<const LocalDirectory> root) {
   std::vector<std::string> files = std::move(listing.files);
   files.insert(files.end(), listing.outside.begin(), listing.outside.end());
   std::sort(files.begin(), files.end());
-  return LocalDir(std::move(root), std::move(files));
+  std::vector<std::string> dirs = std::move(listing.dirs);
+  // Links to directories outside are listed too: opening one names the refusal.
+  dirs.insert(dirs.end(), listing.outside_dirs.begin(), listing.outside_dirs.end());
+  std::sort(dirs.begin(), dirs.end());
+  SourceDir dir = LocalDir(std::move(root), std::move(files));
+  dir.dirs = std::move(dirs);
+  return dir;
 }
 
 }  // namespace ckptfs

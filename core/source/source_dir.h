@@ -10,6 +10,10 @@
 //   learnt from another file's contents (a shard an index names, a TF data file), or a
 //   sibling of a single-file SOURCE. It asks the store only when `files` is not the whole
 //   story (`probe` set).
+// - `dirs` are its subdirectory names as the listing gave them (local, S3 CommonPrefixes,
+//   an HTTP autoindex listing); run discovery (core/run/run_listing.h) looks at them.
+// - Info(name) gives a file's or subdirectory's size and time (and ETag) as listed, for
+//   run listings and their signatures, without opening it.
 // - OpenDir(name) opens a child directory with the same bounds (a SavedModel's
 //   `variables/`): local stays beneath SOURCE, HTTP is base + "name/", S3 a prefix.
 //
@@ -17,6 +21,9 @@
 // is used by one opening at a time; the sources it opens are thread-safe ByteSources.
 #pragma once
 
+#include <time.h>
+
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -28,9 +35,20 @@
 
 namespace ckptfs {
 
+// What a listing says of one name: bytes, time, and the store's version tag if any.
+struct ListedInfo {
+  uint64_t size = 0;
+  struct timespec mtime = {};  // {0, 0}: unknown
+  std::string etag;            // S3 ETag; empty elsewhere
+};
+
 struct SourceDir {
   std::string path;                // shown in messages and stats
   std::vector<std::string> files;  // plain names, sorted
+  // Subdirectory names, sorted. Local: real subdirectories and links to directories
+  // (OpenDir refuses a link that leaves SOURCE, naming it); S3: CommonPrefixes; HTTP: the
+  // directories of an autoindex JSON listing. Empty when the store cannot tell.
+  std::vector<std::string> dirs;
   std::function<Result<std::unique_ptr<ByteSource>>(const std::string& name)> open;
   // Files come from a server (http, S3), opened as RemoteSources: the mount then shows
   // remote counters in stats.json and starts readahead with one block.
@@ -40,6 +58,9 @@ struct SourceDir {
   std::function<Result<bool>(const std::string& name)> probe;
   // Opens child directory `name`; null when the store has none (in-memory test dirs).
   std::function<Result<SourceDir>(const std::string& name)> open_dir;
+  // The listed size and time of file or subdirectory `name`; null when the store gives
+  // none (then Info opens the file and asks its ByteSource).
+  std::function<Result<ListedInfo>(const std::string& name)> info;
   // The name SOURCE pointed at inside this directory (a file, or a prefix such as TF's
   // `ckpt-3` that is no file itself); empty when SOURCE is the directory. Only what
   // belongs to that name is read and shown.
@@ -51,6 +72,8 @@ struct SourceDir {
   bool Lists(const std::string& name) const;
   // OpenDir: NotFound when there is no such directory or the store has no directories.
   Result<SourceDir> OpenDir(const std::string& name) const;
+  // Size and time of `name`: `info`, else opening it (Size, MTime). NotFound if absent.
+  Result<ListedInfo> Info(const std::string& name) const;
 };
 
 // A SourceDir over local directory `root` offering `files` (its listing, or the one file

@@ -1,0 +1,714 @@
+// Run discovery: see run_listing.h for the rule. Everything here reads listings, sizes and
+// times, plus a few small files (an index json, a `checkpoint` state file, 8 bytes of a
+// safetensors header, a zip's tail, the newest trainer_state.json or Lightning pickle):
+// never a checkpoint's tensors, so listing 200 entries costs 200 directory listings.
+#include "core/run/run_listing.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "core/checkpoint/assembly.h"
+#include "core/checkpoint/formats.h"
+#include "core/checkpoint/hf_layout.h"
+#include "core/checkpoint/natural_order.h"
+#include "core/format/hf_index.h"
+#include "core/format/tf/checkpoint_state.h"
+#include "core/format/torch_file.h"
+#include "core/source/remote_dir.h"
+#include "core/source/s3.h"
+
+namespace ckptfs {
+namespace {
+
+constexpr std::string_view kTfStateFile = "checkpoint";
+constexpr std::string_view kTrainerState = "trainer_state.json";
+constexpr std::string_view kLightningLast = "last.ckpt";
+constexpr std::string_view kSplitMap = "map.pt";
+// Files an HF Trainer saves beside the weights: parts of one checkpoint, never their own.
+constexpr std::string_view kTrainerCompanions[] = {"optimizer.pt", "scheduler.pt",
+                                                   "training_args.bin", "scaler.pt"};
+constexpr uint64_t kMaxStateFileBytes = 1u << 20;
+constexpr uint64_t kMaxTrainerStateBytes = 16u << 20;
+
+std::pair<std::string, std::string> SplitPath(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+std::string Joined(const std::string& dir, const std::string& name) {
+  if (dir.empty() || dir == ".") return name;
+  return dir + (dir.back() == '/' ? "" : "/") + name;
+}
+
+// A name a run may show: plain, printable, and no longer than a file name may be.
+bool IsEntryName(std::string_view name) {
+  if (name.empty() || name == "." || name == ".." || name.size() > 255) return false;
+  return std::none_of(name.begin(), name.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return c == '/' || c == '\\' || byte < 0x20 || byte == 0x7f;
+  });
+}
+
+bool IsTrainerCompanion(std::string_view name) {
+  name = StripZst(name);
+  if (name.starts_with("rng_state") && name.ends_with(".pth")) return true;
+  return std::find(std::begin(kTrainerCompanions), std::end(kTrainerCompanions), name) !=
+         std::end(kTrainerCompanions);
+}
+
+// "model-00001-of-00003.bin": one shard of an indexed checkpoint.
+bool IsHfShardName(std::string_view name) {
+  static const std::regex kShard(R"(-\d+-of-\d+\.)");
+  const std::string plain(StripZst(name));
+  return std::regex_search(plain, kShard);
+}
+
+// A torch file that is a checkpoint of its own (not a trainer companion, not a shard).
+bool IsTorchEntryFile(std::string_view name) {
+  return !TorchWeightName(name).empty() && !IsTrainerCompanion(name) && !IsHfShardName(name) &&
+         StripZst(name) != kSplitMap;
+}
+
+bool HasIndexJson(const SourceDir& dir) {
+  return std::any_of(dir.files.begin(), dir.files.end(),
+                     [](const std::string& f) { return EndsWith(f, ".index.json"); });
+}
+
+// The torch files of `dir` that are entries of a run, one per checkpoint (x and x.zst once).
+std::vector<std::string> TorchEntryFiles(const SourceDir& dir) {
+  std::vector<std::string> names;
+  if (HasIndexJson(dir) || dir.Lists(std::string(kSplitMap))) return names;
+  for (const std::string& f : dir.files) {
+    if (!IsTorchEntryFile(f)) continue;
+    // x.pt and x.pt.zst hold one checkpoint: the plain name stands for both.
+    if (EndsWith(f, kZstdSuffix) && dir.Lists(std::string(StripZst(f)))) continue;
+    names.push_back(f);
+  }
+  return names;
+}
+
+// The claim the format table makes on `dir`, whichever entry wins (nullopt: none).
+Result<std::optional<Claim>> TopClaim(const SourceDir& dir, std::string* format) {
+  std::optional<Claim> best;
+  for (const FormatReader& f : Formats()) {
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> claim, f.detect(dir));
+    if (!claim || (best && claim->rank >= best->rank)) continue;
+    best = std::move(claim);
+    if (format) *format = std::string(f.name);
+    if (best->rank == Claim::Rank::kNamed) break;
+  }
+  return best;
+}
+
+// Subdirectories that belong to the checkpoint at the top of `dir`, not to a run: the
+// directory of a claimed path (a SavedModel's `variables/`), and DeepSpeed's
+// `global_stepN/` that an HF Trainer writes inside its checkpoint directory.
+bool PartOfTopCheckpoint(const std::optional<Claim>& top, const std::string& sub) {
+  if (!top) return false;
+  const size_t slash = top->file.find('/');
+  if (slash != std::string::npos && top->file.substr(0, slash) == sub) return true;
+  static const std::regex kDeepSpeed(R"(global_step\d+)");
+  return std::regex_match(sub, kDeepSpeed);
+}
+
+// The prefixes a `checkpoint` state file lists (all_model_checkpoint_paths, then
+// model_checkpoint_path), each by its last component; `latest` the one it names.
+struct TfState {
+  bool present = false;
+  std::vector<std::string> prefixes;
+  std::string latest;
+  std::string latest_written;  // as written, for messages
+};
+
+Result<TfState> ReadTfState(const SourceDir& dir, std::vector<std::string>& skipped) {
+  TfState state;
+  CKPTFS_ASSIGN_OR_RETURN(const bool has, dir.Has(std::string(kTfStateFile)));
+  if (!has) return state;
+  const std::string shown = Joined(dir.path, std::string(kTfStateFile));
+  auto file = dir.open(std::string(kTfStateFile));
+  if (!file.ok()) {
+    skipped.push_back(file.status().message());
+    return state;
+  }
+  auto text = ReadWhole(**file, kMaxStateFileBytes);
+  if (!text.ok()) {
+    skipped.push_back(text.status().message());
+    return state;
+  }
+  auto parsed = tf::ParseCheckpointState(*text, shown);
+  if (!parsed.ok()) {
+    skipped.push_back(parsed.status().message());
+    return state;
+  }
+  state.present = true;
+  std::vector<std::string> written = parsed->all_model_checkpoint_paths;
+  if (!parsed->model_checkpoint_path.empty()) written.push_back(parsed->model_checkpoint_path);
+  for (const std::string& path : written) {
+    // Taken by its last component, inside SOURCE: a stale absolute path from another
+    // machine names the prefix beside the state file; nothing outside is ever named.
+    auto prefix = tf::StatePathInSource(path, shown);
+    if (!prefix.ok() || !IsEntryName(*prefix) || prefix->find('/') != std::string::npos) {
+      skipped.push_back(shown + ": \"" + EscapeControlChars(path.substr(0, 200)) +
+                        "\" is not a prefix in " + dir.path + ", skipped");
+      continue;
+    }
+    if (std::find(state.prefixes.begin(), state.prefixes.end(), *prefix) == state.prefixes.end()) {
+      state.prefixes.push_back(*prefix);
+    }
+    if (&path == &written.back() && !parsed->model_checkpoint_path.empty()) {
+      state.latest = *prefix;
+      state.latest_written = path;
+    }
+  }
+  return state;
+}
+
+// ---------------------------------------------------------------------------
+// Steps
+
+}  // namespace
+
+std::optional<uint64_t> StepInName(const std::string& name) {
+  static const std::regex kStep(R"(step[=_-]?(\d+))");
+  static const std::regex kLastNumber(R"((\d+)\D*$)");
+  std::string stem(StripZst(name));
+  for (std::string_view ext : {".ckpt", ".pt", ".pth", ".bin", ".safetensors"}) {
+    if (EndsWith(stem, ext)) stem.resize(stem.size() - ext.size());
+  }
+  std::smatch m;
+  std::string digits;
+  std::string rest = stem;
+  while (std::regex_search(rest, m, kStep)) {
+    digits = m[1];
+    rest = m.suffix();
+  }
+  if (digits.empty() && std::regex_search(stem, m, kLastNumber)) digits = m[1];
+  if (digits.empty()) return std::nullopt;
+  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
+  if (digits.size() > 19) return std::nullopt;  // beyond uint64: no step
+  return std::stoull(digits);
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Completeness
+
+bool Later(const timespec& a, const timespec& b) {
+  return a.tv_sec != b.tv_sec ? a.tv_sec > b.tv_sec : a.tv_nsec > b.tv_nsec;
+}
+
+// Adds `name`'s listed size and time to `entry` (bytes, newest time, signature).
+Status AddFile(const SourceDir& dir, const std::string& name, RunEntry& entry) {
+  CKPTFS_ASSIGN_OR_RETURN(ListedInfo info, dir.Info(name));
+  entry.bytes += info.size;
+  if (Later(info.mtime, entry.mtime)) entry.mtime = info.mtime;
+  entry.signature += name + ":" + std::to_string(info.size) + ":" +
+                     std::to_string(info.mtime.tv_sec) + "." + std::to_string(info.mtime.tv_nsec) +
+                     ":" + info.etag + ";";
+  return Status::Ok();
+}
+
+void Incomplete(RunEntry& entry, std::string why) {
+  entry.complete = false;
+  if (entry.why_incomplete.empty()) entry.why_incomplete = std::move(why);
+}
+
+// A file `name` is there, plain or as name.zst.
+bool Stored(const SourceDir& dir, const std::string& name) {
+  return dir.Lists(name) || dir.Lists(name + std::string(kZstdSuffix));
+}
+
+// A torch.save zip is whole once its end of central directory record is: the writer puts
+// it last, so a file still being written has none (or one that does not end the file).
+Result<std::string> ZipTailProblem(const ByteSource& file) {
+  constexpr uint64_t kEndRecord = 22;
+  const uint64_t size = file.Size();
+  if (size < kEndRecord) return std::string("shorter than a zip end record");
+  const uint64_t tail = std::min<uint64_t>(size, kEndRecord + 0xffff);
+  std::vector<uint8_t> buf(tail);
+  CKPTFS_RETURN_IF_ERROR(file.ReadAt(size - tail, buf));
+  for (uint64_t at = tail - kEndRecord + 1; at-- > 0;) {
+    const uint8_t* p = buf.data() + at;
+    if (p[0] != 'P' || p[1] != 'K' || p[2] != 5 || p[3] != 6) continue;
+    const uint64_t comment = p[20] | (uint64_t{p[21]} << 8);
+    if (at + kEndRecord + comment != tail) continue;
+    const uint64_t cd_size =
+        p[12] | (uint64_t{p[13]} << 8) | (uint64_t{p[14]} << 16) | (uint64_t{p[15]} << 24);
+    const uint64_t cd_offset =
+        p[16] | (uint64_t{p[17]} << 8) | (uint64_t{p[18]} << 16) | (uint64_t{p[19]} << 24);
+    const uint64_t end_at = size - tail + at;
+    // zip64 keeps the real values elsewhere (0xffffffff here); torch's are consistent.
+    if (cd_offset != 0xffffffff && cd_size != 0xffffffff && cd_offset + cd_size > end_at) {
+      return std::string("zip end record points past itself");
+    }
+    return std::string();
+  }
+  return std::string("no zip end record (still being written?)");
+}
+
+// Whether lone safetensors file `name` holds its whole header: 8 bytes of length, then
+// that many bytes at least.
+Result<std::string> SafetensorsTailProblem(const ByteSource& file) {
+  if (file.Size() < 8) return std::string("shorter than a safetensors header");
+  std::array<uint8_t, 8> len{};
+  CKPTFS_RETURN_IF_ERROR(file.ReadAt(0, len));
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | len[static_cast<size_t>(i)];
+  if (header > file.Size() - 8) return std::string("shorter than its header says");
+  return std::string();
+}
+
+// A weights file that is whole by its own tail or head: `why` empty if so.
+Result<std::string> FileProblem(const SourceDir& dir, const std::string& name) {
+  // Compressed files are whole once decodable; the mount's reader checks them.
+  if (EndsWith(name, kZstdSuffix)) return std::string();
+  const bool torch = !TorchWeightName(name).empty();
+  const bool safetensors = !SafetensorsWeightName(name).empty();
+  if (!torch && !safetensors) return std::string();
+  auto file = dir.open(name);
+  if (!file.ok()) return file.status().message();
+  return torch ? ZipTailProblem(**file) : SafetensorsTailProblem(**file);
+}
+
+// HF index claim: every shard the index names is there.
+Status CheckIndexed(const SourceDir& dir, const std::string& index_name, RunEntry& entry) {
+  auto file = dir.open(index_name);
+  if (!file.ok()) return Incomplete(entry, file.status().message()), Status::Ok();
+  auto text = ReadWhole(**file, kMaxTrainerStateBytes);
+  if (!text.ok()) return Incomplete(entry, text.status().message()), Status::Ok();
+  auto index = ParseHfIndex(*text, Joined(dir.path, index_name));
+  // A bad index is complete but invalid: the mount shows its error.
+  if (!index.ok()) return Status::Ok();
+  for (const std::string& shard : index->shard_files) {
+    if (!Stored(dir, shard))
+      Incomplete(entry, "shard " + shard + " named in " + index_name + " is missing");
+  }
+  return Status::Ok();
+}
+
+// TF prefix `prefix` of `dir`: PREFIX.index and every PREFIX.data-K-of-N there.
+void CheckTfPrefix(const SourceDir& dir, const std::string& prefix, RunEntry& entry) {
+  if (!Stored(dir, prefix + ".index")) {
+    Incomplete(entry, prefix + ".index is missing");
+    return;
+  }
+  static const std::regex kData(R"(\.data-(\d+)-of-(\d+)$)");
+  uint64_t total = 0;
+  std::vector<bool> seen;
+  for (const std::string& f : dir.files) {
+    std::string plain(StripZst(f));
+    std::smatch m;
+    if (!plain.starts_with(prefix + ".data-") || !std::regex_search(plain, m, kData)) continue;
+    if (m[1].length() > 6 || m[2].length() > 6) continue;
+    const uint64_t k = std::stoull(m[1]), n = std::stoull(m[2]);
+    if (total == 0) {
+      total = n;
+      seen.assign(n, false);
+    }
+    if (n == total && k < n) seen[k] = true;
+  }
+  if (total == 0) return;  // a bundle of scalars only has no data file to wait for
+  for (uint64_t k = 0; k < total; ++k) {
+    if (!seen[k]) {
+      Incomplete(entry, prefix + ": data file " + std::to_string(k) + " of " +
+                            std::to_string(total) + " is missing");
+      return;
+    }
+  }
+}
+
+// Fills the completeness of directory entry `entry` from its claim.
+Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& entry) {
+  if (entry.name.starts_with("tmp-checkpoint-")) {
+    Incomplete(entry, "being written (HF Trainer renames tmp-checkpoint-* when done)");
+  }
+  if (EndsWith(claim.file, ".index.json")) return CheckIndexed(sub, claim.file, entry);
+  if (entry.format == "tensorflow") {
+    // A SavedModel's variables/ or a prefix named by the state file: the bundle's files.
+    const size_t slash = claim.file.rfind('/');
+    if (slash == std::string::npos) {
+      CheckTfPrefix(sub, claim.file, entry);
+      return Status::Ok();
+    }
+    auto inner = sub.OpenDir(claim.file.substr(0, slash));
+    if (!inner.ok()) return Incomplete(entry, inner.status().message()), Status::Ok();
+    CheckTfPrefix(*inner, claim.file.substr(slash + 1), entry);
+    return Status::Ok();
+  }
+  if (!claim.problem.ok()) {
+    // HF shards without their index: the index is written last.
+    for (const std::string& f : sub.files) {
+      if (IsHfShardName(f)) {
+        Incomplete(entry, f + " without its index json");
+        return Status::Ok();
+      }
+    }
+    return Status::Ok();
+  }
+  CKPTFS_ASSIGN_OR_RETURN(std::string problem, FileProblem(sub, claim.file));
+  if (!problem.empty()) Incomplete(entry, claim.file + ": " + problem);
+  return Status::Ok();
+}
+
+// Entry for subdirectory `name` of `dir`, or nullopt (with a line) when it holds none.
+Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::string& name,
+                                               std::vector<std::string>& skipped) {
+  auto sub = dir.OpenDir(name);
+  if (!sub.ok()) {
+    if (sub.status().code() == Status::Code::kIoError) return sub.status();
+    skipped.push_back(Joined(dir.path, EscapeControlChars(sub.status().message())));
+    return std::optional<RunEntry>();
+  }
+  RunEntry entry;
+  entry.name = name;
+  entry.kind = RunEntry::Kind::kDirectory;
+  entry.step = StepInName(name);
+  std::optional<Claim> claim;
+  auto top = TopClaim(*sub, &entry.format);
+  if (!top.ok()) {
+    entry.problem = top.status().message();
+  } else {
+    claim = std::move(top).value();
+  }
+  if (!claim && entry.problem.empty()) {
+    if (!sub->Lists(std::string(kSplitMap))) {
+      skipped.push_back(Joined(dir.path, name) + "/: no checkpoint in it, skipped");
+      return std::optional<RunEntry>();
+    }
+    entry.format = "torch";  // a per-key split checkpoint
+  }
+  entry.complete = true;
+  for (const std::string& f : sub->files) CKPTFS_RETURN_IF_ERROR(AddFile(*sub, f, entry));
+  if (claim) {
+    CKPTFS_RETURN_IF_ERROR(CheckDirectoryEntry(*sub, *claim, entry));
+    if (entry.complete && !claim->problem.ok()) entry.problem = claim->problem.message();
+  }
+  if (entry.bytes == 0 && entry.mtime.tv_sec == 0) {
+    if (auto info = dir.Info(name); info.ok()) entry.mtime = info->mtime;
+  }
+  return std::optional<RunEntry>(std::move(entry));
+}
+
+Result<RunEntry> FileEntry(const SourceDir& dir, const std::string& name) {
+  RunEntry entry;
+  entry.name = name;
+  entry.kind = RunEntry::Kind::kFile;
+  entry.step = StepInName(name);
+  entry.format = "torch";
+  entry.complete = true;
+  CKPTFS_RETURN_IF_ERROR(AddFile(dir, name, entry));
+  CKPTFS_ASSIGN_OR_RETURN(std::string problem, FileProblem(dir, name));
+  if (!problem.empty()) Incomplete(entry, problem);
+  return entry;
+}
+
+Result<RunEntry> TfEntry(const SourceDir& dir, const std::string& prefix, const TfState& state) {
+  RunEntry entry;
+  entry.name = prefix;
+  entry.kind = RunEntry::Kind::kTfPrefix;
+  entry.step = StepInName(prefix);
+  entry.format = "tensorflow";
+  entry.complete = true;
+  for (const std::string& f : dir.files) {
+    if (f.starts_with(prefix + ".")) CKPTFS_RETURN_IF_ERROR(AddFile(dir, f, entry));
+  }
+  CheckTfPrefix(dir, prefix, entry);
+  if (std::find(state.prefixes.begin(), state.prefixes.end(), prefix) == state.prefixes.end()) {
+    Incomplete(entry, "not (yet) named in the checkpoint file");
+  }
+  return entry;
+}
+
+// The TF prefixes of `dir` (PREFIX.index files), when a state file is there.
+std::vector<std::string> TfPrefixes(const SourceDir& dir, const TfState& state) {
+  std::vector<std::string> prefixes;
+  if (!state.present) return prefixes;
+  for (const std::string& f : dir.files) {
+    std::string plain(StripZst(f));
+    if (EndsWith(plain, ".index") && !EndsWith(plain, ".index.json")) {
+      std::string prefix = plain.substr(0, plain.size() - 6);
+      if (std::find(prefixes.begin(), prefixes.end(), prefix) == prefixes.end()) {
+        prefixes.push_back(std::move(prefix));
+      }
+    }
+  }
+  // Prefixes the state file names but whose files are gone (retention): absent.
+  return prefixes;
+}
+
+// ---------------------------------------------------------------------------
+// latest and best
+
+const RunEntry* Find(const RunListing& run, const std::string& name) {
+  for (const RunEntry& e : run.entries) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+bool Usable(const RunEntry* e) { return e && e->complete && e->problem.empty(); }
+
+// The last path component of a record's path: matched against entries, never resolved.
+std::string LastComponent(std::string path) {
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Sets run.best from a record's path, or says why not.
+void MatchBest(RunListing& run, const std::string& written, const std::string& record,
+               const std::string& where) {
+  const std::string name = LastComponent(written);
+  const RunEntry* e = IsEntryName(name) ? Find(run, name) : nullptr;
+  if (!Usable(e)) {
+    run.skipped.push_back(where + ": best \"" + EscapeControlChars(written.substr(0, 200)) +
+                          "\" is " + (e ? "not complete" : "no entry of the run") + ", skipped");
+    return;
+  }
+  run.best = name;
+  run.best_from = record;
+}
+
+// HF: the newest trainer_state.json (SOURCE's, or any checkpoint directory's).
+Status BestFromTrainerState(const SourceDir& dir, RunListing& run) {
+  struct Candidate {
+    timespec mtime;
+    std::string entry;  // "" for SOURCE's own
+  };
+  std::vector<Candidate> found;
+  const std::string trainer(kTrainerState);
+  if (dir.Lists(trainer)) {
+    if (auto info = dir.Info(trainer); info.ok()) found.push_back({info->mtime, ""});
+  }
+  std::vector<std::pair<std::string, SourceDir>> subs;
+  for (const RunEntry& e : run.entries) {
+    if (e.kind != RunEntry::Kind::kDirectory) continue;
+    auto sub = dir.OpenDir(e.name);
+    if (!sub.ok() || !sub->Lists(trainer)) continue;
+    if (auto info = sub->Info(trainer); info.ok()) found.push_back({info->mtime, e.name});
+  }
+  if (found.empty()) return Status::Ok();
+  const Candidate& newest =
+      *std::max_element(found.begin(), found.end(), [&](const Candidate& a, const Candidate& b) {
+        if (Later(b.mtime, a.mtime)) return true;
+        if (Later(a.mtime, b.mtime)) return false;
+        const RunEntry* ea = Find(run, a.entry);
+        const RunEntry* eb = Find(run, b.entry);
+        return (ea && ea->step ? *ea->step : 0) < (eb && eb->step ? *eb->step : 0);
+      });
+  SourceDir holder = dir;
+  if (!newest.entry.empty()) {
+    CKPTFS_ASSIGN_OR_RETURN(holder, dir.OpenDir(newest.entry));
+  }
+  const std::string shown = Joined(holder.path, trainer);
+  auto file = holder.open(trainer);
+  if (!file.ok()) return run.skipped.push_back(file.status().message()), Status::Ok();
+  auto text = ReadWhole(**file, kMaxTrainerStateBytes);
+  if (!text.ok()) return run.skipped.push_back(text.status().message()), Status::Ok();
+  const nlohmann::json state = nlohmann::json::parse(*text, nullptr, false);
+  if (!state.is_object()) {
+    run.skipped.push_back(shown + ": not a JSON object, skipped");
+    return Status::Ok();
+  }
+  auto best = state.find("best_model_checkpoint");
+  if (best == state.end() || best->is_null()) return Status::Ok();
+  if (!best->is_string()) {
+    run.skipped.push_back(shown + ": best_model_checkpoint is not a string, skipped");
+    return Status::Ok();
+  }
+  MatchBest(run, best->get<std::string>(), std::string(kTrainerState), shown);
+  return Status::Ok();
+}
+
+// Lightning: ModelCheckpoint's best_model_path in the callbacks state of last.ckpt, else of
+// the newest .ckpt.
+Status BestFromLightning(const SourceDir& dir, RunListing& run) {
+  const RunEntry* source = nullptr;
+  for (const RunEntry& e : run.entries) {
+    if (e.kind != RunEntry::Kind::kFile || !EndsWith(e.name, ".ckpt") || !Usable(&e)) continue;
+    if (e.name == kLightningLast) {
+      source = &e;
+      break;
+    }
+    if (!source || Later(e.mtime, source->mtime)) source = &e;
+  }
+  if (!source) return Status::Ok();
+  const std::string shown = Joined(dir.path, source->name);
+  auto file = dir.open(source->name);
+  if (!file.ok()) return run.skipped.push_back(file.status().message()), Status::Ok();
+  auto torch = ReadTorchFile(**file);
+  if (!torch.ok()) return run.skipped.push_back(torch.status().message()), Status::Ok();
+  const nlohmann::json state = nlohmann::json::parse(torch->state_json, nullptr, false);
+  if (!state.is_object() || !state.contains("callbacks") || !state["callbacks"].is_object()) {
+    return Status::Ok();
+  }
+  for (const auto& [key, value] : state["callbacks"].items()) {
+    if (!key.starts_with("ModelCheckpoint") || !value.is_object()) continue;
+    auto best = value.find("best_model_path");
+    if (best == value.end() || !best->is_string() || best->get<std::string>().empty()) continue;
+    MatchBest(run, best->get<std::string>(), "ModelCheckpoint best_model_path", shown);
+    return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+void ChooseLatest(RunListing& run, const TfState& tf) {
+  if (!tf.latest.empty()) {
+    if (Usable(Find(run, tf.latest))) {
+      run.latest = tf.latest;
+      run.latest_from = "checkpoint file";
+      return;
+    }
+    run.skipped.push_back("checkpoint file: latest \"" +
+                          EscapeControlChars(tf.latest_written.substr(0, 200)) +
+                          "\" is no complete entry, skipped");
+  }
+  if (Usable(Find(run, std::string(kLightningLast)))) {
+    run.latest = kLightningLast;
+    run.latest_from = "last.ckpt";
+    return;
+  }
+  const RunEntry* highest = nullptr;
+  const RunEntry* newest = nullptr;
+  for (const RunEntry& e : run.entries) {
+    if (!Usable(&e)) continue;
+    if (e.step && (!highest || *e.step >= *highest->step)) highest = &e;
+    if (!newest || !Later(newest->mtime, e.mtime)) newest = &e;
+  }
+  if (highest) {
+    run.latest = highest->name;
+    run.latest_from = "highest step";
+  } else if (newest) {
+    run.latest = newest->name;
+    run.latest_from = "newest";
+  }
+}
+
+}  // namespace
+
+Result<SourceDir> OpenSourceDir(const std::string& source, CodecContext& codec,
+                                const RemoteOptions& remote) {
+  if (IsUrl(source)) {
+    CKPTFS_RETURN_IF_ERROR(OpenDiskCache(remote, codec));
+    if (IsS3Url(source)) return S3Dir(source, remote, codec);
+    return HttpDir(source, remote.http, codec, ProbeNames());
+  }
+  struct stat st;
+  const bool exists = ::stat(source.c_str(), &st) == 0;
+  if (exists && S_ISREG(st.st_mode) && !AnyFormatAcceptsFile(SplitPath(source).second)) {
+    return NotACheckpointFile(source);
+  }
+  if (exists && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument(source + ": not a file or directory");
+  }
+  if (exists && S_ISDIR(st.st_mode)) {
+    CKPTFS_ASSIGN_OR_RETURN(auto root, LocalDirectory::Open(source));
+    return ListLocalDir(std::move(root));
+  }
+  // A file, or a name that is no file at all (a TF prefix), read through its directory,
+  // which bounds it.
+  auto [dir_path, name] = SplitPath(source);
+  auto root = LocalDirectory::Open(dir_path);
+  if (!root.ok() && !exists) return Status::NotFound(source + ": no such file or directory");
+  CKPTFS_RETURN_IF_ERROR(root.status());
+  SourceDir dir = LocalDir(std::move(root).value(),
+                           exists ? std::vector<std::string>{name} : std::vector<std::string>{},
+                           /*listed_all=*/false);
+  dir.named = name;
+  return dir;
+}
+
+Result<bool> IsRun(const SourceDir& dir) {
+  if (!dir.named.empty() || dir.Lists(std::string(kSplitMap))) return false;
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, nullptr));
+  for (const std::string& name : dir.dirs) {
+    if (!IsEntryName(name) || PartOfTopCheckpoint(top, name)) continue;
+    auto sub = dir.OpenDir(name);
+    if (!sub.ok()) continue;  // a link out of SOURCE, not a directory: not an entry
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> claim, TopClaim(*sub, nullptr));
+    if (claim || sub->Lists(std::string(kSplitMap))) return true;
+  }
+  if (TorchEntryFiles(dir).size() >= 2) return true;
+  std::vector<std::string> ignored;
+  CKPTFS_ASSIGN_OR_RETURN(TfState tf, ReadTfState(dir, ignored));
+  size_t listed = 0;
+  for (const std::string& prefix : tf.prefixes) listed += Stored(dir, prefix + ".index") ? 1 : 0;
+  return listed >= 2;
+}
+
+Result<RunListing> ListRun(const SourceDir& dir) {
+  RunListing run;
+  std::string top_format;
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, &top_format));
+  if (top && top_format != "tensorflow" && !top->file.empty()) {
+    run.skipped.push_back(Joined(dir.path, top->file) +
+                          ": a checkpoint at the top of the run, not one of its entries");
+  }
+  for (const std::string& name : dir.dirs) {
+    if (!IsEntryName(name)) {
+      run.skipped.push_back(dir.path + ": \"" + EscapeControlChars(name.substr(0, 200)) +
+                            "\" is not a plain name, skipped");
+      continue;
+    }
+    if (PartOfTopCheckpoint(top, name)) continue;
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<RunEntry> entry, DirectoryEntry(dir, name, run.skipped));
+    if (entry) run.entries.push_back(std::move(*entry));
+  }
+  for (const std::string& name : TorchEntryFiles(dir)) {
+    if (!IsEntryName(name)) {
+      run.skipped.push_back(dir.path + ": \"" + EscapeControlChars(name.substr(0, 200)) +
+                            "\" is not a plain name, skipped");
+      continue;
+    }
+    auto entry = FileEntry(dir, name);
+    if (!entry.ok()) {
+      if (entry.status().code() == Status::Code::kIoError) return entry.status();
+      run.skipped.push_back(Joined(dir.path, EscapeControlChars(entry.status().message())));
+      continue;
+    }
+    run.entries.push_back(std::move(entry).value());
+  }
+  CKPTFS_ASSIGN_OR_RETURN(TfState tf, ReadTfState(dir, run.skipped));
+  for (const std::string& prefix : TfPrefixes(dir, tf)) {
+    if (!IsEntryName(prefix) || Find(run, prefix)) continue;
+    CKPTFS_ASSIGN_OR_RETURN(RunEntry entry, TfEntry(dir, prefix, tf));
+    run.entries.push_back(std::move(entry));
+  }
+  std::sort(run.entries.begin(), run.entries.end(),
+            [](const RunEntry& a, const RunEntry& b) { return NaturalLess(a.name, b.name); });
+  ChooseLatest(run, tf);
+  CKPTFS_RETURN_IF_ERROR(BestFromTrainerState(dir, run));
+  if (run.best.empty()) CKPTFS_RETURN_IF_ERROR(BestFromLightning(dir, run));
+  return run;
+}
+
+Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry) {
+  if (!IsEntryName(entry.name)) {
+    return Status::InvalidArgument(dir.path + ": \"" + EscapeControlChars(entry.name) +
+                                   "\" is not an entry name");
+  }
+  if (entry.kind == RunEntry::Kind::kDirectory) return dir.OpenDir(entry.name);
+  SourceDir one = dir;
+  one.dirs.clear();
+  one.named = entry.name;
+  one.files.clear();
+  for (const std::string& f : dir.files) {
+    const bool mine = entry.kind == RunEntry::Kind::kFile
+                          ? f == entry.name
+                          : f.starts_with(entry.name + ".") && !EndsWith(f, ".index.json");
+    if (mine) one.files.push_back(f);
+  }
+  if (entry.kind == RunEntry::Kind::kFile && one.files.empty()) {
+    return Status::NotFound(Joined(dir.path, entry.name) + ": no such file");
+  }
+  return one;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,429 @@
+// Run discovery (core/run/run_listing.h) over local run directories written by real
+// writers: torch.save (via /usr/bin/python3) for training dicts, HF Trainer-shaped
+// directories and a Lightning-shaped .ckpt; scripts/make_tf_checkpoint.py for TF prefixes;
+// ../shared/fixtures/tf for TF Serving version directories (skipped when absent).
+#include "core/run/run_listing.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "core/checkpoint/formats.h"
+#include "test_util.h"
+
+namespace ckptfs {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::MakeSafetensors;
+using testing::TestCodec;
+
+class RunListingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("ckptfs_run_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "run");
+    run_ = root_ / "run";
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  static void Write(const fs::path& path, const std::string& bytes) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << bytes;
+  }
+  // Runs `script` with /usr/bin/python3 in `run_` (torch.save and friends).
+  void Python(const std::string& script) {
+    const fs::path file = root_ / "writer.py";
+    Write(file, script);
+    const std::string cmd =
+        "cd '" + run_.string() + "' && /usr/bin/python3 '" + file.string() + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  static std::string Weights(const std::string& tag) {
+    return MakeSafetensors({{tag + ".weight", Dtype::kF32, {2, 2}}});
+  }
+  RunListing List() {
+    auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+    EXPECT_TRUE(dir.ok()) << dir.status().message();
+    auto run = ListRun(*dir);
+    EXPECT_TRUE(run.ok()) << run.status().message();
+    return run.ok() ? std::move(run).value() : RunListing{};
+  }
+  bool IsRunAt(const fs::path& path) {
+    auto dir = OpenSourceDir(path.string(), TestCodec(), {});
+    EXPECT_TRUE(dir.ok()) << dir.status().message();
+    auto run = IsRun(*dir);
+    EXPECT_TRUE(run.ok()) << run.status().message();
+    return run.ok() && *run;
+  }
+  // Opens entry `name` of the run as the mount would, returning its tensor names.
+  std::vector<std::string> OpenEntry(const RunListing& run, const std::string& name) {
+    auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+    for (const RunEntry& e : run.entries) {
+      if (e.name != name) continue;
+      auto sub = EntrySourceDir(*dir, e);
+      EXPECT_TRUE(sub.ok()) << sub.status().message();
+      if (!sub.ok()) return {};
+      auto ckpt = ReadCheckpoint(*sub, TestCodec(), sub->path);
+      EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
+      if (!ckpt.ok()) return {};
+      std::vector<std::string> names;
+      for (const Tensor& t : ckpt->tensors) names.push_back(t.name);
+      return names;
+    }
+    ADD_FAILURE() << name << " is no entry";
+    return {};
+  }
+  static const RunEntry* Entry(const RunListing& run, const std::string& name) {
+    for (const RunEntry& e : run.entries) {
+      if (e.name == name) return &e;
+    }
+    return nullptr;
+  }
+  static std::string Names(const RunListing& run) {
+    std::string out;
+    for (const RunEntry& e : run.entries) out += (out.empty() ? "" : " ") + e.name;
+    return out;
+  }
+  static std::string Skipped(const RunListing& run) {
+    std::string out;
+    for (const std::string& s : run.skipped) out += s + "\n";
+    return out;
+  }
+
+  fs::path root_, run_;
+};
+
+// An HF Trainer checkpoint directory as Trainer._save_checkpoint leaves it (torch parts
+// written by torch.save in Python; trainer_state.json naming the best so far).
+constexpr char kTrainerParts[] = R"PY(
+import json, os, sys, torch
+def save(step, best):
+    d = 'checkpoint-%d' % step
+    os.makedirs(d, exist_ok=True)
+    torch.save({'state': {0: {'step': torch.tensor(float(step)), 'exp_avg': torch.zeros(2, 2),
+                              'exp_avg_sq': torch.zeros(2, 2)}},
+                'param_groups': [{'lr': 1e-3, 'betas': (0.9, 0.999), 'params': [0]}]},
+               d + '/optimizer.pt')
+    torch.save({'last_epoch': step, '_step_count': step}, d + '/scheduler.pt')
+    torch.save({'python': 1, 'cpu': torch.ByteTensor(8)}, d + '/rng_state.pth')
+    torch.save({'output_dir': 'out'}, d + '/training_args.bin')
+    json.dump({'global_step': step, 'best_model_checkpoint': best,
+               'log_history': [{'step': step, 'eval_loss': 1.0 / step}]},
+              open(d + '/trainer_state.json', 'w'))
+)PY";
+
+TEST_F(RunListingTest, HfTrainerRunHasLatestByStepAndBestByTrainerState) {
+  for (int step : {500, 1000, 1500}) {
+    Write(run_ / ("checkpoint-" + std::to_string(step)) / "model.safetensors",
+          Weights("s" + std::to_string(step)));
+    Write(run_ / ("checkpoint-" + std::to_string(step)) / "config.json", "{}");
+  }
+  Python(std::string(kTrainerParts) +
+         "save(500, 'out/checkpoint-500')\n"
+         "save(1000, 'out/checkpoint-1000')\n"
+         "save(1500, '/elsewhere/out/checkpoint-1000')\n");
+  // Newest trainer_state.json wins: make checkpoint-1500's the newest for sure.
+  const auto later = fs::file_time_type::clock::now() + std::chrono::seconds(5);
+  fs::last_write_time(run_ / "checkpoint-1500" / "trainer_state.json", later);
+  // Being written: HF renames tmp-checkpoint-N when done; shards without their index.
+  Write(run_ / "tmp-checkpoint-2000" / "model.safetensors", Weights("t"));
+  Write(run_ / "checkpoint-2500" / "model-00001-of-00002.safetensors", Weights("a"));
+  Write(run_ / "checkpoint-2500" / "model-00002-of-00002.safetensors", Weights("b"));
+  Write(run_ / "runs" / "events.out.tfevents.1", "not a checkpoint");
+
+  EXPECT_TRUE(IsRunAt(run_));
+  EXPECT_FALSE(IsRunAt(run_ / "checkpoint-500"));  // optimizer.pt & co. are its parts
+  const RunListing run = List();
+  EXPECT_EQ(Names(run),
+            "checkpoint-500 checkpoint-1000 checkpoint-1500 checkpoint-2500 "
+            "tmp-checkpoint-2000");
+  EXPECT_EQ(run.latest, "checkpoint-1500");
+  EXPECT_EQ(run.latest_from, "highest step");
+  EXPECT_EQ(run.best, "checkpoint-1000");
+  EXPECT_EQ(run.best_from, "trainer_state.json");
+  const RunEntry* e = Entry(run, "checkpoint-1000");
+  ASSERT_NE(e, nullptr);
+  EXPECT_TRUE(e->complete) << e->why_incomplete;
+  EXPECT_EQ(e->step, 1000u);
+  EXPECT_EQ(e->format, "safetensors");
+  EXPECT_GT(e->bytes, 0u);
+  EXPECT_GT(e->mtime.tv_sec, 0);
+  EXPECT_FALSE(Entry(run, "tmp-checkpoint-2000")->complete);
+  EXPECT_NE(Entry(run, "tmp-checkpoint-2000")->why_incomplete.find("tmp-checkpoint"),
+            std::string::npos);
+  EXPECT_FALSE(Entry(run, "checkpoint-2500")->complete);
+  EXPECT_NE(Entry(run, "checkpoint-2500")->why_incomplete.find("without its index"),
+            std::string::npos);
+  EXPECT_NE(Skipped(run).find("runs/: no checkpoint in it"), std::string::npos) << Skipped(run);
+  EXPECT_EQ(OpenEntry(run, "checkpoint-1500"), std::vector<std::string>{"s1500.weight"});
+
+  // The signature follows the files: a rewritten file is a new checkpoint.
+  const std::string before = Entry(run, "checkpoint-500")->signature;
+  Write(run_ / "checkpoint-500" / "config.json", "{\"a\": 1}");
+  EXPECT_NE(Entry(List(), "checkpoint-500")->signature, before);
+}
+
+TEST_F(RunListingTest, IndexedCheckpointIsCompleteOnlyWithEveryShard) {
+  const std::string index = testing::IndexJson({{"a.weight", "model-00001-of-00002.safetensors"},
+                                                {"b.weight", "model-00002-of-00002.safetensors"}});
+  for (const char* d : {"checkpoint-1", "checkpoint-2"}) {
+    Write(run_ / d / "model.safetensors.index.json", index);
+    Write(run_ / d / "model-00001-of-00002.safetensors", Weights("a"));
+  }
+  Write(run_ / "checkpoint-1" / "model-00002-of-00002.safetensors", Weights("b"));
+  const RunListing run = List();
+  EXPECT_TRUE(Entry(run, "checkpoint-1")->complete);
+  EXPECT_FALSE(Entry(run, "checkpoint-2")->complete);
+  EXPECT_NE(Entry(run, "checkpoint-2")->why_incomplete.find("model-00002-of-00002.safetensors"),
+            std::string::npos);
+  // Only complete entries may be latest, whatever their step.
+  EXPECT_EQ(run.latest, "checkpoint-1");
+  EXPECT_EQ(OpenEntry(run, "checkpoint-1"), (std::vector<std::string>{"a.weight", "b.weight"}));
+}
+
+TEST_F(RunListingTest, TorchTrainingFilesAreARunAndATruncatedOneIsIncomplete) {
+  Python(R"PY(
+import torch
+for step in (10, 20, 30):
+    model = {'fc.weight': torch.full((3, 2), float(step)), 'fc.bias': torch.zeros(3)}
+    torch.save({'epoch': step, 'model_state_dict': model,
+                'optimizer_state_dict': {'state': {0: {'exp_avg': torch.zeros(3, 2)}},
+                                         'param_groups': [{'lr': 0.1, 'params': [0, 1]}]}},
+               'model_%05d.pt' % step)
+data = open('model_00030.pt', 'rb').read()
+open('model_00030.pt', 'wb').write(data[:len(data) // 2])   # killed mid-save
+)PY");
+  EXPECT_TRUE(IsRunAt(run_));
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "model_00010.pt model_00020.pt model_00030.pt");
+  EXPECT_EQ(Entry(run, "model_00010.pt")->kind, RunEntry::Kind::kFile);
+  EXPECT_EQ(Entry(run, "model_00020.pt")->step, 20u);
+  EXPECT_FALSE(Entry(run, "model_00030.pt")->complete);
+  EXPECT_NE(Entry(run, "model_00030.pt")->why_incomplete.find("zip end record"), std::string::npos);
+  EXPECT_EQ(run.latest, "model_00020.pt");
+  EXPECT_EQ(run.best, "");
+  const std::vector<std::string> names = OpenEntry(run, "model_00020.pt");
+  EXPECT_NE(std::find(names.begin(), names.end(), "model_state_dict.fc.weight"), names.end());
+  // One torch file beside its HF Trainer parts is one checkpoint, not a run.
+  fs::remove(run_ / "model_00010.pt");
+  fs::remove(run_ / "model_00030.pt");
+  for (const char* part :
+       {"optimizer.pt", "scheduler.pt", "rng_state_0.pth", "training_args.bin", "scaler.pt"}) {
+    fs::copy_file(run_ / "model_00020.pt", run_ / part);
+  }
+  EXPECT_FALSE(IsRunAt(run_));
+}
+
+TEST_F(RunListingTest, LightningRunHasLastAsLatestAndBestFromModelCheckpoint) {
+  Python(R"PY(
+import torch
+def save(name, epoch, step, best):
+    torch.save({
+        'epoch': epoch, 'global_step': step, 'pytorch-lightning_version': '2.1.0',
+        'state_dict': {'model.encoder.weight': torch.full((2, 2), float(step))},
+        'loops': {'fit_loop': {'epoch_progress': {'current': {'completed': epoch}}}},
+        'callbacks': {
+            "ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min', 'every_n_train_steps': 0,"
+            " 'every_n_epochs': 1, 'train_time_interval': None}": {
+                'monitor': 'val_loss', 'best_model_score': torch.tensor(0.25),
+                'best_model_path': best, 'current_score': torch.tensor(0.5),
+                'dirpath': '/data/lightning_logs/version_0/checkpoints',
+                'best_k_models': {best: torch.tensor(0.25)}, 'kth_best_model_path': best,
+                'last_model_path': '/data/lightning_logs/version_0/checkpoints/last.ckpt'}},
+        'optimizer_states': [{'state': {0: {'step': torch.tensor(float(step)),
+                                            'exp_avg': torch.zeros(2, 2)}},
+                              'param_groups': [{'lr': 0.001, 'params': [0]}]}],
+        'lr_schedulers': [],
+    }, name)
+best = '/data/lightning_logs/version_0/checkpoints/epoch=0-step=100.ckpt'
+save('epoch=0-step=100.ckpt', 0, 100, best)
+save('epoch=1-step=200.ckpt', 1, 200, best)
+save('last.ckpt', 1, 200, best)
+)PY");
+  EXPECT_TRUE(IsRunAt(run_));
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "epoch=0-step=100.ckpt epoch=1-step=200.ckpt last.ckpt");
+  EXPECT_EQ(Entry(run, "epoch=1-step=200.ckpt")->step, 200u);
+  EXPECT_EQ(Entry(run, "last.ckpt")->step, std::nullopt);
+  EXPECT_EQ(run.latest, "last.ckpt");
+  EXPECT_EQ(run.latest_from, "last.ckpt");
+  EXPECT_EQ(run.best, "epoch=0-step=100.ckpt");
+  EXPECT_EQ(run.best_from, "ModelCheckpoint best_model_path");
+  const std::vector<std::string> names = OpenEntry(run, "epoch=0-step=100.ckpt");
+  EXPECT_NE(std::find(names.begin(), names.end(), "state_dict.model.encoder.weight"), names.end());
+}
+
+TEST_F(RunListingTest, PerKeySplitCheckpointIsNotARun) {
+  Python(R"PY(
+import torch
+torch.save({'a': 'a.pt', 'b': 'b.pt'}, 'map.pt')
+torch.save(torch.zeros(2), 'a.pt')
+torch.save(torch.ones(2), 'b.pt')
+)PY");
+  EXPECT_FALSE(IsRunAt(run_));
+  // ... but a run may hold split checkpoints as its entries.
+  fs::create_directories(root_ / "outer");
+  fs::rename(run_, root_ / "outer" / "step_5");
+  run_ = root_ / "outer";
+  EXPECT_TRUE(IsRunAt(run_));
+  EXPECT_EQ(Names(List()), "step_5");
+}
+
+// Copies the bundle `from`/ckpt-3 as `to`/NAME.
+void CopyBundle(const fs::path& from, const fs::path& to, const std::string& name) {
+  for (const auto& f : fs::directory_iterator(from)) {
+    const std::string file = f.path().filename().string();
+    if (file.rfind("ckpt-3.", 0) != 0) continue;
+    fs::copy_file(f.path(), to / (name + file.substr(6)), fs::copy_options::overwrite_existing);
+  }
+}
+
+TEST_F(RunListingTest, TfPrefixesListedInTheStateFileAreARun) {
+  const fs::path written = root_ / "tf";
+  const std::string cmd = "/usr/bin/python3 " CKPTFS_SOURCE_DIR
+                          "/scripts/make_tf_checkpoint.py standard " +
+                          written.string() + " >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  // One prefix: a checkpoint, as today.
+  CopyBundle(written, run_, "ckpt-1");
+  Write(run_ / "checkpoint",
+        "model_checkpoint_path: \"ckpt-1\"\nall_model_checkpoint_paths: \"ckpt-1\"\n");
+  EXPECT_FALSE(IsRunAt(run_));
+  CopyBundle(written, run_, "ckpt-2");
+  CopyBundle(written, run_, "ckpt-3");
+  fs::remove(run_ / "ckpt-3.data-00001-of-00002");  // still being written
+  CopyBundle(written, run_, "ckpt-4");              // not yet named by the state file
+  // TF1 wrote absolute paths; the record names ckpt-2 even though ckpt-3 has a higher step.
+  Write(run_ / "checkpoint",
+        "model_checkpoint_path: \"/old/machine/train/ckpt-2\"\n"
+        "all_model_checkpoint_paths: \"/old/machine/train/ckpt-1\"\n"
+        "all_model_checkpoint_paths: \"ckpt-2\"\n"
+        "all_model_checkpoint_paths: \"ckpt-3\"\n");
+  EXPECT_TRUE(IsRunAt(run_));
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "ckpt-1 ckpt-2 ckpt-3 ckpt-4");
+  EXPECT_EQ(Entry(run, "ckpt-2")->kind, RunEntry::Kind::kTfPrefix);
+  EXPECT_TRUE(Entry(run, "ckpt-1")->complete) << Entry(run, "ckpt-1")->why_incomplete;
+  EXPECT_FALSE(Entry(run, "ckpt-3")->complete);
+  EXPECT_NE(Entry(run, "ckpt-3")->why_incomplete.find("data file 1 of 2"), std::string::npos);
+  EXPECT_FALSE(Entry(run, "ckpt-4")->complete);
+  EXPECT_EQ(run.latest, "ckpt-2");
+  EXPECT_EQ(run.latest_from, "checkpoint file");
+  EXPECT_FALSE(OpenEntry(run, "ckpt-1").empty());
+}
+
+const fs::path kFixtures = fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "tf";
+
+TEST_F(RunListingTest, TfServingVersionDirectoriesAreARun) {
+  const fs::path versions = kFixtures /
+                            "tensorflow-serving/tensorflow_serving/servables/tensorflow/testdata/"
+                            "saved_model_half_plus_two_2_versions";
+  if (!fs::exists(versions)) GTEST_SKIP() << "no " << versions << ": real TF fixtures absent";
+  run_ = versions;
+  EXPECT_TRUE(IsRunAt(run_));
+  EXPECT_FALSE(IsRunAt(run_ / "00000123"));  // its variables/ is part of it
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "00000123 00000124");
+  EXPECT_EQ(Entry(run, "00000124")->step, 124u);
+  EXPECT_EQ(Entry(run, "00000124")->format, "tensorflow");
+  EXPECT_TRUE(Entry(run, "00000124")->complete) << Entry(run, "00000124")->why_incomplete;
+  EXPECT_EQ(run.latest, "00000124");
+  EXPECT_FALSE(OpenEntry(run, "00000124").empty());
+}
+
+TEST_F(RunListingTest, RecordsAndLinksLeavingSourceAreSkippedNeverFollowed) {
+  // Outside SOURCE: a checkpoint that must never be listed or opened.
+  Write(root_ / "secret" / "model.safetensors", Weights("secret"));
+  Write(root_ / "secret.pt", "PK not really");
+  fs::create_directory_symlink(root_ / "secret", run_ / "checkpoint-9000");
+  fs::create_symlink(root_ / "secret.pt", run_ / "model_09000.pt");
+  for (const char* d : {"checkpoint-1", "checkpoint-2"}) {
+    Write(run_ / d / "model.safetensors", Weights(d));
+  }
+  Write(run_ / "bad\nname-3" / "model.safetensors", Weights("x"));
+  // A link inside SOURCE is served like the directory it names.
+  fs::create_directory_symlink("checkpoint-2", run_ / "checkpoint-3");
+  // Records naming paths outside SOURCE.
+  Write(run_ / "trainer_state.json", R"({"best_model_checkpoint": "../../etc"})");
+  Write(run_ / "checkpoint",
+        "model_checkpoint_path: \"../secret\"\n"
+        "all_model_checkpoint_paths: \"/etc/passwd\"\n");
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "checkpoint-1 checkpoint-2 checkpoint-3");
+  const std::string skipped = Skipped(run);
+  EXPECT_NE(skipped.find("checkpoint-9000: symbolic link leads outside"), std::string::npos)
+      << skipped;
+  EXPECT_NE(skipped.find("model_09000.pt: symbolic link leads outside"), std::string::npos)
+      << skipped;
+  EXPECT_NE(skipped.find("bad\\x0aname-3"), std::string::npos) << skipped;
+  EXPECT_NE(skipped.find("best \"../../etc\" is no entry"), std::string::npos) << skipped;
+  EXPECT_NE(skipped.find("latest \"../secret\" is no complete entry"), std::string::npos)
+      << skipped;
+  EXPECT_EQ(run.best, "");
+  EXPECT_EQ(run.latest, "checkpoint-3");
+  EXPECT_EQ(run.latest_from, "highest step");
+  // An entry named by a record by its last component only.
+  Write(run_ / "trainer_state.json", R"({"best_model_checkpoint": "../../checkpoint-1"})");
+  EXPECT_EQ(List().best, "checkpoint-1");
+  // Entries are plain names: EntrySourceDir refuses anything else.
+  auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+  ASSERT_TRUE(dir.ok());
+  RunEntry tricky;
+  tricky.name = "../secret";
+  EXPECT_FALSE(EntrySourceDir(*dir, tricky).ok());
+}
+
+TEST_F(RunListingTest, EntriesNamedLatestAndBestAreEntries) {
+  Write(run_ / "latest" / "model.safetensors", Weights("l"));
+  Write(run_ / "best" / "model.safetensors", Weights("b"));
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "best latest");
+  EXPECT_FALSE(run.latest.empty());  // newest, no step in either name
+  EXPECT_EQ(run.latest_from, "newest");
+}
+
+TEST_F(RunListingTest, TwoHundredEntriesListQuickly) {
+  for (int i = 1; i <= 200; ++i) {
+    const fs::path d = run_ / ("checkpoint-" + std::to_string(i * 100));
+    Write(d / "model.safetensors", Weights("w"));
+    Write(d / "config.json", "{}");
+    Write(d / "trainer_state.json", R"({"best_model_checkpoint": "out/checkpoint-5000"})");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+  ASSERT_TRUE(dir.ok());
+  ASSERT_TRUE(*IsRun(*dir));
+  auto run = ListRun(*dir);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_EQ(run->entries.size(), 200u);
+  EXPECT_EQ(run->latest, "checkpoint-20000");
+  EXPECT_EQ(run->best, "checkpoint-5000");
+  std::cout << "200-entry local run: IsRun + ListRun in " << seconds * 1000 << " ms\n";
+}
+
+TEST(RunStepTest, StepsComeFromTheName) {
+  EXPECT_EQ(StepInName("checkpoint-1500"), 1500u);
+  EXPECT_EQ(StepInName("epoch=3-step=1000.ckpt"), 1000u);
+  EXPECT_EQ(StepInName("global_step1000"), 1000u);
+  EXPECT_EQ(StepInName("ckpt-3"), 3u);
+  EXPECT_EQ(StepInName("model_00010.pt"), 10u);
+  EXPECT_EQ(StepInName("model_00010.pt.zst"), 10u);
+  EXPECT_EQ(StepInName("00000123"), 123u);
+  EXPECT_EQ(StepInName("step_0"), 0u);
+  EXPECT_EQ(StepInName("last.ckpt"), std::nullopt);
+  EXPECT_EQ(StepInName("best"), std::nullopt);
+  EXPECT_EQ(StepInName("ckpt-99999999999999999999999"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace ckptfs
