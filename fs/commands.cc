@@ -20,6 +20,7 @@
 #include "core/crc/zip_crc.h"
 #include "core/format/safetensors.h"
 #include "core/pack/pack.h"
+#include "core/run/run_tree.h"
 #include "core/volume/volume.h"
 #include "fs/preflight.h"
 
@@ -416,6 +417,31 @@ std::string MountSummary(const Volume& volume, const std::string& mountpoint,
   for (const std::string& note : LayoutNotes(volume)) lines.push_back("  note     " + note);
   std::string out;
   // Names in SOURCE may hold control characters: each line stays one line.
+  for (const std::string& line : lines) out += EscapeControlChars(line) + "\n";
+  return out;
+}
+
+std::string RunSummary(const RunTree& run, const std::string& mountpoint, const std::string& log) {
+  const std::vector<std::string> names = run.EntryNames();
+  auto or_none = [](const std::string& name) { return name.empty() ? "none" : name; };
+  std::vector<std::string> lines = {
+      "ckptfs: mounted " + run.path() + " at " + mountpoint + " (read-only, a training run)",
+      "  run      " + std::to_string(names.size()) + " checkpoint(s), latest " +
+          or_none(run.Latest()) + ", best " + or_none(run.Best()),
+  };
+  if (!run.pin().empty()) {
+    lines.push_back("  root     checkpoint " + run.pin() +
+                    (run.pin() == "latest" || run.pin() == "best" ? " (follows the run)" : ""));
+  }
+  lines.push_back("  cache    " + HumanBytes(run.codec().options().cache_bytes) +
+                  " in memory, shared by every checkpoint");
+  lines.push_back("  log      " + log);
+  constexpr size_t kMaxSkipped = 10;
+  const std::vector<std::string> skipped = run.Skipped();
+  for (size_t i = 0; i < skipped.size() && i < kMaxSkipped; ++i) {
+    lines.push_back("  skipped  " + skipped[i]);
+  }
+  std::string out;
   for (const std::string& line : lines) out += EscapeControlChars(line) + "\n";
   return out;
 }

@@ -251,18 +251,19 @@ Result<RunNode> RunTree::Resolve(uint64_t ino, bool open_entry) {
     node.ino = ino;
     node.parent = kRootIno;
     node.short_lived = node.short_children = true;
-    std::lock_guard<std::mutex> lock(mu_);
     if (ino == kRootIno) return RootNode();
+    if ((ino == kMetaDirIno || ino == kStatsIno) && options_.pin.empty()) {
+      node.kind = ino == kMetaDirIno ? RunNode::Kind::kDirectory : RunNode::Kind::kFile;
+      node.parent = ino == kMetaDirIno ? kRootIno : kMetaDirIno;
+      if (ino == kStatsIno) node.text = StatsJson();
+      return node;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
     const std::string& target = ino == kLatestIno ? latest_ : best_;
     if ((ino == kLatestIno || ino == kBestIno) && !target.empty() && options_.pin.empty()) {
       node.kind = RunNode::Kind::kSymlink;
       node.text = target;
       return node;
-    }
-    if ((ino == kMetaDirIno || ino == kStatsIno) && options_.pin.empty()) {
-      node.kind = ino == kMetaDirIno ? RunNode::Kind::kDirectory : RunNode::Kind::kFile;
-      node.parent = ino == kMetaDirIno ? kRootIno : kMetaDirIno;
-      return node;  // stats.json's bytes are made at open (StatsJson)
     }
     return Status::NotFound("inode " + std::to_string(ino) + ": gone");
   }
@@ -395,6 +396,11 @@ std::vector<std::string> RunTree::EntryNames() const {
 std::string RunTree::Latest() const {
   std::lock_guard<std::mutex> lock(mu_);
   return latest_;
+}
+
+std::vector<std::string> RunTree::Skipped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return skipped_;
 }
 
 std::string RunTree::Best() const {

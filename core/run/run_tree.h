@@ -63,8 +63,12 @@ struct RunSource {
   std::string watch_dir;  // a local SOURCE directory to watch with inotify; "" for remote
 };
 
-// The RunSource of run `dir` (OpenSourceDir). `local_dir` is SOURCE's path when local.
-RunSource RunSourceOf(SourceDir dir, std::string local_dir);
+// The RunSource of run SOURCE `source`, whose listing `first` (OpenSourceDir) is the
+// first one used; later listings open SOURCE again. `watch_dir`: SOURCE's absolute path
+// when it is a local directory, else "".
+RunSource RunSourceOf(SourceDir first, const std::string& source,
+                      std::shared_ptr<CodecContext> codec, const RemoteOptions& remote,
+                      std::string watch_dir);
 
 struct RunTreeOptions {
   std::string pin;  // "": the whole run; "latest", "best" or an entry name
@@ -139,6 +143,9 @@ class RunTree {
   std::vector<std::string> EntryNames() const;
   std::string Latest() const;
   std::string Best() const;
+  const std::string& pin() const { return options_.pin; }
+  // What the last listing left out, one line each.
+  std::vector<std::string> Skipped() const;
   // Volumes open now.
   size_t OpenVolumes() const;
   // The root's .ckptfs/stats.json.
