@@ -141,11 +141,23 @@ std::vector<std::string> RunTree::Apply(const RunListing& listing, bool initial)
     for (const auto& [name, id] : next) {
       if (!shown_.count(name)) changed.push_back(name);
     }
-    // `latest` and `best` name shown entries only; one not shown yet keeps the old name.
+    // `latest` and `best` name shown entries only. While the listing's latest is not shown
+    // yet (not stable), the old one stays if still shown, else the shown entry with the
+    // highest step (else the last shown): never a dangling link while training deletes.
     auto pick = [&next](const std::string& wanted, const std::string& old) {
       return next.count(wanted) ? wanted : next.count(old) ? old : std::string();
     };
     std::string latest = pick(listing.latest, latest_);
+    if (latest.empty() && !listing.latest.empty() && !order.empty()) {
+      latest = order.back();
+      std::optional<uint64_t> top;
+      for (const RunEntry& e : listing.entries) {
+        if (next.count(e.name) && e.step && (!top || *e.step >= *top)) {
+          top = e.step;
+          latest = e.name;
+        }
+      }
+    }
     std::string best = pick(listing.best, best_);
     if (latest != latest_) changed.push_back("latest");
     if (best != best_) changed.push_back("best");
