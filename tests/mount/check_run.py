@@ -13,6 +13,10 @@
   check_run.py pin SRC MNT            MNT is `--checkpoint latest` of SRC: a new save moves
                                       the root for new opens; a file open before keeps its
                                       checkpoint's bytes
+  check_run.py idle MNT               MNT is an HF run mounted with --idle-close 1: an
+                                      unused checkpoint is closed (stats.json), an open
+                                      file keeps its checkpoint open, and one reopened
+                                      shows the same inodes and bytes
 Every wait is bounded; the last line says what was checked.
 """
 import errno
@@ -249,12 +253,40 @@ def check_pin(src, mnt):
           "before kept step %d" % (nxt, took, before))
 
 
+def open_count(mnt):
+    return json.load(open(os.path.join(mnt, ".ckptfs", "stats.json")))["checkpoints_open"]
+
+
+def check_idle(mnt):
+    path = os.path.join(mnt, "checkpoint-100", "model.safetensors")
+    held_path = os.path.join(mnt, "checkpoint-200", "model.safetensors")
+    data = open(path, "rb").read()
+    inode = os.stat(path).st_ino
+    held = open(held_path, "rb")
+    if open_count(mnt) != 2:
+        fail("%d checkpoints open after reading two" % open_count(mnt))
+    took = wait_for(lambda: open_count(mnt) == 1, "the unused checkpoint closed")
+    time.sleep(2.5)  # several idle periods: the open file's checkpoint must stay open
+    if open_count(mnt) != 1:
+        fail("the checkpoint of an open file was closed")
+    if single_value(held.read(), held_path) != 200:
+        fail("the open file's bytes changed")
+    held.close()
+    again = open(path, "rb").read()
+    if os.stat(path).st_ino != inode or again != data:
+        fail("the reopened checkpoint shows other inodes or bytes")
+    print("idle close: an unused checkpoint closed %.1f s after its last use, one with an "
+          "open file stayed open, reopened with the same inode and bytes" % took)
+
+
 def main():
     kind = sys.argv[1]
     if kind == "hf":
         check_hf(sys.argv[2])
     elif kind == "live":
         check_live(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    elif kind == "idle":
+        check_idle(sys.argv[2])
     elif kind == "pin":
         check_pin(sys.argv[2], sys.argv[3])
     else:

@@ -66,6 +66,12 @@ TEST_F(RunMountTest, ErrorFileIsOneLineAndTheRestOfTheRunServes) {
   EXPECT_EQ(good.exit_code, 0) << good.Describe();
 }
 
+TEST_F(RunMountTest, UnusedCheckpointsCloseAndReopenWithTheSameInodes) {
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"hf", run_, "3"}));
+  ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_, nullptr, {"--idle-close", "1"}));
+  RunCheck("check_run.py", {"idle", mountpoint_});
+}
+
 TEST_F(RunMountTest, TrainingLoopSavingAndDeletingWhileReadersRead) {
   ASSERT_NO_FATAL_FAILURE(SaveTorch(2));
   ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_));
