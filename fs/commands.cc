@@ -69,16 +69,6 @@ double Ratio(const StoredFile& f) {
   return stored ? static_cast<double>(f.source->Size()) / static_cast<double>(stored) : 1.0;
 }
 
-std::string HumanBytes(uint64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u ? "%.1f %s" : "%.0f %s", v, units[u]);
-  return buf;
-}
-
 // "1234567" -> "1,234,567": parameter counts are read digit group by digit group.
 std::string Grouped(uint64_t n) {
   std::string digits = std::to_string(n), out;
@@ -421,6 +411,16 @@ std::string MountSummary(const Volume& volume, const std::string& mountpoint,
   return out;
 }
 
+std::string HumanBytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
 std::string RunSummary(const RunTree& run, const std::string& mountpoint, const std::string& log) {
   const std::vector<std::string> names = run.EntryNames();
   auto or_none = [](const std::string& name) { return name.empty() ? "none" : name; };
@@ -457,6 +457,7 @@ int ExitCodeForOpenFailure(const Status& status) {
 
 int RunInspect(const std::string& source, bool json, const CodecOptions& codec,
                const RemoteOptions& remote) {
+  if (std::optional<int> run_rc = InspectIfRun(source, json, codec, remote)) return *run_rc;
   int rc = 0;
   auto volume = OpenOrReport(source, codec, remote, &rc);
   if (!volume.ok()) return rc;

@@ -1,10 +1,13 @@
 #include "core/source/remote_dir.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/cache/disk_cache.h"
@@ -39,6 +42,42 @@ struct Found {
   std::map<std::string, std::unique_ptr<ByteSource>> open;
   std::set<std::string> missing;
 };
+
+constexpr uint64_t kMaxAutoindexBytes = 16ull << 20;
+
+// "Mon, 23 Nov 2026 19:00:00 GMT" (nginx's autoindex mtime, RFC 1123); 0 if not that.
+int64_t ParseHttpDate(const std::string& text) {
+  struct tm tm = {};
+  const char* end = ::strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (end == nullptr || *end != '\0') return 0;
+  return static_cast<int64_t>(::timegm(&tm));
+}
+
+// The autoindex listing of directory URL `base`, or nullopt when the server gives none
+// (403/404 for a directory, an HTML index, anything else).
+Result<std::optional<HttpListing>> FetchAutoindex(const std::string& base,
+                                                  const HttpOptions& http) {
+  auto response = HttpGet(base, RedactedUrl(base), http, kMaxAutoindexBytes);
+  if (!response.ok()) {
+    // Too big or unreachable: an unreachable server fails the probes just after.
+    if (response.status().code() == Status::Code::kIoError) return std::optional<HttpListing>();
+    return response.status();
+  }
+  if (response->status != 200) return std::optional<HttpListing>();
+  return ParseAutoindexJson(response->body);
+}
+
+// Fills `dir` from `listing`.
+void ApplyListing(SourceDir& dir, HttpListing listing) {
+  dir.files = std::move(listing.files);
+  dir.dirs = std::move(listing.dirs);
+  auto info = std::make_shared<const std::map<std::string, ListedInfo>>(std::move(listing.info));
+  dir.info = [info](const std::string& name) -> Result<ListedInfo> {
+    auto it = info->find(name);
+    if (it == info->end()) return Status::NotFound(name + ": not in the listing");
+    return it->second;
+  };
+}
 
 // The SourceDir of the HTTP directory `base` (ending in '/'). `url_of` maps a name to the
 // URL asked for: one segment under `base`, except the file a URL named as written.
@@ -83,7 +122,10 @@ SourceDir HttpDirAt(std::string base, std::string named_file, std::string named_
                   &codec](const std::string& name) -> Result<SourceDir> {
     CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
     const std::string child = base + EncodeUrlSegment(name) + "/";
-    return HttpDirAt(child, "", "", RedactedUrl(child), http, codec);
+    SourceDir sub = HttpDirAt(child, "", "", RedactedUrl(child), http, codec);
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<HttpListing> listing, FetchAutoindex(child, http));
+    if (listing) ApplyListing(sub, std::move(*listing));
+    return sub;
   };
   return dir;
 }
@@ -118,12 +160,22 @@ Result<SourceDir> S3Listed(std::shared_ptr<const S3Target> target, const S3Url& 
   dir.path = where.ToString();
   dir.remote = true;
   auto listed = std::make_shared<std::map<std::string, S3Object>>();
-  CKPTFS_ASSIGN_OR_RETURN(std::vector<S3Object> objects, ListS3(*target, where));
+  std::vector<std::string> prefixes;
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<S3Object> objects, ListS3(*target, where, &prefixes));
   for (auto& [name, object] : S3CheckpointFiles(where.key, std::move(objects))) {
     dir.files.push_back(name);
     listed->emplace(name, std::move(object));
   }
-  if (dir.files.empty()) return Status::NotFound(dir.path + ": no objects under this prefix");
+  dir.dirs = S3SubdirectoryNames(where.key, prefixes);
+  if (dir.files.empty() && dir.dirs.empty()) {
+    return Status::NotFound(dir.path + ": no objects under this prefix");
+  }
+  // Sizes, times and ETags as listed; a subdirectory has none of its own.
+  dir.info = [listed](const std::string& name) -> Result<ListedInfo> {
+    auto it = listed->find(name);
+    if (it == listed->end()) return ListedInfo{};
+    return ListedInfo{it->second.size, timespec{it->second.last_modified, 0}, it->second.etag};
+  };
   dir.open = [target, listed, shown = dir.path,
               &codec](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     auto it = listed->find(name);
@@ -188,6 +240,40 @@ Result<SourceDir> S3Named(std::shared_ptr<const S3Target> target, const S3Url& w
 
 }  // namespace
 
+std::optional<HttpListing> ParseAutoindexJson(std::string_view body) {
+  const nlohmann::json items = nlohmann::json::parse(body, nullptr, false);
+  if (!items.is_array()) return std::nullopt;
+  HttpListing listing;
+  for (const nlohmann::json& item : items) {
+    if (!item.is_object()) return std::nullopt;
+    auto name = item.find("name");
+    auto type = item.find("type");
+    if (name == item.end() || !name->is_string() || type == item.end() || !type->is_string()) {
+      return std::nullopt;
+    }
+    const std::string n = name->get<std::string>();
+    if (n.size() > 255 || !UrlNameProblem(n).empty()) continue;
+    ListedInfo info;
+    if (auto size = item.find("size"); size != item.end() && size->is_number_unsigned()) {
+      info.size = size->get<uint64_t>();
+    }
+    if (auto mtime = item.find("mtime"); mtime != item.end() && mtime->is_string()) {
+      info.mtime.tv_sec = ParseHttpDate(mtime->get<std::string>());
+    }
+    if (*type == "directory") {
+      listing.dirs.push_back(n);
+    } else if (*type == "file") {
+      listing.files.push_back(n);
+    } else {
+      continue;
+    }
+    listing.info.emplace(n, info);
+  }
+  std::sort(listing.files.begin(), listing.files.end());
+  std::sort(listing.dirs.begin(), listing.dirs.end());
+  return listing;
+}
+
 bool IsUrl(std::string_view path) {
   return path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0 || IsS3Url(path);
 }
@@ -222,6 +308,13 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, Co
   const std::string named = slash + 1 < url.size() ? url.substr(slash + 1) : std::string();
   SourceDir dir = HttpDirAt(base, named, url, RedactedUrl(url), http, codec);
   dir.named = named;
+  if (named.empty()) {
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<HttpListing> listing, FetchAutoindex(base, http));
+    if (listing) {
+      ApplyListing(dir, std::move(*listing));
+      return dir;
+    }
+  }
   const std::vector<std::string> one = {named};
   for (const std::string& name : named.empty() ? probe_names : one) {
     CKPTFS_ASSIGN_OR_RETURN(bool there, dir.probe(name));

@@ -4,6 +4,8 @@
 // one deadline (HttpOptions::timeout), header reads of the formats included.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,15 +18,29 @@
 
 namespace ckptfs {
 
+// A directory listing a web server gives, nginx's `autoindex on; autoindex_format json;`:
+//   [{"name":"checkpoint-500","type":"directory","mtime":"Mon, 23 Nov 2026 19:00:00 GMT"},
+//    {"name":"model.safetensors","type":"file","mtime":"...","size":123}]
+// Names that are not plain (UrlNameProblem) or longer than 255 bytes are left out; other
+// types (links nginx did not resolve) too. nullopt unless the body is such a JSON array.
+struct HttpListing {
+  std::vector<std::string> files, dirs;  // sorted
+  std::map<std::string, ListedInfo> info;
+};
+std::optional<HttpListing> ParseAutoindexJson(std::string_view body);
+
 // An http(s):// or s3:// SOURCE.
 bool IsUrl(std::string_view path);
 
 // Opens the disk cache every remote source of this mount shares (--cache-dir), once.
 Status OpenDiskCache(const RemoteOptions& remote, CodecContext& codec);
 
-// A directory URL (ending in '/') or one file's URL. A server cannot list a directory, so
-// each of `probe_names` (the format table's, see core/checkpoint/formats.h) is asked for
-// once; those it has become `files`, a 404 only means the file is not there. Any other
+// A directory URL (ending in '/') or one file's URL. A directory URL is first asked for
+// itself: a JSON autoindex listing (ParseAutoindexJson) gives `files`, `dirs` and their
+// sizes and times, and subdirectories opened from it are listed the same way. A server
+// that does not list: each of `probe_names` (the format table's, see
+// core/checkpoint/formats.h) is asked for once; those it has become `files`, a 404 only
+// means the file is not there, and there are no `dirs`. Any other
 // name is asked for when Has or open wants it. For a file's URL, `named` is that name and
 // `files` holds it if the server has it (a TF prefix is no file). Objects found while
 // discovering stay open for `open`, so each is asked for once. Names that a server would

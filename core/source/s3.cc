@@ -507,6 +507,14 @@ Result<S3ListPage> ParseListObjectsV2(std::string_view xml, const std::string& s
     }
     page.objects.push_back(std::move(object));
   }
+  for (const tinyxml2::XMLElement* c = root->FirstChildElement("CommonPrefixes"); c != nullptr;
+       c = c->NextSiblingElement("CommonPrefixes")) {
+    const tinyxml2::XMLElement* prefix = OnlyChild(c, "Prefix", &duplicate);
+    if (prefix == nullptr || duplicate || !TextOf(prefix, &text) || text.empty()) {
+      return Status::Corruption(bad + "CommonPrefixes without one Prefix");
+    }
+    page.prefixes.push_back(text);
+  }
   return page;
 }
 
@@ -527,7 +535,8 @@ std::string S3ErrorCode(std::string_view xml) {
   return text;
 }
 
-Result<std::vector<S3Object>> ListS3(const S3Target& target, const S3Url& url) {
+Result<std::vector<S3Object>> ListS3(const S3Target& target, const S3Url& url,
+                                     std::vector<std::string>* prefixes) {
   const std::string shown = url.ToString();
   std::vector<S3Object> objects;
   std::string token;
@@ -541,6 +550,13 @@ Result<std::vector<S3Object>> ListS3(const S3Target& target, const S3Url& url) {
                                  " objects under the prefix");
     }
     std::move(page.objects.begin(), page.objects.end(), std::back_inserter(objects));
+    if (prefixes) {
+      if (prefixes->size() + page.prefixes.size() > kMaxListedObjects) {
+        return Status::Unsupported(shown + ": more than " + std::to_string(kMaxListedObjects) +
+                                   " subdirectories under the prefix");
+      }
+      std::move(page.prefixes.begin(), page.prefixes.end(), std::back_inserter(*prefixes));
+    }
     if (!page.truncated) return objects;
     // A server that hands back the token it was given would page forever.
     if (page.next_token == token) {
@@ -570,6 +586,20 @@ std::vector<std::pair<std::string, S3Object>> S3CheckpointFiles(const std::strin
                           [](const auto& a, const auto& b) { return a.first == b.first; }),
               files.end());
   return files;
+}
+
+std::vector<std::string> S3SubdirectoryNames(const std::string& prefix,
+                                             const std::vector<std::string>& prefixes) {
+  std::vector<std::string> names;
+  for (const std::string& p : prefixes) {
+    if (!StartsWith(p, prefix) || !EndsWith(p, "/")) continue;
+    std::string name = p.substr(prefix.size(), p.size() - prefix.size() - 1);
+    if (name.size() > kMaxNameBytes || !UrlNameProblem(name).empty()) continue;
+    names.push_back(std::move(name));
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
 }
 
 }  // namespace ckptfs

@@ -93,6 +93,8 @@ struct S3Object {
 
 struct S3ListPage {
   std::vector<S3Object> objects;
+  std::vector<std::string> prefixes;  // CommonPrefixes (delimiter '/'): "prefix/sub/"
+
   bool truncated = false;
   std::string next_token;  // set when truncated
 };
@@ -106,10 +108,17 @@ Result<S3ListPage> ParseListObjectsV2(std::string_view xml, const std::string& s
 // The Code of an S3 error document ("NoSuchBucket"), or empty.
 std::string S3ErrorCode(std::string_view xml);
 
-// Every object directly under `url`'s prefix, across all pages. NotFound for a missing
-// bucket, IoError (EACCES) "access denied" for a 403, IoError when the endpoint cannot be
-// reached; each one line naming the s3:// URL.
-Result<std::vector<S3Object>> ListS3(const S3Target& target, const S3Url& url);
+// Every object directly under `url`'s prefix, across all pages, and (into `prefixes` when
+// given) its CommonPrefixes. NotFound for a missing bucket, IoError (EACCES) "access
+// denied" for a 403, IoError when the endpoint cannot be reached; each one line naming the
+// s3:// URL.
+Result<std::vector<S3Object>> ListS3(const S3Target& target, const S3Url& url,
+                                     std::vector<std::string>* prefixes = nullptr);
+
+// The subdirectory names of `prefix` among CommonPrefixes `prefixes` ("prefix/sub/" ->
+// "sub"), kept under the same rule as S3CheckpointFiles' names. Sorted, each once.
+std::vector<std::string> S3SubdirectoryNames(const std::string& prefix,
+                                             const std::vector<std::string>& prefixes);
 
 // The objects of `objects` that are files of the directory `prefix`: name = key after
 // the prefix, kept only if at most 255 bytes and a plain name even once percent-decoded

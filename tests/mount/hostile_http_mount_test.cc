@@ -109,9 +109,11 @@ TEST_F(HostileHttpTest, IndexNamesDecodingOutOfTheDirectoryAreRefused) {
         RunProcess({kCkptfs, "mount", "--timeout", "2", Url("ckpt/"), mountpoint}, seconds(30));
     ExpectRefusal(r, {hostile});
     EXPECT_FALSE(IsMounted(mountpoint));
+    // The directory itself is asked for its listing (a JSON autoindex, if any).
     for (const std::string& line : Requests()) {
-      EXPECT_NE(line.find("\"resolved\": \"/ckpt/"), std::string::npos)
-          << "a request outside the checkpoint directory: " << line;
+      const bool inside = line.find("\"resolved\": \"/ckpt/") != std::string::npos ||
+                          line.find("\"resolved\": \"/ckpt\"") != std::string::npos;
+      EXPECT_TRUE(inside) << "a request outside the checkpoint directory: " << line;
     }
   }
 }

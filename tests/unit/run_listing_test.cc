@@ -13,6 +13,8 @@
 #include <iostream>
 
 #include "core/checkpoint/formats.h"
+#include "core/source/remote_dir.h"
+#include "core/source/s3.h"
 #include "test_util.h"
 
 namespace ckptfs {
@@ -423,6 +425,46 @@ TEST(RunStepTest, StepsComeFromTheName) {
   EXPECT_EQ(StepInName("last.ckpt"), std::nullopt);
   EXPECT_EQ(StepInName("best"), std::nullopt);
   EXPECT_EQ(StepInName("ckpt-99999999999999999999999"), std::nullopt);
+}
+
+// Remote listings of subdirectories: S3 CommonPrefixes, nginx's JSON autoindex.
+TEST(RemoteListingTest, S3CommonPrefixesAreSubdirectories) {
+  auto page = ParseListObjectsV2(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult>"
+      "<IsTruncated>false</IsTruncated>"
+      "<Contents><Key>run/trainer_state.json</Key><Size>10</Size></Contents>"
+      "<CommonPrefixes><Prefix>run/checkpoint-500/</Prefix></CommonPrefixes>"
+      "<CommonPrefixes><Prefix>run/..%2F/</Prefix></CommonPrefixes>"
+      "<CommonPrefixes><Prefix>run/checkpoint-1000/</Prefix></CommonPrefixes>"
+      "</ListBucketResult>",
+      "s3://b/run/");
+  ASSERT_TRUE(page.ok()) << page.status().message();
+  EXPECT_EQ(page->objects.size(), 1u);
+  EXPECT_EQ(S3SubdirectoryNames("run/", page->prefixes),
+            (std::vector<std::string>{"checkpoint-1000", "checkpoint-500"}));
+  EXPECT_FALSE(ParseListObjectsV2("<ListBucketResult><IsTruncated>false</IsTruncated>"
+                                  "<CommonPrefixes></CommonPrefixes></ListBucketResult>",
+                                  "s3://b/run/")
+                   .ok());
+}
+
+TEST(RemoteListingTest, AutoindexJsonGivesFilesDirsSizesAndTimes) {
+  auto listing = ParseAutoindexJson(R"([
+    {"name":"checkpoint-500", "type":"directory", "mtime":"Mon, 23 Nov 2026 19:00:00 GMT"},
+    {"name":"model_00010.pt", "type":"file", "mtime":"Thu, 01 Jan 1970 00:00:10 GMT", "size":123},
+    {"name":"..", "type":"directory"},
+    {"name":"a\nb", "type":"file", "size":1},
+    {"name":"sock", "type":"other"}
+  ])");
+  ASSERT_TRUE(listing.has_value());
+  EXPECT_EQ(listing->dirs, std::vector<std::string>{"checkpoint-500"});
+  EXPECT_EQ(listing->files, std::vector<std::string>{"model_00010.pt"});
+  EXPECT_EQ(listing->info["model_00010.pt"].size, 123u);
+  EXPECT_EQ(listing->info["model_00010.pt"].mtime.tv_sec, 10);
+  EXPECT_EQ(listing->info["checkpoint-500"].mtime.tv_sec, 1795460400);
+  EXPECT_FALSE(ParseAutoindexJson("<html>Index of /</html>").has_value());
+  EXPECT_FALSE(ParseAutoindexJson(R"({"name":"x"})").has_value());
+  EXPECT_FALSE(ParseAutoindexJson(R"([{"name":1,"type":"file"}])").has_value());
 }
 
 }  // namespace

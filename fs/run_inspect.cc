@@ -1,0 +1,147 @@
+// `ckptfs inspect RUN`: a training run's entries (core/run/run_listing.h), one line each,
+// with latest and best and the records that chose them. Reads listings and framework
+// records only, never a checkpoint's headers.
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "core/run/run_listing.h"
+#include "fs/commands.h"
+
+namespace ckptfs {
+namespace {
+
+// IsRun's rule (core/run/run_listing.h) in one line.
+constexpr char kRunRule[] =
+    "a directory with checkpoint subdirectories, several torch files that are each a "
+    "checkpoint, or a TF `checkpoint` file listing several prefixes is a run";
+
+// What made `run` a run, for the header line.
+std::string RuleOf(const RunListing& run) {
+  size_t dirs = 0, files = 0, prefixes = 0;
+  for (const RunEntry& e : run.entries) {
+    dirs += e.kind == RunEntry::Kind::kDirectory;
+    files += e.kind == RunEntry::Kind::kFile;
+    prefixes += e.kind == RunEntry::Kind::kTfPrefix;
+  }
+  std::string parts;
+  auto add = [&](size_t n, const char* what) {
+    if (n) parts += (parts.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+  };
+  add(dirs, "checkpoint subdirectories");
+  add(files, "torch files that are each a checkpoint");
+  add(prefixes, "TF prefixes of a `checkpoint` file");
+  return parts;
+}
+
+const char* KindName(RunEntry::Kind kind) {
+  switch (kind) {
+    case RunEntry::Kind::kDirectory:
+      return "directory";
+    case RunEntry::Kind::kFile:
+      return "file";
+    case RunEntry::Kind::kTfPrefix:
+      return "tf_prefix";
+  }
+  return "";
+}
+
+std::string TimeText(const timespec& t) {
+  if (t.tv_sec == 0) return "-";
+  struct tm tm;
+  const time_t sec = t.tv_sec;
+  gmtime_r(&sec, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string StateText(const RunEntry& e) {
+  if (!e.complete) return "incomplete: " + e.why_incomplete;
+  if (!e.problem.empty()) return "complete, invalid: " + e.problem;
+  return "complete";
+}
+
+nlohmann::json RunJson(const std::string& source, const RunListing& run) {
+  using nlohmann::json;
+  json entries = json::array();
+  for (const RunEntry& e : run.entries) {
+    entries.push_back({{"name", e.name},
+                       {"kind", KindName(e.kind)},
+                       {"step", e.step ? json(*e.step) : json(nullptr)},
+                       {"format", e.format},
+                       {"bytes", e.bytes},
+                       {"mtime", e.mtime.tv_sec},
+                       {"complete", e.complete},
+                       {"why_incomplete", e.why_incomplete},
+                       {"problem", e.problem}});
+  }
+  auto named = [](const std::string& name) { return name.empty() ? json(nullptr) : json(name); };
+  return {{"source", source},
+          {"run", true},
+          {"rule", RuleOf(run)},
+          {"latest", named(run.latest)},
+          {"latest_from", named(run.latest_from)},
+          {"best", named(run.best)},
+          {"best_from", named(run.best_from)},
+          {"entries", entries},
+          {"skipped", run.skipped}};
+}
+
+void PrintRun(const std::string& source, const RunListing& run) {
+  std::printf("source   %s\n", EscapeControlChars(source).c_str());
+  std::printf("run: %zu checkpoints (rule: %s; here %s)\n", run.entries.size(), kRunRule,
+              RuleOf(run).c_str());
+  auto pointer = [](const char* what, const std::string& name, const std::string& from) {
+    if (name.empty()) {
+      std::printf("%-8s (none)\n", what);
+    } else {
+      std::printf("%-8s -> %s (by %s)\n", what, EscapeControlChars(name).c_str(), from.c_str());
+    }
+  };
+  pointer("latest", run.latest, run.latest_from);
+  pointer("best", run.best, run.best_from);
+  size_t width = 4;
+  for (const RunEntry& e : run.entries) width = std::max(width, e.name.size());
+  std::printf("\n%-*s  %10s  %-11s  %10s  %-20s  %s\n", static_cast<int>(width), "NAME", "STEP",
+              "FORMAT", "SIZE", "TIME", "STATE");
+  for (const RunEntry& e : run.entries) {
+    std::printf("%-*s  %10s  %-11s  %10s  %-20s  %s\n", static_cast<int>(width),
+                EscapeControlChars(e.name).c_str(), e.step ? std::to_string(*e.step).c_str() : "-",
+                e.format.empty() ? "-" : e.format.c_str(), HumanBytes(e.bytes).c_str(),
+                TimeText(e.mtime).c_str(), EscapeControlChars(StateText(e)).c_str());
+  }
+  for (const std::string& line : run.skipped) {
+    std::printf("skipped  %s\n", EscapeControlChars(line).c_str());
+  }
+}
+
+}  // namespace
+
+std::optional<int> InspectIfRun(const std::string& source, bool json, const CodecOptions& codec,
+                                const RemoteOptions& remote) {
+  CodecContext context(codec);
+  auto dir = OpenSourceDir(source, context, remote);
+  // Not openable here: the checkpoint path reports the refusal.
+  if (!dir.ok()) return std::nullopt;
+  auto is_run = IsRun(*dir);
+  if (!is_run.ok() || !*is_run) return std::nullopt;
+  auto run = ListRun(*dir);
+  if (!run.ok()) {
+    PrintRefusal(run.status());
+    return ExitCodeForOpenFailure(run.status());
+  }
+  if (json) {
+    std::puts(RunJson(dir->path, *run)
+                  .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                  .c_str());
+  } else {
+    PrintRun(dir->path, *run);
+  }
+  return 0;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,107 @@
+// `ckptfs inspect RUN` with the real binary over a training run written by torch.save:
+// locally, over HTTP from nginx with a JSON autoindex (and without one: not a run), and
+// over S3 from s3rver (CommonPrefixes of a delimiter=/ listing). Each run has three
+// HF Trainer-shaped checkpoint directories; trainer_state.json names the best.
+
+#include "remote_harness.h"
+
+namespace ckptfs::mount_test {
+namespace {
+
+// No FUSE needed: inspect only reads. Servers start in the tests that use them.
+class RunInspectTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    scratch_ = std::make_unique<TempDir>();
+    run_ = scratch_->MakeDir("www/run");
+    const ProcessResult r = RunProcess({kPython, "-c", R"PY(
+import json, os, sys, torch
+os.chdir(sys.argv[1])
+for step in (100, 200, 300):
+    d = 'checkpoint-%d' % step
+    os.makedirs(d)
+    torch.save({'fc.weight': torch.full((4, 4), float(step))}, d + '/pytorch_model.bin')
+    torch.save({'state': {}, 'param_groups': []}, d + '/optimizer.pt')
+    json.dump({'global_step': step, 'best_model_checkpoint': 'out/checkpoint-200'},
+              open(d + '/trainer_state.json', 'w'))
+os.makedirs('runs')
+open('runs/events.out.tfevents.1', 'w').write('tensorboard')
+)PY",
+                                        run_},
+                                       seconds(60));
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  }
+
+  // Checks the text of `inspect SOURCE` for the run written in SetUp.
+  static void ExpectRunListed(const std::vector<std::string>& argv) {
+    const ProcessResult r = RunProcess(argv, seconds(60));
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    std::cout << r.out;
+    EXPECT_NE(r.out.find("run: 3 checkpoints (rule: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("latest   -> checkpoint-300 (by highest step)"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("best     -> checkpoint-200 (by trainer_state.json)"), std::string::npos)
+        << r.out;
+    for (const char* name : {"checkpoint-100", "checkpoint-200", "checkpoint-300"}) {
+      const size_t line = r.out.find("\n" + std::string(name) + " ");
+      ASSERT_NE(line, std::string::npos) << name << " not listed:\n" << r.out;
+      const std::string text = r.out.substr(line + 1, r.out.find('\n', line + 1) - line - 1);
+      EXPECT_NE(text.find("torch"), std::string::npos) << text;
+      EXPECT_NE(text.find("complete"), std::string::npos) << text;
+    }
+  }
+
+  std::unique_ptr<TempDir> scratch_;
+  std::string run_;
+};
+
+TEST_F(RunInspectTest, LocalRunTextAndJson) {
+  ExpectRunListed({kCkptfs, "inspect", run_});
+  const ProcessResult r = RunProcess({kCkptfs, "inspect", "--json", run_}, seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const ProcessResult check = RunProcess(
+      {kPython, "-c",
+       "import json, sys; j = json.loads(sys.argv[1]);"
+       "assert j['run'] and j['latest'] == 'checkpoint-300' and j['best'] == 'checkpoint-200', j;"
+       "assert [e['name'] for e in j['entries']] == "
+       "['checkpoint-100', 'checkpoint-200', 'checkpoint-300'], j;"
+       "assert all(e['complete'] and e['step'] and e['bytes'] > 0 for e in j['entries']), j;"
+       "assert any('runs/' in s for s in j['skipped']), j",
+       r.out},
+      seconds(30));
+  EXPECT_EQ(check.exit_code, 0) << check.Describe();
+  // One of its checkpoints is inspected as a checkpoint, as before.
+  const ProcessResult one = RunProcess({kCkptfs, "inspect", run_ + "/checkpoint-100"}, seconds(60));
+  EXPECT_EQ(one.exit_code, 0) << one.Describe();
+  EXPECT_NE(one.out.find("fc.weight"), std::string::npos) << one.out;
+}
+
+TEST_F(RunInspectTest, HttpRunFromNginxJsonAutoindex) {
+  const std::string unavailable = NginxServer::UnavailableReason();
+  if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+  NginxServer server(scratch_->Path("www"), scratch_->Path("nginx"));
+  ASSERT_EQ(server.Start(), "");
+  // Without a listing a server cannot show a run's directories: not a run, said so.
+  const ProcessResult plain = RunProcess({kCkptfs, "inspect", server.Url("run/")}, seconds(60));
+  EXPECT_EQ(plain.exit_code, 2) << plain.Describe();
+  EXPECT_NE(plain.err.find("no checkpoint found"), std::string::npos) << plain.Describe();
+  ASSERT_EQ(server.Reload("location / { autoindex on; autoindex_format json; }"), "");
+  ExpectRunListed({kCkptfs, "inspect", server.Url("run/")});
+}
+
+TEST_F(RunInspectTest, S3RunFromCommonPrefixes) {
+  const std::string unavailable = S3Server::UnavailableReason();
+  if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+  ScopedEnv env;
+  S3Server server(scratch_->Path("s3"));
+  server.SetClientEnv(env);
+  ASSERT_EQ(server.Start(), "");
+  for (const char* name : {"checkpoint-100", "checkpoint-200", "checkpoint-300", "runs"}) {
+    ASSERT_EQ(server.Upload(run_ + "/" + name, std::string("run/") + name + "/"), "");
+  }
+  ExpectRunListed(
+      Concat({kCkptfs, "inspect"}, Concat(server.ClientOptions(), {S3Server::Url("run/")})));
+}
+
+}  // namespace
+}  // namespace ckptfs::mount_test
