@@ -178,21 +178,30 @@ struct RunArgs {
   }
 };
 
-// SOURCE as a run, when it is a local directory that IsRun (run_listing.h); null to mount
-// it as one checkpoint. HTTP and S3 SOURCEs mount as checkpoints.
-ckptfs::Result<std::unique_ptr<ckptfs::RunTree>> OpenRun(const std::string& path,
-                                                         const ckptfs::CodecOptions& codec,
-                                                         const ckptfs::RemoteOptions& remote,
-                                                         const RunArgs& args) {
-  struct stat st;
-  if (path.find("://") != std::string::npos || ::stat(path.c_str(), &st) != 0 ||
-      !S_ISDIR(st.st_mode)) {
-    return std::unique_ptr<ckptfs::RunTree>();
-  }
+// SOURCE listed once (OpenSourceDir), then mounted as a run if it is one (IsRun, run_listing.h)
+// or as one checkpoint from the same listing.
+struct OpenedSource {
+  std::unique_ptr<ckptfs::RunTree> run;
+  std::unique_ptr<ckptfs::Volume> volume;
+};
+
+ckptfs::Result<OpenedSource> OpenSource(const std::string& path, const ckptfs::CodecOptions& codec,
+                                        ckptfs::ZipCrcMode zip_crc,
+                                        const ckptfs::RemoteOptions& remote, const RunArgs& args) {
   auto context = std::make_shared<ckptfs::CodecContext>(codec);
   CKPTFS_ASSIGN_OR_RETURN(ckptfs::SourceDir dir, ckptfs::OpenSourceDir(path, *context, remote));
   CKPTFS_ASSIGN_OR_RETURN(bool is_run, ckptfs::IsRun(dir));
-  if (!is_run) return std::unique_ptr<ckptfs::RunTree>();
+  OpenedSource opened;
+  if (!is_run) {
+    if (!args.checkpoint.empty()) {
+      return ckptfs::Status::InvalidArgument(
+          dir.path + ": --checkpoint " + args.checkpoint +
+          ": SOURCE is not a training run (a directory of checkpoints)");
+    }
+    CKPTFS_ASSIGN_OR_RETURN(opened.volume,
+                            ckptfs::Volume::OpenListed(dir, path, context, zip_crc, remote));
+    return opened;
+  }
   ckptfs::RunTreeOptions options;
   options.pin = args.checkpoint;
   auto seconds = [](double s) {
@@ -200,8 +209,13 @@ ckptfs::Result<std::unique_ptr<ckptfs::RunTree>> OpenRun(const std::string& path
   };
   options.idle_close = seconds(args.idle_close_s);
   options.relist = seconds(args.relist_s);
-  return ckptfs::RunTree::Open(ckptfs::RunSourceOf(std::move(dir), path, context, remote, path),
-                               context, options);
+  // Local runs are watched with inotify; remote ones listed again on access to the root.
+  const std::string watch = dir.remote ? "" : path;
+  CKPTFS_ASSIGN_OR_RETURN(
+      opened.run,
+      ckptfs::RunTree::Open(ckptfs::RunSourceOf(std::move(dir), path, context, remote, watch),
+                            context, options));
+  return opened;
 }
 
 // Everything about a mount that can be judged without the checkpoint, so that a bad
@@ -247,28 +261,20 @@ int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::Codec
   }
   const std::string log =
       ckptfs::DaemonLogDescription(options.foreground) + " (level " + log_level + ")";
-  auto run = OpenRun(SourceArg(source), codec, remote, run_args);
-  if (!run.ok()) {
-    ckptfs::PrintRefusal(run.status());
-    return ckptfs::ExitCodeForOpenFailure(run.status());
+  auto opened = OpenSource(SourceArg(source), codec, zip_crc, remote, run_args);
+  if (!opened.ok()) {
+    ckptfs::PrintRefusal(opened.status());
+    return ckptfs::ExitCodeForOpenFailure(opened.status());
   }
-  if (*run) {
-    if (verbose) options.summary = ckptfs::RunSummary(**run, options.mountpoint, log);
-    return ckptfs::MountRunAndServe(std::move(run).value(), options);
-  }
-  if (!run_args.checkpoint.empty()) {
-    return Refuse(SourceArg(source) + ": --checkpoint " + run_args.checkpoint +
-                  ": SOURCE is not a training run (a directory of checkpoints)");
-  }
-  auto volume = ckptfs::Volume::Open(SourceArg(source), codec, zip_crc, remote);
-  if (!volume.ok()) {
-    ckptfs::PrintRefusal(volume.status());
-    return ckptfs::ExitCodeForOpenFailure(volume.status());
+  if (opened->run) {
+    if (verbose) options.summary = ckptfs::RunSummary(*opened->run, options.mountpoint, log);
+    return ckptfs::MountRunAndServe(std::move(opened->run), options);
   }
   if (verbose) {
-    options.summary = ckptfs::MountSummary(**volume, options.mountpoint, remote.cache_dir, log);
+    options.summary =
+        ckptfs::MountSummary(*opened->volume, options.mountpoint, remote.cache_dir, log);
   }
-  return ckptfs::MountAndServe(std::move(volume).value(), options);
+  return ckptfs::MountAndServe(std::move(opened->volume), options);
 }
 
 // The arguments CLI11 is to parse: `ckptfs SOURCE MOUNTPOINT ...` (the FUSE convention
@@ -322,8 +328,8 @@ int main(int argc, char** argv) {
   mount
       ->add_option("SOURCE", source,
                    "checkpoint directory (index + shards), one .safetensors/.bin/.pt file, or an "
-                   "http(s):// or s3:// URL of either; or a local training-run directory of "
-                   "checkpoints (one directory each, plus latest and best)")
+                   "http(s):// or s3:// URL of either; or a training-run directory of checkpoints "
+                   "(one directory each, plus latest and best)")
       ->required();
   mount->add_option("MOUNTPOINT", mountpoint, "an existing directory")->required();
   mount->add_flag("-f,--foreground", mount_options.foreground,

@@ -8,6 +8,7 @@
 
 #include "core/cache/disk_cache.h"
 #include "core/format/safetensors.h"
+#include "core/run/run_listing.h"
 #include "core/source/remote_source.h"
 
 namespace ckptfs {
@@ -37,14 +38,23 @@ Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
                                              const CodecOptions& codec_options, ZipCrcMode zip_crc,
                                              const RemoteOptions& remote) {
   auto codec = std::make_shared<CodecContext>(codec_options);
-  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path, *codec, remote));
+  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source_path, *codec, remote));
+  return OpenListed(dir, source_path, std::move(codec), zip_crc, remote);
+}
+
+Result<std::unique_ptr<Volume>> Volume::OpenListed(const SourceDir& dir,
+                                                   const std::string& source_path,
+                                                   std::shared_ptr<CodecContext> codec,
+                                                   ZipCrcMode zip_crc,
+                                                   const RemoteOptions& remote) {
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpointListed(dir, source_path, *codec));
   // Reading every tensor (--zip-crc mount) is serving, not opening: a remote checkpoint's
   // open deadline bounds its headers, not a pass over all its bytes (each read keeps
   // --timeout).
   if (zip_crc == ZipCrcMode::kMount) BeginServing(ckpt);
   CrcStore store(CrcSidecarDir(remote.cache_dir));
   CKPTFS_ASSIGN_OR_RETURN(ZipCrcStatus crcs,
-                          ResolveZipCrcs(ckpt, zip_crc, store, codec_options.warn));
+                          ResolveZipCrcs(ckpt, zip_crc, store, codec->options().warn));
   auto volume = FromCheckpoint(std::move(ckpt), std::move(codec));
   volume->zip_crcs_ = std::move(crcs);
   volume->crc_store_ = std::move(store);

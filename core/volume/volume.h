@@ -68,6 +68,12 @@ class Volume {
                                               const CodecOptions& codec = {},
                                               ZipCrcMode zip_crc = ZipCrcMode::kAuto,
                                               const RemoteOptions& remote = {});
+  // Open over SOURCE `source_path` as OpenSourceDir listed it (`dir`) with `codec`.
+  static Result<std::unique_ptr<Volume>> OpenListed(const SourceDir& dir,
+                                                    const std::string& source_path,
+                                                    std::shared_ptr<CodecContext> codec,
+                                                    ZipCrcMode zip_crc = ZipCrcMode::kAuto,
+                                                    const RemoteOptions& remote = {});
   // Wraps an already opened checkpoint whose compressed sources use `codec`.
   static std::unique_ptr<Volume> FromCheckpoint(Checkpoint ckpt,
                                                 std::shared_ptr<CodecContext> codec,

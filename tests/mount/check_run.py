@@ -17,6 +17,9 @@
                                       unused checkpoint is closed (stats.json), an open
                                       file keeps its checkpoint open, and one reopened
                                       shows the same inodes and bytes
+  check_run.py remote SRC MNT         MNT is the HF run of make_run.py hf SRC 3 served over
+                                      HTTP or S3: ls, latest loaded; then a new checkpoint
+                                      written to SRC shows up on ls and becomes latest
 Every wait is bounded; the last line says what was checked.
 """
 import errno
@@ -279,12 +282,33 @@ def check_idle(mnt):
           "open file stayed open, reopened with the same inode and bytes" % took)
 
 
+def check_remote(src, mnt):
+    names = sorted(n for n in os.listdir(mnt) if n.startswith("checkpoint-"))
+    if names != ["checkpoint-100", "checkpoint-200", "checkpoint-300"]:
+        fail("ls %s: %s" % (mnt, names))
+    latest = os.path.join(mnt, "latest", "model.safetensors")
+    if single_value(open(latest, "rb").read(), latest) != 300:
+        fail("latest/model.safetensors is not checkpoint-300's")
+    d = make_run.write_entry(src, "checkpoint-400", 400)
+    with open(os.path.join(d, "trainer_state.json"), "w") as f:
+        json.dump({"global_step": 400, "best_model_checkpoint": "out/checkpoint-200"}, f)
+    took = wait_for(lambda: "checkpoint-400" in os.listdir(mnt) and
+                    os.readlink(os.path.join(mnt, "latest")) == "checkpoint-400",
+                    "checkpoint-400 listed and latest")
+    if single_value(open(latest, "rb").read(), latest) != 400:
+        fail("latest/model.safetensors is not checkpoint-400's after the save")
+    print("remote run: 3 checkpoints, latest loaded; a new one listed and latest %.1f s "
+          "after it was written" % took)
+
+
 def main():
     kind = sys.argv[1]
     if kind == "hf":
         check_hf(sys.argv[2])
     elif kind == "live":
         check_live(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    elif kind == "remote":
+        check_remote(sys.argv[2], sys.argv[3])
     elif kind == "idle":
         check_idle(sys.argv[2])
     elif kind == "pin":

@@ -3,7 +3,7 @@
 // with retention read while it runs; `--checkpoint latest` following new saves; a broken
 // checkpoint shown as ERROR; a 200-checkpoint run mounted quickly. Runs are written by
 // tests/mount/make_run.py and checked by tests/mount/check_run.py.
-#include "mount_harness.h"
+#include "remote_harness.h"
 
 namespace ckptfs::mount_test {
 namespace {
@@ -110,6 +110,24 @@ TEST_F(RunMountTest, TwoHundredCheckpointRunMountsQuickly) {
   const ProcessResult one =
       RunProcess({"cat", mountpoint_ + "/checkpoint-137/config.json"}, kCheckTimeout);
   EXPECT_NE(one.out.find("\"step\": 137"), std::string::npos) << one.Describe();
+}
+
+TEST_F(RunMountTest, HttpRunFromNginxJsonAutoindexIsListedAgainOnAccess) {
+  const std::string unavailable = NginxServer::UnavailableReason();
+  if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+  const std::string www = scratch_->MakeDir("www");
+  const std::string run = www + "/run";
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"hf", run, "3"}));
+  NginxServer server(www, scratch_->Path("nginx"));
+  ASSERT_EQ(server.Start(), "");
+  ASSERT_EQ(server.Reload("location / { autoindex on; autoindex_format json; }"), "");
+  ProcessResult mounted;
+  ASSERT_NO_FATAL_FAILURE(
+      Mount(server.Url("run/"), mountpoint_, &mounted, {"-v", "--relist", "1"}));
+  EXPECT_NE(mounted.out.find("3 checkpoint(s), latest checkpoint-300, best checkpoint-200"),
+            std::string::npos)
+      << mounted.out;
+  RunCheck("check_run.py", {"remote", run, mountpoint_});
 }
 
 }  // namespace
