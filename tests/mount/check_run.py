@@ -18,8 +18,11 @@
                                       file keeps its checkpoint open, and one reopened
                                       shows the same inodes and bytes
   check_run.py remote SRC MNT         MNT is the HF run of make_run.py hf SRC 3 served over
-                                      HTTP or S3: ls, latest loaded; then a new checkpoint
+                                      HTTP: ls, latest loaded; then a new checkpoint
                                       written to SRC shows up on ls and becomes latest
+  check_run.py latest MNT NAME STEP   MNT lists NAME within 15 s, latest names it and its
+                                      model.safetensors holds STEP (a run over S3, NAME
+                                      uploaded by the test)
 Every wait is bounded; the last line says what was checked.
 """
 import errno
@@ -282,13 +285,16 @@ def check_idle(mnt):
           "open file stayed open, reopened with the same inode and bytes" % took)
 
 
-def check_remote(src, mnt):
+def check_remote(src, mnt, save=True):
     names = sorted(n for n in os.listdir(mnt) if n.startswith("checkpoint-"))
     if names != ["checkpoint-100", "checkpoint-200", "checkpoint-300"]:
         fail("ls %s: %s" % (mnt, names))
     latest = os.path.join(mnt, "latest", "model.safetensors")
     if single_value(open(latest, "rb").read(), latest) != 300:
         fail("latest/model.safetensors is not checkpoint-300's")
+    if not save:
+        print("remote run: 3 checkpoints, latest loaded")
+        return
     d = make_run.write_entry(src, "checkpoint-400", 400)
     with open(os.path.join(d, "trainer_state.json"), "w") as f:
         json.dump({"global_step": 400, "best_model_checkpoint": "out/checkpoint-200"}, f)
@@ -301,6 +307,15 @@ def check_remote(src, mnt):
           "after it was written" % took)
 
 
+def check_latest(mnt, name, step):
+    took = wait_for(lambda: name in os.listdir(mnt) and
+                    os.readlink(os.path.join(mnt, "latest")) == name, "%s listed and latest" % name)
+    latest = os.path.join(mnt, "latest", "model.safetensors")
+    if single_value(open(latest, "rb").read(), latest) != step:
+        fail("latest/model.safetensors is not %s's" % name)
+    print("%s listed and latest %.1f s after the check started" % (name, took))
+
+
 def main():
     kind = sys.argv[1]
     if kind == "hf":
@@ -308,7 +323,9 @@ def main():
     elif kind == "live":
         check_live(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     elif kind == "remote":
-        check_remote(sys.argv[2], sys.argv[3])
+        check_remote(sys.argv[2], sys.argv[3], "--no-save" not in sys.argv)
+    elif kind == "latest":
+        check_latest(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif kind == "idle":
         check_idle(sys.argv[2])
     elif kind == "pin":

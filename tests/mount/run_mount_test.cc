@@ -130,5 +130,25 @@ TEST_F(RunMountTest, HttpRunFromNginxJsonAutoindexIsListedAgainOnAccess) {
   RunCheck("check_run.py", {"remote", run, mountpoint_});
 }
 
+TEST_F(RunMountTest, S3RunFromCommonPrefixesIsListedAgainOnAccess) {
+  const std::string unavailable = S3Server::UnavailableReason();
+  if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"hf", run_, "3"}));
+  ScopedEnv env;
+  S3Server server(scratch_->Path("s3"));
+  server.SetClientEnv(env);
+  ASSERT_EQ(server.Start(), "");
+  for (const char* name : {"checkpoint-100", "checkpoint-200", "checkpoint-300"}) {
+    ASSERT_EQ(server.Upload(run_ + "/" + name, std::string("run/") + name + "/"), "");
+  }
+  ASSERT_NO_FATAL_FAILURE(Mount(S3Server::Url("run/"), mountpoint_, nullptr,
+                                Concat(server.ClientOptions(), {"--relist", "1"})));
+  RunCheck("check_run.py", {"remote", run_, mountpoint_, "--no-save"});
+  const std::string staged = scratch_->MakeDir("staged");
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"hf", staged, "4"}));
+  ASSERT_EQ(server.Upload(staged + "/checkpoint-400", "run/checkpoint-400/"), "");
+  RunCheck("check_run.py", {"latest", mountpoint_, "checkpoint-400", "400"});
+}
+
 }  // namespace
 }  // namespace ckptfs::mount_test
