@@ -215,14 +215,26 @@ Status AddFile(const SourceDir& dir, const std::string& name, RunEntry& entry) {
   return Status::Ok();
 }
 
+// A record that cannot be read leaves latest or best to the next rule, with a line.
+Status Skip(std::vector<std::string>& skipped, const Status& why) {
+  skipped.push_back(why.message());
+  return Status::Ok();
+}
+
 void Incomplete(RunEntry& entry, std::string why) {
   entry.complete = false;
   if (entry.why_incomplete.empty()) entry.why_incomplete = std::move(why);
 }
 
-// A file `name` is there, plain or as name.zst.
+// A file `name` is listed, plain or as name.zst.
 bool Stored(const SourceDir& dir, const std::string& name) {
   return dir.Lists(name) || dir.Lists(name + std::string(kZstdSuffix));
+}
+
+// Stored, or, where the store cannot list (HTTP without an autoindex), there when asked.
+Result<bool> StoredOrAsked(const SourceDir& dir, const std::string& name) {
+  if (Stored(dir, name) || !dir.probe) return Stored(dir, name);
+  return dir.Has(name);
 }
 
 // A torch.save zip is whole once its end of central directory record is: the writer puts
@@ -267,8 +279,11 @@ Result<std::string> SafetensorsTailProblem(const ByteSource& file) {
 
 // A weights file that is whole by its own tail or head: `why` empty if so.
 Result<std::string> FileProblem(const SourceDir& dir, const std::string& name) {
-  // Compressed files are whole once decodable; the mount's reader checks them.
-  if (EndsWith(name, kZstdSuffix)) return std::string();
+  // Compressed files are whole once decodable; the mount's reader checks them. A claim
+  // names x.pt for a stored x.pt.zst.
+  if (EndsWith(name, kZstdSuffix) || (!dir.Lists(name) && Stored(dir, name))) {
+    return std::string();
+  }
   const bool torch = !TorchWeightName(name).empty();
   const bool safetensors = !SafetensorsWeightName(name).empty();
   if (!torch && !safetensors) return std::string();
@@ -278,26 +293,32 @@ Result<std::string> FileProblem(const SourceDir& dir, const std::string& name) {
 }
 
 // HF index claim: every shard the index names is there.
-Status CheckIndexed(const SourceDir& dir, const std::string& index_name, RunEntry& entry) {
+void CheckIndexed(const SourceDir& dir, const std::string& index_name, RunEntry& entry) {
   auto file = dir.open(index_name);
-  if (!file.ok()) return Incomplete(entry, file.status().message()), Status::Ok();
-  auto text = ReadWhole(**file, kMaxTrainerStateBytes);
-  if (!text.ok()) return Incomplete(entry, text.status().message()), Status::Ok();
+  auto text = file.ok() ? ReadWhole(**file, kMaxTrainerStateBytes) : file.status();
+  if (!text.ok()) {
+    Incomplete(entry, text.status().message());
+    return;
+  }
   auto index = ParseHfIndex(*text, Joined(dir.path, index_name));
   // A bad index is complete but invalid: the mount shows its error.
-  if (!index.ok()) return Status::Ok();
+  if (!index.ok()) return;
   for (const std::string& shard : index->shard_files) {
-    if (!Stored(dir, shard))
+    if (!Stored(dir, shard)) {
       Incomplete(entry, "shard " + shard + " named in " + index_name + " is missing");
+      return;
+    }
   }
-  return Status::Ok();
 }
 
-// TF prefix `prefix` of `dir`: PREFIX.index and every PREFIX.data-K-of-N there.
-void CheckTfPrefix(const SourceDir& dir, const std::string& prefix, RunEntry& entry) {
-  if (!Stored(dir, prefix + ".index")) {
+// TF prefix `prefix` of `dir`: PREFIX.index and every PREFIX.data-K-of-N there. A store
+// that cannot list (HTTP without an autoindex) is asked for PREFIX.index only: its data
+// files are known once the index is read, by the mount.
+Status CheckTfPrefix(const SourceDir& dir, const std::string& prefix, RunEntry& entry) {
+  CKPTFS_ASSIGN_OR_RETURN(const bool has_index, StoredOrAsked(dir, prefix + ".index"));
+  if (!has_index) {
     Incomplete(entry, prefix + ".index is missing");
-    return;
+    return Status::Ok();
   }
   static const std::regex kData(R"(\.data-(\d+)-of-(\d+)$)");
   uint64_t total = 0;
@@ -314,14 +335,15 @@ void CheckTfPrefix(const SourceDir& dir, const std::string& prefix, RunEntry& en
     }
     if (n == total && k < n) seen[k] = true;
   }
-  if (total == 0) return;  // a bundle of scalars only has no data file to wait for
+  // No data file listed: a bundle of scalars only, or a store that cannot list.
   for (uint64_t k = 0; k < total; ++k) {
     if (!seen[k]) {
       Incomplete(entry, prefix + ": data file " + std::to_string(k) + " of " +
                             std::to_string(total) + " is missing");
-      return;
+      break;
     }
   }
+  return Status::Ok();
 }
 
 // Fills the completeness of directory entry `entry` from its claim.
@@ -329,17 +351,20 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
   if (entry.name.starts_with("tmp-checkpoint-")) {
     Incomplete(entry, "being written (HF Trainer renames tmp-checkpoint-* when done)");
   }
-  if (EndsWith(claim.file, ".index.json")) return CheckIndexed(sub, claim.file, entry);
+  if (EndsWith(claim.file, ".index.json")) {
+    CheckIndexed(sub, claim.file, entry);
+    return Status::Ok();
+  }
   if (entry.format == "tensorflow") {
     // A SavedModel's variables/ or a prefix named by the state file: the bundle's files.
     const size_t slash = claim.file.rfind('/');
-    if (slash == std::string::npos) {
-      CheckTfPrefix(sub, claim.file, entry);
-      return Status::Ok();
-    }
+    if (slash == std::string::npos) return CheckTfPrefix(sub, claim.file, entry);
     auto inner = sub.OpenDir(claim.file.substr(0, slash));
-    if (!inner.ok()) return Incomplete(entry, inner.status().message()), Status::Ok();
-    CheckTfPrefix(*inner, claim.file.substr(slash + 1), entry);
+    if (inner.ok()) {
+      CKPTFS_RETURN_IF_ERROR(CheckTfPrefix(*inner, claim.file.substr(slash + 1), entry));
+    } else {
+      Incomplete(entry, inner.status().message());
+    }
     return Status::Ok();
   }
   if (!claim.problem.ok()) {
@@ -357,9 +382,14 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
   return Status::Ok();
 }
 
-// Entry for subdirectory `name` of `dir`, or nullopt (with a line) when it holds none.
+// Where a trainer_state.json is (an entry's name, "" for SOURCE), and its time.
+using TrainerStates = std::vector<std::pair<std::string, timespec>>;
+
+// Entry for subdirectory `name` of `dir`, or nullopt (with a line) when it holds none;
+// notes its trainer_state.json in `states`.
 Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::string& name,
-                                               std::vector<std::string>& skipped) {
+                                               std::vector<std::string>& skipped,
+                                               TrainerStates& states) {
   auto sub = dir.OpenDir(name);
   if (!sub.ok()) {
     if (sub.status().code() == Status::Code::kIoError) return sub.status();
@@ -390,6 +420,11 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
     CKPTFS_RETURN_IF_ERROR(CheckDirectoryEntry(*sub, *claim, entry));
     if (entry.complete && !claim->problem.ok()) entry.problem = claim->problem.message();
   }
+  if (sub->Lists(std::string(kTrainerState))) {
+    if (auto info = sub->Info(std::string(kTrainerState)); info.ok()) {
+      states.emplace_back(name, info->mtime);
+    }
+  }
   if (entry.bytes == 0 && entry.mtime.tv_sec == 0) {
     if (auto info = dir.Info(name); info.ok()) entry.mtime = info->mtime;
   }
@@ -416,20 +451,32 @@ Result<RunEntry> TfEntry(const SourceDir& dir, const std::string& prefix, const 
   entry.step = StepInName(prefix);
   entry.format = "tensorflow";
   entry.complete = true;
+  bool listed = false;
   for (const std::string& f : dir.files) {
-    if (f.starts_with(prefix + ".")) CKPTFS_RETURN_IF_ERROR(AddFile(dir, f, entry));
+    if (!f.starts_with(prefix + ".")) continue;
+    CKPTFS_RETURN_IF_ERROR(AddFile(dir, f, entry));
+    listed = true;
   }
-  CheckTfPrefix(dir, prefix, entry);
+  CKPTFS_RETURN_IF_ERROR(CheckTfPrefix(dir, prefix, entry));
+  // A store that cannot list: the index's size and time sign the entry.
+  if (!listed && entry.complete) CKPTFS_RETURN_IF_ERROR(AddFile(dir, prefix + ".index", entry));
   if (std::find(state.prefixes.begin(), state.prefixes.end(), prefix) == state.prefixes.end()) {
     Incomplete(entry, "not (yet) named in the checkpoint file");
   }
   return entry;
 }
 
-// The TF prefixes of `dir` (PREFIX.index files), when a state file is there.
-std::vector<std::string> TfPrefixes(const SourceDir& dir, const TfState& state) {
+// The TF prefixes of `dir` when a state file is there: those with a listed PREFIX.index,
+// and, where the store cannot list (HTTP without an autoindex), those the state file names
+// whose index is there when asked. Prefixes whose files are gone (retention) are absent.
+Result<std::vector<std::string>> TfPrefixes(const SourceDir& dir, const TfState& state) {
   std::vector<std::string> prefixes;
   if (!state.present) return prefixes;
+  for (const std::string& prefix : state.prefixes) {
+    if (!dir.probe || Stored(dir, prefix + ".index")) continue;
+    CKPTFS_ASSIGN_OR_RETURN(const bool there, dir.Has(prefix + ".index"));
+    if (there) prefixes.push_back(prefix);
+  }
   for (const std::string& f : dir.files) {
     std::string plain(StripZst(f));
     if (EndsWith(plain, ".index") && !EndsWith(plain, ".index.json")) {
@@ -439,7 +486,6 @@ std::vector<std::string> TfPrefixes(const SourceDir& dir, const TfState& state) 
       }
     }
   }
-  // Prefixes the state file names but whose files are gone (retention): absent.
   return prefixes;
 }
 
@@ -477,41 +523,31 @@ void MatchBest(RunListing& run, const std::string& written, const std::string& r
 }
 
 // HF: the newest trainer_state.json (SOURCE's, or any checkpoint directory's).
-Status BestFromTrainerState(const SourceDir& dir, RunListing& run) {
-  struct Candidate {
-    timespec mtime;
-    std::string entry;  // "" for SOURCE's own
-  };
-  std::vector<Candidate> found;
+Status BestFromTrainerState(const SourceDir& dir, TrainerStates states, RunListing& run) {
   const std::string trainer(kTrainerState);
   if (dir.Lists(trainer)) {
-    if (auto info = dir.Info(trainer); info.ok()) found.push_back({info->mtime, ""});
+    if (auto info = dir.Info(trainer); info.ok()) states.emplace_back("", info->mtime);
   }
-  std::vector<std::pair<std::string, SourceDir>> subs;
-  for (const RunEntry& e : run.entries) {
-    if (e.kind != RunEntry::Kind::kDirectory) continue;
-    auto sub = dir.OpenDir(e.name);
-    if (!sub.ok() || !sub->Lists(trainer)) continue;
-    if (auto info = sub->Info(trainer); info.ok()) found.push_back({info->mtime, e.name});
-  }
-  if (found.empty()) return Status::Ok();
-  const Candidate& newest =
-      *std::max_element(found.begin(), found.end(), [&](const Candidate& a, const Candidate& b) {
-        if (Later(b.mtime, a.mtime)) return true;
-        if (Later(a.mtime, b.mtime)) return false;
-        const RunEntry* ea = Find(run, a.entry);
-        const RunEntry* eb = Find(run, b.entry);
-        return (ea && ea->step ? *ea->step : 0) < (eb && eb->step ? *eb->step : 0);
-      });
+  if (states.empty()) return Status::Ok();
+  auto step = [&](const std::string& name) {
+    const RunEntry* e = name.empty() ? nullptr : Find(run, name);
+    return e && e->step ? *e->step : 0;
+  };
+  const auto& newest = *std::max_element(states.begin(), states.end(), [&](auto& a, auto& b) {
+    if (Later(b.second, a.second)) return true;
+    if (Later(a.second, b.second)) return false;
+    return step(a.first) < step(b.first);
+  });
+  const std::string& holder_name = newest.first;
   SourceDir holder = dir;
-  if (!newest.entry.empty()) {
-    CKPTFS_ASSIGN_OR_RETURN(holder, dir.OpenDir(newest.entry));
+  if (!holder_name.empty()) {
+    CKPTFS_ASSIGN_OR_RETURN(holder, dir.OpenDir(holder_name));
   }
   const std::string shown = Joined(holder.path, trainer);
   auto file = holder.open(trainer);
-  if (!file.ok()) return run.skipped.push_back(file.status().message()), Status::Ok();
+  if (!file.ok()) return Skip(run.skipped, file.status());
   auto text = ReadWhole(**file, kMaxTrainerStateBytes);
-  if (!text.ok()) return run.skipped.push_back(text.status().message()), Status::Ok();
+  if (!text.ok()) return Skip(run.skipped, text.status());
   const nlohmann::json state = nlohmann::json::parse(*text, nullptr, false);
   if (!state.is_object()) {
     run.skipped.push_back(shown + ": not a JSON object, skipped");
@@ -542,9 +578,9 @@ Status BestFromLightning(const SourceDir& dir, RunListing& run) {
   if (!source) return Status::Ok();
   const std::string shown = Joined(dir.path, source->name);
   auto file = dir.open(source->name);
-  if (!file.ok()) return run.skipped.push_back(file.status().message()), Status::Ok();
+  if (!file.ok()) return Skip(run.skipped, file.status());
   auto torch = ReadTorchFile(**file);
-  if (!torch.ok()) return run.skipped.push_back(torch.status().message()), Status::Ok();
+  if (!torch.ok()) return Skip(run.skipped, torch.status());
   const nlohmann::json state = nlohmann::json::parse(torch->state_json, nullptr, false);
   if (!state.is_object() || !state.contains("callbacks") || !state["callbacks"].is_object()) {
     return Status::Ok();
@@ -639,12 +675,17 @@ Result<bool> IsRun(const SourceDir& dir) {
   std::vector<std::string> ignored;
   CKPTFS_ASSIGN_OR_RETURN(TfState tf, ReadTfState(dir, ignored));
   size_t listed = 0;
-  for (const std::string& prefix : tf.prefixes) listed += Stored(dir, prefix + ".index") ? 1 : 0;
+  for (const std::string& prefix : tf.prefixes) {
+    CKPTFS_ASSIGN_OR_RETURN(const bool there, StoredOrAsked(dir, prefix + ".index"));
+    listed += there ? 1 : 0;
+  }
   return listed >= 2;
 }
 
 Result<RunListing> ListRun(const SourceDir& dir) {
   RunListing run;
+  run.skipped = dir.left_out;
+  TrainerStates trainer_states;
   std::string top_format;
   CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, &top_format));
   if (top && top_format != "tensorflow" && !top->file.empty()) {
@@ -658,7 +699,8 @@ Result<RunListing> ListRun(const SourceDir& dir) {
       continue;
     }
     if (PartOfTopCheckpoint(top, name)) continue;
-    CKPTFS_ASSIGN_OR_RETURN(std::optional<RunEntry> entry, DirectoryEntry(dir, name, run.skipped));
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<RunEntry> entry,
+                            DirectoryEntry(dir, name, run.skipped, trainer_states));
     if (entry) run.entries.push_back(std::move(*entry));
   }
   for (const std::string& name : TorchEntryFiles(dir)) {
@@ -676,7 +718,8 @@ Result<RunListing> ListRun(const SourceDir& dir) {
     run.entries.push_back(std::move(entry).value());
   }
   CKPTFS_ASSIGN_OR_RETURN(TfState tf, ReadTfState(dir, run.skipped));
-  for (const std::string& prefix : TfPrefixes(dir, tf)) {
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> prefixes, TfPrefixes(dir, tf));
+  for (const std::string& prefix : prefixes) {
     if (!IsEntryName(prefix) || Find(run, prefix)) continue;
     CKPTFS_ASSIGN_OR_RETURN(RunEntry entry, TfEntry(dir, prefix, tf));
     run.entries.push_back(std::move(entry));
@@ -684,7 +727,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
   std::sort(run.entries.begin(), run.entries.end(),
             [](const RunEntry& a, const RunEntry& b) { return NaturalLess(a.name, b.name); });
   ChooseLatest(run, tf);
-  CKPTFS_RETURN_IF_ERROR(BestFromTrainerState(dir, run));
+  CKPTFS_RETURN_IF_ERROR(BestFromTrainerState(dir, std::move(trainer_states), run));
   if (run.best.empty()) CKPTFS_RETURN_IF_ERROR(BestFromLightning(dir, run));
   return run;
 }

@@ -5,19 +5,36 @@
 //   - torch files (`*.ckpt`, `*.pt`, `*.pth`, `*.bin`): Lightning's `epoch=3-step=1000.ckpt`
 //     and `last.ckpt`, `model_00010.pt`;
 //   - TF prefixes that a `checkpoint` state file lists.
-// The rule (IsRun): a directory with checkpoint subdirectories, or with several torch files
-// that are each a checkpoint, is a run; one holding one checkpoint at its top and no
-// checkpoint subdirectories is a checkpoint. `optimizer.pt`, `scheduler.pt`, `rng_state*.pth`,
-// `training_args.bin` beside `pytorch_model.bin` are parts of one HF Trainer checkpoint, and
-// a directory holding `map.pt` is a per-key split checkpoint: neither is a run.
+// The rule (IsRun): a directory with checkpoint subdirectories (the format table claims
+// something in them, or they hold `map.pt`), or with two or more torch files that are each
+// a checkpoint, or whose TF `checkpoint` file lists two or more prefixes that exist, is a
+// run; one holding one checkpoint at its top and no checkpoint subdirectories is a
+// checkpoint. Not checkpoints of their own: `optimizer.pt`, `scheduler.pt`, `rng_state*.pth`,
+// `training_args.bin`, `scaler.pt` (parts of one HF Trainer checkpoint), HF shards
+// (`-00001-of-00002.bin`), torch files beside an index json. A directory holding `map.pt`
+// is a per-key split checkpoint, never a run. Subdirectories of the top checkpoint are no
+// entries: a SavedModel's `variables/`, DeepSpeed's `global_stepN/` beside HF weights.
+//
+// Steps (StepInName), completeness, latest and best: see docs/run-discovery.md. latest:
+// TF `model_checkpoint_path`, Lightning `last.ckpt`, else the highest step, else the
+// newest; best: the newest `trainer_state.json`'s `best_model_checkpoint`, else
+// ModelCheckpoint's `best_model_path` in `last.ckpt` (or the newest .ckpt). Records are
+// matched by their last path component against entries, never resolved; only complete
+// entries without a `problem` qualify.
 //
 // Listing is cheap: names, sizes and times, plus the framework records (TF `checkpoint`,
 // HF `trainer_state.json`, Lightning callbacks state), never every header. Headers are the
 // mount's business, on first use of an entry (RunTree).
 //
-// Untrusted input: entry names are plain names of SOURCE (no '/', never "." or ".."); a
-// symlink that leaves SOURCE, a state file naming a path outside SOURCE, a record naming an
-// entry that is not there: skipped with a line in `skipped`, never followed.
+// Untrusted input: entry names are plain, printable names of SOURCE (no '/', never "." or
+// ".."); a symlink that leaves SOURCE, a link loop, a state file naming a path outside
+// SOURCE, a record naming an entry that is not there: skipped with a line in `skipped`,
+// never followed.
+//
+// Remote: S3 lists subdirectories as CommonPrefixes; HTTP only with a JSON autoindex
+// (core/source/remote_dir.h), else a run needs a TF `checkpoint` file.
+//
+// Thread safety: pure functions of the SourceDir (which is used by one caller at a time).
 #pragma once
 
 #include <time.h>

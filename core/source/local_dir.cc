@@ -178,8 +178,12 @@ Result<LocalDirectory::Listing> LocalDirectory::List() const {
     const std::string name = e->d_name;
     if (name == "." || name == "..") continue;
     Resolved r;
-    // An entry that cannot be resolved (dangling link, loop) is not part of a checkpoint.
-    if (!Resolve(name, &r).ok()) continue;
+    // An entry that cannot be resolved (dangling link, loop) is not part of a checkpoint;
+    // a run's listing says why it left it out.
+    if (Status resolved = Resolve(name, &r); !resolved.ok()) {
+      listing.unresolved.push_back(resolved.message());
+      continue;
+    }
     ::close(r.fd);
     if (S_ISREG(r.type)) (r.inside ? listing.files : listing.outside).push_back(name);
     if (S_ISDIR(r.type)) (r.inside ? listing.dirs : listing.outside_dirs).push_back(name);

@@ -50,12 +50,14 @@ class LocalDirectory {
   // regular files inside included); `outside` the symlinks that lead out of the
   // boundary to a regular file; `dirs` the subdirectories (links to directories inside
   // included) and `outside_dirs` the links to directories out of the boundary. Dangling
-  // links and special files are in none: they are not part of a checkpoint.
+  // links, link loops and special files are in none: they are not part of a checkpoint
+  // (`unresolved` says, one line each, which names could not be resolved and why).
   struct Listing {
     std::vector<std::string> files;
     std::vector<std::string> outside;
     std::vector<std::string> dirs;
     std::vector<std::string> outside_dirs;
+    std::vector<std::string> unresolved;
   };
   Result<Listing> List() const;
 

@@ -72,8 +72,11 @@ Result<SourceDir> ListLocalDir(std::shared_ptr<const LocalDirectory> root) {
   // Links to directories outside are listed too: opening one names the refusal.
   dirs.insert(dirs.end(), listing.outside_dirs.begin(), listing.outside_dirs.end());
   std::sort(dirs.begin(), dirs.end());
+  std::vector<std::string> left_out;
+  for (const std::string& why : listing.unresolved) left_out.push_back(root->path() + ": " + why);
   SourceDir dir = LocalDir(std::move(root), std::move(files));
   dir.dirs = std::move(dirs);
+  dir.left_out = std::move(left_out);
   return dir;
 }
 

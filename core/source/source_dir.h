@@ -49,6 +49,9 @@ struct SourceDir {
   // (OpenDir refuses a link that leaves SOURCE, naming it); S3: CommonPrefixes; HTTP: the
   // directories of an autoindex JSON listing. Empty when the store cannot tell.
   std::vector<std::string> dirs;
+  // Names the listing saw but cannot offer (a dangling link, a link loop), one line each
+  // saying why; run listings report them.
+  std::vector<std::string> left_out;
   std::function<Result<std::unique_ptr<ByteSource>>(const std::string& name)> open;
   // Files come from a server (http, S3), opened as RemoteSources: the mount then shows
   // remote counters in stats.json and starts readahead with one block.

@@ -89,6 +89,43 @@ TEST_F(RunInspectTest, HttpRunFromNginxJsonAutoindex) {
   ExpectRunListed({kCkptfs, "inspect", server.Url("run/")});
 }
 
+// A TF run needs no listing: the `checkpoint` state file names its prefixes, and each
+// PREFIX.index is asked for by name.
+TEST_F(RunInspectTest, HttpTfRunFromTheCheckpointFileAlone) {
+  const std::string unavailable = NginxServer::UnavailableReason();
+  if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+  const std::string written = scratch_->Path("tf");
+  const ProcessResult w = RunProcess(
+      {kPython, ScriptPath("scripts/make_tf_checkpoint.py"), "standard", written}, seconds(60));
+  ASSERT_EQ(w.exit_code, 0) << w.Describe();
+  const std::string tf_run = scratch_->MakeDir("www/tfrun");
+  for (const char* prefix : {"ckpt-1", "ckpt-2", "ckpt-3"}) {
+    for (const fs::directory_entry& e : fs::directory_iterator(written)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("ckpt-3.", 0) != 0) continue;
+      fs::copy_file(e.path(), tf_run + "/" + prefix + name.substr(6));
+    }
+  }
+  std::ofstream(tf_run + "/checkpoint") << "model_checkpoint_path: \"ckpt-2\"\n"
+                                           "all_model_checkpoint_paths: \"ckpt-1\"\n"
+                                           "all_model_checkpoint_paths: \"ckpt-2\"\n"
+                                           "all_model_checkpoint_paths: \"ckpt-3\"\n";
+  NginxServer server(scratch_->Path("www"), scratch_->Path("nginx"));
+  ASSERT_EQ(server.Start(), "");
+  const ProcessResult r = RunProcess({kCkptfs, "inspect", server.Url("tfrun/")}, seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  std::cout << r.out;
+  EXPECT_NE(r.out.find("here 3 TF prefixes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("latest   -> ckpt-2 (by checkpoint file)"), std::string::npos) << r.out;
+  for (const char* prefix : {"ckpt-1 ", "ckpt-2 ", "ckpt-3 "}) {
+    const size_t line = r.out.find(std::string("\n") + prefix);
+    ASSERT_NE(line, std::string::npos) << prefix << "not listed:\n" << r.out;
+    const std::string text = r.out.substr(line + 1, r.out.find('\n', line + 1) - line - 1);
+    EXPECT_NE(text.find("tensorflow"), std::string::npos) << text;
+    EXPECT_NE(text.find("  complete"), std::string::npos) << text;
+  }
+}
+
 TEST_F(RunInspectTest, S3RunFromCommonPrefixes) {
   const std::string unavailable = S3Server::UnavailableReason();
   if (!unavailable.empty()) GTEST_SKIP() << unavailable;

@@ -263,6 +263,19 @@ save('last.ckpt', 1, 200, best)
   EXPECT_NE(std::find(names.begin(), names.end(), "state_dict.model.encoder.weight"), names.end());
 }
 
+TEST_F(RunListingTest, CompressedEntriesAreCompleteAndOpen) {
+  for (const char* d : {"checkpoint-1", "checkpoint-2"}) {
+    Write(run_ / d / "model.safetensors", Weights(d));
+    const std::string cmd = "zstd -q --rm '" + (run_ / d / "model.safetensors").string() + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "checkpoint-1 checkpoint-2");
+  EXPECT_TRUE(Entry(run, "checkpoint-2")->complete) << Entry(run, "checkpoint-2")->why_incomplete;
+  EXPECT_EQ(run.latest, "checkpoint-2");
+  EXPECT_EQ(OpenEntry(run, "checkpoint-2"), std::vector<std::string>{"checkpoint-2.weight"});
+}
+
 TEST_F(RunListingTest, PerKeySplitCheckpointIsNotARun) {
   Python(R"PY(
 import torch
@@ -351,6 +364,9 @@ TEST_F(RunListingTest, RecordsAndLinksLeavingSourceAreSkippedNeverFollowed) {
     Write(run_ / d / "model.safetensors", Weights(d));
   }
   Write(run_ / "bad\nname-3" / "model.safetensors", Weights("x"));
+  // Link loops (a `latest` pointing at itself) and dangling links.
+  fs::create_symlink("latest", run_ / "latest");
+  fs::create_symlink("checkpoint-404", run_ / "best");
   // A link inside SOURCE is served like the directory it names.
   fs::create_directory_symlink("checkpoint-2", run_ / "checkpoint-3");
   // Records naming paths outside SOURCE.
@@ -366,6 +382,9 @@ TEST_F(RunListingTest, RecordsAndLinksLeavingSourceAreSkippedNeverFollowed) {
   EXPECT_NE(skipped.find("model_09000.pt: symbolic link leads outside"), std::string::npos)
       << skipped;
   EXPECT_NE(skipped.find("bad\\x0aname-3"), std::string::npos) << skipped;
+  EXPECT_NE(skipped.find("latest: too many levels of symbolic links"), std::string::npos)
+      << skipped;
+  EXPECT_NE(skipped.find("best: no such file"), std::string::npos) << skipped;
   EXPECT_NE(skipped.find("best \"../../etc\" is no entry"), std::string::npos) << skipped;
   EXPECT_NE(skipped.find("latest \"../secret\" is no complete entry"), std::string::npos)
       << skipped;
