@@ -21,6 +21,7 @@
 #include "core/crc/zip_crc.h"
 #include "core/format/safetensors.h"
 #include "core/pack/pack.h"
+#include "core/run/run_tree.h"
 #include "core/volume/volume.h"
 #include "fs/preflight.h"
 
@@ -444,6 +445,31 @@ std::string HumanBytes(uint64_t n) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), u ? "%.1f %s" : "%.0f %s", v, units[u]);
   return buf;
+}
+
+std::string RunSummary(const RunTree& run, const std::string& mountpoint, const std::string& log) {
+  const std::vector<std::string> names = run.EntryNames();
+  auto or_none = [](const std::string& name) { return name.empty() ? "none" : name; };
+  std::vector<std::string> lines = {
+      "ckptfs: mounted " + run.path() + " at " + mountpoint + " (read-only, a training run)",
+      "  run      " + std::to_string(names.size()) + " checkpoint(s), latest " +
+          or_none(run.Latest()) + ", best " + or_none(run.Best()),
+  };
+  if (!run.pin().empty()) {
+    lines.push_back("  root     checkpoint " + run.pin() +
+                    (run.pin() == "latest" || run.pin() == "best" ? " (follows the run)" : ""));
+  }
+  lines.push_back("  cache    " + HumanBytes(run.codec().options().cache_bytes) +
+                  " in memory, shared by every checkpoint");
+  lines.push_back("  log      " + log);
+  constexpr size_t kMaxSkipped = 10;
+  const std::vector<std::string> skipped = run.Skipped();
+  for (size_t i = 0; i < skipped.size() && i < kMaxSkipped; ++i) {
+    lines.push_back("  skipped  " + skipped[i]);
+  }
+  std::string out;
+  for (const std::string& line : lines) out += EscapeControlChars(line) + "\n";
+  return out;
 }
 
 void PrintRefusal(const Status& status) {

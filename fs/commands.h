@@ -51,6 +51,11 @@ std::vector<std::string> LayoutNotes(const class Volume& volume);
 std::string MountSummary(const class Volume& volume, const std::string& mountpoint,
                          const std::string& disk_cache, const std::string& log);
 
+// What `ckptfs mount -v` prints for a training run: its checkpoints, latest and best (or
+// the one pinned at the root), the cache, the log, and what the listing skipped.
+std::string RunSummary(const class RunTree& run, const std::string& mountpoint,
+                       const std::string& log);
+
 // "ckptfs: MESSAGE" on stderr, control characters escaped: one line whatever names it holds.
 void PrintRefusal(const class Status& status);
 

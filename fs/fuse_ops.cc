@@ -32,7 +32,8 @@ constexpr uint64_t kMaxRead = 1u << 20;
 constexpr size_t kMaxReplySegments = 256;  // well under IOV_MAX (1024), header included
 
 struct FsContext {
-  std::unique_ptr<Volume> volume;
+  std::shared_ptr<Volume> volume;  // a single checkpoint (identity inodes)...
+  std::unique_ptr<RunTree> run;    // ...or a training run (core/run/run_tree.h)
   uid_t uid = 0;
   gid_t gid = 0;
   Ownership ownership;  // the modes asked for (uid and gid are above)
@@ -85,10 +86,28 @@ Status FlattenSegments(Gathered& gathered, std::vector<uint8_t>& buf, bool all) 
 
 FsContext& Ctx(fuse_req_t req) { return *static_cast<FsContext*>(fuse_req_userdata(req)); }
 
-// What one open() keeps: the readahead state of this reader, or the stats snapshot.
+// The one resolver: `ino` as a node of a checkpoint's Volume (with its global<->local
+// inode mapping: identity for a single checkpoint) or as a node of the run. With
+// `open_entry`, a run entry not opened yet is opened (lookups and listings inside it).
+Result<RunNode> Resolve(FsContext& ctx, uint64_t ino, bool open_entry) {
+  if (ctx.run) return ctx.run->Resolve(ino, open_entry);
+  if (ino > UINT32_MAX) return Status::NotFound("inode " + std::to_string(ino) + ": no such file");
+  return RunNode::Single(ctx.volume);
+}
+
+// The node of `ino` in a kVolume RunNode, or null.
+const Node* LocalNode(const RunNode& n, uint64_t ino) {
+  return n.volume ? n.volume->layout().Find(n.Local(ino)) : nullptr;
+}
+
+// What one open() keeps: the checkpoint it reads (kept open while the file is, whatever
+// the run does meanwhile), the readahead state of this reader, or a snapshot of bytes
+// made at open (stats.json, a run's ERROR file).
 struct OpenFile {
+  std::shared_ptr<Volume> volume;
+  uint64_t local = 0;
   std::unique_ptr<Readahead> readahead;
-  std::string stats;
+  std::string snapshot;
 };
 
 OpenFile& Open(fuse_file_info* fi) { return *reinterpret_cast<OpenFile*>(fi->fh); }
@@ -99,11 +118,11 @@ void ReplyError(fuse_req_t req, const Status& status) {
   fuse_reply_err(req, status.errno_value() ? status.errno_value() : EIO);
 }
 
-// When `ino` last changed: its sources' time (Layout::MTime), the mount time where they
-// give none, and now for the live stats file.
-struct timespec ModifiedAt(const FsContext& ctx, uint64_t ino, const Node& node) {
-  struct timespec t = ctx.volume->layout().MTime(ino);
-  if (node.kind == NodeKind::kStats) {
+// When a node last changed: a checkpoint node's sources' time (Layout::MTime), a run
+// node's listed time, the mount time where they give none, and now for live stats files.
+struct timespec ModifiedAt(const FsContext& ctx, const RunNode& n, uint64_t ino, const Node* node) {
+  struct timespec t = node ? n.volume->layout().MTime(n.Local(ino)) : n.mtime;
+  if ((node && node->kind == NodeKind::kStats) || (!node && n.kind == RunNode::Kind::kFile)) {
     ::clock_gettime(CLOCK_REALTIME, &t);
   } else if (t.tv_sec == 0 && t.tv_nsec == 0) {
     t = ctx.mount_time;
@@ -111,69 +130,114 @@ struct timespec ModifiedAt(const FsContext& ctx, uint64_t ino, const Node& node)
   return t;
 }
 
-struct stat MakeStat(const FsContext& ctx, uint64_t ino, const Node& node) {
-  struct stat st = {};
-  st.st_ino = ino;
-  st.st_uid = ctx.uid;
-  st.st_gid = ctx.gid;
-  st.st_atim = st.st_mtim = st.st_ctim = ModifiedAt(ctx, ino, node);
-  st.st_blksize = kMaxRead;
+// The attributes of `ino`, resolved as `n`; false if it has no node.
+bool MakeStat(const FsContext& ctx, const RunNode& n, uint64_t ino, struct stat* st) {
+  const Node* node = LocalNode(n, ino);
+  if (n.volume && !node) return false;
+  *st = {};
+  st->st_ino = ino;
+  st->st_uid = ctx.uid;
+  st->st_gid = ctx.gid;
+  st->st_atim = st->st_mtim = st->st_ctim = ModifiedAt(ctx, n, ino, node);
+  st->st_blksize = kMaxRead;
   const Ownership& own = ctx.ownership;
-  if (node.kind == NodeKind::kDirectory) {
-    st.st_mode = S_IFDIR | ShownMode(node.mode, own.dir_mode, own.umask);
-    st.st_nlink = 2;
+  const bool dir = node ? node->kind == NodeKind::kDirectory : n.kind == RunNode::Kind::kDirectory;
+  if (!node && n.kind == RunNode::Kind::kSymlink) {
+    st->st_mode = S_IFLNK | 0777;
+    st->st_nlink = 1;
+    st->st_size = static_cast<off_t>(n.text.size());
+  } else if (dir) {
+    st->st_mode = S_IFDIR | ShownMode(node ? node->mode : 0555, own.dir_mode, own.umask);
+    st->st_nlink = 2;
   } else {
-    st.st_mode = S_IFREG | ShownMode(node.mode, own.file_mode, own.umask);
-    st.st_nlink = 1;
-    st.st_size = static_cast<off_t>(node.kind == NodeKind::kStats ? ctx.volume->StatsJson().size()
-                                                                  : node.size);
+    st->st_mode = S_IFREG | ShownMode(node ? node->mode : 0444, own.file_mode, own.umask);
+    st->st_nlink = 1;
+    const bool stats = node && node->kind == NodeKind::kStats;
+    st->st_size = static_cast<off_t>(!node   ? n.text.size()
+                                     : stats ? n.volume->StatsJson().size()
+                                             : node->size);
     // 512-byte units, rounded up: never 0 for a file with bytes, which GNU tar (and cp
     // --sparse=auto) would take for a file that is all holes and store as such.
-    st.st_blocks = (st.st_size + 511) / 512;
+    st->st_blocks = (st->st_size + 511) / 512;
   }
-  return st;
+  return true;
 }
 
-double TimeoutFor(const Node& node) { return node.kind == NodeKind::kStats ? 0.0 : kCacheTimeout; }
+// A checkpoint is immutable for the life of its inodes: long timeouts, except the live
+// stats file. The run's own nodes, and a pinned root's children, change: one second.
+constexpr double kRunTimeout = 1.0;
+double TimeoutFor(const RunNode& n, uint64_t ino) {
+  const Node* node = LocalNode(n, ino);
+  if (node && node->kind == NodeKind::kStats) return 0.0;
+  return !node || n.short_lived ? kRunTimeout : kCacheTimeout;
+}
+
+// Child `name` of directory `dir` (resolved from `parent`), as its own RunNode.
+Result<RunNode> ChildOf(FsContext& ctx, const RunNode& dir, uint64_t parent, const char* name) {
+  if (!dir.volume) {
+    if (!ctx.run) return Status::NotFound(name);
+    return ctx.run->Lookup(dir, name);
+  }
+  const uint64_t local = dir.volume->layout().Lookup(dir.Local(parent), name);
+  if (local == 0) return Status::NotFound(name);
+  RunNode child = dir;
+  child.ino = dir.Global(local);
+  child.short_lived = dir.short_children;
+  return child;
+}
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   FsContext& ctx = Ctx(req);
-  const uint64_t ino = ctx.volume->layout().Lookup(parent, name);
-  const Node* node = ctx.volume->layout().Find(ino);
-  if (!node) return (void)fuse_reply_err(req, ENOENT);
+  Result<RunNode> dir = Resolve(ctx, parent, /*open_entry=*/true);
+  if (!dir.ok()) return ReplyError(req, dir.status());
+  Result<RunNode> child = ChildOf(ctx, *dir, parent, name);
   fuse_entry_param e = {};
-  e.ino = ino;
+  if (!child.ok() || !MakeStat(ctx, *child, child->ino, &e.attr)) {
+    return (void)fuse_reply_err(req, ENOENT);
+  }
+  e.ino = child->ino;
   e.generation = 1;
-  e.attr = MakeStat(ctx, ino, *node);
-  e.attr_timeout = e.entry_timeout = TimeoutFor(*node);
+  e.attr_timeout = e.entry_timeout = TimeoutFor(*child, child->ino);
   fuse_reply_entry(req, &e);
 }
 
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   FsContext& ctx = Ctx(req);
-  const Node* node = ctx.volume->layout().Find(ino);
-  if (!node) return (void)fuse_reply_err(req, ENOENT);
-  struct stat st = MakeStat(ctx, ino, *node);
-  fuse_reply_attr(req, &st, TimeoutFor(*node));
+  Result<RunNode> n = Resolve(ctx, ino, /*open_entry=*/false);
+  struct stat st;
+  if (!n.ok() || !MakeStat(ctx, *n, ino, &st)) return (void)fuse_reply_err(req, ENOENT);
+  fuse_reply_attr(req, &st, TimeoutFor(*n, ino));
+}
+
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  Result<RunNode> n = Resolve(Ctx(req), ino, /*open_entry=*/false);
+  if (!n.ok()) return ReplyError(req, n.status());
+  if (n->kind != RunNode::Kind::kSymlink) return (void)fuse_reply_err(req, EINVAL);
+  fuse_reply_readlink(req, n->text.c_str());
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  FsContext& ctx = Ctx(req);
-  const Node* node = ctx.volume->layout().Find(ino);
-  if (!node) return (void)fuse_reply_err(req, ENOENT);
-  if (node->kind == NodeKind::kDirectory) return (void)fuse_reply_err(req, EISDIR);
+  Result<RunNode> n = Resolve(Ctx(req), ino, /*open_entry=*/true);
+  if (!n.ok()) return ReplyError(req, n.status());
+  const Node* node = LocalNode(*n, ino);
+  if (n->volume && !node) return (void)fuse_reply_err(req, ENOENT);
+  const bool dir = node ? node->kind == NodeKind::kDirectory : n->kind == RunNode::Kind::kDirectory;
+  if (dir) return (void)fuse_reply_err(req, EISDIR);
+  if (!node && n->kind != RunNode::Kind::kFile) return (void)fuse_reply_err(req, ELOOP);
   if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EROFS);
-  Stats::Add(ctx.volume->stats().opens, 1);
   auto file = std::make_unique<OpenFile>();
-  if (node->kind == NodeKind::kStats) {
+  if (!node || node->kind == NodeKind::kStats) {
     // A snapshot per open, read without the page cache, so `cat` sees one consistent
     // document that is fresh each time.
-    file->stats = ctx.volume->StatsJson();
+    file->snapshot = node ? n->volume->StatsJson() : n->text;
     fi->direct_io = 1;
   } else {
-    file->readahead = ctx.volume->NewReadahead(ino);
+    file->volume = n->volume;
+    file->local = n->Local(ino);
+    file->readahead = n->volume->NewReadahead(file->local);
     fi->keep_cache = 1;
   }
+  if (n->volume) Stats::Add(n->volume->stats().opens, 1);
   fi->fh = reinterpret_cast<uint64_t>(file.release());
   fuse_reply_open(req, fi);
 }
@@ -183,16 +247,15 @@ void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
-void ReplyStatsRead(fuse_req_t req, const std::string& snapshot, size_t size, off_t off) {
+void ReplySnapshotRead(fuse_req_t req, const std::string& snapshot, size_t size, off_t off) {
   const size_t start = std::min(static_cast<size_t>(off), snapshot.size());
   fuse_reply_buf(req, snapshot.data() + start, std::min(size, snapshot.size() - start));
 }
-
 // Replies with the planned bytes: plain shards by descriptor in a fuse_bufvec (libfuse
 // splices them), cache blocks and headers by pointer. Nothing is copied here; pinned
 // blocks stay pinned until the reply has been written.
-void ReplyPlan(fuse_req_t req, const FsContext& ctx, const std::vector<ReadPiece>& plan) {
-  const Volume& volume = *ctx.volume;
+void ReplyPlan(fuse_req_t req, const FsContext& ctx, const Volume& volume,
+               const std::vector<ReadPiece>& plan) {
   Gathered gathered;
   Status s = volume.Gather(plan, &gathered);
   if (!s.ok()) return ReplyError(req, s);
@@ -246,19 +309,50 @@ void ReplyPlan(fuse_req_t req, const FsContext& ctx, const std::vector<ReadPiece
   }
 }
 
-void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   FsContext& ctx = Ctx(req);
-  const Node* node = ctx.volume->layout().Find(ino);
-  if (node && node->kind == NodeKind::kStats) {
-    return ReplyStatsRead(req, Open(fi).stats, size, off);
-  }
+  OpenFile& file = Open(fi);
+  if (!file.volume) return ReplySnapshotRead(req, file.snapshot, size, off);
   std::vector<ReadPiece> plan;
-  Status s =
-      ctx.volume->PlanRead(ino, static_cast<uint64_t>(off), size, &plan, Open(fi).readahead.get());
+  Status s = file.volume->PlanRead(file.local, static_cast<uint64_t>(off), size, &plan,
+                                   file.readahead.get());
   if (!s.ok()) return ReplyError(req, s);
-  Stats::Add(ctx.volume->stats().reads, 1);
-  for (const ReadPiece& p : plan) Stats::Add(ctx.volume->stats().bytes_read, p.length);
-  ReplyPlan(req, ctx, plan);
+  Stats::Add(file.volume->stats().reads, 1);
+  for (const ReadPiece& p : plan) Stats::Add(file.volume->stats().bytes_read, p.length);
+  ReplyPlan(req, ctx, *file.volume, plan);
+}
+
+// Child `i` of directory `dir` (resolved from `ino`): "." and ".." first, then a
+// checkpoint directory's children from its Layout, or a run directory's from `run_kids`.
+// False past the end.
+bool DirEntryAt(const FsContext& ctx, const RunNode& dir, uint64_t ino, size_t i,
+                const std::vector<std::pair<std::string, RunNode>>& run_kids, const char** name,
+                fuse_entry_param* e) {
+  const Node* node = LocalNode(dir, ino);
+  std::span<const uint64_t> kids;
+  if (node) kids = dir.volume->layout().Children(dir.Local(ino));
+  if (i >= (node ? kids.size() : run_kids.size()) + 2) return false;
+  *e = {};
+  if (i < 2) {
+    *name = i == 0 ? "." : "..";
+    const uint64_t up = node && node->parent ? dir.Global(node->parent) : dir.parent;
+    (void)MakeStat(ctx, dir, ino, &e->attr);
+    e->attr.st_ino = i == 0 || up == 0 ? ino : up;
+    return true;
+  }
+  RunNode child = node ? dir : run_kids[i - 2].second;
+  if (node) {
+    child.ino = dir.Global(kids[i - 2]);
+    child.short_lived = dir.short_children;
+    *name = dir.volume->layout().Find(kids[i - 2])->name_data;
+  } else {
+    *name = run_kids[i - 2].first.c_str();
+  }
+  (void)MakeStat(ctx, child, child.ino, &e->attr);
+  e->ino = child.ino;
+  e->generation = 1;
+  e->attr_timeout = e->entry_timeout = TimeoutFor(child, child.ino);
+  return true;
 }
 
 // Lists a directory; with `plus` each entry also carries its attributes (READDIRPLUS), so
@@ -266,49 +360,42 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
 // Offsets: 0 and 1 are "." and "..", 2 + i is child i; each entry carries the next offset.
 void ReplyDirectory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
   FsContext& ctx = Ctx(req);
-  const Layout& layout = ctx.volume->layout();
-  const Node* node = layout.Find(ino);
-  if (!node) return (void)fuse_reply_err(req, ENOENT);
-  if (node->kind != NodeKind::kDirectory) return (void)fuse_reply_err(req, ENOTDIR);
-  std::span<const uint64_t> kids = layout.Children(ino);
+  Result<RunNode> dir = Resolve(ctx, ino, /*open_entry=*/true);
+  if (!dir.ok()) return ReplyError(req, dir.status());
+  const Node* node = LocalNode(*dir, ino);
+  if (dir->volume ? !node || node->kind != NodeKind::kDirectory
+                  : dir->kind != RunNode::Kind::kDirectory) {
+    return (void)fuse_reply_err(req, ENOTDIR);
+  }
+  const auto run_kids = node ? std::vector<std::pair<std::string, RunNode>>{} : ctx.run->List(*dir);
   // Not zero-filled: the kernel may offer a 1 MiB buffer for a one-entry directory.
   std::unique_ptr<char[]> buf(new char[size]);
   size_t used = 0;
-  for (auto i = static_cast<size_t>(off); i < kids.size() + 2; ++i) {
-    const uint64_t child = i == 0   ? ino
-                           : i == 1 ? (node->parent ? node->parent : ino)
-                                    : kids[i - 2];
-    const char* name = i == 0 ? "." : i == 1 ? ".." : layout.Find(child)->name_data;
-    fuse_entry_param e = {};
-    e.attr = MakeStat(ctx, child, *layout.Find(child));
-    size_t need;
-    if (plus && i >= 2) {
-      e.ino = child;
-      e.generation = 1;
-      e.attr_timeout = e.entry_timeout = TimeoutFor(*layout.Find(child));
-      need = fuse_add_direntry_plus(req, buf.get() + used, size - used, name, &e,
-                                    static_cast<off_t>(i + 1));
-    } else if (plus) {
-      // "." and ".." must not be looked up by the kernel: ino 0 tells it so.
-      need = fuse_add_direntry_plus(req, buf.get() + used, size - used, name, &e,
-                                    static_cast<off_t>(i + 1));
-    } else {
-      need = fuse_add_direntry(req, buf.get() + used, size - used, name, &e.attr,
-                               static_cast<off_t>(i + 1));
-    }
+  const char* name = nullptr;
+  fuse_entry_param e;
+  for (auto i = static_cast<size_t>(off); DirEntryAt(ctx, *dir, ino, i, run_kids, &name, &e); ++i) {
+    // "." and ".." must not be looked up by the kernel: ino 0 tells it so.
+    const auto next = static_cast<off_t>(i + 1);
+    const size_t need =
+        plus ? fuse_add_direntry_plus(req, buf.get() + used, size - used, name, &e, next)
+             : fuse_add_direntry(req, buf.get() + used, size - used, name, &e.attr, next);
     if (need > size - used) break;
     used += need;
   }
   fuse_reply_buf(req, buf.get(), used);
 }
 
-// Directories never change: let the kernel cache their listings across opens.
+// A checkpoint's directories never change for their inodes: let the kernel cache their
+// listings across opens. The run's directories, and a pinned root, do change.
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  const Node* node = Ctx(req).volume->layout().Find(ino);
-  if (!node) return (void)fuse_reply_err(req, ENOENT);
-  if (node->kind != NodeKind::kDirectory) return (void)fuse_reply_err(req, ENOTDIR);
-  fi->cache_readdir = 1;
-  fi->keep_cache = 1;
+  Result<RunNode> dir = Resolve(Ctx(req), ino, /*open_entry=*/true);
+  if (!dir.ok()) return ReplyError(req, dir.status());
+  const Node* node = LocalNode(*dir, ino);
+  if (dir->volume ? !node || node->kind != NodeKind::kDirectory
+                  : dir->kind != RunNode::Kind::kDirectory) {
+    return (void)fuse_reply_err(req, ENOTDIR);
+  }
+  fi->cache_readdir = fi->keep_cache = node && !dir->short_children;
   fuse_reply_open(req, fi);
 }
 
@@ -320,8 +407,14 @@ void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   ReplyDirectory(req, ino, size, off, /*plus=*/true);
 }
 
+std::vector<std::pair<std::string, std::string>> XattrsOf(fuse_req_t req, fuse_ino_t ino) {
+  Result<RunNode> n = Resolve(Ctx(req), ino, /*open_entry=*/false);
+  if (!n.ok() || !n->volume) return {};
+  return n->volume->Xattrs(n->Local(ino));
+}
+
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  for (const auto& [key, value] : Ctx(req).volume->Xattrs(ino)) {
+  for (const auto& [key, value] : XattrsOf(req, ino)) {
     if (key != name) continue;
     if (size == 0) return (void)fuse_reply_xattr(req, value.size());
     if (size < value.size()) return (void)fuse_reply_err(req, ERANGE);
@@ -332,18 +425,24 @@ void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
 
 void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   std::string names;
-  for (const auto& kv : Ctx(req).volume->Xattrs(ino)) names.append(kv.first).push_back('\0');
+  for (const auto& kv : XattrsOf(req, ino)) names.append(kv.first).push_back('\0');
   if (size == 0) return (void)fuse_reply_xattr(req, names.size());
   if (size < names.size()) return (void)fuse_reply_err(req, ERANGE);
   fuse_reply_buf(req, names.data(), names.size());
 }
 
+// A single checkpoint: its tensor bytes and nodes. A run: its checkpoints, not summed
+// (that would open every one of them).
 void OpStatfs(fuse_req_t req, fuse_ino_t) {
-  const Volume& v = *Ctx(req).volume;
+  const FsContext& ctx = Ctx(req);
   struct statvfs sv = {};
   sv.f_bsize = sv.f_frsize = 4096;
-  sv.f_blocks = (v.checkpoint().TotalTensorBytes() + 4095) / 4096;
-  sv.f_files = v.layout().node_count();
+  if (ctx.volume) {
+    sv.f_blocks = (ctx.volume->checkpoint().TotalTensorBytes() + 4095) / 4096;
+    sv.f_files = ctx.volume->layout().node_count();
+  } else {
+    sv.f_files = ctx.run->EntryNames().size();
+  }
   sv.f_namemax = 255;
   fuse_reply_statfs(req, &sv);
 }
@@ -351,7 +450,8 @@ void OpStatfs(fuse_req_t req, fuse_ino_t) {
 void OpInit(void*, fuse_conn_info* conn) {
   // Splice moves shard pages from the page cache to the kernel without a userspace copy.
   conn->want |= conn->capable & (FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
-  // Always READDIRPLUS: the tree never changes, so attributes sent once stay valid.
+  // Always READDIRPLUS: entries carry their attributes and timeouts (long for a
+  // checkpoint's nodes, short for a run's), so attributes sent once stay valid.
   if (conn->capable & FUSE_CAP_READDIRPLUS) {
     conn->want |= FUSE_CAP_READDIRPLUS;
     conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
@@ -364,6 +464,7 @@ const fuse_lowlevel_ops kOps = [] {
   ops.init = OpInit;
   ops.lookup = OpLookup;
   ops.getattr = OpGetattr;
+  ops.readlink = OpReadlink;
   ops.open = OpOpen;
   ops.release = OpRelease;
   ops.read = OpRead;
@@ -453,7 +554,27 @@ void RedirectStdioToDevNull() {
 // What the views leave out or shadow, to the daemon's log (the terminal sees them in the
 // -v summary only): a successful mount prints nothing.
 void LogLayoutNotes(const FsContext& ctx) {
+  if (!ctx.volume) return;
   for (const std::string& line : LayoutNotes(*ctx.volume)) LogWarn("%s", line.c_str());
+}
+
+// Starts what serves in the background, in the serving process (threads do not survive
+// fork): decode workers, the CRC pass of a single checkpoint, a run's watcher. The
+// watcher tells the kernel when a root name appears or goes, so `ls` sees it at once.
+void StartBackground(FsContext& ctx, fuse_session* se) {
+  if (ctx.volume) {
+    ctx.volume->codec().StartWorkers();
+    ctx.volume->StartZipCrcPass([](const std::string& line) { LogInfo("%s", line.c_str()); });
+    return;
+  }
+  ctx.run->codec().StartWorkers();
+  ctx.run->StartWatching([se](const std::string& name) {
+    if (name.empty()) {
+      fuse_lowlevel_notify_inval_inode(se, RunTree::kRootIno, 0, 0);
+    } else {
+      fuse_lowlevel_notify_inval_entry(se, RunTree::kRootIno, name.c_str(), name.size());
+    }
+  });
 }
 
 // Mounts and runs the session loop in this process. Failures before the loop starts are
@@ -506,14 +627,13 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
         "replies are copied, not spliced: pipes cannot grow past fs.pipe-max-size "
         "without CAP_SYS_RESOURCE");
   }
-  // Decode workers start here, in the process that serves: threads do not survive fork.
-  ctx.volume->codec().StartWorkers();
-  ctx.volume->StartZipCrcPass([](const std::string& line) { LogInfo("%s", line.c_str()); });
+  StartBackground(ctx, se);
   std::thread ready(SignalReady, options.mountpoint, ready_fd);
   fuse_loop_config* config = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(config, 16);
   int rc = fuse_session_loop_mt(se, config);
   fuse_loop_cfg_destroy(config);
+  if (ctx.run) ctx.run->StopWatching();  // it notifies this session
   fuse_session_unmount(se);
   ready.join();
   fuse_remove_signal_handlers(se);
@@ -549,19 +669,16 @@ int AwaitDaemon(int fd, pid_t child) {
   return 1;
 }
 
-}  // namespace
-
-int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
+// Serves `ctx` (a checkpoint or a run) at options.mountpoint, in a daemon unless in the
+// foreground.
+int MountContext(FsContext& ctx, const std::string& source, const MountOptions& options) {
   // The mount point was checked before the checkpoint was opened (CheckMountPoint).
-  FsContext ctx;
   ctx.uid = options.ownership.uid.value_or(::getuid());
   ctx.gid = options.ownership.gid.value_or(::getgid());
   ctx.ownership = options.ownership;
   ::clock_gettime(CLOCK_REALTIME, &ctx.mount_time);
   ctx.splice_replies = CanSpliceReplies();
-  volume->stats().replies_spliced = ctx.splice_replies;
-  const std::string source = volume->checkpoint().source_path;
-  ctx.volume = std::move(volume);
+  if (ctx.volume) ctx.volume->stats().replies_spliced = ctx.splice_replies;
   if (options.foreground) return Serve(ctx, source, options, -1);
 
   int fds[2];
@@ -588,6 +705,22 @@ int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
   // of thousands of nodes would only delay the moment `ckptfs mount` returns.
   std::fflush(nullptr);
   _exit(rc);
+}
+
+}  // namespace
+
+int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
+  FsContext ctx;
+  const std::string source = volume->checkpoint().source_path;
+  ctx.volume = std::move(volume);
+  return MountContext(ctx, source, options);
+}
+
+int MountRunAndServe(std::unique_ptr<RunTree> run, const MountOptions& options) {
+  FsContext ctx;
+  const std::string source = run->path();
+  ctx.run = std::move(run);
+  return MountContext(ctx, source, options);
 }
 
 }  // namespace ckptfs

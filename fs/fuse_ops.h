@@ -1,10 +1,13 @@
-// The FUSE front end: low-level callbacks over a core Volume, and the mount lifecycle.
+// The FUSE front end: low-level callbacks over a core Volume (one checkpoint) or a RunTree
+// (a training run, each checkpoint a Volume), and the mount lifecycle. Every callback
+// resolves its inode once (ino -> Volume + local inode, or a run node) and goes on alike.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/run/run_tree.h"
 #include "core/volume/volume.h"
 #include "fs/ownership.h"
 
@@ -26,5 +29,7 @@ struct MountOptions {
 // this process and returns when unmounted. Returns a process exit code. The caller has
 // checked the mount point (CheckMountPoint in fs/preflight.h).
 int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options);
+// The same for a run: its watcher (live entries, idle close) starts in the daemon.
+int MountRunAndServe(std::unique_ptr<RunTree> run, const MountOptions& options);
 
 }  // namespace ckptfs

@@ -1,6 +1,7 @@
 // ckptfs: mount a sharded ML checkpoint as one read-only file system.
 #include <malloc.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/cache/disk_cache.h"
+#include "core/run/run_tree.h"
 #include "fs/commands.h"
 #include "fs/fuse_ops.h"
 #include "fs/log.h"
@@ -180,6 +182,68 @@ struct OwnershipArgs {
   }
 };
 
+// Options of a mount whose SOURCE is a training run (core/run/run_tree.h).
+struct RunArgs {
+  std::string checkpoint;
+  double idle_close_s = 300;
+  double relist_s = 5;
+
+  void AddTo(CLI::App* cmd) {
+    cmd->add_option("--checkpoint", checkpoint,
+                    "SOURCE is a training run: mount one of its checkpoints at the root instead "
+                    "of all of them: latest, best or an entry name (latest and best follow the "
+                    "run for new opens; open files keep their checkpoint)");
+    cmd->add_option("--idle-close", idle_close_s,
+                    "a run's checkpoints unused for SECONDS (no open file) are closed, and "
+                    "reopened on next use (default 300)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--relist", relist_s,
+                    "list a run again at most every SECONDS (remote runs: on access to the root; "
+                    "local runs: as a fallback to inotify) (default 5)")
+        ->check(CLI::PositiveNumber);
+  }
+};
+
+// SOURCE listed once (OpenSourceDir), then mounted as a run if it is one (IsRun, run_listing.h)
+// or as one checkpoint from the same listing.
+struct OpenedSource {
+  std::unique_ptr<ckptfs::RunTree> run;
+  std::unique_ptr<ckptfs::Volume> volume;
+};
+
+ckptfs::Result<OpenedSource> OpenSource(const std::string& path, const ckptfs::CodecOptions& codec,
+                                        ckptfs::ZipCrcMode zip_crc,
+                                        const ckptfs::RemoteOptions& remote, const RunArgs& args) {
+  auto context = std::make_shared<ckptfs::CodecContext>(codec);
+  CKPTFS_ASSIGN_OR_RETURN(ckptfs::SourceDir dir, ckptfs::OpenSourceDir(path, *context, remote));
+  CKPTFS_ASSIGN_OR_RETURN(bool is_run, ckptfs::IsRun(dir));
+  OpenedSource opened;
+  if (!is_run) {
+    if (!args.checkpoint.empty()) {
+      return ckptfs::Status::InvalidArgument(
+          dir.path + ": --checkpoint " + args.checkpoint +
+          ": SOURCE is not a training run (a directory of checkpoints)");
+    }
+    CKPTFS_ASSIGN_OR_RETURN(opened.volume,
+                            ckptfs::Volume::OpenListed(dir, path, context, zip_crc, remote));
+    return opened;
+  }
+  ckptfs::RunTreeOptions options;
+  options.pin = args.checkpoint;
+  auto seconds = [](double s) {
+    return std::chrono::duration_cast<ckptfs::RunClock::duration>(std::chrono::duration<double>(s));
+  };
+  options.idle_close = seconds(args.idle_close_s);
+  options.relist = seconds(args.relist_s);
+  // Local runs are watched with inotify; remote ones listed again on access to the root.
+  const std::string watch = dir.remote ? "" : path;
+  CKPTFS_ASSIGN_OR_RETURN(
+      opened.run,
+      ckptfs::RunTree::Open(ckptfs::RunSourceOf(std::move(dir), path, context, remote, watch),
+                            context, options));
+  return opened;
+}
+
 // Everything about a mount that can be judged without the checkpoint, so that a bad
 // option is refused at once and before anything is opened: the mount point, -o, and the
 // paths the daemon will write to, made absolute against the caller's directory (the daemon
@@ -215,23 +279,28 @@ ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::CodecOptions& c
 }
 
 int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::CodecOptions codec,
-          ckptfs::ZipCrcMode zip_crc, ckptfs::RemoteOptions remote, bool verbose,
-          const std::string& log_level) {
+          ckptfs::ZipCrcMode zip_crc, ckptfs::RemoteOptions remote, const RunArgs& run_args,
+          bool verbose, const std::string& log_level) {
   if (ckptfs::Status s = PrepareMount(options, codec, remote); !s.ok()) {
     ckptfs::PrintRefusal(s);
     return 2;
   }
-  auto volume = ckptfs::Volume::Open(SourceArg(source), codec, zip_crc, remote);
-  if (!volume.ok()) {
-    ckptfs::PrintRefusal(volume.status());
-    return ckptfs::ExitCodeForOpenFailure(volume.status());
+  const std::string log =
+      ckptfs::DaemonLogDescription(options.foreground) + " (level " + log_level + ")";
+  auto opened = OpenSource(SourceArg(source), codec, zip_crc, remote, run_args);
+  if (!opened.ok()) {
+    ckptfs::PrintRefusal(opened.status());
+    return ckptfs::ExitCodeForOpenFailure(opened.status());
+  }
+  if (opened->run) {
+    if (verbose) options.summary = ckptfs::RunSummary(*opened->run, options.mountpoint, log);
+    return ckptfs::MountRunAndServe(std::move(opened->run), options);
   }
   if (verbose) {
-    options.summary = ckptfs::MountSummary(
-        **volume, options.mountpoint, remote.cache_dir,
-        ckptfs::DaemonLogDescription(options.foreground) + " (level " + log_level + ")");
+    options.summary =
+        ckptfs::MountSummary(*opened->volume, options.mountpoint, remote.cache_dir, log);
   }
-  return ckptfs::MountAndServe(std::move(volume).value(), options);
+  return ckptfs::MountAndServe(std::move(opened->volume), options);
 }
 
 // The arguments CLI11 is to parse: `ckptfs SOURCE MOUNTPOINT ...` (the FUSE convention
@@ -285,7 +354,8 @@ int main(int argc, char** argv) {
   mount
       ->add_option("SOURCE", source,
                    "checkpoint directory (index + shards), one .safetensors/.bin/.pt file, or an "
-                   "http(s):// or s3:// URL of either")
+                   "http(s):// or s3:// URL of either; or a training-run directory of checkpoints "
+                   "(one directory each, plus latest and best)")
       ->required();
   mount->add_option("MOUNTPOINT", mountpoint, "an existing directory")->required();
   mount->add_flag("-f,--foreground", mount_options.foreground,
@@ -308,6 +378,8 @@ int main(int argc, char** argv) {
   RemoteArgs remote;
   remote.AddTo(mount);
   remote.AddCacheDirTo(mount);
+  RunArgs run_args;
+  run_args.AddTo(mount);
   mount
       ->add_option("--zip-crc", zip_crc,
                    "CRC-32s in pytorch_model.bin for zip testers (torch ignores them): auto "
@@ -431,7 +503,7 @@ int main(int argc, char** argv) {
                                    : ckptfs::LogLevel::kWarn,
                          *ckptfs::ParseLogLevel(log_level));
     return Mount(source, mount_options, codec, *ckptfs::ParseZipCrcMode(zip_crc), remote.options,
-                 verbose, log_level);
+                 run_args, verbose, log_level);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint, lazy);
   if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, remote.options);

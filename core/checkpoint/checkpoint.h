@@ -163,5 +163,9 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec);
 // with `remote`'s options, sharing `remote.cache_dir` when one is given.
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,
                                   const RemoteOptions& remote = {});
+// OpenCheckpoint over `dir`, SOURCE `source_path` as OpenSourceDir listed it with `codec`
+// (a mount that first asked whether SOURCE is a run lists it once).
+Result<Checkpoint> OpenCheckpointListed(const SourceDir& dir, const std::string& source_path,
+                                        CodecContext& codec);
 
 }  // namespace ckptfs

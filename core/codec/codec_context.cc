@@ -34,6 +34,17 @@ void CodecContext::Shutdown() {
   fetch_pool.reset();
 }
 
+void CodecContext::DropPending() {
+  bool started = false;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    started = pool_ != nullptr;
+  }
+  if (!started) return;
+  Shutdown();
+  StartWorkers();
+}
+
 bool CodecContext::TrySubmitFetch(std::function<void()> task) {
   std::lock_guard<std::mutex> lock(pool_mu_);
   return fetch_pool_ && fetch_pool_->TrySubmit(std::move(task));

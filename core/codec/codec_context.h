@@ -62,6 +62,11 @@ class CodecContext {
   void StartWorkers();
   // Stops workers, dropping queued prefetches; call before the sources die.
   void Shutdown();
+  // Drops queued prefetches and waits for running ones, then restarts the workers if they
+  // were running: after it, no task touches a source that was only reachable through
+  // tasks. A run calls it when one of its checkpoints closes; the others lose only
+  // prefetches (best effort anyway).
+  void DropPending();
   // Runs `task` on a decode worker if one is free enough; false if dropped.
   bool TrySubmit(std::function<void()> task);
   // Runs `task` on a fetch worker if the fetch queue has room; false if dropped.

@@ -187,13 +187,11 @@ void ZstdSource::ScheduleFrames(uint64_t begin, uint64_t end) const {
       queued_[i].store(false, std::memory_order_release);
       continue;
     }
-    if (!context_.TrySubmit([this, i] {
-          (void)GetFrame(i);
-          queued_[i].store(false, std::memory_order_release);
-        })) {
-      queued_[i].store(false, std::memory_order_release);
-      break;
-    }
+    // The flag clears when the task is gone, run or dropped (a refused submit, or
+    // CodecContext::DropPending when another checkpoint of a run closes).
+    auto unqueue = std::shared_ptr<void>(
+        nullptr, [this, i](void*) { queued_[i].store(false, std::memory_order_release); });
+    if (!context_.TrySubmit([this, i, unqueue] { (void)GetFrame(i); })) break;
     context_.prefetches.fetch_add(1, std::memory_order_relaxed);
   }
 }

@@ -83,13 +83,12 @@ void RemoteSource::Schedule(uint64_t first_block, uint64_t end_block) const {
       queued_[b].store(false, std::memory_order_release);
       continue;
     }
-    if (!context_.TrySubmitFetch([this, b] {
-          (void)GetBlock(b);  // a failure is retried by the reader, who reports it
-          queued_[b].store(false, std::memory_order_release);
-        })) {
-      queued_[b].store(false, std::memory_order_release);
-      return;
-    }
+    // The flag clears when the task is gone, run or dropped (a refused submit, or
+    // CodecContext::DropPending when another checkpoint of a run closes).
+    auto unqueue = std::shared_ptr<void>(
+        nullptr, [this, b](void*) { queued_[b].store(false, std::memory_order_release); });
+    // A failure is retried by the reader, who reports it.
+    if (!context_.TrySubmitFetch([this, b, unqueue] { (void)GetBlock(b); })) return;
     context_.remote_prefetches.fetch_add(1, std::memory_order_relaxed);
   }
 }

@@ -8,6 +8,7 @@
 
 #include "core/cache/disk_cache.h"
 #include "core/format/safetensors.h"
+#include "core/run/run_listing.h"
 #include "core/source/remote_source.h"
 
 namespace ckptfs {
@@ -37,24 +38,33 @@ Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
                                              const CodecOptions& codec_options, ZipCrcMode zip_crc,
                                              const RemoteOptions& remote) {
   auto codec = std::make_shared<CodecContext>(codec_options);
-  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path, *codec, remote));
+  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source_path, *codec, remote));
+  return OpenListed(dir, source_path, std::move(codec), zip_crc, remote);
+}
+
+Result<std::unique_ptr<Volume>> Volume::OpenListed(const SourceDir& dir,
+                                                   const std::string& source_path,
+                                                   std::shared_ptr<CodecContext> codec,
+                                                   ZipCrcMode zip_crc,
+                                                   const RemoteOptions& remote) {
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpointListed(dir, source_path, *codec));
   // Reading every tensor (--zip-crc mount) is serving, not opening: a remote checkpoint's
   // open deadline bounds its headers, not a pass over all its bytes (each read keeps
   // --timeout).
   if (zip_crc == ZipCrcMode::kMount) BeginServing(ckpt);
   CrcStore store(CrcSidecarDir(remote.cache_dir));
   CKPTFS_ASSIGN_OR_RETURN(ZipCrcStatus crcs,
-                          ResolveZipCrcs(ckpt, zip_crc, store, codec_options.warn));
+                          ResolveZipCrcs(ckpt, zip_crc, store, codec->options().warn));
   auto volume = FromCheckpoint(std::move(ckpt), std::move(codec));
   volume->zip_crcs_ = std::move(crcs);
   volume->crc_store_ = std::move(store);
   return volume;
 }
 
-std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
-                                               std::shared_ptr<CodecContext> codec) {
+std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt, std::shared_ptr<CodecContext> codec,
+                                               CodecUse use) {
   BeginServing(ckpt);  // after --zip-crc too: a no-op for sources already serving
-  auto volume = std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec)));
+  auto volume = std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec), use));
   // Open resolves them; a checkpoint wrapped as it is says only what it carries.
   volume->zip_crcs_.missing = MissingCrcStorages(volume->ckpt_);
   if (!volume->zip_crcs_.missing.empty()) {
@@ -70,7 +80,11 @@ std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
 // Prefetch tasks and the CRC pass point at sources: stop them before the sources go.
 Volume::~Volume() {
   crc_pass_.reset();
-  codec_->Shutdown();
+  if (codec_use_ == CodecUse::kOwned) {
+    codec_->Shutdown();
+  } else {
+    codec_->DropPending();
+  }
 }
 
 void Volume::StartZipCrcPass(std::function<void(const std::string&)> log) {

@@ -53,6 +53,11 @@ struct Gathered {
   std::vector<std::shared_ptr<const void>> keep_alive;  // pinned cache blocks, copy buffers
 };
 
+// Whether a Volume owns its CodecContext (a single-checkpoint mount: closing the Volume
+// stops the codec's workers) or shares it with other Volumes (a run: closing one only
+// drops the queued prefetches, so no task outlives the sources it reads).
+enum class CodecUse : uint8_t { kOwned, kShared };
+
 class Volume {
  public:
   // Storages without a CRC-32 (safetensors ones) get theirs as `zip_crc` says (see
@@ -63,9 +68,16 @@ class Volume {
                                               const CodecOptions& codec = {},
                                               ZipCrcMode zip_crc = ZipCrcMode::kAuto,
                                               const RemoteOptions& remote = {});
+  // Open over SOURCE `source_path` as OpenSourceDir listed it (`dir`) with `codec`.
+  static Result<std::unique_ptr<Volume>> OpenListed(const SourceDir& dir,
+                                                    const std::string& source_path,
+                                                    std::shared_ptr<CodecContext> codec,
+                                                    ZipCrcMode zip_crc = ZipCrcMode::kAuto,
+                                                    const RemoteOptions& remote = {});
   // Wraps an already opened checkpoint whose compressed sources use `codec`.
   static std::unique_ptr<Volume> FromCheckpoint(Checkpoint ckpt,
-                                                std::shared_ptr<CodecContext> codec);
+                                                std::shared_ptr<CodecContext> codec,
+                                                CodecUse use = CodecUse::kOwned);
   ~Volume();
 
   const Checkpoint& checkpoint() const { return ckpt_; }
@@ -106,10 +118,14 @@ class Volume {
   // Asks the sources under [range) of file `ino` to fetch or decode it ahead.
   void Prefetch(uint64_t ino, ByteRange range) const;
 
-  Volume(Checkpoint ckpt, std::shared_ptr<CodecContext> codec)
-      : codec_(std::move(codec)), ckpt_(std::move(ckpt)), layout_(Layout::Build(ckpt_)) {}
+  Volume(Checkpoint ckpt, std::shared_ptr<CodecContext> codec, CodecUse use)
+      : codec_(std::move(codec)),
+        codec_use_(use),
+        ckpt_(std::move(ckpt)),
+        layout_(Layout::Build(ckpt_)) {}
 
   std::shared_ptr<CodecContext> codec_;  // first: outlives the sources that use it
+  CodecUse codec_use_;
   Checkpoint ckpt_;
   Layout layout_;
   mutable Stats stats_;

@@ -1,0 +1,53 @@
+// RunSourceOf: a RunTree's view of a real run, through run discovery (run_listing.h).
+// Apart from run_tree.cc so that RunTree builds and links without the listing code.
+#include <mutex>
+
+#include "core/checkpoint/formats.h"
+#include "core/run/run_tree.h"
+
+namespace ckptfs {
+
+RunSource RunSourceOf(SourceDir first, const std::string& source,
+                      std::shared_ptr<CodecContext> codec, const RemoteOptions& remote,
+                      std::string watch_dir) {
+  // A SourceDir is a listing made once: each listing of the run opens SOURCE again, and
+  // entries are opened through the SourceDir of the listing that showed them. A SourceDir
+  // serves one opening at a time, so listings and entry lookups take turns, and so do
+  // remote entries' openings (they share the store's client); local ones, each through
+  // its own directory, open in parallel.
+  struct Shared {
+    std::mutex mu;
+    SourceDir dir;
+    bool fresh = true;  // `dir` is the listing main just made: use it for the first list
+    std::string source;
+    std::shared_ptr<CodecContext> codec;
+    RemoteOptions remote;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->dir = std::move(first);
+  shared->source = source;
+  shared->codec = std::move(codec);
+  shared->remote = remote;
+  RunSource run;
+  run.path = shared->dir.path;
+  run.watch_dir = std::move(watch_dir);
+  run.list = [shared]() -> Result<RunListing> {
+    std::lock_guard<std::mutex> lock(shared->mu);
+    if (!shared->fresh) {
+      CKPTFS_ASSIGN_OR_RETURN(shared->dir,
+                              OpenSourceDir(shared->source, *shared->codec, shared->remote));
+    }
+    shared->fresh = false;
+    return ListRun(shared->dir);
+  };
+  run.open = [shared](const RunEntry& entry, CodecContext& context) -> Result<Checkpoint> {
+    std::unique_lock<std::mutex> lock(shared->mu);
+    CKPTFS_ASSIGN_OR_RETURN(SourceDir entry_dir, EntrySourceDir(shared->dir, entry));
+    const std::string shown = shared->dir.path + "/" + entry.name;
+    if (!shared->dir.remote) lock.unlock();
+    return ReadCheckpoint(entry_dir, context, shown);
+  };
+  return run;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,560 @@
+#include "core/run/run_tree.h"
+
+#include <dirent.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/volume/stats.h"
+
+namespace ckptfs {
+namespace {
+
+// Slot 0: the run's own nodes.
+constexpr uint64_t kLatestIno = 2;
+constexpr uint64_t kBestIno = 3;
+constexpr uint64_t kMetaDirIno = 4;
+constexpr uint64_t kStatsIno = 5;
+constexpr uint64_t kErrorLocal = 2;  // a failed entry's ERROR file
+constexpr uint64_t kLocalMask = 0xffffffffu;
+constexpr char kMetaDir[] = ".ckptfs";
+
+// Changes made by a burst of writes are listed once, when it has been quiet this long (or
+// at most kDebounceMax after its first event).
+constexpr auto kDebounce = std::chrono::milliseconds(200);
+constexpr auto kDebounceMax = std::chrono::seconds(1);
+constexpr size_t kMaxWatches = 4096;
+
+int64_t Ticks(RunClock::time_point t) { return t.time_since_epoch().count(); }
+
+// What a reopened Layout must match to keep its slot's inodes: every node's kind, size
+// and parent. Layout is deterministic, so an unchanged checkpoint always matches.
+uint64_t Shape(const Layout& layout) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(layout.node_count());
+  for (uint64_t i = 1; i <= layout.node_count(); ++i) {
+    const Node* n = layout.Find(i);
+    mix(n->size);
+    mix(n->parent);
+    mix(static_cast<uint64_t>(n->kind));
+  }
+  return h;
+}
+
+}  // namespace
+
+struct RunTree::Slot {
+  Slot(uint32_t slot_id, RunEntry e) : id(slot_id), entry(std::move(e)) {}
+  const uint32_t id;
+  const RunEntry entry;
+  std::atomic<bool> retired{false};
+  std::atomic<int64_t> last_used{0};
+  std::mutex mu;                   // guards what follows; held while opening
+  std::shared_ptr<Volume> volume;  // null: not open yet, closed idle, or failed
+  std::string error;               // why it failed to open ("" unless it did)
+  uint64_t shape = 0;              // of the first Layout (0: never opened)
+
+  uint64_t base() const { return static_cast<uint64_t>(id) << 32; }
+};
+
+RunNode RunNode::Single(std::shared_ptr<Volume> volume) {
+  RunNode node;
+  node.kind = Kind::kVolume;
+  node.ino = Layout::kRoot;
+  node.volume = std::move(volume);
+  node.root_ino = Layout::kRoot;
+  return node;
+}
+
+RunTree::RunTree(RunSource source, std::shared_ptr<CodecContext> codec, RunTreeOptions options)
+    : source_(std::move(source)), codec_(std::move(codec)), options_(std::move(options)) {
+  ::clock_gettime(CLOCK_REALTIME, &started_);
+  slots_.emplace_back();  // slot 0 is the run's own
+}
+
+Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source,
+                                               std::shared_ptr<CodecContext> codec,
+                                               RunTreeOptions options) {
+  CKPTFS_ASSIGN_OR_RETURN(RunListing listing, source.list());
+  std::unique_ptr<RunTree> tree(new RunTree(std::move(source), std::move(codec), options));
+  tree->Apply(listing, /*initial=*/true);
+  const std::string& pin = tree->options_.pin;
+  if (!pin.empty() && pin != "latest" && pin != "best" && !tree->Shown(pin)) {
+    std::string names;
+    for (const std::string& n : tree->order_) names += (names.empty() ? "" : ", ") + n;
+    return Status::InvalidArgument(tree->source_.path + ": --checkpoint " + pin +
+                                   ": no such complete checkpoint in the run (entries: " +
+                                   (names.empty() ? "none" : names) + ")");
+  }
+  return tree;
+}
+
+RunTree::~RunTree() { StopWatching(); }
+
+std::vector<std::string> RunTree::Apply(const RunListing& listing, bool initial) {
+  std::vector<std::string> changed;
+  std::vector<std::shared_ptr<Slot>> retired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const RunClock::time_point now = options_.now();
+    std::map<std::string, uint32_t> next;
+    std::vector<std::string> order;
+    std::map<std::string, Candidate> candidates;
+    for (const RunEntry& e : listing.entries) {
+      if (!e.complete) continue;
+      auto it = shown_.find(e.name);
+      if (it != shown_.end() && slots_[it->second]->entry.signature == e.signature) {
+        next[e.name] = it->second;
+        order.push_back(e.name);
+        continue;
+      }
+      // New or rewritten: shown once two listings `stable` apart agree on it.
+      if (!initial) {
+        auto c = candidates_.find(e.name);
+        if (c == candidates_.end() || c->second.signature != e.signature) {
+          candidates[e.name] = {e.signature, now};
+          continue;
+        }
+        if (now - c->second.first_seen < options_.stable) {
+          candidates[e.name] = c->second;
+          continue;
+        }
+      }
+      const auto id = static_cast<uint32_t>(slots_.size());
+      slots_.push_back(std::make_shared<Slot>(id, e));
+      next[e.name] = id;
+      order.push_back(e.name);
+    }
+    for (const auto& [name, id] : shown_) {
+      auto it = next.find(name);
+      if (it != next.end() && it->second == id) continue;
+      slots_[id]->retired = true;
+      retired.push_back(slots_[id]);
+      changed.push_back(name);
+    }
+    for (const auto& [name, id] : next) {
+      if (!shown_.count(name)) changed.push_back(name);
+    }
+    // `latest` and `best` name shown entries only. While the listing's latest is not shown
+    // yet (not stable), the old one stays if still shown, else the shown entry with the
+    // highest step (else the last shown): never a dangling link while training deletes.
+    auto pick = [&next](const std::string& wanted, const std::string& old) {
+      return next.count(wanted) ? wanted : next.count(old) ? old : std::string();
+    };
+    std::string latest = pick(listing.latest, latest_);
+    if (latest.empty() && !listing.latest.empty() && !order.empty()) {
+      latest = order.back();
+      std::optional<uint64_t> top;
+      for (const RunEntry& e : listing.entries) {
+        if (next.count(e.name) && e.step && (!top || *e.step >= *top)) {
+          top = e.step;
+          latest = e.name;
+        }
+      }
+    }
+    std::string best = pick(listing.best, best_);
+    if (latest != latest_) changed.push_back("latest");
+    if (best != best_) changed.push_back("best");
+    shown_ = std::move(next);
+    order_ = std::move(order);
+    candidates_ = std::move(candidates);
+    latest_ = std::move(latest);
+    best_ = std::move(best);
+    skipped_ = listing.skipped;
+    last_list_ = now;
+  }
+  // Outside mu_: a slot's lock may be held by a long open. Open files keep their Volume.
+  for (const auto& slot : retired) {
+    std::shared_ptr<Volume> closing;
+    std::lock_guard<std::mutex> lock(slot->mu);
+    closing.swap(slot->volume);
+  }
+  return changed;
+}
+
+std::shared_ptr<RunTree::Slot> RunTree::SlotOf(uint64_t slot_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slot_id == 0 || slot_id >= slots_.size()) return nullptr;
+  auto slot = slots_[slot_id];
+  return slot->retired ? nullptr : slot;
+}
+
+std::shared_ptr<RunTree::Slot> RunTree::Shown(const std::string& name) const {
+  auto it = shown_.find(name);
+  return it == shown_.end() ? nullptr : slots_[it->second];
+}
+
+std::shared_ptr<RunTree::Slot> RunTree::PinnedSlot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string& pin = options_.pin;
+  return Shown(pin == "latest" ? latest_ : pin == "best" ? best_ : pin);
+}
+
+RunNode RunTree::RootNode() const {
+  RunNode node;
+  node.kind = RunNode::Kind::kDirectory;
+  node.ino = kRootIno;
+  node.short_lived = node.short_children = true;
+  return node;
+}
+
+RunNode RunTree::EntryDir(const Slot& slot, uint64_t root_ino) const {
+  RunNode node;
+  node.ino = root_ino;
+  node.mtime = slot.entry.mtime;
+  node.parent = kRootIno;
+  node.short_lived = true;
+  node.short_children = root_ino == kRootIno;  // a pinned root follows its target
+  if (slot.volume) {
+    node.kind = RunNode::Kind::kVolume;
+    node.volume = slot.volume;
+    node.base = slot.base();
+    node.root_ino = root_ino;
+  }
+  return node;
+}
+
+RunNode RunTree::OpenEntry(Slot& slot, uint64_t root_ino) {
+  std::lock_guard<std::mutex> lock(slot.mu);
+  slot.last_used = Ticks(options_.now());
+  if (!slot.volume && slot.error.empty() && !slot.retired) {
+    Result<Checkpoint> ckpt = source_.open(slot.entry, *codec_);
+    if (!ckpt.ok()) {
+      // One line naming the entry: the reader's message may name only a file inside it.
+      slot.error = ckpt.status().message();
+      if (slot.error.find(slot.entry.name) == std::string::npos) {
+        slot.error = slot.entry.name + ": " + slot.error;
+      }
+    } else {
+      std::shared_ptr<Volume> volume =
+          Volume::FromCheckpoint(std::move(ckpt.value()), codec_, CodecUse::kShared);
+      const uint64_t shape = Shape(volume->layout());
+      if (slot.shape != 0 && slot.shape != shape) {
+        // Its files changed since the first open, before a listing noticed: these inodes
+        // must not show the new bytes. The next listing gives it a new slot.
+        slot.retired = true;
+        slot.error = slot.entry.name + ": changed since first opened";
+      } else {
+        slot.shape = shape;
+        slot.volume = std::move(volume);
+      }
+    }
+  }
+  return EntryDir(slot, root_ino);
+}
+
+Result<RunNode> RunTree::Resolve(uint64_t ino, bool open_entry) {
+  const uint64_t slot_id = ino >> 32, local = ino & kLocalMask;
+  if (ino == kRootIno && !options_.pin.empty()) {
+    std::shared_ptr<Slot> slot = PinnedSlot();
+    if (!slot) return RootNode();  // nothing to show (yet): an empty root
+    if (open_entry) return OpenEntry(*slot, kRootIno);
+    std::lock_guard<std::mutex> lock(slot->mu);
+    return EntryDir(*slot, kRootIno);
+  }
+  if (slot_id == 0) {
+    RunNode node;
+    node.ino = ino;
+    node.parent = kRootIno;
+    node.short_lived = node.short_children = true;
+    if (ino == kRootIno) return RootNode();
+    if ((ino == kMetaDirIno || ino == kStatsIno) && options_.pin.empty()) {
+      node.kind = ino == kMetaDirIno ? RunNode::Kind::kDirectory : RunNode::Kind::kFile;
+      node.parent = ino == kMetaDirIno ? kRootIno : kMetaDirIno;
+      if (ino == kStatsIno) node.text = StatsJson();
+      return node;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string& target = ino == kLatestIno ? latest_ : best_;
+    if ((ino == kLatestIno || ino == kBestIno) && !target.empty() && options_.pin.empty()) {
+      node.kind = RunNode::Kind::kSymlink;
+      node.text = target;
+      return node;
+    }
+    return Status::NotFound("inode " + std::to_string(ino) + ": gone");
+  }
+  std::shared_ptr<Slot> slot = SlotOf(slot_id);
+  if (!slot) return Status::NotFound("inode " + std::to_string(ino) + ": checkpoint gone");
+  std::shared_ptr<Slot> pinned = options_.pin.empty() ? nullptr : PinnedSlot();
+  const uint64_t root_ino = pinned == slot ? kRootIno : slot->base() | Layout::kRoot;
+  if (local == Layout::kRoot && !open_entry) {
+    slot->last_used = Ticks(options_.now());
+    std::lock_guard<std::mutex> lock(slot->mu);
+    return EntryDir(*slot, root_ino);
+  }
+  RunNode node = OpenEntry(*slot, root_ino);  // reopens one closed while idle
+  if (node.kind == RunNode::Kind::kVolume) {
+    if (local != Layout::kRoot) node.ino = ino, node.short_lived = false;
+    return node;
+  }
+  if (local == Layout::kRoot) return node;
+  if (local != kErrorLocal || slot->retired) return Status::NotFound("inode gone");
+  std::lock_guard<std::mutex> lock(slot->mu);
+  node.kind = RunNode::Kind::kFile;
+  node.ino = ino;
+  node.parent = root_ino;
+  node.text = slot->error + "\n";
+  return node;
+}
+
+Result<RunNode> RunTree::Lookup(const RunNode& dir, std::string_view name) {
+  for (auto& [child_name, child] : List(dir)) {
+    if (child_name == name) return child;
+  }
+  return Status::NotFound(std::string(name) + ": no such entry");
+}
+
+std::vector<std::pair<std::string, RunNode>> RunTree::List(const RunNode& dir) {
+  std::vector<std::pair<std::string, RunNode>> out;
+  if (dir.kind != RunNode::Kind::kDirectory) return out;
+  if (dir.ino == kRootIno && options_.pin.empty()) {
+    MaybeRelist();
+    std::vector<std::shared_ptr<Slot>> slots;
+    std::string latest, best;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const std::string& name : order_) slots.push_back(Shown(name));
+      latest = latest_;
+      best = best_;
+    }
+    std::set<std::string> names;
+    for (const auto& slot : slots) {
+      names.insert(slot->entry.name);
+      std::lock_guard<std::mutex> lock(slot->mu);
+      out.emplace_back(slot->entry.name, EntryDir(*slot, slot->base() | Layout::kRoot));
+    }
+    // An entry of SOURCE with the same name wins over the run's own node.
+    for (const auto& [name, ino] : {std::pair<std::string, uint64_t>{"latest", kLatestIno},
+                                    {"best", kBestIno},
+                                    {kMetaDir, kMetaDirIno}}) {
+      if (names.count(name)) continue;
+      Result<RunNode> node = Resolve(ino, false);
+      if (node.ok()) out.emplace_back(name, std::move(node.value()));
+    }
+    return out;
+  }
+  if (dir.ino == kMetaDirIno) {
+    Result<RunNode> node = Resolve(kStatsIno, false);
+    if (node.ok()) out.emplace_back("stats.json", std::move(node.value()));
+    return out;
+  }
+  // A failed entry (or a pinned root showing one): its ERROR file.
+  const uint64_t slot_id =
+      dir.ino == kRootIno ? (PinnedSlot() ? PinnedSlot()->id : 0) : dir.ino >> 32;
+  if (slot_id == 0) return out;
+  Result<RunNode> error = Resolve((slot_id << 32) | kErrorLocal, true);
+  if (error.ok() && error->kind == RunNode::Kind::kFile) {
+    error->parent = dir.ino;
+    out.emplace_back("ERROR", std::move(error.value()));
+  }
+  return out;
+}
+
+Status RunTree::Relist() {
+  std::lock_guard<std::mutex> lock(relist_mu_);
+  CKPTFS_ASSIGN_OR_RETURN(RunListing listing, source_.list());
+  Notify(Apply(listing, /*initial=*/false));
+  return Status::Ok();
+}
+
+void RunTree::MaybeRelist() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!source_.watch_dir.empty() || options_.now() - last_list_ < options_.relist) return;
+  }
+  std::unique_lock<std::mutex> lock(relist_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;  // another thread is listing now
+  Result<RunListing> listing = source_.list();
+  // A failed listing (server away) keeps what is shown; the next root access tries again.
+  if (listing.ok()) Apply(*listing, /*initial=*/false);
+}
+
+size_t RunTree::CloseIdle() {
+  std::vector<std::shared_ptr<Slot>> slots;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, id] : shown_) slots.push_back(slots_[id]);
+  }
+  const int64_t cutoff = Ticks(options_.now() - options_.idle_close);
+  size_t closed = 0;
+  for (const auto& slot : slots) {
+    std::shared_ptr<Volume> closing;
+    std::lock_guard<std::mutex> lock(slot->mu);
+    // use_count 1: only the slot holds it, no open file or request in flight.
+    if (!slot->volume || slot->volume.use_count() > 1 || slot->last_used > cutoff) continue;
+    closing.swap(slot->volume);
+    ++closed;
+  }
+  return closed;
+}
+
+void RunTree::Notify(const std::vector<std::string>& names) {
+  if (!changed_) return;
+  for (const std::string& name : names) changed_(name);
+  if (!options_.pin.empty() && !names.empty()) changed_("");  // the pinned root may move
+}
+
+std::vector<std::string> RunTree::EntryNames() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return order_;
+}
+
+std::string RunTree::Latest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return latest_;
+}
+
+std::vector<std::string> RunTree::Skipped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return skipped_;
+}
+
+std::string RunTree::Best() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return best_;
+}
+
+size_t RunTree::OpenVolumes() const {
+  std::vector<std::shared_ptr<Slot>> slots;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, id] : shown_) slots.push_back(slots_[id]);
+  }
+  size_t open = 0;
+  for (const auto& slot : slots) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    open += slot->volume != nullptr;
+  }
+  return open;
+}
+
+std::string RunTree::StatsJson() const {
+  const BlockCache::Counters c = codec_->cache().counters();
+  nlohmann::json j;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    j = {{"source", source_.path},
+         {"checkpoints", order_.size()},
+         {"latest", latest_},
+         {"best", best_},
+         {"pending", candidates_.size()},
+         {"slots_made", slots_.size() - 1},
+         {"skipped", skipped_}};
+  }
+  j["checkpoints_open"] = OpenVolumes();
+  j["rss_bytes"] = CurrentRssBytes();
+  j["cache"] = {{"capacity_bytes", c.capacity_bytes},
+                {"charged_bytes", c.charged_bytes},
+                {"hits", c.hits},
+                {"misses", c.misses},
+                {"evictions", c.evictions}};
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// --- Watching a local run ------------------------------------------------------------
+
+void RunTree::StartWatching(std::function<void(const std::string&)> changed) {
+  if (watcher_.joinable()) return;
+  changed_ = std::move(changed);
+  stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (!source_.watch_dir.empty()) inotify_fd_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  watcher_ = std::thread([this] { WatchLoop(); });
+}
+
+void RunTree::StopWatching() {
+  if (!watcher_.joinable()) return;
+  const uint64_t one = 1;
+  (void)!::write(stop_fd_, &one, sizeof(one));
+  watcher_.join();
+  for (int* fd : {&stop_fd_, &inotify_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+}
+
+namespace {
+
+constexpr uint32_t kWatchMask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO |
+                                IN_CLOSE_WRITE | IN_MODIFY | IN_ATTRIB | IN_DONT_FOLLOW |
+                                IN_ONLYDIR;
+
+// Watches SOURCE and its subdirectories (an HF checkpoint being written is a directory
+// whose files change). Called again after each listing: adding a watch twice is a no-op,
+// and a directory made since gets its own.
+void WatchTree(int fd, const std::string& dir) {
+  if (fd < 0 || ::inotify_add_watch(fd, dir.c_str(), kWatchMask) < 0) return;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  size_t watches = 1;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == ".." || e->d_type != DT_DIR) continue;
+    if (++watches > kMaxWatches) break;
+    (void)::inotify_add_watch(fd, (dir + "/" + name).c_str(), kWatchMask);
+  }
+  ::closedir(d);
+}
+
+// Reads every pending event; true if there was any.
+bool DrainEvents(int fd) {
+  alignas(inotify_event) char buf[16384];
+  bool any = false;
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0) return any;
+    any = true;
+  }
+}
+
+}  // namespace
+
+void RunTree::WatchLoop() {
+  WatchTree(inotify_fd_, source_.watch_dir);
+  const bool local = inotify_fd_ >= 0;
+  RunClock::time_point next_list = RunClock::now() + options_.relist;
+  RunClock::time_point first_event{}, last_event{};
+  bool dirty = false;
+  while (true) {
+    RunClock::time_point due = RunClock::now() + std::chrono::seconds(1);  // idle checks
+    if (local) due = std::min(due, next_list);
+    if (dirty) due = std::min({due, last_event + kDebounce, first_event + kDebounceMax});
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [name, c] : candidates_) due = std::min(due, c.first_seen + options_.stable);
+    }
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(due - RunClock::now());
+    pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {inotify_fd_, POLLIN, 0}};
+    ::poll(fds, local ? 2 : 1, static_cast<int>(std::clamp<int64_t>(wait.count(), 1, 1000)));
+    if (fds[0].revents) return;
+    const RunClock::time_point now = RunClock::now();
+    if (local && fds[1].revents && DrainEvents(inotify_fd_)) {
+      if (!dirty) first_event = now;
+      dirty = true;
+      last_event = now;
+    }
+    bool candidate_due = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [name, c] : candidates_) {
+        candidate_due |= now >= c.first_seen + options_.stable;
+      }
+    }
+    const bool settled =
+        dirty && (now >= last_event + kDebounce || now >= first_event + kDebounceMax);
+    if (local && (settled || candidate_due || now >= next_list)) {
+      dirty = false;
+      next_list = now + options_.relist;
+      (void)Relist();  // a failed listing keeps what is shown; the next one tries again
+      WatchTree(inotify_fd_, source_.watch_dir);
+    }
+    CloseIdle();
+  }
+}
+
+}  // namespace ckptfs

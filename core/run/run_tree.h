@@ -1,0 +1,197 @@
+// RunTree: the namespace of a mounted training run (a SOURCE that IsRun, run_listing.h).
+//
+// What it shows: the root lists every complete, stable entry of the run as a directory
+// named as in SOURCE, plus the symlinks `latest` and `best` (-> entry name) when the
+// listing names them and that entry is shown; an entry of SOURCE named `latest`, `best` or
+// `.ckptfs` wins over the run's own node. `.ckptfs/stats.json` at the root holds the run's
+// counters (entries shown, checkpoints open, the shared cache). Each entry directory is
+// that checkpoint's full views (a Volume), opened on the first lookup or listing inside it;
+// a checkpoint that fails to open is a directory holding one file, `ERROR`, with the
+// one-line reason. All Volumes share one CodecContext: one byte-bounded cache for the run.
+//
+// Inodes: global = (slot << 32) | local. Slot 0 is the run's own nodes (kRootIno, the
+// symlinks, .ckptfs); every other slot belongs to one (entry name, signature) and is never
+// reused. Inside a slot, local inodes are the Volume's Layout inodes (the entry directory
+// is the Layout root, 1) or, for a failed entry, 1 (the directory) and 2 (ERROR). A
+// checkpoint rewritten or deleted is a new slot or none: its old inodes answer NotFound,
+// never another checkpoint's bytes. A Volume unused for `idle_close` (nobody holds it: the
+// front end keeps a reference per open file) is closed; reopening an unchanged entry
+// builds the same Layout, so the same inodes (a Layout whose shape differs makes the slot
+// stale instead).
+//
+// Live: Relist() applies a new listing. An entry already shown stays while its signature
+// holds; a new or changed one is shown once it is complete and its signature was the same
+// in a listing at least `stable` earlier (never half-written); one that vanished, became
+// incomplete or changed is hidden at once. The first listing shows every complete entry.
+// Local sources: StartWatching() runs a thread that re-lists on inotify events (SOURCE and
+// its entry directories, debounced), every `relist` as a fallback, and when a new entry
+// is due to become stable; it also closes idle Volumes. Remote sources: MaybeRelist() on a
+// lookup or listing of the root, at most once per `relist`.
+//
+// `pin` (--checkpoint latest|best|NAME): the root is that entry's directory instead, and
+// follows it (the current latest, best, or the entry of that name) for new lookups.
+//
+// Thread safety: every method may be called from any thread at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "core/run/run_listing.h"
+#include "core/volume/volume.h"
+
+namespace ckptfs {
+
+using RunClock = std::chrono::steady_clock;
+
+// How a RunTree reaches its run: production uses RunSourceOf (ListRun, EntrySourceDir,
+// ReadCheckpoint); tests use in-memory listings and checkpoints.
+struct RunSource {
+  std::function<Result<RunListing>()> list;
+  std::function<Result<Checkpoint>(const RunEntry& entry, CodecContext& codec)> open;
+  std::string path;       // SOURCE as shown in messages and stats.json
+  std::string watch_dir;  // a local SOURCE directory to watch with inotify; "" for remote
+};
+
+// The RunSource of run SOURCE `source`, whose listing `first` (OpenSourceDir) is the
+// first one used; later listings open SOURCE again. `watch_dir`: SOURCE's absolute path
+// when it is a local directory, else "".
+RunSource RunSourceOf(SourceDir first, const std::string& source,
+                      std::shared_ptr<CodecContext> codec, const RemoteOptions& remote,
+                      std::string watch_dir);
+
+struct RunTreeOptions {
+  std::string pin;  // "": the whole run; "latest", "best" or an entry name
+  RunClock::duration idle_close = std::chrono::seconds(300);
+  RunClock::duration relist = std::chrono::seconds(5);
+  RunClock::duration stable = std::chrono::seconds(1);
+  std::function<RunClock::time_point()> now = [] { return RunClock::now(); };
+};
+
+// One node as the front end sees it: a node of an entry's Volume (kVolume, whose Layout
+// answers for it and its descendants), or one of the run's own.
+struct RunNode {
+  enum class Kind : uint8_t { kVolume, kDirectory, kFile, kSymlink };
+  Kind kind = Kind::kDirectory;
+  uint64_t ino = 0;                // global
+  std::shared_ptr<Volume> volume;  // kVolume
+  uint64_t base = 0;               // kVolume: global = base | local...
+  uint64_t root_ino = 0;           // ...except the Layout root, which is root_ino
+  std::string text;                // kFile: its bytes; kSymlink: its target
+  struct timespec mtime = {};      // run nodes ({0, 0}: the mount's time)
+  uint64_t parent = 0;             // run directories: ".." (0: itself)
+  // The kernel may keep this node, and names looked up in it, for seconds only (the run
+  // changes); a checkpoint's inner nodes are immutable for the life of their slot.
+  bool short_lived = false;
+  bool short_children = false;
+
+  uint64_t Global(uint64_t local) const { return local == Layout::kRoot ? root_ino : base | local; }
+  uint64_t Local(uint64_t global) const {
+    return global == root_ino ? Layout::kRoot : global & 0xffffffffu;
+  }
+  // The whole mount is `volume` (a single checkpoint): identity inodes.
+  static RunNode Single(std::shared_ptr<Volume> volume);
+};
+
+class RunTree {
+ public:
+  static constexpr uint64_t kRootIno = 1;
+
+  // Lists the run once (the mount's view at start). A `pin` naming no entry is refused
+  // with one line listing the entries.
+  static Result<std::unique_ptr<RunTree>> Open(RunSource source,
+                                               std::shared_ptr<CodecContext> codec,
+                                               RunTreeOptions options = {});
+  ~RunTree();
+
+  // `ino`, or NotFound (never existed, or its slot was retired). With `open_entry`, an
+  // entry directory not open yet is opened first (a lookup or listing inside it), and
+  // answers as its Volume root (or as its ERROR directory).
+  Result<RunNode> Resolve(uint64_t ino, bool open_entry);
+  // Child `name` of run directory `dir` (not kVolume), or NotFound.
+  Result<RunNode> Lookup(const RunNode& dir, std::string_view name);
+  // Children of run directory `dir` (not kVolume), in order.
+  std::vector<std::pair<std::string, RunNode>> List(const RunNode& dir);
+
+  // Lists the run again and applies it (see Live above). Names that appeared or went are
+  // passed to the change callback.
+  Status Relist();
+  // Relist() when the last one is older than `relist` (remote sources, root accesses).
+  void MaybeRelist();
+  // Closes Volumes nobody holds that were unused for `idle_close`; returns how many.
+  size_t CloseIdle();
+  // For a local source: the inotify thread (Live above). Call in the serving process.
+  // `changed(name)` is told each root name that appeared or went (to invalidate the
+  // kernel's entry), and "" when a pinned root may have moved, from that thread.
+  void StartWatching(std::function<void(const std::string&)> changed);
+  // Ends that thread (before the session it notifies goes). Idempotent.
+  void StopWatching();
+
+  CodecContext& codec() const { return *codec_; }
+  const std::string& path() const { return source_.path; }
+  // Names shown at the root now, in order, and the latest and best ("" when none).
+  std::vector<std::string> EntryNames() const;
+  std::string Latest() const;
+  std::string Best() const;
+  const std::string& pin() const { return options_.pin; }
+  // What the last listing left out, one line each.
+  std::vector<std::string> Skipped() const;
+  // Volumes open now.
+  size_t OpenVolumes() const;
+  // The root's .ckptfs/stats.json.
+  std::string StatsJson() const;
+
+ private:
+  struct Slot;
+  struct Candidate {
+    std::string signature;
+    RunClock::time_point first_seen;
+  };
+
+  RunTree(RunSource source, std::shared_ptr<CodecContext> codec, RunTreeOptions options);
+
+  // Applies `listing`; returns root names that appeared or went. `initial`: trust it.
+  std::vector<std::string> Apply(const RunListing& listing, bool initial);
+  std::shared_ptr<Slot> SlotOf(uint64_t slot_id) const;
+  std::shared_ptr<Slot> Shown(const std::string& name) const;
+  // The slot the pinned root shows now, or null.
+  std::shared_ptr<Slot> PinnedSlot() const;
+  // Opens `slot`'s Volume unless open or failed; returns its node (root, or ERROR dir).
+  RunNode OpenEntry(Slot& slot, uint64_t root_ino);
+  RunNode EntryDir(const Slot& slot, uint64_t root_ino) const;
+  RunNode RootNode() const;
+  void WatchLoop();
+  void Notify(const std::vector<std::string>& names);
+
+  RunSource source_;
+  std::shared_ptr<CodecContext> codec_;
+  RunTreeOptions options_;
+  struct timespec started_ = {};
+
+  mutable std::mutex mu_;                        // guards what follows
+  std::vector<std::shared_ptr<Slot>> slots_;     // by id; [0] unused
+  std::vector<std::string> order_;               // shown names, listing order
+  std::map<std::string, uint32_t> shown_;        // name -> slot id
+  std::map<std::string, Candidate> candidates_;  // complete, not yet stable
+  std::string latest_, best_;
+  RunClock::time_point last_list_;
+  std::vector<std::string> skipped_;
+
+  std::mutex relist_mu_;  // one Relist at a time
+  std::function<void(const std::string&)> changed_;
+  std::thread watcher_;
+  int inotify_fd_ = -1;
+  int stop_fd_ = -1;  // eventfd: ends the watcher
+};
+
+}  // namespace ckptfs

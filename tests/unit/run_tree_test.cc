@@ -1,0 +1,307 @@
+// RunTree (core/run/run_tree.h) over in-memory runs: what the root shows, inodes per slot,
+// ERROR directories, the stability rule, idle close and reopen, pinned roots.
+#include "core/run/run_tree.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+
+#include "core/checkpoint/formats.h"
+#include "tests/unit/test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::MakeSafetensors;
+using testing::MemoryDir;
+
+// A run held in memory: its listing and each entry's files, changed by the test.
+struct FakeRun {
+  std::mutex mu;
+  RunListing listing;
+  std::map<std::string, std::map<std::string, std::string>> files;
+  std::atomic<int> opens{0};
+
+  void Put(const std::string& name, const std::string& signature, bool complete = true,
+           std::string tensor = "w") {
+    std::lock_guard<std::mutex> lock(mu);
+    std::erase_if(listing.entries, [&](const RunEntry& e) { return e.name == name; });
+    RunEntry e;
+    e.name = name;
+    e.complete = complete;
+    e.signature = signature;
+    listing.entries.push_back(e);
+    std::sort(listing.entries.begin(), listing.entries.end(),
+              [](const RunEntry& a, const RunEntry& b) { return a.name < b.name; });
+    files[name] = {{"model.safetensors", MakeSafetensors({{tensor, Dtype::kF32, {4}}})}};
+  }
+  void Remove(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu);
+    std::erase_if(listing.entries, [&](const RunEntry& e) { return e.name == name; });
+    files.erase(name);
+  }
+  void Corrupt(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu);
+    files[name] = {{"model.safetensors", std::string("\x10\0\0\0\0\0\0\0{bad json}", 18)}};
+  }
+
+  RunSource Source() {
+    RunSource source;
+    source.path = "run";
+    source.list = [this]() -> Result<RunListing> {
+      std::lock_guard<std::mutex> lock(mu);
+      return listing;
+    };
+    source.open = [this](const RunEntry& entry, CodecContext& codec) -> Result<Checkpoint> {
+      ++opens;
+      std::map<std::string, std::string> entry_files;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = files.find(entry.name);
+        if (it == files.end()) return Status::NotFound(entry.name + ": gone");
+        entry_files = it->second;
+      }
+      return ReadCheckpoint(MemoryDir(entry_files), codec, "run/" + entry.name);
+    };
+    return source;
+  }
+};
+
+class RunTreeTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<RunTree> Open(RunTreeOptions options = {}) {
+    options.now = [this] { return now_; };
+    options.idle_close = 300s;
+    auto tree = RunTree::Open(run_.Source(), codec_, options);
+    EXPECT_TRUE(tree.ok()) << tree.status().message();
+    return tree.ok() ? std::move(tree.value()) : nullptr;
+  }
+  std::vector<std::string> RootNames(RunTree& tree) {
+    std::vector<std::string> names;
+    auto root = tree.Resolve(RunTree::kRootIno, true);
+    for (auto& [name, node] : tree.List(*root)) names.push_back(name);
+    return names;
+  }
+  RunNode Child(RunTree& tree, const std::string& name) {
+    auto root = tree.Resolve(RunTree::kRootIno, true);
+    auto node = tree.Lookup(*root, name);
+    EXPECT_TRUE(node.ok()) << name;
+    return node.ok() ? *node : RunNode{};
+  }
+  // The global inode of `path` inside entry `name`, opening it.
+  uint64_t InnerIno(RunTree& tree, const std::string& name, const std::string& file) {
+    auto dir = tree.Resolve(Child(tree, name).ino, true);
+    EXPECT_TRUE(dir.ok() && dir->kind == RunNode::Kind::kVolume);
+    if (!dir.ok() || !dir->volume) return 0;
+    const uint64_t local = dir->volume->layout().Lookup(Layout::kRoot, file);
+    EXPECT_NE(local, 0u) << file;
+    return dir->Global(local);
+  }
+  void Relist() { ASSERT_TRUE(tree_->Relist().ok()); }
+
+  FakeRun run_;
+  std::shared_ptr<CodecContext> codec_ = std::make_shared<CodecContext>(CodecOptions{});
+  RunClock::time_point now_ = RunClock::time_point{} + 1000s;
+  std::unique_ptr<RunTree> tree_;
+};
+
+TEST_F(RunTreeTest, RootShowsCompleteEntriesAndSymlinks) {
+  run_.Put("checkpoint-500", "s1");
+  run_.Put("checkpoint-1000", "s2");
+  run_.Put("checkpoint-1500", "s3", /*complete=*/false);
+  run_.listing.latest = "checkpoint-1000";
+  run_.listing.best = "checkpoint-500";
+  tree_ = Open();
+  EXPECT_EQ(RootNames(*tree_), (std::vector<std::string>{"checkpoint-1000", "checkpoint-500",
+                                                         "latest", "best", ".ckptfs"}));
+  RunNode latest = Child(*tree_, "latest");
+  EXPECT_EQ(latest.kind, RunNode::Kind::kSymlink);
+  EXPECT_EQ(latest.text, "checkpoint-1000");
+  EXPECT_EQ(Child(*tree_, "best").text, "checkpoint-500");
+  EXPECT_TRUE(Child(*tree_, "latest").short_lived);
+  // Listing the root opens nothing: headers are read on the first use of an entry.
+  EXPECT_EQ(run_.opens, 0);
+  EXPECT_FALSE(tree_->Lookup(*tree_->Resolve(1, true), "checkpoint-1500").ok());
+}
+
+TEST_F(RunTreeTest, EntryNamedLatestWinsOverTheSymlink) {
+  run_.Put("latest", "s1");
+  run_.Put("x", "s2");
+  run_.listing.latest = "x";
+  tree_ = Open();
+  EXPECT_EQ(RootNames(*tree_), (std::vector<std::string>{"latest", "x", ".ckptfs"}));
+  EXPECT_NE(Child(*tree_, "latest").kind, RunNode::Kind::kSymlink);
+}
+
+TEST_F(RunTreeTest, InodesAreSlotShiftedAndSurviveIdleClose) {
+  run_.Put("a", "s1");
+  run_.Put("b", "s2");
+  tree_ = Open();
+  const uint64_t a_file = InnerIno(*tree_, "a", "model.safetensors");
+  const uint64_t b_file = InnerIno(*tree_, "b", "model.safetensors");
+  EXPECT_NE(a_file >> 32, 0u);
+  EXPECT_NE(a_file >> 32, b_file >> 32);
+  EXPECT_EQ(tree_->OpenVolumes(), 2u);
+  auto held = tree_->Resolve(a_file, false);  // an open file holds its Volume
+  ASSERT_TRUE(held.ok());
+  now_ += 301s;
+  EXPECT_EQ(tree_->CloseIdle(), 1u);  // b; a is held
+  EXPECT_EQ(tree_->OpenVolumes(), 1u);
+  held = Status::NotFound("released");
+  EXPECT_EQ(tree_->CloseIdle(), 1u);
+  EXPECT_EQ(tree_->OpenVolumes(), 0u);
+  // Reopened on use, with the same inodes.
+  const int opens = run_.opens;
+  auto again = tree_->Resolve(b_file, false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(run_.opens, opens + 1);
+  const Node* node = again->volume->layout().Find(again->Local(b_file));
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(node->name(), "model.safetensors");
+  EXPECT_EQ(InnerIno(*tree_, "b", "model.safetensors"), b_file);
+}
+
+TEST_F(RunTreeTest, ClosingOneCheckpointKeepsTheSharedCodecRunning) {
+  run_.Put("a", "s1");
+  run_.Put("b", "s2");
+  tree_ = Open();
+  codec_->StartWorkers();
+  InnerIno(*tree_, "a", "model.safetensors");
+  InnerIno(*tree_, "b", "model.safetensors");
+  now_ += 301s;
+  EXPECT_EQ(tree_->CloseIdle(), 2u);
+  std::promise<void> ran;
+  ASSERT_TRUE(codec_->TrySubmit([&ran] { ran.set_value(); }));
+  EXPECT_EQ(ran.get_future().wait_for(10s), std::future_status::ready);
+}
+
+TEST_F(RunTreeTest, ARewrittenOrDeletedCheckpointNeverReusesItsInodes) {
+  run_.Put("a", "s1", true, "old");
+  tree_ = Open();
+  const uint64_t old_file = InnerIno(*tree_, "a", "model.safetensors");
+  auto open_file = tree_->Resolve(old_file, false);  // a reader keeps it open
+  ASSERT_TRUE(open_file.ok());
+  run_.Put("a", "s2", true, "new");
+  Relist();  // changed: hidden at once, shown again once stable
+  EXPECT_FALSE(tree_->Resolve(old_file, false).ok());
+  EXPECT_EQ(RootNames(*tree_), (std::vector<std::string>{".ckptfs"}));
+  now_ += 2s;
+  Relist();
+  const uint64_t new_file = InnerIno(*tree_, "a", "model.safetensors");
+  EXPECT_GT(new_file >> 32, old_file >> 32);
+  EXPECT_FALSE(tree_->Resolve(old_file, false).ok());
+  // The open file still reads the old checkpoint's bytes.
+  EXPECT_EQ(open_file->volume->checkpoint().tensors[0].name, "old");
+  // Deleted, then back with the very same signature: a new slot all the same.
+  run_.Remove("a");
+  Relist();
+  EXPECT_FALSE(tree_->Resolve(new_file, false).ok());
+  run_.Put("a", "s2", true, "new");
+  Relist();
+  now_ += 2s;
+  Relist();
+  EXPECT_GT(InnerIno(*tree_, "a", "model.safetensors") >> 32, new_file >> 32);
+}
+
+TEST_F(RunTreeTest, ANewEntryIsShownOnlyOnceTwoListingsAgree) {
+  run_.Put("a", "s1");
+  run_.listing.latest = "a";
+  tree_ = Open();
+  run_.Put("b", "partial-1");
+  run_.listing.latest = "b";
+  Relist();
+  EXPECT_EQ(tree_->EntryNames(), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(tree_->Latest(), "a");  // latest names shown entries only
+  now_ += 2s;
+  run_.Put("b", "partial-2");  // still growing: the clock starts again
+  Relist();
+  EXPECT_EQ(tree_->EntryNames(), (std::vector<std::string>{"a"}));
+  now_ += 500ms;
+  Relist();
+  EXPECT_EQ(tree_->EntryNames(), (std::vector<std::string>{"a"}));
+  now_ += 600ms;
+  Relist();
+  EXPECT_EQ(tree_->EntryNames(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(tree_->Latest(), "b");
+  EXPECT_EQ(Child(*tree_, "latest").text, "b");
+}
+
+TEST_F(RunTreeTest, AFailedCheckpointIsAnErrorDirectoryRetriedWhenItChanges) {
+  run_.Put("good", "s1");
+  run_.Put("bad", "s1");
+  run_.Corrupt("bad");
+  tree_ = Open();
+  auto dir = tree_->Resolve(Child(*tree_, "bad").ino, true);
+  ASSERT_TRUE(dir.ok());
+  EXPECT_EQ(dir->kind, RunNode::Kind::kDirectory);
+  auto kids = tree_->List(*dir);
+  ASSERT_EQ(kids.size(), 1u);
+  EXPECT_EQ(kids[0].first, "ERROR");
+  const std::string& text = kids[0].second.text;
+  EXPECT_EQ(text.rfind("bad", 0), 0u) << text;
+  EXPECT_NE(text.find("header length"), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_TRUE(tree_->Resolve(kids[0].second.ino, false).ok());
+  // The good one is unaffected; the bad one, fixed (new signature), opens.
+  EXPECT_NE(InnerIno(*tree_, "good", "model.safetensors"), 0u);
+  run_.Put("bad", "s2");
+  Relist();
+  now_ += 2s;
+  Relist();
+  EXPECT_NE(InnerIno(*tree_, "bad", "model.safetensors"), 0u);
+  EXPECT_FALSE(tree_->Resolve(kids[0].second.ino, false).ok());
+}
+
+TEST_F(RunTreeTest, PinnedLatestFollowsTheRunForNewLookups) {
+  run_.Put("step-1", "s1", true, "one");
+  run_.listing.latest = "step-1";
+  RunTreeOptions options;
+  options.pin = "latest";
+  tree_ = Open(options);
+  auto root = tree_->Resolve(RunTree::kRootIno, true);
+  ASSERT_TRUE(root.ok());
+  ASSERT_EQ(root->kind, RunNode::Kind::kVolume);
+  EXPECT_EQ(root->Global(Layout::kRoot), RunTree::kRootIno);
+  EXPECT_TRUE(root->short_children);
+  std::shared_ptr<Volume> first = root->volume;
+  run_.Put("step-2", "s2", true, "two");
+  run_.listing.latest = "step-2";
+  Relist();
+  now_ += 2s;
+  Relist();
+  root = tree_->Resolve(RunTree::kRootIno, true);
+  ASSERT_TRUE(root.ok() && root->volume);
+  EXPECT_EQ(root->volume->checkpoint().tensors[0].name, "two");
+  EXPECT_EQ(first->checkpoint().tensors[0].name, "one");  // what was open stays
+  EXPECT_FALSE(tree_->Resolve(2, false).ok());            // no run symlinks under a pinned root
+}
+
+TEST_F(RunTreeTest, APinNamingNoEntryIsRefusedListingTheEntries) {
+  run_.Put("checkpoint-1", "s1");
+  run_.Put("checkpoint-2", "s1", /*complete=*/false);
+  RunTreeOptions options;
+  options.pin = "checkpoint-9";
+  options.now = [this] { return now_; };
+  auto tree = RunTree::Open(run_.Source(), codec_, options);
+  ASSERT_FALSE(tree.ok());
+  const std::string& msg = tree.status().message();
+  EXPECT_NE(msg.find("checkpoint-9"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("entries: checkpoint-1)"), std::string::npos) << msg;
+}
+
+TEST_F(RunTreeTest, RootStatsAreSmallJson) {
+  run_.Put("a", "s1");
+  run_.listing.latest = "a";
+  tree_ = Open();
+  InnerIno(*tree_, "a", "model.safetensors");
+  const std::string stats = tree_->StatsJson();
+  EXPECT_NE(stats.find("\"checkpoints\": 1"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"checkpoints_open\": 1"), std::string::npos) << stats;
+  EXPECT_LT(stats.size(), 1024u);
+}
+
+}  // namespace
+}  // namespace ckptfs
