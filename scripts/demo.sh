@@ -47,27 +47,55 @@ print('pytorch_model.bin:', type(sd).__name__, 'of', len(sd), 'tensors; lm_head'
 run cat "$mnt/.ckptfs/stats.json"
 run "$ckptfs" umount "$mnt"
 
-# A training checkpoint written by torch.save is a source too: nested dicts become
-# directories, the rest lands in metadata.json.
-/usr/bin/python3 -c "
+# A training checkpoint written by torch.save is a source too: the merged files hold the
+# model (the prefix `model_state_dict.` cut), tensors/ everything, metadata.json the rest.
+model_py="
 import torch
 torch.manual_seed(0)
-m = torch.nn.Sequential()
-m.add_module('fc', torch.nn.Linear(64, 32))
-m.add_module('out', torch.nn.Linear(32, 8))
+def make():
+    m = torch.nn.Sequential()
+    m.add_module('fc', torch.nn.Linear(64, 32))
+    m.add_module('out', torch.nn.Linear(32, 8))
+    return m
+"
+/usr/bin/python3 -c "$model_py
+m = make()
 opt = torch.optim.Adam(m.parameters(), lr=1e-3)
 m(torch.randn(4, 64)).sum().backward()
 opt.step()
 torch.save({'epoch': 10, 'loss': 0.25, 'model_state_dict': m.state_dict(),
             'optimizer_state_dict': opt.state_dict()}, '$work/train_state.pt')"
+run "$ckptfs" inspect "$work/train_state.pt"
 run "$ckptfs" mount "$work/train_state.pt" "$mnt"
 run ls "$mnt" "$mnt/tensors/model_state_dict/fc" "$mnt/tensors/optimizer_state_dict/state/0"
 run head -4 "$mnt/.ckptfs/metadata.json"
-run /usr/bin/python3 -c "
-import numpy as np, torch
-src = torch.load('$work/train_state.pt')
-w = np.load('$mnt/tensors/model_state_dict/fc/weight.npy')
-print('fc.weight', w.shape, 'equal to torch.load of the source:', np.array_equal(w, src['model_state_dict']['fc.weight'].numpy()))"
+run /usr/bin/python3 -c "$model_py
+m = make()
+print('load_state_dict(pytorch_model.bin), strict:', m.load_state_dict(torch.load('$mnt/pytorch_model.bin')))"
+run "$ckptfs" umount "$mnt"
+
+# A training run: a directory of checkpoints, one directory each in the mount, with
+# `latest` and `best`; a checkpoint saved while mounted appears, and `latest` moves.
+mkdir -p "$work/run"
+save_step() {
+  /usr/bin/python3 -c "$model_py
+m = make()
+torch.save({'global_step': $1, 'model_state_dict': m.state_dict()}, '$work/run/.tmp')"
+  mv "$work/run/.tmp" "$work/run/model_$(printf %05d "$1").pt"
+}
+for step in 100 200 300; do save_step $step; done
+run "$ckptfs" inspect "$work/run"
+run "$ckptfs" mount "$work/run" "$mnt"
+run ls "$mnt" "$mnt/latest/"
+run readlink "$mnt/latest"
+save_step 400
+printf '\n$ # saved model_00400.pt while mounted; waiting for latest to name it\n'
+for _ in $(seq 100); do [ "$(readlink "$mnt/latest")" = model_00400.pt ] && break; sleep 0.1; done
+run readlink "$mnt/latest"
+[ "$(readlink "$mnt/latest")" = model_00400.pt ] || { echo "demo: latest did not move" >&2; exit 1; }
+run /usr/bin/python3 -c "$model_py
+m = make()
+print('latest/pytorch_model.bin into the model:', m.load_state_dict(torch.load('$mnt/latest/pytorch_model.bin')))"
 run "$ckptfs" umount "$mnt"
 
 # A TensorFlow checkpoint (TensorBundle; written here by the tests' byte-level writer, since

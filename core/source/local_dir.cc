@@ -196,14 +196,16 @@ Result<LocalDirectory::Listing> LocalDirectory::List() const {
   return listing;
 }
 
+Status LocalDirectory::LeadsOutside(const std::string& name, const Resolved& r) const {
+  return Status::InvalidArgument(name + ": symbolic link leads outside " + path_ + " (to " +
+                                 r.real + "), not served");
+}
+
 Result<struct stat> LocalDirectory::Stat(const std::string& name) const {
   Resolved r;
   CKPTFS_RETURN_IF_ERROR(Resolve(name, &r));
   FdCloser closer(r.fd);
-  if (!r.inside) {
-    return Status::InvalidArgument(name + ": symbolic link leads outside " + path_ + " (to " +
-                                   r.real + "), not served");
-  }
+  if (!r.inside) return LeadsOutside(name, r);
   struct stat st;
   if (::fstat(r.fd, &st) != 0) {
     const int err = errno;
@@ -217,10 +219,7 @@ Result<std::shared_ptr<const LocalDirectory>> LocalDirectory::OpenSubdirectory(
   Resolved r;
   CKPTFS_RETURN_IF_ERROR(Resolve(name, &r));
   FdCloser closer(r.fd);
-  if (!r.inside) {
-    return Status::InvalidArgument(name + ": symbolic link leads outside " + path_ + " (to " +
-                                   r.real + "), not served");
-  }
+  if (!r.inside) return LeadsOutside(name, r);
   if (!S_ISDIR(r.type)) {
     return Status::InvalidArgument(name + ": " + TypeName(r.type) + ", not a directory");
   }
@@ -236,10 +235,7 @@ Result<std::unique_ptr<LocalFileSource>> LocalDirectory::OpenFile(const std::str
   CKPTFS_RETURN_IF_ERROR(Resolve(name, &r));
   FdCloser closer(r.fd);
   const int path_fd = r.fd;
-  if (!r.inside) {
-    return Status::InvalidArgument(name + ": symbolic link leads outside " + path_ + " (to " +
-                                   r.real + "), not served");
-  }
+  if (!r.inside) return LeadsOutside(name, r);
   if (!S_ISREG(r.type)) {
     return Status::InvalidArgument(name + ": " + TypeName(r.type) + ", not served");
   }

@@ -92,6 +92,8 @@ class LocalDirectory {
         blobs_(std::move(blobs)) {}
 
   Status Resolve(const std::string& name, Resolved* out) const;
+  // The refusal of `name`, which resolved to `r` outside the boundary.
+  Status LeadsOutside(const std::string& name, const Resolved& r) const;
   bool Inside(const std::string& real) const;
 
   int fd_;                // O_PATH descriptor of the directory

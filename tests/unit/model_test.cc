@@ -22,6 +22,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::MakeZip;
 
 // A protocol-2 pickle of nested dicts and lists of 1-D f32 tensors, and the zip torch.save
 // would make of it: each tensor its own storage record of `numel` floats.
@@ -59,16 +60,7 @@ class TorchSave {
     std::vector<std::pair<std::string, std::string>> all = {{"archive/data.pkl", pickle_ + "."}};
     all.insert(all.end(), records_.begin(), records_.end());
     all.emplace_back("archive/version", "3\n");
-    std::string out;
-    std::vector<ZipRecord> meta;
-    std::vector<uint64_t> offsets;
-    for (const auto& [name, bytes] : all) {
-      meta.push_back({name, bytes.size(), 0});
-      offsets.push_back(out.size());
-      out += ZipLocalHeader(meta.back(), out.size());
-      out += bytes;
-    }
-    return out + ZipCentralDirectory(meta, offsets, out.size());
+    return MakeZip(all);
   }
 
  private:

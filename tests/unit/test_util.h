@@ -8,6 +8,7 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/codec/codec_context.h"
 #include "core/format/safetensors.h"
+#include "core/format/zip.h"
 #include "core/source/byte_source.h"
 
 namespace ckptfs::testing {
@@ -79,6 +80,21 @@ inline std::string IndexJson(const std::vector<std::pair<std::string, std::strin
     out += (i ? ", \"" : "\"") + map[i].first + "\": \"" + map[i].second + "\"";
   }
   return out + "}}";
+}
+
+// A stored (uncompressed) zip of `records` (name, bytes), laid out as Layout lays out
+// pytorch_model.bin and as torch.save writes: what torch file tests parse.
+inline std::string MakeZip(const std::vector<std::pair<std::string, std::string>>& records) {
+  std::string out;
+  std::vector<ZipRecord> meta;
+  std::vector<uint64_t> offsets;
+  for (const auto& [name, bytes] : records) {
+    meta.push_back({name, bytes.size(), 0});
+    offsets.push_back(out.size());
+    out += ZipLocalHeader(meta.back(), out.size());
+    out += bytes;
+  }
+  return out + ZipCentralDirectory(meta, offsets, out.size());
 }
 
 }  // namespace ckptfs::testing

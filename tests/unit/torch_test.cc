@@ -15,6 +15,7 @@ namespace ckptfs {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::MakeZip;
 
 // A real torch.save (PyTorch 1.13) of OrderedDict(w=arange(6).reshape(2,3) f32, tied=w,
 // b=bf16[1.5,-2], slice=arange(10)[4:7] i64, t=w.t()), written to a BytesIO (archive/).
@@ -111,21 +112,6 @@ const std::string kRealTorchFile(
     "\x05\x00\x2f\x01\x00\x00\x12\x04\x00"
     "\x00\x00\x00",
     1443);
-
-// A zip of `records` (name, bytes) laid out the way Layout lays out pytorch_model.bin.
-std::string MakeZip(const std::vector<std::pair<std::string, std::string>>& records) {
-  std::string out;
-  std::vector<ZipRecord> meta;
-  std::vector<uint64_t> offsets;
-  for (const auto& [name, bytes] : records) {
-    meta.push_back({name, bytes.size(), 0});
-    offsets.push_back(out.size());
-    out += ZipLocalHeader(meta.back(), out.size());
-    out += bytes;
-  }
-  out += ZipCentralDirectory(meta, offsets, out.size());
-  return out;
-}
 
 std::string Repeat(char c, size_t n) { return std::string(n, c); }
 
