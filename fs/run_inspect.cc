@@ -1,6 +1,8 @@
 // `ckptfs inspect RUN`: a training run's entries (core/run/run_listing.h), one line each,
-// with latest and best and the records that chose them. Reads listings and framework
-// records only, never a checkpoint's headers.
+// with latest and best and the records that chose them. Unlike a mount, which reads a
+// checkpoint's headers on first use inside it, inspect opens every complete entry once (its
+// headers only, one at a time) so that a checkpoint the mount would show as `ERROR` says so
+// here too.
 #include <time.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint/formats.h"
 #include "core/run/run_listing.h"
 #include "fs/commands.h"
 
@@ -119,6 +122,36 @@ void PrintRun(const std::string& source, const RunListing& run) {
   }
 }
 
+// Opens each complete entry of `run` as the mount would, and records why one fails.
+void CheckEntries(const SourceDir& dir, RunListing& run, CodecContext& codec) {
+  for (RunEntry& e : run.entries) {
+    if (!e.complete || !e.problem.empty()) continue;
+    Result<SourceDir> entry_dir = EntrySourceDir(dir, e);
+    Status status = entry_dir.status();
+    if (entry_dir.ok())
+      status = ReadCheckpoint(*entry_dir, codec, dir.path + "/" + e.name).status();
+    if (!status.ok()) e.problem = status.message();
+  }
+  // As a mount does (RunTree): latest and best never name a checkpoint that fails to open.
+  auto failed = [&run](const std::string& name) {
+    return std::any_of(run.entries.begin(), run.entries.end(),
+                       [&](const RunEntry& e) { return e.name == name && !e.problem.empty(); });
+  };
+  if (failed(run.best)) run.best.clear(), run.best_from.clear();
+  if (!failed(run.latest)) return;
+  const std::string bad = run.latest;
+  run.latest.clear();
+  std::optional<uint64_t> top;
+  for (const RunEntry& e : run.entries) {
+    if (!e.complete || !e.problem.empty()) continue;
+    if (run.latest.empty() || (e.step && (!top || *e.step >= *top))) {
+      if (e.step) top = e.step;
+      run.latest = e.name;
+    }
+  }
+  run.latest_from = "highest valid step; " + bad + " fails to open";
+}
+
 }  // namespace
 
 std::optional<int> InspectIfRun(const std::string& source, bool json, const CodecOptions& codec,
@@ -134,6 +167,7 @@ std::optional<int> InspectIfRun(const std::string& source, bool json, const Code
     PrintRefusal(run.status());
     return ExitCodeForOpenFailure(run.status());
   }
+  CheckEntries(*dir, *run, context);
   if (json) {
     std::puts(RunJson(dir->path, *run)
                   .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)

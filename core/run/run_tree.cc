@@ -84,6 +84,7 @@ Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source,
   CKPTFS_ASSIGN_OR_RETURN(RunListing listing, source.list());
   std::unique_ptr<RunTree> tree(new RunTree(std::move(source), std::move(codec), options));
   tree->Apply(listing, /*initial=*/true);
+  tree->CheckPointers();
   const std::string& pin = tree->options_.pin;
   if (!pin.empty() && pin != "latest" && pin != "best" && !tree->Shown(pin)) {
     std::string names;
@@ -144,17 +145,23 @@ std::vector<std::string> RunTree::Apply(const RunListing& listing, bool initial)
     // `latest` and `best` name shown entries only. While the listing's latest is not shown
     // yet (not stable), the old one stays if still shown, else the shown entry with the
     // highest step (else the last shown): never a dangling link while training deletes.
-    auto pick = [&next](const std::string& wanted, const std::string& old) {
-      return next.count(wanted) ? wanted : next.count(old) ? old : std::string();
+    // A checkpoint that failed to open (CheckPointers) is never either.
+    auto valid = [&](const std::string& name) {
+      auto it = next.find(name);
+      return it != next.end() && !failed_.count(it->second);
+    };
+    auto pick = [&](const std::string& wanted, const std::string& old) {
+      return valid(wanted) ? wanted : valid(old) ? old : std::string();
     };
     std::string latest = pick(listing.latest, latest_);
-    if (latest.empty() && !listing.latest.empty() && !order.empty()) {
-      latest = order.back();
+    if (latest.empty() && !listing.latest.empty()) {
       std::optional<uint64_t> top;
-      for (const RunEntry& e : listing.entries) {
-        if (next.count(e.name) && e.step && (!top || *e.step >= *top)) {
-          top = e.step;
-          latest = e.name;
+      for (const std::string& name : order) {
+        if (!valid(name)) continue;
+        const std::optional<uint64_t>& step = slots_[next[name]]->entry.step;
+        if (latest.empty() || (step && (!top || *step >= *top))) {
+          if (step) top = step;
+          latest = name;
         }
       }
     }
@@ -247,6 +254,58 @@ RunNode RunTree::OpenEntry(Slot& slot, uint64_t root_ino) {
     }
   }
   return EntryDir(slot, root_ino);
+}
+
+std::vector<std::string> RunTree::CheckPointers() {
+  std::vector<std::string> changed;
+  // Each round opens one more checkpoint (headers only, kept as a first use would keep
+  // them); a run whose every checkpoint fails ends with no latest after as many rounds.
+  size_t rounds = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rounds = slots_.size();
+  }
+  for (size_t round = 0; round <= rounds; ++round) {
+    std::shared_ptr<Slot> latest, best;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      latest = Shown(latest_);
+      best = Shown(best_);
+    }
+    std::shared_ptr<Slot> bad;
+    for (const std::shared_ptr<Slot>& slot : {latest, best}) {
+      if (!slot || bad) continue;
+      {
+        std::lock_guard<std::mutex> lock(slot->mu);
+        if (slot->shape != 0) continue;  // opened fine once: valid for the slot's life
+      }
+      OpenEntry(*slot, slot->base() | Layout::kRoot);
+      std::lock_guard<std::mutex> lock(slot->mu);
+      if (!slot->error.empty()) bad = slot;
+    }
+    if (!bad) break;
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_.insert(bad->id);
+    if (bad->entry.name == best_) {
+      best_.clear();
+      changed.push_back("best");
+    }
+    if (bad->entry.name != latest_) continue;
+    // The shown entry of highest step (else the last) that has not failed.
+    std::string next;
+    std::optional<uint64_t> top;
+    for (const std::string& name : order_) {
+      std::shared_ptr<Slot> slot = Shown(name);
+      if (!slot || failed_.count(slot->id)) continue;
+      if (next.empty() || (slot->entry.step && (!top || *slot->entry.step >= *top))) {
+        if (slot->entry.step) top = slot->entry.step;
+        next = name;
+      }
+    }
+    latest_ = next;
+    changed.push_back("latest");
+  }
+  return changed;
 }
 
 Result<RunNode> RunTree::Resolve(uint64_t ino, bool open_entry) {
@@ -359,7 +418,9 @@ std::vector<std::pair<std::string, RunNode>> RunTree::List(const RunNode& dir) {
 Status RunTree::Relist() {
   std::lock_guard<std::mutex> lock(relist_mu_);
   CKPTFS_ASSIGN_OR_RETURN(RunListing listing, source_.list());
-  Notify(Apply(listing, /*initial=*/false));
+  std::vector<std::string> changed = Apply(listing, /*initial=*/false);
+  for (std::string& name : CheckPointers()) changed.push_back(std::move(name));
+  Notify(changed);
   return Status::Ok();
 }
 
@@ -372,7 +433,10 @@ void RunTree::MaybeRelist() {
   if (!lock.owns_lock()) return;  // another thread is listing now
   Result<RunListing> listing = source_.list();
   // A failed listing (server away) keeps what is shown; the next root access tries again.
-  if (listing.ok()) Apply(*listing, /*initial=*/false);
+  if (listing.ok()) {
+    Apply(*listing, /*initial=*/false);
+    CheckPointers();
+  }
 }
 
 size_t RunTree::CloseIdle() {

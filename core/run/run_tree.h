@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -170,6 +171,10 @@ class RunTree {
   RunNode OpenEntry(Slot& slot, uint64_t root_ino);
   RunNode EntryDir(const Slot& slot, uint64_t root_ino) const;
   RunNode RootNode() const;
+  // `latest` and `best` name valid checkpoints only: opens the ones they name, and when
+  // one fails, moves latest to the shown entry of highest step that opens (best: none).
+  // Returns the names that changed. Call without mu_, after Apply.
+  std::vector<std::string> CheckPointers();
   void WatchLoop();
   void Notify(const std::vector<std::string>& names);
 
@@ -184,6 +189,7 @@ class RunTree {
   std::map<std::string, uint32_t> shown_;        // name -> slot id
   std::map<std::string, Candidate> candidates_;  // complete, not yet stable
   std::string latest_, best_;
+  std::set<uint32_t> failed_;  // slots whose checkpoint failed to open (CheckPointers)
   RunClock::time_point last_list_;
   std::vector<std::string> skipped_;
 

@@ -266,6 +266,8 @@ def open_count(mnt):
 def check_idle(mnt):
     path = os.path.join(mnt, "checkpoint-100", "model.safetensors")
     held_path = os.path.join(mnt, "checkpoint-200", "model.safetensors")
+    # The mount opened what latest and best name, to check them; unused, they close too.
+    wait_for(lambda: open_count(mnt) == 0, "the checkpoints latest and best name closed")
     data = open(path, "rb").read()
     inode = os.stat(path).st_ino
     held = open(held_path, "rb")

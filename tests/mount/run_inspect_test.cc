@@ -3,6 +3,10 @@
 // over S3 from s3rver (CommonPrefixes of a delimiter=/ listing). Each run has three
 // HF Trainer-shaped checkpoint directories; trainer_state.json names the best.
 
+#include <sys/stat.h>
+
+#include <fstream>
+
 #include "remote_harness.h"
 
 namespace ckptfs::mount_test {
@@ -74,6 +78,31 @@ TEST_F(RunInspectTest, LocalRunTextAndJson) {
   const ProcessResult one = RunProcess({kCkptfs, "inspect", run_ + "/checkpoint-100"}, seconds(60));
   EXPECT_EQ(one.exit_code, 0) << one.Describe();
   EXPECT_NE(one.out.find("fc.weight"), std::string::npos) << one.out;
+}
+
+// A complete checkpoint whose header is broken: inspect opens it as the mount would and
+// says why, where the mount shows its ERROR file; the others stay plain `complete`.
+TEST_F(RunInspectTest, InvalidCheckpointIsNamedWithItsReason) {
+  ASSERT_EQ(::mkdir((run_ + "/checkpoint-400").c_str(), 0755), 0);
+  {
+    std::ofstream bad(run_ + "/checkpoint-400/model.safetensors", std::ios::binary);
+    // Whole (the header is as long as it says), but not JSON.
+    bad << std::string("\x10\0\0\0\0\0\0\0{bad json}      ", 24);
+  }
+  const ProcessResult r = RunProcess({kCkptfs, "inspect", run_}, seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  const size_t line = r.out.find("\ncheckpoint-400 ");
+  ASSERT_NE(line, std::string::npos) << r.out;
+  const std::string text = r.out.substr(line + 1, r.out.find('\n', line + 1) - line - 1);
+  EXPECT_NE(text.find("complete, invalid: model.safetensors: "), std::string::npos) << text;
+  EXPECT_EQ(r.out.find("invalid", r.out.find("\ncheckpoint-100 ")), line + 1 + text.find("invalid"))
+      << "only checkpoint-400 is invalid:\n"
+      << r.out;
+  // latest never names it, although its step is the highest: as in a mount.
+  EXPECT_NE(r.out.find("latest   -> checkpoint-300 (by highest valid step; checkpoint-400 fails "
+                       "to open)"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST_F(RunInspectTest, HttpRunFromNginxJsonAutoindex) {

@@ -122,9 +122,36 @@ TEST_F(RunTreeTest, RootShowsCompleteEntriesAndSymlinks) {
   EXPECT_EQ(latest.text, "checkpoint-1000");
   EXPECT_EQ(Child(*tree_, "best").text, "checkpoint-500");
   EXPECT_TRUE(Child(*tree_, "latest").short_lived);
-  // Listing the root opens nothing: headers are read on the first use of an entry.
-  EXPECT_EQ(run_.opens, 0);
+  // Headers are read on the first use of an entry, and for the two that latest and best
+  // name (checked valid): never every entry's.
+  EXPECT_EQ(run_.opens, 2);
   EXPECT_FALSE(tree_->Lookup(*tree_->Resolve(1, true), "checkpoint-1500").ok());
+}
+
+// latest and best name valid checkpoints only: a complete one that fails to open (its ERROR
+// directory is still shown) hands latest to the highest valid step, and best to nobody.
+TEST_F(RunTreeTest, LatestAndBestSkipACheckpointThatFailsToOpen) {
+  run_.Put("checkpoint-1", "s1");
+  run_.Put("checkpoint-2", "s2");
+  run_.Put("checkpoint-3", "s3");
+  run_.Corrupt("checkpoint-3");
+  for (RunEntry& e : run_.listing.entries) e.step = std::stoull(e.name.substr(11));
+  run_.listing.latest = "checkpoint-3";
+  run_.listing.best = "checkpoint-3";
+  tree_ = Open();
+  EXPECT_EQ(tree_->Latest(), "checkpoint-2");
+  EXPECT_EQ(tree_->Best(), "");
+  EXPECT_EQ(RootNames(*tree_), (std::vector<std::string>{"checkpoint-1", "checkpoint-2",
+                                                         "checkpoint-3", "latest", ".ckptfs"}));
+  Relist();  // the listing still names it: latest stays where it is
+  EXPECT_EQ(tree_->Latest(), "checkpoint-2");
+  // Rewritten whole: a new slot, opened and valid once stable, so latest again.
+  run_.Put("checkpoint-3", "s3-fixed");
+  run_.listing.entries.back().step = 3;
+  Relist();
+  now_ += 2s;
+  Relist();
+  EXPECT_EQ(tree_->Latest(), "checkpoint-3");
 }
 
 TEST_F(RunTreeTest, EntryNamedLatestWinsOverTheSymlink) {
