@@ -419,8 +419,10 @@ int main(int argc, char** argv) {
 
   bool json = false;
   CLI::App* inspect = app.add_subcommand(
-      "inspect", "List shards and tensors (dtype, shape, bytes) without mounting");
-  inspect->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
+      "inspect",
+      "List shards and tensors (dtype, shape, bytes), or a run's checkpoints, without mounting");
+  inspect->add_option("SOURCE", source, "checkpoint or run directory, weights file, or URL")
+      ->required();
   inspect->add_flag("--json", json, "machine-readable output");
   remote.AddTo(inspect);
   remote.AddCacheDirTo(inspect);
