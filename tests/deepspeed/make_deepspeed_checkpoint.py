@@ -616,8 +616,10 @@ def WriteZero(args: argparse.Namespace, saver: Saver, tag_dir: str) -> dict:
 
     if args.no_expected:
         return {"files": saver.files[files_before:]}
-    return Expected(args, model, trained, module, param_shapes, buffer_names, frozen_names,
-                    shared, save_frozen)
+    expected = Expected(args, model, trained, module, param_shapes, buffer_names, frozen_names,
+                        shared, save_frozen)
+    expected["groups"] = groups
+    return expected
 
 
 def Expected(args, model: nn.Module, trained: Trained, module: dict, param_shapes, buffer_names,
@@ -731,14 +733,16 @@ def WritePipeline(args: argparse.Namespace, saver: Saver, tag_dir: str) -> dict:
         if mp_rank == 0:
             first = (trained, param_shapes)
     trained, param_shapes = first
-    expected_model = collections.OrderedDict(
+    fp32 = collections.OrderedDict(
         (n, trained.Full("master", n).clone()) for shapes in param_shapes for n in shapes)
-    return {"model": expected_model, "model_native": expected_model,
-            "module": pipeline["model_00"],
+    # The merged model is what the layer files hold (module dtype), named <layer>.<key> as
+    # PipelineModule names its parameters; model_fp32 is the ZeRO-1 master copy of TP rank 0.
+    return {"model": pipeline["model_00"], "model_native": pipeline["model_00"],
+            "module": pipeline["model_00"], "model_fp32": fp32,
             "exp_avg": collections.OrderedDict((n, trained.Full("exp_avg", n).clone())
-                                               for n in expected_model),
+                                               for n in fp32),
             "exp_avg_sq": collections.OrderedDict((n, trained.Full("exp_avg_sq", n).clone())
-                                                  for n in expected_model),
+                                                  for n in fp32),
             "pipeline": pipeline, "tp_rules": tp_rules, "shared_params": {}, "buffer_names": []}
 
 
