@@ -18,6 +18,7 @@ the output head to the embedding), casts it to the run dtype as DeepSpeed does, 
 steps on fp32 master weights with seeded gradients, and writes:
 
   OUT/latest                 the tag, no newline
+  OUT/zero_to_fp32.py        a placeholder for the recovery script DeepSpeed copies there
   OUT/global_step<N>/        the tag directory, file names as DeepSpeed gives them:
     mp_rank_00_model_states.pt                      stage 1/2 (data-parallel rank 0 only)
     zero_pp_rank_R_mp_rank_00_model_states.pt       stage 3, every rank
@@ -759,6 +760,13 @@ def Main(argv: List[str]) -> int:
             expected = WriteZero(args, saver, tag_dir)
     finally:
         copyreg.dispatch_table.pop(ZeroStageEnum, None)
+    # Rank 0 copies DeepSpeed's recovery script into the save directory; a placeholder here,
+    # so that readers meet the file a real save directory holds.
+    script = os.path.join(args.out, "zero_to_fp32.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write("#!/usr/bin/env python\n# Placeholder for DeepSpeed's utils/zero_to_fp32.py, "
+                "which save_checkpoint copies here.\n")
+    os.chmod(script, 0o755)
     # Rank 0 writes `latest` after its own files (engine.save_checkpoint), no newline.
     with open(os.path.join(args.out, "latest"), "w", encoding="utf-8") as f:
         f.write(tag)
