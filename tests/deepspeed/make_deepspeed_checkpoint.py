@@ -30,7 +30,7 @@ steps on fp32 master weights with seeded gradients, and writes:
                              see Expected() below.
 
 --size-mb N scales the model so the tag directory is about N MiB (ZeRO-3 over 4 ranks at
-2048 takes about a minute here); --no-expected skips OUT/expected.pt for benchmarks.
+2048 takes under 2 minutes on 2 cores); --no-expected skips OUT/expected.pt for benchmarks.
 docs/deepspeed.md describes the files ("The files (facts)").
 """
 
