@@ -6,9 +6,8 @@
 #include "core/format/torch_file.h"
 
 namespace ckptfs {
-namespace {
 
-ShardContents FromTorch(TorchFile& file, uint32_t shard_no) {
+ShardContents FromTorchFile(TorchFile& file, uint32_t shard_no) {
   ShardContents out;
   for (const TorchStorage& s : file.storages) {
     out.storages.push_back(Storage{shard_no, s.data_offset, s.size, s.dtype, true, s.crc32});
@@ -38,9 +37,11 @@ ShardContents FromTorch(TorchFile& file, uint32_t shard_no) {
   return out;
 }
 
+namespace {
+
 Result<ShardContents> ParseTorchShard(const StoredFile& shard, uint32_t shard_no) {
   CKPTFS_ASSIGN_OR_RETURN(TorchFile file, ReadTorchFile(*shard.source));
-  return FromTorch(file, shard_no);
+  return FromTorchFile(file, shard_no);
 }
 
 // Several lone torch files: pytorch_model.bin, since trainers leave training_args.bin and

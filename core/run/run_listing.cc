@@ -377,7 +377,21 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
     }
     return Status::Ok();
   }
-  CKPTFS_ASSIGN_OR_RETURN(std::string problem, FileProblem(sub, claim.file));
+  // A claim inside a subdirectory (a split checkpoint's pytorch_model/map.pt): checked there.
+  const size_t slash = claim.file.rfind('/');
+  std::optional<SourceDir> inner;
+  if (slash != std::string::npos) {
+    auto opened = sub.OpenDir(claim.file.substr(0, slash));
+    if (!opened.ok()) {
+      Incomplete(entry, opened.status().message());
+      return Status::Ok();
+    }
+    inner = std::move(opened).value();
+  }
+  CKPTFS_ASSIGN_OR_RETURN(
+      std::string problem,
+      FileProblem(inner ? *inner : sub,
+                  slash == std::string::npos ? claim.file : claim.file.substr(slash + 1)));
   if (!problem.empty()) Incomplete(entry, claim.file + ": " + problem);
   return Status::Ok();
 }
