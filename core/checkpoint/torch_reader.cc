@@ -44,9 +44,15 @@ Result<ShardContents> ParseTorchShard(const StoredFile& shard, uint32_t shard_no
   return FromTorchFile(file, shard_no);
 }
 
+// A torch weights file of this entry: map.pt is the split entry's list of keys, never
+// weights of its own (split_reader.cc).
+std::string TorchEntryWeightName(std::string_view file) {
+  return StripZst(file) == "map.pt" ? std::string() : TorchWeightName(file);
+}
+
 // Several lone torch files: pytorch_model.bin, since trainers leave training_args.bin and
 // optimizer.pt beside it.
-constexpr HfLayout kLayout = {".bin.index.json", "", "pytorch_model.bin", &TorchWeightName,
+constexpr HfLayout kLayout = {".bin.index.json", "", "pytorch_model.bin", &TorchEntryWeightName,
                               &ParseTorchShard};
 
 constexpr auto kProbeNames = WithHfCompanions<3>(
