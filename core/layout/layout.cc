@@ -395,9 +395,11 @@ void EmitTorchZip(const Checkpoint& ckpt, TorchZipSink& sink, std::vector<std::s
 constexpr std::string_view kSplitArchive = "archive/";
 
 // The tensors of pytorch_model/, in map.pt's order: model tensors torch has a type for
-// and whose bytes are one row-major run, ordered as stored (shard, then offset, then
-// name), which is a split or torch source's own order. Strided tensors and types torch
-// lacks have their notes already (tensors/, pytorch_model.bin).
+// and whose bytes are one row-major run, in stored order: by shard, then storage in the
+// order the shard lists them (a torch pickle's first use, which torch.save's record
+// offsets do not keep past ten storages; a safetensors header's), then offset, then name.
+// A split source's order is its map.pt's. Strided tensors and types torch lacks have
+// their notes already (tensors/, pytorch_model.bin).
 std::vector<uint32_t> SplitViewOrder(const Checkpoint& ckpt) {
   std::vector<uint32_t> order;
   for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
@@ -407,7 +409,7 @@ std::vector<uint32_t> SplitViewOrder(const Checkpoint& ckpt) {
   std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
     const Tensor& a = ckpt.tensors[x];
     const Tensor& b = ckpt.tensors[y];
-    return std::tie(a.shard, a.offset) < std::tie(b.shard, b.offset);
+    return std::tie(a.shard, a.storage, a.offset) < std::tie(b.shard, b.storage, b.offset);
   });
   return order;
 }

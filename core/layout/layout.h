@@ -13,8 +13,9 @@
 //                               synthesized pickle and zip headers around one stored
 //                               record per storage, each an extent over the shard bytes
 //   /pytorch_model/map.pt       the per-key split layout (docs/split.md): map.pt lists the
-//   /pytorch_model/<key>.pt     model's keys (ModelName) in stored order (shard, then
-//                               offset: a split or torch source's own order), and each
+//   /pytorch_model/<key>.pt     model's keys (ModelName) in stored order (shard, storage
+//                               as the shard lists them, offset: a split or torch
+//                               source's own order), and each
 //                               <key>.pt (SplitKeyFileName) is torch.save(tensor) of one
 //                               model tensor with a torch type: zip headers and pickle made
 //                               on each read around one record, the tensor's stored bytes
