@@ -2,11 +2,16 @@
 // in-memory directories, and the pytorch_model/ view every mount shows (layout.cc).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
 #include "core/format/torch_file.h"
 #include "core/layout/escape.h"
+#include "core/run/run_listing.h"
 #include "core/volume/volume.h"
 #include "tests/unit/test_util.h"
 
@@ -231,6 +236,50 @@ TEST(SplitReader, Refusals) {
   // Two long keys whose hashed names meet (same 200-byte prefix, same FNV-1a) cannot be
   // made cheaply here; a collision of the short rule is impossible, so none is tested.
   EXPECT_EQ(Refusal(files), "accepted");
+}
+
+TEST(SplitReader, RunEntriesHoldingPytorchModel) {
+  // checkpoint-N/ of an HF run, each config.json beside pytorch_model/: the run lists them
+  // complete, and one of them alone is a checkpoint, not a run of one "pytorch_model".
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("ckptfs_split_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  for (const char* step : {"checkpoint-100", "checkpoint-200"}) {
+    fs::create_directories(root / step / "pytorch_model");
+    std::ofstream(root / step / "config.json") << "{}";
+    for (const auto& [name, bytes] : SplitFiles(kKeys)) {
+      std::ofstream(root / step / "pytorch_model" / name, std::ios::binary) << bytes;
+    }
+  }
+  auto run_dir = OpenSourceDir(root.string(), testing::TestCodec(), {});
+  ASSERT_TRUE(run_dir.ok()) << run_dir.status().message();
+  auto is_run = IsRun(*run_dir);
+  ASSERT_TRUE(is_run.ok());
+  EXPECT_TRUE(*is_run);
+  auto run = ListRun(*run_dir);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  ASSERT_EQ(run->entries.size(), 2u);
+  for (const RunEntry& e : run->entries) {
+    EXPECT_TRUE(e.complete) << e.name << ": " << e.why_incomplete;
+    EXPECT_EQ(e.format, "split") << e.name;
+    EXPECT_EQ(e.problem, "") << e.name;
+  }
+  EXPECT_EQ(run->latest, "checkpoint-200");
+  auto one = OpenSourceDir((root / "checkpoint-100").string(), testing::TestCodec(), {});
+  ASSERT_TRUE(one.ok());
+  is_run = IsRun(*one);
+  ASSERT_TRUE(is_run.ok());
+  EXPECT_FALSE(*is_run);
+  // A truncated map.pt makes its entry incomplete, named.
+  fs::resize_file(root / "checkpoint-200" / "pytorch_model" / "map.pt", 40);
+  run_dir = OpenSourceDir(root.string(), testing::TestCodec(), {});
+  ASSERT_TRUE(run_dir.ok());
+  run = ListRun(*run_dir);
+  ASSERT_TRUE(run.ok());
+  ASSERT_EQ(run->entries.size(), 2u);
+  EXPECT_FALSE(run->entries[1].complete);
+  EXPECT_THAT(run->entries[1].why_incomplete, HasSubstr("pytorch_model/map.pt: "));
+  fs::remove_all(root);
 }
 
 // --- the pytorch_model/ view --------------------------------------------------------------
