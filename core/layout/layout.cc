@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/checkpoint/model.h"
 #include "core/format/npy.h"
@@ -449,10 +450,11 @@ SplitFile MakeSplitFile(const Checkpoint& ckpt, const Tensor& t) {
   return out;
 }
 
-// pytorch_model/map.pt: torch.save of the list of the view's keys, in order.
-std::string MakeSplitMapFile(const Checkpoint& ckpt) {
+// pytorch_model/map.pt: torch.save of the list of the view's keys (SplitViewOrder), in order.
+std::string MakeSplitMapFile(const Checkpoint& ckpt, std::span<const uint32_t> order) {
   std::vector<std::string_view> keys;
-  for (uint32_t i : SplitViewOrder(ckpt)) keys.push_back(ModelName(ckpt, ckpt.tensors[i]));
+  keys.reserve(order.size());
+  for (uint32_t i : order) keys.push_back(ModelName(ckpt, ckpt.tensors[i]));
   const std::string pickle = BuildTorchStringListPickle(keys);
   const std::string archive(kSplitArchive);
   const ZipRecord records[] = {{archive + "data.pkl", pickle.size(), Crc32(pickle)},
@@ -527,7 +529,8 @@ void Layout::MakeLazyBytes() const {
 }
 
 void Layout::MakeSplitMap() const {
-  std::call_once(lazy_->split_once, [this] { lazy_->split_map = MakeSplitMapFile(*ckpt_); });
+  std::call_once(lazy_->split_once,
+                 [this] { lazy_->split_map = MakeSplitMapFile(*ckpt_, SplitViewOrder(*ckpt_)); });
 }
 
 std::string_view Layout::InlineBytes(const Extent& e) const {
@@ -722,23 +725,20 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   }
 
   // pytorch_model/: map.pt's bytes are measured now and made on first read; a key file's
-  // size depends only on its dtype and shape, which neighbours mostly share.
+  // size depends only on its dtype and shape, which neighbours mostly share. Children are
+  // sorted by Finish; only hashed names (kSplitHashedSize bytes) can meet another's.
   layout.split_dir_ = b.AddDir(kRoot, "pytorch_model");
   {
+    const std::vector<uint32_t> split_order = SplitViewOrder(ckpt);
     const uint64_t map = b.AddFile(layout.split_dir_, kSplitMapFile, whole);
-    b.AppendSource(map, Extent::kSplitMap, 0, MakeSplitMapFile(ckpt).size());
-    std::vector<std::pair<std::string, uint32_t>> files;
-    for (uint32_t i : SplitViewOrder(ckpt)) {
-      files.emplace_back(SplitKeyFileName(ModelName(ckpt, ckpt.tensors[i])), i);
-    }
-    std::sort(files.begin(), files.end());
+    b.AppendSource(map, Extent::kSplitMap, 0, MakeSplitMapFile(ckpt, split_order).size());
+    std::unordered_set<std::string> hashed;
     const Tensor* last = nullptr;
     uint64_t last_size = 0;
-    for (size_t k = 0; k < files.size(); ++k) {
-      const auto& [name, i] = files[k];
+    for (uint32_t i : split_order) {
       const Tensor& t = ckpt.tensors[i];
-      if (k > 0 && files[k - 1].first == name) {
-        // Only hashed names of long keys can meet (docs/split.md).
+      const std::string name = SplitKeyFileName(ModelName(ckpt, t));
+      if (name.size() == kSplitHashedSize && !hashed.insert(name).second) {
         layout.notes_.push_back("tensor \"" + t.name + "\" is not in pytorch_model/: its file " +
                                 name + " is another key's");
         continue;
