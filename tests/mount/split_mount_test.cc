@@ -30,7 +30,8 @@ class SplitMountTest : public MountFixture {
 };
 
 // An HF model directory (config.json beside pytorch_model/), the split directory itself,
-// and its map.pt: each mounts to the same tensors, in every view.
+// its map.pt, and what `ckptfs pack` makes of it: each mounts to the same tensors, in
+// every view.
 TEST_F(SplitMountTest, SplitSourceInEveryForm) {
   const std::string model = gen_ + "/model";
   for (const std::string& source :
@@ -40,6 +41,12 @@ TEST_F(SplitMountTest, SplitSourceInEveryForm) {
     if (mnt.empty()) continue;
     RunCheck("check_split.py", {model, mnt, "--split"});
   }
+  // ckptfs pack writes it as a split directory of NAME.pt.zst files beside map.pt.
+  const std::string packed = scratch_->Path("packed");
+  const ProcessResult pack = Ckptfs({"pack", model, packed}, kCheckTimeout);
+  ASSERT_EQ(pack.exit_code, 0) << pack.Describe();
+  const std::string packed_mnt = MountFresh(packed);
+  if (!packed_mnt.empty()) RunCheck("check_split.py", {model, packed_mnt, "--split"});
   // The model directory's other files are at the root.
   const std::string mnt = scratch_->Path("mnt0");
   EXPECT_EQ(ReadTextFile(mnt + "/config.json"), ReadTextFile(model + "/config.json"));
