@@ -400,8 +400,10 @@ constexpr std::string_view kSplitArchive = "archive/";
 // order the shard lists them (a torch pickle's first use, which torch.save's record
 // offsets do not keep past ten storages; a safetensors header's), then offset, then name.
 // A split source's order is its map.pt's. Strided tensors and types torch lacks have
-// their notes already (tensors/, pytorch_model.bin).
-std::vector<uint32_t> SplitViewOrder(const Checkpoint& ckpt) {
+// their notes already (tensors/, pytorch_model.bin); a key whose hashed file name an
+// earlier key took is left out here, with a line to `notes` if given, so that map.pt
+// never lists a key whose file holds another's tensor.
+std::vector<uint32_t> SplitViewOrder(const Checkpoint& ckpt, std::vector<std::string>* notes) {
   std::vector<uint32_t> order;
   for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
     const Tensor& t = ckpt.tensors[i];
@@ -411,6 +413,20 @@ std::vector<uint32_t> SplitViewOrder(const Checkpoint& ckpt) {
     const Tensor& a = ckpt.tensors[x];
     const Tensor& b = ckpt.tensors[y];
     return std::tie(a.shard, a.storage, a.offset) < std::tie(b.shard, b.storage, b.offset);
+  });
+  // Only hashed names meet, and only a key of over 84 bytes (each escaping to at most 3)
+  // can have one.
+  std::unordered_set<std::string> hashed;
+  std::erase_if(order, [&](uint32_t i) {
+    const std::string_view key = ModelName(ckpt, ckpt.tensors[i]);
+    if (3 * key.size() + 3 <= kMaxFileName) return false;
+    std::string name = SplitKeyFileName(key);
+    if (name.size() != kSplitHashedSize || hashed.insert(name).second) return false;
+    if (notes) {
+      notes->push_back("tensor \"" + ckpt.tensors[i].name +
+                       "\" is not in pytorch_model/: its file " + name + " is another key's");
+    }
+    return true;
   });
   return order;
 }
@@ -529,8 +545,9 @@ void Layout::MakeLazyBytes() const {
 }
 
 void Layout::MakeSplitMap() const {
-  std::call_once(lazy_->split_once,
-                 [this] { lazy_->split_map = MakeSplitMapFile(*ckpt_, SplitViewOrder(*ckpt_)); });
+  std::call_once(lazy_->split_once, [this] {
+    lazy_->split_map = MakeSplitMapFile(*ckpt_, SplitViewOrder(*ckpt_, nullptr));
+  });
 }
 
 std::string_view Layout::InlineBytes(const Extent& e) const {
@@ -726,23 +743,17 @@ Layout Layout::Build(const Checkpoint& ckpt) {
 
   // pytorch_model/: map.pt's bytes are measured now and made on first read; a key file's
   // size depends only on its dtype and shape, which neighbours mostly share. Children are
-  // sorted by Finish; only hashed names (kSplitHashedSize bytes) can meet another's.
+  // sorted by Finish.
   layout.split_dir_ = b.AddDir(kRoot, "pytorch_model");
   {
-    const std::vector<uint32_t> split_order = SplitViewOrder(ckpt);
+    const std::vector<uint32_t> split_order = SplitViewOrder(ckpt, &layout.notes_);
     const uint64_t map = b.AddFile(layout.split_dir_, kSplitMapFile, whole);
     b.AppendSource(map, Extent::kSplitMap, 0, MakeSplitMapFile(ckpt, split_order).size());
-    std::unordered_set<std::string> hashed;
     const Tensor* last = nullptr;
     uint64_t last_size = 0;
     for (uint32_t i : split_order) {
       const Tensor& t = ckpt.tensors[i];
       const std::string name = SplitKeyFileName(ModelName(ckpt, t));
-      if (name.size() == kSplitHashedSize && !hashed.insert(name).second) {
-        layout.notes_.push_back("tensor \"" + t.name + "\" is not in pytorch_model/: its file " +
-                                name + " is another key's");
-        continue;
-      }
       if (!last || last->dtype != t.dtype || last->shape != t.shape) {
         last_size = MakeSplitFile(ckpt, t).size();
         last = &t;

@@ -73,6 +73,13 @@ TEST(SplitNames, DecodeInvertsTheRule) {
 
 // --- the reader ---------------------------------------------------------------------------
 
+// Two keys with one file name: a long key, and a short one spelled as its hashed name.
+std::pair<std::string, std::string> KeysWithOneFileName() {
+  const std::string long_key(260, 'q');
+  const std::string name = SplitKeyFileName(long_key);
+  return {long_key, name.substr(0, name.size() - 3)};
+}
+
 std::string MapFile(const std::vector<std::string>& keys) {
   std::vector<std::string_view> views(keys.begin(), keys.end());
   return MakeZip({{"map/data.pkl", BuildTorchStringListPickle(views)}, {"map/version", "3\n"}});
@@ -233,8 +240,13 @@ TEST(SplitReader, Refusals) {
                                                        10)}});
   EXPECT_THAT(Refusal(ints), HasSubstr("item 0 of the list is not a str"));
 
-  // Two long keys whose hashed names meet (same 200-byte prefix, same FNV-1a) cannot be
-  // made cheaply here; a collision of the short rule is impossible, so none is tested.
+  // A 217-byte key written as another key's hashed name takes that key's file name.
+  auto meet = files;
+  const auto [long_key, look_alike] = KeysWithOneFileName();
+  meet["map.pt"] = MapFile({long_key, look_alike});
+  meet[SplitKeyFileName(long_key)] = KeyFile(two[0]);
+  EXPECT_THAT(Refusal(meet), HasSubstr("both have the file name " + SplitKeyFileName(long_key)));
+
   EXPECT_EQ(Refusal(files), "accepted");
 }
 
@@ -391,6 +403,30 @@ TEST(SplitView, KeyFilesAreZeroCopyAndMadePerRead) {
     ASSERT_TRUE(volume->ReadInto(plan, reinterpret_cast<uint8_t*>(part.data())).ok());
     EXPECT_EQ(part, whole.substr(off, 50)) << off;
   }
+}
+
+TEST(SplitView, KeysMeetingOnAFileNameKeepTheFirst) {
+  const auto [long_key, look_alike] = KeysWithOneFileName();
+  ASSERT_EQ(SplitKeyFileName(long_key), SplitKeyFileName(look_alike));
+  // The look-alike is stored first: it keeps the file, the long key is left out of the
+  // directory and of map.pt, with a note.
+  auto ckpt =
+      Open({{"model.safetensors",
+             MakeSafetensors({{look_alike, Dtype::kF32, {2}}, {long_key, Dtype::kF32, {3}}})}});
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  EXPECT_THAT(volume->layout().notes(),
+              ::testing::Contains(HasSubstr("is not in pytorch_model/: its file")));
+  std::map<std::string, std::string> view = ViewFiles(*volume);
+  ASSERT_EQ(view.size(), 2u);
+  MemorySource map("map.pt", view["map.pt"]);
+  auto keys = ReadTorchStringList(map);
+  ASSERT_TRUE(keys.ok());
+  EXPECT_EQ(*keys, std::vector<std::string>{look_alike});
+  MemorySource file("f", view[SplitKeyFileName(look_alike)]);
+  auto tensor = ReadTorchFile(file);
+  ASSERT_TRUE(tensor.ok());
+  EXPECT_EQ(tensor->tensors[0].shape, std::vector<uint64_t>{2});
 }
 
 TEST(SplitView, StoredOrderOfATorchSource) {
