@@ -57,6 +57,24 @@ TEST_F(SplitMountTest, SplitSourceInEveryForm) {
       << inspect.out;
 }
 
+// A training run whose checkpoint-N/ directories each hold config.json and pytorch_model/:
+// every one is an entry (never a run of "pytorch_model"), latest the highest step.
+TEST_F(SplitMountTest, RunOfSplitCheckpoints) {
+  const std::string run = scratch_->Path("run");
+  for (const char* step : {"checkpoint-100", "checkpoint-200"}) {
+    fs::create_directories(run + "/" + step);
+    fs::copy(gen_ + "/model", run + "/" + step, fs::copy_options::recursive);
+  }
+  const std::string mnt = MountFresh(run);
+  if (mnt.empty()) return;
+  RunCheck("check_split.py", {gen_ + "/model", mnt + "/latest", "--split"});
+  RunCheck("check_split.py", {gen_ + "/model", mnt + "/checkpoint-100", "--split"});
+  const ProcessResult inspect = Ckptfs({"inspect", run}, kCheckTimeout);
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.Describe();
+  EXPECT_NE(inspect.out.find("latest   -> checkpoint-200"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("split"), std::string::npos) << inspect.out;
+}
+
 // A torch.save'd state dict and a safetensors checkpoint get the view too; the torch one
 // lists its keys in the pickle's order (12 storages: torch.save's record order differs).
 TEST_F(SplitMountTest, EveryMountShowsTheView) {

@@ -277,6 +277,11 @@ TEST(SplitReader, RunEntriesHoldingPytorchModel) {
     EXPECT_EQ(e.problem, "") << e.name;
   }
   EXPECT_EQ(run->latest, "checkpoint-200");
+  // Its size and signature count the key files too.
+  uint64_t bytes = 2;  // config.json
+  for (const auto& [name, file] : SplitFiles(kKeys)) bytes += file.size();
+  EXPECT_EQ(run->entries[0].bytes, bytes);
+  EXPECT_NE(run->entries[0].signature.find("pytorch_model/map.pt:"), std::string::npos);
   auto one = OpenSourceDir((root / "checkpoint-100").string(), testing::TestCodec(), {});
   ASSERT_TRUE(one.ok());
   is_run = IsRun(*one);
