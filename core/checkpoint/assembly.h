@@ -49,6 +49,11 @@ struct ShardContents {
   std::string state_json;  // non-tensor values as a JSON object; empty if none
 };
 
+struct TorchFile;
+// One torch.save file's storages and tensors as shard `shard_no` (torch_reader.cc): what
+// the torch and split readers make of each file. Empties `file`.
+ShardContents FromTorchFile(TorchFile& file, uint32_t shard_no);
+
 // Reads the header(s) of one stored weight file. Must be thread-safe.
 using ShardParser = Result<ShardContents> (*)(const StoredFile& shard, uint32_t shard_no);
 

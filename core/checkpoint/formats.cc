@@ -13,6 +13,7 @@ std::span<const FormatReader> Formats() {
       SafetensorsFormat(),
       TorchFormat(),
       TensorflowFormat(),
+      SplitFormat(),
   };
   return kTable;
 }

@@ -9,6 +9,7 @@
 //   | torch       | *.bin.index.json (named), *.bin/.pt/.pth/.ckpt   | torch_reader.cc      |
 //   | tensorflow  | `checkpoint` state file, SavedModel, PREFIX or  | tf_reader.cc         |
 //   |             | PREFIX.index (named); a lone *.index (lone)     |                      |
+//   | split       | map.pt, or pytorch_model/map.pt (named)         | split_reader.cc      |
 //
 // Precedence: every entry's detect is asked, in table order. A claim on a file that names
 // the rest of a checkpoint (an index, a state file, a prefix: Rank::kNamed) beats a claim
@@ -102,5 +103,6 @@ Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, CodecContext& codec,
 FormatReader SafetensorsFormat();
 FormatReader TorchFormat();
 FormatReader TensorflowFormat();
+FormatReader SplitFormat();
 
 }  // namespace ckptfs

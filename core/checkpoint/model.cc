@@ -18,7 +18,8 @@ std::string TopKey(const Checkpoint& ckpt, size_t i) {
       const tf::TfName name = tf::TfKeyToName(ckpt.tensor_keys[i]);
       return name.segments.size() > 1 ? name.segments[0] : std::string();
     }
-    case CheckpointFormat::kSafetensors: {
+    case CheckpointFormat::kSafetensors:
+    case CheckpointFormat::kSplit: {
       const size_t dot = t.name.find('.');
       return dot == std::string::npos ? std::string() : t.name.substr(0, dot);
     }

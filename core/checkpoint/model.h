@@ -15,11 +15,11 @@
 //     training state (tf::IsTrainingStateKey: optimizer slots, `save_counter`, the
 //     optimizer's own variables such as `optimizer/iter`); names unchanged. TF1
 //     name-based checkpoints: every tensor.
-//   - safetensors: every tensor.
+//   - safetensors and per-key split checkpoints: every tensor.
 // A key (`--model-key`, CodecOptions::model_key) overrides the rule: "" keeps every
 // tensor with its name unchanged; KEY takes the top-level sub-tree KEY, with `KEY.` cut
 // from the names. A top-level sub-tree is, for torch, a container (dict or list) that is a
-// value of the root dict; for TF, the keys whose first segment is KEY; for safetensors,
+// value of the root dict; for TF, the keys whose first segment is KEY; for safetensors and split,
 // the names that start `KEY.`. A KEY that names no sub-tree holding tensors is refused
 // (InvalidArgument) with a line naming SOURCE and the sub-trees there are.
 //

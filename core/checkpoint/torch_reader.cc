@@ -6,9 +6,8 @@
 #include "core/format/torch_file.h"
 
 namespace ckptfs {
-namespace {
 
-ShardContents FromTorch(TorchFile& file, uint32_t shard_no) {
+ShardContents FromTorchFile(TorchFile& file, uint32_t shard_no) {
   ShardContents out;
   for (const TorchStorage& s : file.storages) {
     out.storages.push_back(Storage{shard_no, s.data_offset, s.size, s.dtype, true, s.crc32});
@@ -38,14 +37,22 @@ ShardContents FromTorch(TorchFile& file, uint32_t shard_no) {
   return out;
 }
 
+namespace {
+
 Result<ShardContents> ParseTorchShard(const StoredFile& shard, uint32_t shard_no) {
   CKPTFS_ASSIGN_OR_RETURN(TorchFile file, ReadTorchFile(*shard.source));
-  return FromTorch(file, shard_no);
+  return FromTorchFile(file, shard_no);
+}
+
+// A torch weights file of this entry: map.pt is the split entry's list of keys, never
+// weights of its own (split_reader.cc).
+std::string TorchEntryWeightName(std::string_view file) {
+  return StripZst(file) == "map.pt" ? std::string() : TorchWeightName(file);
 }
 
 // Several lone torch files: pytorch_model.bin, since trainers leave training_args.bin and
 // optimizer.pt beside it.
-constexpr HfLayout kLayout = {".bin.index.json", "", "pytorch_model.bin", &TorchWeightName,
+constexpr HfLayout kLayout = {".bin.index.json", "", "pytorch_model.bin", &TorchEntryWeightName,
                               &ParseTorchShard};
 
 constexpr auto kProbeNames = WithHfCompanions<3>(

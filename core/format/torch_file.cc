@@ -265,6 +265,7 @@ class Interpreter {
     bool is_tensor = false;
     CKPTFS_RETURN_IF_ERROR(MaybeTensor(v, name.empty() ? "tensor" : name, depth, &is_tensor));
     *has_state = !is_tensor;
+    if (depth == 0) out_.root_is_tensor = is_tensor;
     if (is_tensor) return Status::Ok();
     const PickleValue& p = At(v);
     switch (p.kind) {
@@ -472,12 +473,22 @@ std::optional<std::string_view> TorchStorageClass(Dtype dtype) {
   return std::nullopt;
 }
 
-Result<TorchFile> ReadTorchFile(const ByteSource& source) {
+namespace {
+
+// A torch.save file's records and its unpickled data.pkl.
+struct TorchArchive {
+  std::vector<ZipEntry> entries;
+  std::string prefix;  // "ARCHIVE/"
+  PickleTree tree;
+};
+
+Result<TorchArchive> ReadTorchArchive(const ByteSource& source) {
   CKPTFS_RETURN_IF_ERROR(CheckZipMagic(source));
-  CKPTFS_ASSIGN_OR_RETURN(std::vector<ZipEntry> entries, ReadZipDirectory(source));
+  TorchArchive out;
+  CKPTFS_ASSIGN_OR_RETURN(out.entries, ReadZipDirectory(source));
   // torch names every record ARCHIVE/...; its reader takes ARCHIVE from the records.
   const ZipEntry* pickle = nullptr;
-  for (const ZipEntry& e : entries) {
+  for (const ZipEntry& e : out.entries) {
     const size_t slash = e.name.find('/');
     if (slash != std::string::npos && e.name.substr(slash + 1) == kPickleRecord) {
       if (pickle) return Status::Corruption(source.Name() + ": two data.pkl records");
@@ -485,9 +496,9 @@ Result<TorchFile> ReadTorchFile(const ByteSource& source) {
     }
   }
   if (!pickle) return Status::Corruption(source.Name() + ": no data.pkl record in the zip");
-  const std::string prefix = pickle->name.substr(0, pickle->name.size() - kPickleRecord.size());
-  for (const ZipEntry& e : entries) {
-    if (e.name == prefix + "byteorder" && e.size != 6) {
+  out.prefix = pickle->name.substr(0, pickle->name.size() - kPickleRecord.size());
+  for (const ZipEntry& e : out.entries) {
+    if (e.name == out.prefix + "byteorder" && e.size != 6) {
       return Status::Unsupported(source.Name() + ": big-endian checkpoint");
     }
   }
@@ -500,8 +511,35 @@ Result<TorchFile> ReadTorchFile(const ByteSource& source) {
   std::string data(pickle->size, '\0');
   CKPTFS_RETURN_IF_ERROR(
       source.ReadAt(pickle->data_offset, {reinterpret_cast<uint8_t*>(data.data()), data.size()}));
-  CKPTFS_ASSIGN_OR_RETURN(PickleTree tree, Unpickle(data, source.Name()));
-  return Interpreter(source, tree, entries, prefix).Run();
+  CKPTFS_ASSIGN_OR_RETURN(out.tree, Unpickle(data, source.Name()));
+  return out;
+}
+
+}  // namespace
+
+Result<TorchFile> ReadTorchFile(const ByteSource& source) {
+  CKPTFS_ASSIGN_OR_RETURN(TorchArchive archive, ReadTorchArchive(source));
+  return Interpreter(source, archive.tree, archive.entries, archive.prefix).Run();
+}
+
+Result<std::vector<std::string>> ReadTorchStringList(const ByteSource& source) {
+  CKPTFS_ASSIGN_OR_RETURN(TorchArchive archive, ReadTorchArchive(source));
+  const PickleTree& tree = archive.tree;
+  const PickleValue& root = tree.at(tree.root);
+  if (root.kind != PickleKind::kList) {
+    return Status::Corruption(source.Name() + ": not a list of key names (torch.save of a list)");
+  }
+  std::vector<std::string> out;
+  out.reserve(root.items.size());
+  for (uint32_t item : root.items) {
+    const PickleValue& v = tree.at(item);
+    if (v.kind != PickleKind::kString) {
+      return Status::Corruption(source.Name() + ": item " + std::to_string(out.size()) +
+                                " of the list is not a str");
+    }
+    out.push_back(v.text);
+  }
+  return out;
 }
 
 class TorchPickleBuilder::Writer : public PickleWriter {
@@ -580,6 +618,66 @@ uint64_t TorchPickleBuilder::Finish() {
 }
 
 std::string TorchPickleBuilder::Take() { return writer_->Take(); }
+
+namespace {
+
+// torch.save(tensor)'s pickle: _rebuild_tensor_v2 called on storage record `key`, as the
+// root; the writer may only count.
+void WriteTensorPickle(PickleWriter& w, const TorchPickleEntry& e) {
+  w.Op('\x80');  // PROTO 2
+  w.Le(2, 1);
+  w.Global("torch._utils", "_rebuild_tensor_v2");
+  w.Op('(');  // args
+  w.Op('(');  // the persistent id ('storage', class, key, 'cpu', numel)
+  w.Unicode("storage");
+  w.Global("torch", *TorchStorageClass(e.dtype));
+  char key[24];
+  const auto key_end = std::to_chars(key, key + sizeof(key), e.key).ptr;
+  w.Unicode(std::string_view(key, static_cast<size_t>(key_end - key)));
+  w.Unicode("cpu");
+  w.Int(e.storage_numel);
+  w.Op('t');  // TUPLE
+  w.Op('Q');  // BINPERSID
+  w.Int(e.storage_offset);
+  w.Tuple(e.shape);
+  w.Tuple(e.stride);
+  w.Op('\x89');  // NEWFALSE: requires_grad
+  w.Global("collections", "OrderedDict");
+  w.Op(')');
+  w.Op('R');  // backward hooks: OrderedDict()
+  w.Op('t');
+  w.Op('R');
+  w.Op('.');  // STOP
+}
+
+}  // namespace
+
+std::string BuildTorchTensorPickle(const TorchPickleEntry& entry) {
+  PickleWriter w;
+  WriteTensorPickle(w, entry);
+  return w.Take();
+}
+
+uint64_t TorchTensorPickleSize(const TorchPickleEntry& entry) {
+  PickleWriter w(/*count_only=*/true);
+  WriteTensorPickle(w, entry);
+  return w.size();
+}
+
+std::string BuildTorchStringListPickle(std::span<const std::string_view> items) {
+  PickleWriter w;
+  w.Op('\x80');  // PROTO 2
+  w.Le(2, 1);
+  w.Op(']');  // EMPTY_LIST
+  // APPENDS in batches of 1000, as pickle does.
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i % 1000 == 0) w.Op('(');
+    w.Unicode(items[i]);
+    if (i % 1000 == 999 || i + 1 == items.size()) w.Op('e');
+  }
+  w.Op('.');
+  return w.Take();
+}
 
 std::string BuildTorchPickle(std::span<const TorchPickleEntry> entries) {
   TorchPickleBuilder builder;

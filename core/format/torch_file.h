@@ -61,10 +61,18 @@ struct TorchFile {
   std::vector<TorchStorage> storages;
   std::vector<TorchTensor> tensors;  // in pickle order
   std::string state_json;            // non-tensor values as a JSON value; empty if none
+  // The pickled root itself is a tensor (torch.save(tensor), or of a Parameter): then
+  // `tensors` holds that one tensor, named "tensor".
+  bool root_is_tensor = false;
 };
 
 // Reads the directory and pickle of the torch.save file in `source`.
 Result<TorchFile> ReadTorchFile(const ByteSource& source);
+
+// The strings of a torch.save file whose pickled root is a list of str (a per-key split
+// checkpoint's map.pt), in order. Corruption naming the file if the root is anything else
+// or an item is not a str; the zip and pickle checks of ReadTorchFile apply.
+Result<std::vector<std::string>> ReadTorchStringList(const ByteSource& source);
 
 // Whether a tensor with this shape and these strides covers one dense row-major range.
 bool IsRowMajor(std::span<const uint64_t> shape, std::span<const uint64_t> stride);
@@ -91,6 +99,15 @@ struct TorchPickleEntry {
 // (protocol 2) so torch.load reads it with and without weights_only. Every entry's dtype
 // must have a TorchStorageClass.
 std::string BuildTorchPickle(std::span<const TorchPickleEntry> entries);
+
+// data.pkl of torch.save(tensor): `entry` (its name unused) as the pickled root, what
+// torch.load returns as a bare tensor, with and without weights_only. The dtype must have
+// a TorchStorageClass. TorchTensorPickleSize is its size, counted without making it.
+std::string BuildTorchTensorPickle(const TorchPickleEntry& entry);
+uint64_t TorchTensorPickleSize(const TorchPickleEntry& entry);
+
+// data.pkl of torch.save(list of str): `items` in order.
+std::string BuildTorchStringListPickle(std::span<const std::string_view> items);
 
 // BuildTorchPickle one entry at a time, so a caller need not hold every entry (and its
 // strides) at once. With `count_only`, only the size is kept: what a mount needs to lay

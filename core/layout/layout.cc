@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/checkpoint/model.h"
 #include "core/format/npy.h"
@@ -85,7 +86,7 @@ class Layout::Builder {
                     bool tensor = false) {
     Node& node = out_.nodes_[ino];
     // Even an empty range: a file showing bytes of a source is no more readable than it.
-    if (source < Extent::kHeaderEntries) node.mode &= source_modes_[source];
+    if (source < Extent::kFirstSynthesized) node.mode &= source_modes_[source];
     node.count += AppendExtents(out_.extents_, node.size, source, offset, length, tensor);
   }
 
@@ -96,6 +97,9 @@ class Layout::Builder {
       AppendSource(ino, r.shard, r.offset, r.size, /*tensor=*/true);
     }
   }
+
+  // Makes file `ino` no more readable than stored file `source`, without an extent.
+  void NarrowMode(uint64_t ino, uint32_t source) { out_.nodes_[ino].mode &= source_modes_[source]; }
 
   void AppendInline(uint64_t ino, std::string_view bytes) {
     const uint64_t pool_offset = out_.pool_.size();
@@ -211,8 +215,8 @@ class Layout::DirectoryWalker {
 
 namespace {
 
-constexpr std::string_view kReservedRootNames[] = {"model.safetensors", "pytorch_model.bin",
-                                                   "tensors", "shards", ".ckptfs"};
+constexpr std::string_view kReservedRootNames[] = {
+    "model.safetensors", "pytorch_model.bin", "pytorch_model", "tensors", "shards", ".ckptfs"};
 // torch's reader takes the archive name from the records; torch.save uses the file stem.
 constexpr std::string_view kTorchArchive = "pytorch_model/";
 constexpr std::string_view kTorchVersion = "3\n";  // the format version torch 1.13 writes
@@ -311,7 +315,8 @@ void EmitTorchZip(const Checkpoint& ckpt, TorchZipSink& sink, std::vector<std::s
       order.push_back(i);
     } else if (notes) {
       notes->push_back("tensor \"" + t.name + "\" (" + std::string(DtypeName(t.dtype)) +
-                       ") is not in pytorch_model.bin: PyTorch 1.13 has no such type");
+                       ") is not in pytorch_model.bin or pytorch_model/: PyTorch 1.13 has no "
+                       "such type");
     }
   }
   std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
@@ -385,6 +390,97 @@ void EmitTorchZip(const Checkpoint& ckpt, TorchZipSink& sink, std::vector<std::s
   sink.Records(std::move(records_of), std::move(header_offsets));
 }
 
+// --- pytorch_model/: the per-key split view --------------------------------------------
+
+// torch.load takes the archive name from the records; every split file uses this one.
+constexpr std::string_view kSplitArchive = "archive/";
+
+// The tensors of pytorch_model/, in map.pt's order: model tensors torch has a type for
+// and whose bytes are one row-major run, in stored order: by shard, then storage in the
+// order the shard lists them (a torch pickle's first use, which torch.save's record
+// offsets do not keep past ten storages; a safetensors header's), then offset, then name.
+// A split source's order is its map.pt's. Strided tensors and types torch lacks have
+// their notes already (tensors/, pytorch_model.bin); a key whose hashed file name an
+// earlier key took is left out here, with a line to `notes` if given, so that map.pt
+// never lists a key whose file holds another's tensor.
+std::vector<uint32_t> SplitViewOrder(const Checkpoint& ckpt, std::vector<std::string>* notes) {
+  std::vector<uint32_t> order;
+  for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
+    const Tensor& t = ckpt.tensors[i];
+    if (t.in_model && t.contiguous() && TorchStorageClass(t.dtype)) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
+    const Tensor& a = ckpt.tensors[x];
+    const Tensor& b = ckpt.tensors[y];
+    return std::tie(a.shard, a.storage, a.offset) < std::tie(b.shard, b.storage, b.offset);
+  });
+  // Only hashed names meet, and only a key of over 84 bytes (each escaping to at most 3)
+  // can have one.
+  std::unordered_set<std::string> hashed;
+  std::erase_if(order, [&](uint32_t i) {
+    const std::string_view key = ModelName(ckpt, ckpt.tensors[i]);
+    if (3 * key.size() + 3 <= kMaxFileName) return false;
+    std::string name = SplitKeyFileName(key);
+    if (name.size() != kSplitHashedSize || hashed.insert(name).second) return false;
+    if (notes) {
+      notes->push_back("tensor \"" + ckpt.tensors[i].name +
+                       "\" is not in pytorch_model/: its file " + name + " is another key's");
+    }
+    return true;
+  });
+  return order;
+}
+
+// A pytorch_model/<key>.pt file: torch.save(tensor) with the tensor's bytes as its one
+// storage record, `head` before them (data.pkl and the record's local header), `tail`
+// after (version, the central directory, the end records).
+struct SplitFile {
+  std::string head;
+  uint64_t data_size = 0;
+  std::string tail;
+  uint64_t size() const { return head.size() + data_size + tail.size(); }
+};
+
+SplitFile MakeSplitFile(const Checkpoint& ckpt, const Tensor& t) {
+  const std::vector<uint64_t> stride = RowMajorStrides(t.shape);
+  const uint64_t numel = t.size / DtypeSize(t.dtype);
+  const std::string pickle =
+      BuildTorchTensorPickle(TorchPickleEntry{"", t.dtype, 0, numel, 0, t.shape, stride});
+  // The stored CRC holds only when the tensor is its whole storage; torch ignores it.
+  const Storage& s = ckpt.storages[t.storage];
+  const uint32_t data_crc = s.has_crc32 && s.size == t.size ? s.crc32 : 0;
+  const std::string archive(kSplitArchive);
+  const ZipRecord records[] = {{archive + "data.pkl", pickle.size(), Crc32(pickle)},
+                               {archive + "data/0", t.size, data_crc},
+                               {archive + "version", kTorchVersion.size(), Crc32(kTorchVersion)}};
+  SplitFile out;
+  uint64_t offsets[3];
+  offsets[0] = 0;
+  out.head = ZipLocalHeader(records[0], 0) + pickle;
+  offsets[1] = out.head.size();
+  out.head += ZipLocalHeader(records[1], offsets[1]);
+  out.data_size = t.size;
+  offsets[2] = out.head.size() + t.size;
+  out.tail = ZipLocalHeader(records[2], offsets[2]) + std::string(kTorchVersion);
+  out.tail += ZipCentralDirectory(records, offsets, offsets[2] + out.tail.size());
+  return out;
+}
+
+// pytorch_model/map.pt: torch.save of the list of the view's keys (SplitViewOrder), in order.
+std::string MakeSplitMapFile(const Checkpoint& ckpt, std::span<const uint32_t> order) {
+  std::vector<std::string_view> keys;
+  keys.reserve(order.size());
+  for (uint32_t i : order) keys.push_back(ModelName(ckpt, ckpt.tensors[i]));
+  const std::string pickle = BuildTorchStringListPickle(keys);
+  const std::string archive(kSplitArchive);
+  const ZipRecord records[] = {{archive + "data.pkl", pickle.size(), Crc32(pickle)},
+                               {archive + "version", kTorchVersion.size(), Crc32(kTorchVersion)}};
+  std::string out = ZipLocalHeader(records[0], 0) + pickle;
+  const uint64_t offsets[] = {0, out.size()};
+  out += ZipLocalHeader(records[1], offsets[1]) + std::string(kTorchVersion);
+  return out + ZipCentralDirectory(records, offsets, out.size());
+}
+
 // Counts the bytes: pytorch_model.bin's size, all a mount needs until the file is opened.
 class TorchZipSize final : public TorchZipSink {
  public:
@@ -448,13 +544,27 @@ void Layout::MakeLazyBytes() const {
   });
 }
 
+void Layout::MakeSplitMap() const {
+  std::call_once(lazy_->split_once, [this] {
+    lazy_->split_map = MakeSplitMapFile(*ckpt_, SplitViewOrder(*ckpt_, nullptr));
+  });
+}
+
 std::string_view Layout::InlineBytes(const Extent& e) const {
   if (e.source == Extent::kInline) return std::string_view(pool_).substr(e.source_offset, e.length);
+  if (e.source == Extent::kSplitMap) {
+    MakeSplitMap();
+    return std::string_view(lazy_->split_map).substr(e.source_offset, e.length);
+  }
   MakeLazyBytes();
   return std::string_view(lazy_->bytes).substr(e.source_offset, e.length);
 }
 
 std::string Layout::GeneratedBytes(const Extent& e) const {
+  if (e.source == Extent::kSplitHead || e.source == Extent::kSplitTail) {
+    SplitFile file = MakeSplitFile(*ckpt_, ckpt_->tensors[e.source_offset]);
+    return std::move(e.source == Extent::kSplitHead ? file.head : file.tail);
+  }
   if (e.source == Extent::kHeaderEntries) {
     const HeaderChunk& chunk = header_chunks_[e.source_offset];
     std::string out;
@@ -573,7 +683,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
       layout.notes_.push_back("tensor \"" + t.name + "\" is a strided view (shape " +
                               JoinShape(t.shape) + ", stride " + JoinShape(t.stride) +
                               (t.in_model ? "): only in pytorch_model.bin, not in "
-                                            "model.safetensors or tensors/"
+                                            "model.safetensors, pytorch_model/ or tensors/"
                                           : "): in no view (not in tensors/, and not the "
                                             "model: --model-key to choose)"));
       continue;
@@ -629,6 +739,32 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     b.AppendSource(ino, i, 0, src.Size());
     // After the root's stored files: stored_nodes_ stays in inode order for MTime.
     layout.stored_nodes_.emplace_back(static_cast<uint32_t>(ino), i);
+  }
+
+  // pytorch_model/: map.pt's bytes are measured now and made on first read; a key file's
+  // size depends only on its dtype and shape, which neighbours mostly share. Children are
+  // sorted by Finish.
+  layout.split_dir_ = b.AddDir(kRoot, "pytorch_model");
+  {
+    const std::vector<uint32_t> split_order = SplitViewOrder(ckpt, &layout.notes_);
+    const uint64_t map = b.AddFile(layout.split_dir_, kSplitMapFile, whole);
+    b.AppendSource(map, Extent::kSplitMap, 0, MakeSplitMapFile(ckpt, split_order).size());
+    const Tensor* last = nullptr;
+    uint64_t last_size = 0;
+    for (uint32_t i : split_order) {
+      const Tensor& t = ckpt.tensors[i];
+      const std::string name = SplitKeyFileName(ModelName(ckpt, t));
+      if (!last || last->dtype != t.dtype || last->shape != t.shape) {
+        last_size = MakeSplitFile(ckpt, t).size();
+        last = &t;
+      }
+      const uint64_t ino = b.AddFile(layout.split_dir_, name, 0444);
+      Node& node = layout.nodes_[ino];
+      node.tensor = static_cast<int32_t>(i);
+      node.size = last_size;
+      StoredRange one;
+      for (const StoredRange& r : RangesOf(ckpt, t, one)) b.NarrowMode(ino, r.shard);
+    }
   }
 
   uint64_t meta_dir = b.AddDir(kRoot, ".ckptfs");
@@ -687,11 +823,26 @@ uint64_t Layout::Lookup(uint64_t parent, std::string_view name) const {
   return it != kids.end() && nodes_[*it].name() == name ? *it : 0;
 }
 
-std::span<const Extent> Layout::Extents(uint64_t ino, uint64_t offset, uint64_t length) const {
+ExtentList Layout::Extents(uint64_t ino, uint64_t offset, uint64_t length) const {
   const Node* node = Find(ino);
   if (!node || node->kind != NodeKind::kFile || offset >= node->size || length == 0) return {};
   std::span<const Extent> all;
-  if (ino == torch_zip_) {
+  std::vector<Extent> made;
+  if (IsSplitFile(*node)) {
+    // Head, the tensor's stored ranges, tail: made here rather than kept (72 bytes a
+    // tensor). Only the head's size needs the pickle; the tail is the rest of the file.
+    const auto i = static_cast<uint32_t>(node->tensor);
+    const Tensor& t = ckpt_->tensors[i];
+    const uint64_t head = MakeSplitFile(*ckpt_, t).head.size();
+    uint64_t at = 0;
+    AppendExtents(made, at, Extent::kSplitHead, i, head, false);
+    StoredRange one;
+    for (const StoredRange& r : RangesOf(*ckpt_, t, one)) {
+      AppendExtents(made, at, r.shard, r.offset, r.size, /*tensor=*/true);
+    }
+    AppendExtents(made, at, Extent::kSplitTail, i, node->size - at, false);
+    all = made;
+  } else if (ino == torch_zip_) {
     MakeLazyBytes();
     all = lazy_->extents;
   } else {
@@ -704,7 +855,8 @@ std::span<const Extent> Layout::Extents(uint64_t ino, uint64_t offset, uint64_t 
   });
   auto last = std::lower_bound(first, all.end(), end,
                                [](const Extent& e, uint64_t off) { return e.file_offset < off; });
-  return {first, last};
+  if (!made.empty()) return ExtentList(std::vector<Extent>(first, last));
+  return ExtentList(std::span<const Extent>(first, last));
 }
 
 }  // namespace ckptfs

@@ -12,6 +12,13 @@
 //   /pytorch_model.bin          a torch.save zip of every model tensor with a torch type:
 //                               synthesized pickle and zip headers around one stored
 //                               record per storage, each an extent over the shard bytes
+//   /pytorch_model/map.pt       the per-key split layout (docs/split.md): map.pt lists the
+//   /pytorch_model/<key>.pt     model's keys (ModelName) in stored order (shard, storage
+//                               as the shard lists them, offset: a split or torch
+//                               source's own order), and each
+//                               <key>.pt (SplitKeyFileName) is torch.save(tensor) of one
+//                               model tensor with a torch type: zip headers and pickle made
+//                               on each read around one record, the tensor's stored bytes
 //   /shards/NAME                each stored weight file and the index, unchanged
 //   /NAME                       every non-weight file of SOURCE, unchanged
 //   /.ckptfs/stats.json         a kStats node, its bytes made at open by the caller
@@ -31,10 +38,11 @@
 // Inode numbers are node indices; kRoot is 1 as FUSE expects. Memory and build time grow
 // with the number of tensors, never with checkpoint bytes: about 190 bytes a tensor (two
 // nodes, three extents, names, model.safetensors' order; its header entries are made per
-// read), and 152 more once pytorch_model.bin is used (its extents, pickle and record
-// table; tests/unit/memory_test.cc holds both). Thread safety: immutable after Build
-// (what the first use of pytorch_model.bin makes is made once, under a once_flag), so any
-// number of readers may use it at once.
+// read), about 85 for pytorch_model/ (a node, a child slot and a name per tensor: its files'
+// extents and bytes are made per read), and 152 more once pytorch_model.bin is used (its
+// extents, pickle and record table; tests/unit/memory_test.cc holds all three). Thread safety:
+// immutable after Build (what the first use of pytorch_model.bin makes is made once, under a
+// once_flag), so any number of readers may use it at once.
 #pragma once
 
 #include <time.h>
@@ -67,6 +75,13 @@ struct Extent {
   // hostile long names then cost a read at most one entry beyond that, and a chunk's
   // length always fits an extent.
   static constexpr uint32_t kHeaderEntries = kInline - 4;
+  // A pytorch_model/<key>.pt file's bytes before and after its tensor's, for tensor
+  // `source_offset` (index into Checkpoint::tensors), made again on every read.
+  static constexpr uint32_t kSplitHead = kInline - 5;
+  static constexpr uint32_t kSplitTail = kInline - 6;
+  // pytorch_model/map.pt's bytes, made on its first read and kept.
+  static constexpr uint32_t kSplitMap = kInline - 7;
+  static constexpr uint32_t kFirstSynthesized = kSplitMap;
   static constexpr uint32_t kHeaderChunk = 1024;
   static constexpr uint64_t kHeaderChunkBytes = 1u << 20;
   static constexpr uint64_t kMaxLength = UINT32_MAX;  // longer ranges take several extents
@@ -77,10 +92,35 @@ struct Extent {
   uint32_t source : 31;  // index into Layout::sources(), or kInline / kLazy
   uint32_t tensor : 1;   // data of one tensor: a read of its start prefetches the rest
 
-  bool synthesized() const { return source >= kHeaderEntries; }
+  bool synthesized() const { return source >= kFirstSynthesized; }
   bool generated() const {
-    return source == kZipHeader || source == kZipDirectory || source == kHeaderEntries;
+    return source == kZipHeader || source == kZipDirectory || source == kHeaderEntries ||
+           source == kSplitHead || source == kSplitTail;
   }
+};
+
+// What Layout::Extents returns: a slice of the layout's table, or, for a file whose
+// extents are not kept (pytorch_model/<key>.pt), the few made for the call. Iterate it
+// while it lives; movable, not copyable.
+class ExtentList {
+ public:
+  ExtentList() = default;
+  explicit ExtentList(std::span<const Extent> view) : view_(view) {}
+  explicit ExtentList(std::vector<Extent> own) : own_(std::move(own)), view_(own_) {}
+  ExtentList(ExtentList&& other) noexcept
+      : own_(std::move(other.own_)), view_(own_.empty() ? other.view_ : own_) {}
+  ExtentList& operator=(ExtentList&&) = delete;
+  ExtentList(const ExtentList&) = delete;
+
+  const Extent* begin() const { return view_.data(); }
+  const Extent* end() const { return view_.data() + view_.size(); }
+  size_t size() const { return view_.size(); }
+  bool empty() const { return view_.empty(); }
+  const Extent& operator[](size_t i) const { return view_[i]; }
+
+ private:
+  std::vector<Extent> own_;
+  std::span<const Extent> view_;
 };
 
 enum class NodeKind : uint8_t { kDirectory, kFile, kStats };
@@ -118,9 +158,10 @@ class Layout {
   // Children of a directory, sorted by name (empty for a file).
   std::span<const uint64_t> Children(uint64_t dir) const;
   // The extents of file `ino` overlapping [offset, offset + length), in file order.
-  std::span<const Extent> Extents(uint64_t ino, uint64_t offset, uint64_t length) const;
+  ExtentList Extents(uint64_t ino, uint64_t offset, uint64_t length) const;
   // The bytes of a synthesized extent. The first call for a kLazy extent makes the
-  // merged torch zip's headers (once, thread-safe); `ckpt` must still be alive then.
+  // merged torch zip's headers, for a kSplitMap extent map.pt's bytes (each once,
+  // thread-safe); `ckpt` must still be alive then.
   // Not for generated() extents, whose bytes GeneratedBytes makes.
   std::string_view InlineBytes(const Extent& e) const;
   // The bytes of a generated() extent, made from a per-record table on each call (the
@@ -139,6 +180,11 @@ class Layout {
   class TorchZipLazy;
 
   void MakeLazyBytes() const;
+  void MakeSplitMap() const;
+  // Whether `node` is a pytorch_model/<key>.pt file, whose extents Extents makes.
+  bool IsSplitFile(const Node& node) const {
+    return node.tensor >= 0 && node.parent == split_dir_ && split_dir_ != 0;
+  }
 
   // pytorch_model.bin's extents (48 bytes a tensor), kept synthesized bytes (the pickle,
   // ~95 bytes a tensor) and the record table its generated headers are made from (12
@@ -150,6 +196,8 @@ class Layout {
     std::string bytes;
     std::vector<uint32_t> record_storages;  // record key -> index into Checkpoint::storages
     std::vector<uint64_t> header_offsets;   // record key -> its local header in the file
+    std::once_flag split_once;              // pytorch_model/map.pt's bytes
+    std::string split_map;
   };
 
   // Node names, NUL-terminated, in blocks that never move (a Layout is returned by value,
@@ -167,6 +215,7 @@ class Layout {
   std::string pool_;  // synthesized bytes
   const Checkpoint* ckpt_ = nullptr;
   uint64_t torch_zip_ = 0;  // pytorch_model.bin's inode: its extents are made on first use
+  uint64_t split_dir_ = 0;  // pytorch_model/'s inode
   std::unique_ptr<LazyBytes> lazy_ = std::make_unique<LazyBytes>();
   // model.safetensors' tensors in file order, and where each header chunk starts (its
   // first tensor in that order and that tensor's data offset): the header entries (about

@@ -246,11 +246,13 @@ bool Later(const timespec& a, const timespec& b) {
 }
 
 // Adds `name`'s listed size and time to `entry` (bytes, newest time, signature).
-Status AddFile(const SourceDir& dir, const std::string& name, RunEntry& entry) {
+// `prefix`: the subdirectory `dir` is of the entry ("pytorch_model/"), for the signature.
+Status AddFile(const SourceDir& dir, const std::string& name, RunEntry& entry,
+               const std::string& prefix = "") {
   CKPTFS_ASSIGN_OR_RETURN(ListedInfo info, dir.Info(name));
   entry.bytes += info.size;
   if (Later(info.mtime, entry.mtime)) entry.mtime = info.mtime;
-  entry.signature += name + ":" + std::to_string(info.size) + ":" +
+  entry.signature += prefix + name + ":" + std::to_string(info.size) + ":" +
                      std::to_string(info.mtime.tv_sec) + "." + std::to_string(info.mtime.tv_nsec) +
                      ":" + info.etag + ";";
   return Status::Ok();
@@ -418,7 +420,21 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
     }
     return Status::Ok();
   }
-  CKPTFS_ASSIGN_OR_RETURN(std::string problem, FileProblem(sub, claim.file));
+  // A claim inside a subdirectory (a split checkpoint's pytorch_model/map.pt): checked there.
+  const size_t slash = claim.file.rfind('/');
+  std::optional<SourceDir> inner;
+  if (slash != std::string::npos) {
+    auto opened = sub.OpenDir(claim.file.substr(0, slash));
+    if (!opened.ok()) {
+      Incomplete(entry, opened.status().message());
+      return Status::Ok();
+    }
+    inner = std::move(opened).value();
+  }
+  CKPTFS_ASSIGN_OR_RETURN(
+      std::string problem,
+      FileProblem(inner ? *inner : sub,
+                  slash == std::string::npos ? claim.file : claim.file.substr(slash + 1)));
   if (!problem.empty()) Incomplete(entry, claim.file + ": " + problem);
   return Status::Ok();
 }
@@ -457,6 +473,16 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
   }
   entry.complete = true;
   for (const std::string& f : sub->files) CKPTFS_RETURN_IF_ERROR(AddFile(*sub, f, entry));
+  if (claim && entry.format == "split" && claim->file.find('/') != std::string::npos) {
+    // The key files in pytorch_model/ are the checkpoint: a rewritten one is a new one.
+    const std::string inner_name = claim->file.substr(0, claim->file.rfind('/'));
+    auto inner = sub->OpenDir(inner_name);
+    if (inner.ok()) {
+      for (const std::string& f : inner->files) {
+        CKPTFS_RETURN_IF_ERROR(AddFile(*inner, f, entry, inner_name + "/"));
+      }
+    }
+  }
   if (claim) {
     CKPTFS_RETURN_IF_ERROR(CheckDirectoryEntry(*sub, *claim, entry));
     if (entry.complete && !claim->problem.ok()) entry.problem = claim->problem.message();

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """RootListing: the mount root holds the source's non-weight files byte for byte, the
-merged model.safetensors, tensors/, shards/ and a live .ckptfs/stats.json; the index
+merged model.safetensors, pytorch_model/, tensors/, shards/ and a live .ckptfs/stats.json; the index
 json stays out of the root, and the mount refuses writes.
 
 usage: check_root.py SRC MNT
@@ -12,7 +12,8 @@ import os
 
 from checklib import Checker, LoadSource, ReadFile, RunMain
 
-VIEWS = {"model.safetensors": False, "tensors": True, "shards": True, ".ckptfs": True}
+VIEWS = {"model.safetensors": False, "pytorch_model": True, "tensors": True, "shards": True,
+         ".ckptfs": True}
 # DESIGN.md lists the legacy pytorch_model.bin view; it may not be built yet.
 OPTIONAL_VIEWS = {"pytorch_model.bin"}
 

@@ -2,7 +2,7 @@
 """TorchSourceViews: a torch source mounts to the same views as a safetensors one.
 
 - The root holds exactly the non-weight files (byte for byte), model.safetensors,
-  pytorch_model.bin, tensors/, shards/ and .ckptfs/; no index json.
+  pytorch_model.bin, pytorch_model/, tensors/, shards/ and .ckptfs/; no index json.
 - shards/ holds exactly the source's weight files and index, byte for byte.
 - model.safetensors, parsed here independently (JSON header + bytes) and validated by
   the reference rules, holds every contiguous tensor (dtype, shape, bytes) and no
@@ -27,8 +27,8 @@ from checklib import (NUMPY_DESCRS, Checker, ParseSafetensors, ReadFile, ReadWei
                       RunMain, TensorPath, Validate)
 from check_torch_lib import LoadTorchSource
 
-VIEWS = {"model.safetensors": False, "pytorch_model.bin": False, "tensors": True,
-         "shards": True, ".ckptfs": True}
+VIEWS = {"model.safetensors": False, "pytorch_model.bin": False, "pytorch_model": True,
+         "tensors": True, "shards": True, ".ckptfs": True}
 
 
 def CheckRoot(ck: Checker, source, mnt: str) -> None:

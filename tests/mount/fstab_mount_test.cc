@@ -140,8 +140,8 @@ TEST_F(FstabMountTest, QuietSuccessVerboseSummaryAndLogLevel) {
   EXPECT_EQ(r.err, "") << r.Describe();
   for (const std::string& expected : std::vector<std::string>{
            "mounted " + source_ + " at " + mountpoint_, "safetensors, 8 shard(s)",
-           "model.safetensors pytorch_model.bin shards/ tensors/", "512.0 MiB in memory",
-           "log      " + log, "note     tensor \""}) {
+           "model.safetensors pytorch_model/ pytorch_model.bin shards/ tensors/",
+           "512.0 MiB in memory", "log      " + log, "note     tensor \""}) {
     EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.Describe();
   }
   ASSERT_TRUE(ForceUnmount(mountpoint_));

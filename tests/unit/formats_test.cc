@@ -34,7 +34,9 @@ std::map<std::string, std::map<std::string, std::string>> MinimalCheckpoints() {
           {"tensorflow",
            {{"checkpoint", "model_checkpoint_path: \"/stale/dir/ckpt-1\"\n"},
             {"ckpt-1.index", "not parsed by detect"},
-            {"ckpt-1.data-00000-of-00001", "x"}}}};
+            {"ckpt-1.data-00000-of-00001", "x"}}},
+          // map.pt names the key files; detect reads nothing.
+          {"split", {{"map.pt", "not parsed by detect"}, {"config.json", "{}"}}}};
 }
 
 // The entry whose detect claims `dir`, by the table's precedence; "" if none.

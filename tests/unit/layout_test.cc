@@ -77,8 +77,9 @@ TEST_F(LayoutTest, RootShowsViewsAndNonWeightFiles) {
   for (uint64_t ino : volume_->layout().Children(Layout::kRoot)) {
     names.push_back(std::string(volume_->layout().Find(ino)->name()));
   }
-  EXPECT_EQ(names, (std::vector<std::string>{".ckptfs", "config.json", "model.safetensors",
-                                             "pytorch_model.bin", "shards", "tensors"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{".ckptfs", "config.json", "model.safetensors",
+                                      "pytorch_model", "pytorch_model.bin", "shards", "tensors"}));
   EXPECT_EQ(ReadAll({"config.json"}), "{\"hidden\": 3}");
   EXPECT_EQ(volume_->layout().Find(Resolve({"tensors"}))->kind, NodeKind::kDirectory);
   EXPECT_EQ(volume_->layout().hidden(), std::vector<std::string>{"tensors"});
