@@ -13,6 +13,7 @@ std::span<const FormatReader> Formats() {
       SafetensorsFormat(),
       TorchFormat(),
       TensorflowFormat(),
+      DeepSpeedFormat(),
   };
   return kTable;
 }
@@ -63,6 +64,7 @@ Status NothingClaimed(const SourceDir& dir, const std::string& shown) {
 Status NotACheckpointFile(const std::string& shown) {
   std::string kinds;
   for (const FormatReader& f : Formats()) {
+    if (f.file_kinds.empty()) continue;  // a directory format (DeepSpeed's tags)
     kinds += (kinds.empty() ? "" : ", ") + std::string(f.file_kinds);
   }
   return Status::InvalidArgument(shown + ": not a " + kinds +

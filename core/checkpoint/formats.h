@@ -9,6 +9,8 @@
 //   | torch       | *.bin.index.json (named), *.bin/.pt/.pth/.ckpt   | torch_reader.cc      |
 //   | tensorflow  | `checkpoint` state file, SavedModel, PREFIX or  | tf_reader.cc         |
 //   |             | PREFIX.index (named); a lone *.index (lone)     |                      |
+//   | deepspeed   | a ZeRO tag dir's mp_rank_00_model_states.pt or   | deepspeed_reader.cc  |
+//   |             | zero_pp_rank_0_mp_rank_00_model_states.pt (named)|                      |
 //
 // Precedence: every entry's detect is asked, in table order. A claim on a file that names
 // the rest of a checkpoint (an index, a state file, a prefix: Rank::kNamed) beats a claim
@@ -102,5 +104,6 @@ Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, CodecContext& codec,
 FormatReader SafetensorsFormat();
 FormatReader TorchFormat();
 FormatReader TensorflowFormat();
+FormatReader DeepSpeedFormat();
 
 }  // namespace ckptfs
