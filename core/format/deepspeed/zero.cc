@@ -479,19 +479,38 @@ class Consolidator {
     return parts;
   }
 
-  // The moments have the master weights' partition sizes.
-  Status SameSizes(const Partitions& master, const Partitions& moment, std::string_view what) {
+  // The moments have the master weights' partition sizes, or (stage 1/2, whose master
+  // partitions are saved without their padding) those sizes and the padding.
+  Status SameSizes(const Partitions& master, const Partitions& moment, std::string_view what,
+                   const std::vector<std::vector<uint64_t>>& pads) {
     for (size_t r = 0; r < optims_.size(); ++r) {
       for (size_t g = 0; g < master.by_rank[r].size(); ++g) {
-        if (master.by_rank[r][g].numel != moment.by_rank[r][g].numel) {
+        const uint64_t n = master.by_rank[r][g].numel;
+        const uint64_t pad = pads.empty() ? 0 : pads[r][g];
+        if (moment.by_rank[r][g].numel != n && moment.by_rank[r][g].numel != n + pad) {
           return optims_[r].Bad(std::string(what) + " of group " + std::to_string(g) + " holds " +
                                 std::to_string(moment.by_rank[r][g].numel) +
-                                " elements, the master weights " +
-                                std::to_string(master.by_rank[r][g].numel));
+                                " elements, the master weights " + std::to_string(n) +
+                                (pad ? " and " + std::to_string(pad) + " padding" : ""));
         }
       }
     }
     return Status::Ok();
+  }
+
+  // group_paddings of every rank ([rank][group]); empty if a rank did not save them.
+  std::vector<std::vector<uint64_t>> Paddings(size_t groups) const {
+    std::vector<std::vector<uint64_t>> pads;
+    for (const FileView& f : optims_) {
+      const json& list = Get(Get(f.state(), "optimizer_state_dict"), "group_paddings");
+      if (!list.is_array() || list.size() != groups) return {};
+      std::vector<uint64_t>& rank = pads.emplace_back();
+      for (const json& p : list) {
+        if (!p.is_number_unsigned()) return {};
+        rank.push_back(p.get<uint64_t>());
+      }
+    }
+    return pads;
   }
 
   // Stage 1/2: group g is the concatenation of every rank's partition g.
@@ -506,37 +525,36 @@ class Consolidator {
     const std::vector<std::string> keys = StateKeys(optims_[0], info_, groups);
     CKPTFS_ASSIGN_OR_RETURN(const Partitions master, Collect(groups, "", keys));
     b_.out().master_dtype = master.dtype;
+    const std::vector<std::vector<uint64_t>> pads = Paddings(groups);
     std::vector<Partitions> moments;
     for (std::string_view m : kMoments) {
       CKPTFS_ASSIGN_OR_RETURN(Partitions p, Collect(groups, m, keys));
       if (!p.present) continue;
-      CKPTFS_RETURN_IF_ERROR(SameSizes(master, p, m));
+      CKPTFS_RETURN_IF_ERROR(SameSizes(master, p, m, pads));
       moments.push_back(std::move(p));
     }
     const size_t d = optims_.size();
     for (size_t g = 0; g < groups; ++g) {
       const json& shapes = param_shapes[g];
       if (!shapes.is_object()) return m0.Bad("param_shapes[" + std::to_string(g) + "] is not a dict");
+      // DeepSpeed saves each partition without its padding (a narrowed view), so with the
+      // padding every rank's is the same size; older files keep the padding in.
       std::vector<Piece> flat;
       uint64_t total = 0, padding = 0;
-      bool paddings_known = true;
+      bool equal = true, equal_padded = !pads.empty();
       for (size_t r = 0; r < d; ++r) {
         const Piece& p = master.by_rank[r][g];
-        if (p.numel != master.by_rank[0][g].numel) {
-          return optims_[r].Bad("partition of group " + std::to_string(g) + " holds " +
-                                std::to_string(p.numel) + " elements, rank 0's " +
-                                std::to_string(master.by_rank[0][g].numel) +
-                                ": partitions of unequal sizes");
-        }
+        const uint64_t pad = pads.empty() ? 0 : pads[r][g];
+        equal &= p.numel == master.by_rank[0][g].numel;
+        if (!pads.empty()) equal_padded &= p.numel + pad == master.by_rank[0][g].numel + pads[0][g];
         flat.push_back(p);
         total += p.numel;
-        const json& osd = Get(optims_[r].state(), "optimizer_state_dict");
-        const json& pads = Get(osd, "group_paddings");
-        if (pads.is_array() && g < pads.size() && pads[g].is_number_unsigned()) {
-          padding += pads[g].get<uint64_t>();
-        } else {
-          paddings_known = false;
-        }
+        padding += pad;
+      }
+      if (!equal && !equal_padded) {
+        return optims_[d - 1].Bad("partitions of group " + std::to_string(g) +
+                                  " differ in size beyond their padding: partitions of unequal "
+                                  "sizes");
       }
       uint64_t offset = 0;
       for (const auto& [name, shape] : shapes.items()) {
@@ -549,17 +567,18 @@ class Consolidator {
         AddParam(name, shape, master, moments, g, flat, offset, numel);
         offset += numel;
       }
-      // Sum of numels == partition sum - padding; zero_to_fp32's looser check (both
-      // aligned to 2 x D) where the paddings were not saved.
+      // Sum of numels == partition sum - padding (the saved partitions hold no padding when
+      // narrowed); zero_to_fp32's looser check (both aligned to 2 x D) without paddings.
       const uint64_t align = 2 * d;
-      const bool adds_up = paddings_known
-                               ? padding <= total && offset == total - padding
+      const uint64_t data = equal_padded && padding > 0 ? total : total - std::min(padding, total);
+      const bool adds_up = !pads.empty()
+                               ? offset == data && (equal_padded || padding <= total)
                                : (offset + align - 1) / align == (total + align - 1) / align;
       if (!adds_up) {
         return optims_[d - 1].Bad(
             "param group " + std::to_string(g) + ": params hold " + std::to_string(offset) +
-            " elements but the partitions " + std::to_string(total) +
-            (paddings_known ? " less " + std::to_string(padding) + " padding" : "") +
+            " elements but the partitions " + std::to_string(data) +
+            (pads.empty() ? "" : " (" + std::to_string(padding) + " padding left out)") +
             ": partition sizes do not add up");
       }
     }
@@ -601,11 +620,12 @@ class Consolidator {
     const std::vector<std::string> keys = StateKeys(optims_[0], info_, groups);
     CKPTFS_ASSIGN_OR_RETURN(const Partitions master, Collect(groups, "", keys));
     b_.out().master_dtype = master.dtype;
+    const std::vector<std::vector<uint64_t>> pads;  // stage 3 pads each param, not groups
     std::vector<Partitions> moments;
     for (std::string_view m : kMoments) {
       CKPTFS_ASSIGN_OR_RETURN(Partitions p, Collect(groups, m, keys));
       if (!p.present) continue;
-      CKPTFS_RETURN_IF_ERROR(SameSizes(master, p, m));
+      CKPTFS_RETURN_IF_ERROR(SameSizes(master, p, m, pads));
       moments.push_back(std::move(p));
     }
     uint64_t per_rank = 0;
