@@ -686,6 +686,12 @@ class Consolidator {
       if (std::optional<uint32_t> i = b_.Find("model." + owner.get<std::string>())) {
         b_.Tie("model." + alias, *i, kModelKey);
       }
+      for (std::string_view m : kMoments) {
+        const std::string prefix = "optimizer." + std::string(m) + ".";
+        if (std::optional<uint32_t> i = b_.Find(prefix + owner.get<std::string>())) {
+          b_.Tie(prefix + alias, *i, kOptimizerKey);
+        }
+      }
     }
   }
 
