@@ -58,9 +58,8 @@ bool ParseZeroName(std::string_view name, uint64_t& dp, uint64_t& mp) {
   return number(mp);
 }
 
-std::string Shown(const SourceDir& dir, const std::string& name) {
-  return dir.path.empty() ? name : dir.path + "/" + name;
-}
+// Files are named in refusals as the tag names them, as every shard is (ByteSource::Name).
+std::string Shown(const SourceDir&, const std::string& name) { return name; }
 
 // Whether `name` (or name.zst) is in `dir`.
 Result<bool> Exists(const SourceDir& dir, const std::string& name) {
@@ -71,7 +70,13 @@ Result<bool> Exists(const SourceDir& dir, const std::string& name) {
 }
 
 Result<std::optional<Claim>> DetectDeepSpeed(const SourceDir& dir) {
-  if (!dir.named.empty()) return std::optional<Claim>();  // a tag is a directory
+  if (!dir.named.empty()) {  // a tag is a directory: one of its files is refused as such
+    if (!IsRankFile(dir.named)) return std::optional<Claim>();
+    return std::optional<Claim>(Claim{
+        Claim::Rank::kNamed, dir.named,
+        Status::InvalidArgument(dir.named + ": a DeepSpeed rank file; mount the tag directory "
+                                            "that holds it (global_stepN/)")});
+  }
   for (std::string_view name : {kProbeNames[1], kProbeNames[0]}) {
     const std::string n(name);
     if (dir.Lists(n) || dir.Lists(n + std::string(kZstdSuffix))) {
@@ -89,7 +94,8 @@ Status CheckListing(const SourceDir& dir, uint32_t dp, uint32_t mp, bool bf16, b
     const bool optim = EndsWith(StripZst(f), "_optim_states.pt");
     if (r >= dp || m >= mp) {
       return Status::Corruption(Shown(dir, f) + ": rank " + std::to_string(r) + " (mp rank " +
-                                std::to_string(m) + ") but " + Shown(dir, std::string(kProbeNames[stage3])) +
+                                std::to_string(m) + ") but " +
+                                Shown(dir, std::string(kProbeNames[stage3])) +
                                 " says dp_world_size " + std::to_string(dp) + ", mp_world_size " +
                                 std::to_string(mp) + ": rank files of different world sizes");
     }
@@ -113,7 +119,8 @@ struct OpenedRank {
 
 // Opens and reads the rank files `names`, several at once; a missing one is refused as
 // such, naming the file and the world size that asks for it.
-Result<std::vector<OpenedRank>> OpenRanks(const SourceDir& dir, const std::vector<std::string>& names,
+Result<std::vector<OpenedRank>> OpenRanks(const SourceDir& dir,
+                                          const std::vector<std::string>& names,
                                           const std::string& why, CodecContext& codec) {
   std::vector<OpenedRank> out(names.size());
   std::vector<Status> errors(names.size(), Status::Ok());
@@ -177,7 +184,8 @@ void Fill(ds::ZeroCheckpoint& zero, const std::vector<uint32_t>& shard_of, Check
   }
   for (size_t i = 0; i < zero.tensors.size(); ++i) {
     ds::ZeroTensor& z = zero.tensors[i];
-    const uint32_t owner = z.same_as == ds::ZeroTensor::kOwnBytes ? static_cast<uint32_t>(i) : z.same_as;
+    const uint32_t owner =
+        z.same_as == ds::ZeroTensor::kOwnBytes ? static_cast<uint32_t>(i) : z.same_as;
     const Storage& s = ckpt.storages[storage_of[owner]];
     ckpt.tensors.push_back(Tensor{.name = std::move(z.name),
                                   .dtype = z.dtype,
@@ -220,12 +228,14 @@ Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, CodecContext& cod
   std::vector<std::string> model_names = {claim.file};
   for (uint32_t r = 1; stage3 && r < dp; ++r) model_names.push_back(ds::Zero3ModelStatesName(r, 0));
   std::vector<std::string> optim_names;
-  for (uint32_t r = 0; !no_zero && r < dp; ++r) optim_names.push_back(ds::OptimStatesName(r, 0, bf16));
+  for (uint32_t r = 0; !no_zero && r < dp; ++r)
+    optim_names.push_back(ds::OptimStatesName(r, 0, bf16));
 
   std::vector<std::string> more(model_names.begin() + 1, model_names.end());
   CKPTFS_ASSIGN_OR_RETURN(std::vector<OpenedRank> models, OpenRanks(dir, more, world, codec));
   models.insert(models.begin(), std::move(first[0]));
-  CKPTFS_ASSIGN_OR_RETURN(std::vector<OpenedRank> optims, OpenRanks(dir, optim_names, world, codec));
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<OpenedRank> optims,
+                          OpenRanks(dir, optim_names, world, codec));
 
   // Shards in file name order.
   std::vector<OpenedRank*> all;
@@ -272,7 +282,8 @@ Status VerifyDeepSpeed(const Checkpoint& ckpt, const std::function<void(const St
     for (const StoredRange& r : RangesOf(ckpt, t, one)) {
       const StoredFile& shard = ckpt.shards[r.shard];
       if (r.offset > shard.source->Size() || r.size > shard.source->Size() - r.offset) {
-        report(Status::Corruption(shard.name + ": tensor \"" + t.name + "\" reaches past the file"));
+        report(
+            Status::Corruption(shard.name + ": tensor \"" + t.name + "\" reaches past the file"));
       }
       bytes += r.size;
     }
@@ -294,8 +305,9 @@ FormatReader DeepSpeedFormat() {
       .title = "DeepSpeed ZeRO",
       .format = CheckpointFormat::kDeepSpeed,
       .probe_names = kProbeNames,
-      .looks_for = "a DeepSpeed tag directory (mp_rank_00_model_states.pt, "
-                   "zero_pp_rank_0_mp_rank_00_model_states.pt)",
+      .looks_for =
+          "a DeepSpeed tag directory (mp_rank_00_model_states.pt, "
+          "zero_pp_rank_0_mp_rank_00_model_states.pt)",
       .accepts_file = [](std::string_view) { return false; },
       .file_kinds = "",
       .detect = &DetectDeepSpeed,

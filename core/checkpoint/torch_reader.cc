@@ -43,10 +43,17 @@ Result<ShardContents> ParseTorchShard(const StoredFile& shard, uint32_t shard_no
   return FromTorch(file, shard_no);
 }
 
+// DeepSpeed's rank files are parts of a ZeRO tag (deepspeed_reader.cc), not lone weights.
+std::string TorchWeightNameNotRankFile(std::string_view file) {
+  const std::string_view name = StripZst(file);
+  if (EndsWith(name, "_model_states.pt") || EndsWith(name, "_optim_states.pt")) return {};
+  return TorchWeightName(file);
+}
+
 // Several lone torch files: pytorch_model.bin, since trainers leave training_args.bin and
 // optimizer.pt beside it.
-constexpr HfLayout kLayout = {".bin.index.json", "", "pytorch_model.bin", &TorchWeightName,
-                              &ParseTorchShard};
+constexpr HfLayout kLayout = {".bin.index.json", "", "pytorch_model.bin",
+                              &TorchWeightNameNotRankFile, &ParseTorchShard};
 
 constexpr auto kProbeNames = WithHfCompanions<3>(
     {"pytorch_model.bin.index.json", "pytorch_model.bin", "pytorch_model.bin.zst"});

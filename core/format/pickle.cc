@@ -721,8 +721,7 @@ Status Unpickler::Step(uint8_t op) {
 
 }  // namespace
 
-bool IsAllowedPickleGlobal(std::string_view module, std::string_view name,
-                           PickleGlobals globals) {
+bool IsAllowedPickleGlobal(std::string_view module, std::string_view name, PickleGlobals globals) {
   // Also bounds the copy: STACK_GLOBAL may name a huge string fetched from the memo.
   if (module.size() + name.size() + 1 > kLongestGlobal) return false;
   std::string full;

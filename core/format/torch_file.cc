@@ -415,9 +415,11 @@ class Interpreter {
       return true;
     }
     if (fn == "builtins.getattr" || fn == "__builtin__.getattr") {  // the unpickler checked a[0]
-      static constexpr std::pair<std::string_view, int> kStages[] = {
-          {"disabled", 0}, {"optimizer_states", 1}, {"gradients", 2}, {"weights", 3},
-          {"max_stage", 3}};
+      static constexpr std::pair<std::string_view, int> kStages[] = {{"disabled", 0},
+                                                                     {"optimizer_states", 1},
+                                                                     {"gradients", 2},
+                                                                     {"weights", 3},
+                                                                     {"max_stage", 3}};
       for (auto [member, stage] : kStages) {
         if (At(a[1]).text == member) {
           *state = stage;

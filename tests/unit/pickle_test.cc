@@ -610,7 +610,6 @@ TEST(PickleSemantics, NoOpcodeCopiesWithoutBound) {
   EXPECT_EQ(t.at(t.root).items.size(), 2u);
 }
 
-
 // DeepSpeed mode. Captured with /usr/bin/python3 (3.11), numpy 1.24 and the stand-in package
 // tests/deepspeed/deepspeed (module names as DeepSpeed's), protocol 2 as torch.save uses:
 //   kDeepSpeedObjects = dumps({'stage': ZeroStageEnum.gradients, 'scaler':
@@ -652,19 +651,21 @@ Result<PickleTree> LoadDeepSpeed(std::string_view bytes) {
 TEST(PickleDeepSpeed, AcceptsExactlyItsGlobals) {
   for (std::string_view full : kDeepSpeedGlobals) {
     const size_t dot = full.rfind('.');
-    EXPECT_TRUE(IsAllowedPickleGlobal(full.substr(0, dot), full.substr(dot + 1),
-                                      PickleGlobals::kDeepSpeed))
+    EXPECT_TRUE(
+        IsAllowedPickleGlobal(full.substr(0, dot), full.substr(dot + 1), PickleGlobals::kDeepSpeed))
         << full;
     EXPECT_FALSE(IsAllowedPickleGlobal(full.substr(0, dot), full.substr(dot + 1))) << full;
   }
   // torch's list still holds.
-  EXPECT_TRUE(IsAllowedPickleGlobal("torch._utils", "_rebuild_tensor_v2", PickleGlobals::kDeepSpeed));
-  for (auto [module, name] : {std::pair{"os", "system"}, std::pair{"builtins", "eval"},
-                              std::pair{"builtins", "setattr"}, std::pair{"__builtin__", "frozenset"},
-                              std::pair{"numpy", "load"}, std::pair{"numpy.core.multiarray", "fromfile"},
-                              std::pair{"deepspeed.runtime.zero.config", "ZeroConfig"},
-                              std::pair{"deepspeed", "init_distributed"},
-                              std::pair{"argparse", "ArgumentParser"}, std::pair{"_codecs", "decode"}}) {
+  EXPECT_TRUE(
+      IsAllowedPickleGlobal("torch._utils", "_rebuild_tensor_v2", PickleGlobals::kDeepSpeed));
+  for (auto [module, name] :
+       {std::pair{"os", "system"}, std::pair{"builtins", "eval"}, std::pair{"builtins", "setattr"},
+        std::pair{"__builtin__", "frozenset"}, std::pair{"numpy", "load"},
+        std::pair{"numpy.core.multiarray", "fromfile"},
+        std::pair{"deepspeed.runtime.zero.config", "ZeroConfig"},
+        std::pair{"deepspeed", "init_distributed"}, std::pair{"argparse", "ArgumentParser"},
+        std::pair{"_codecs", "decode"}}) {
     EXPECT_FALSE(IsAllowedPickleGlobal(module, name, PickleGlobals::kDeepSpeed)) << module << name;
   }
 }
@@ -672,7 +673,8 @@ TEST(PickleDeepSpeed, AcceptsExactlyItsGlobals) {
 TEST(PickleDeepSpeed, DeepSpeedObjectsAreInertCalls) {
   const std::string bytes = FromHex(kDeepSpeedObjects);
   // torch mode refuses the first DeepSpeed global it meets.
-  EXPECT_EQ(RefusalOf(bytes), "ckpt.bin: data.pkl: global __builtin__.getattr is not allowed (byte 18)");
+  EXPECT_EQ(RefusalOf(bytes),
+            "ckpt.bin: data.pkl: global __builtin__.getattr is not allowed (byte 18)");
   Result<PickleTree> tree = LoadDeepSpeed(bytes);
   ASSERT_TRUE(tree.ok()) << tree.status().message();
   ExpectSane(*tree, bytes.size());
@@ -707,8 +709,9 @@ TEST(PickleDeepSpeed, DeepSpeedObjectsAreInertCalls) {
 
 TEST(PickleDeepSpeed, NumpyRandomState) {
   const std::string bytes = FromHex(kNumpyState);
-  EXPECT_EQ(RefusalOf(bytes), "ckpt.bin: data.pkl: global numpy.core.multiarray._reconstruct is "
-                              "not allowed (byte 33)");
+  EXPECT_EQ(RefusalOf(bytes),
+            "ckpt.bin: data.pkl: global numpy.core.multiarray._reconstruct is "
+            "not allowed (byte 33)");
   Result<PickleTree> tree = LoadDeepSpeed(bytes);
   ASSERT_TRUE(tree.ok()) << tree.status().message();
   const PickleValue& state = tree->at(Find(*tree, tree->root, "numpy"));
@@ -723,31 +726,39 @@ TEST(PickleDeepSpeed, NumpyRandomState) {
 
 TEST(PickleDeepSpeed, GetattrOnlyOnZeroStageEnum) {
   // getattr(argparse.Namespace, 'x'): both globals are allowed, the call is not.
-  EXPECT_EQ(LoadDeepSpeed("\x80\x02" "c__builtin__\ngetattr\ncargparse\nNamespace\n"
+  EXPECT_EQ(LoadDeepSpeed("\x80\x02"
+                          "c__builtin__\ngetattr\ncargparse\nNamespace\n"
                           "X\x01\x00\x00\x00x\x86R."sv)
                 .status()
                 .message(),
             "ckpt.pt: data.pkl: __builtin__.getattr is allowed only as "
             "getattr(deepspeed.runtime.zero.config.ZeroStageEnum, 'name') (byte 50)");
   // On the enum but with a non-string name, or with three arguments.
-  EXPECT_FALSE(LoadDeepSpeed("\x80\x02" "cbuiltins\ngetattr\n"
+  EXPECT_FALSE(LoadDeepSpeed("\x80\x02"
+                             "cbuiltins\ngetattr\n"
                              "cdeepspeed.runtime.zero.config\nZeroStageEnum\nK\x01\x86R."sv)
                    .ok());
-  EXPECT_FALSE(LoadDeepSpeed("\x80\x02" "cbuiltins\ngetattr\n"
+  EXPECT_FALSE(LoadDeepSpeed("\x80\x02"
+                             "cbuiltins\ngetattr\n"
                              "cdeepspeed.runtime.zero.config\nZeroStageEnum\n"
                              "X\x01\x00\x00\x00xK\x01\x87R."sv)
                    .ok());
   // Through NEWOBJ too.
-  EXPECT_FALSE(LoadDeepSpeed("\x80\x02" "cbuiltins\ngetattr\ncargparse\nNamespace\n"
+  EXPECT_FALSE(LoadDeepSpeed("\x80\x02"
+                             "cbuiltins\ngetattr\ncargparse\nNamespace\n"
                              "X\x01\x00\x00\x00x\x86\x81."sv)
                    .ok());
   // The accepted form.
-  EXPECT_TRUE(LoadDeepSpeed("\x80\x02" "cbuiltins\ngetattr\n"
+  EXPECT_TRUE(LoadDeepSpeed("\x80\x02"
+                            "cbuiltins\ngetattr\n"
                             "cdeepspeed.runtime.zero.config\nZeroStageEnum\n"
                             "X\x07\x00\x00\x00weights\x86R."sv)
                   .ok());
   // Anything else stays refused in DeepSpeed mode.
-  EXPECT_EQ(LoadDeepSpeed("\x80\x02" "cos\nsystem\n(S'echo hi'\ntR."sv).status().message(),
+  EXPECT_EQ(LoadDeepSpeed("\x80\x02"
+                          "cos\nsystem\n(S'echo hi'\ntR."sv)
+                .status()
+                .message(),
             "ckpt.pt: data.pkl: global os.system is not allowed (byte 2)");
 }
 }  // namespace

@@ -155,7 +155,8 @@ class Builder {
 
   // A tensor sharing tensor `owner`'s bytes.
   void Tie(const std::string& name, uint32_t owner, uint32_t top_key_size) {
-    while (out_.tensors[owner].same_as != ZeroTensor::kOwnBytes) owner = out_.tensors[owner].same_as;
+    while (out_.tensors[owner].same_as != ZeroTensor::kOwnBytes)
+      owner = out_.tensors[owner].same_as;
     const ZeroTensor o = out_.tensors[owner];
     const uint32_t i = Add(name, o.dtype, o.shape, top_key_size);
     out_.tensors[i].same_as = owner;
@@ -191,7 +192,8 @@ struct OptimInfo {
 
 Result<OptimInfo> ReadOptimInfo(const FileView& f) {
   const json& osd = Get(f.state(), "optimizer_state_dict");
-  if (!osd.is_object()) return f.Bad("no optimizer_state_dict: not a DeepSpeed optimizer states file");
+  if (!osd.is_object())
+    return f.Bad("no optimizer_state_dict: not a DeepSpeed optimizer states file");
   OptimInfo info;
   const bool flat3 = f.Find(std::string(kOsd) + "fp32_flat_groups.0") != nullptr;
   if (osd.contains("zero_stage") && Get(osd, "zero_stage").is_number_integer()) {
@@ -210,7 +212,8 @@ Result<OptimInfo> ReadOptimInfo(const FileView& f) {
       if (c.is_number_unsigned()) count = std::max(count, c.get<uint64_t>());
     }
   }
-  if (count == 0 || count > kMaxWorldSize) return f.Bad("partition_count is missing or out of range");
+  if (count == 0 || count > kMaxWorldSize)
+    return f.Bad("partition_count is missing or out of range");
   info.partition_count = static_cast<uint32_t>(count);
   info.groups_key = info.stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups";
   info.base_key = info.stage == 3 ? "optimizer_state_dict" : "base_optimizer_state";
@@ -232,7 +235,8 @@ std::string StepPrint(const FileView& f, const OptimInfo& info) {
   }
   const json& osd = Get(f.state(), "optimizer_state_dict");
   if (osd.contains(info.base_key) && Get(osd, info.base_key).is_object() &&
-      Get(osd, info.base_key).contains("state") && Get(Get(osd, info.base_key), "state").is_object()) {
+      Get(osd, info.base_key).contains("state") &&
+      Get(Get(osd, info.base_key), "state").is_object()) {
     for (const auto& [k, v] : Get(Get(osd, info.base_key), "state").items()) {
       if (v.is_object() && v.contains("step") && Get(v, "step").is_number()) {
         print += k + ":" + Get(v, "step").dump() + ";";
@@ -248,7 +252,8 @@ std::vector<std::string> StateKeys(const FileView& f, const OptimInfo& info, siz
   std::vector<std::string> keys;
   const json& osd = Get(f.state(), "optimizer_state_dict");
   if (osd.contains(info.base_key) && Get(osd, info.base_key).is_object() &&
-      Get(osd, info.base_key).contains("param_groups") && Get(Get(osd, info.base_key), "param_groups").is_array()) {
+      Get(osd, info.base_key).contains("param_groups") &&
+      Get(Get(osd, info.base_key), "param_groups").is_array()) {
     for (const json& g : Get(Get(osd, info.base_key), "param_groups")) {
       if (!g.is_object() || !g.contains("params") || !Get(g, "params").is_array()) continue;
       for (const json& p : Get(g, "params")) {
@@ -536,7 +541,8 @@ class Consolidator {
     const size_t d = optims_.size();
     for (size_t g = 0; g < groups; ++g) {
       const json& shapes = param_shapes[g];
-      if (!shapes.is_object()) return m0.Bad("param_shapes[" + std::to_string(g) + "] is not a dict");
+      if (!shapes.is_object())
+        return m0.Bad("param_shapes[" + std::to_string(g) + "] is not a dict");
       // DeepSpeed saves each partition without its padding (a narrowed view), so with the
       // padding every rank's is the same size; older files keep the padding in.
       std::vector<Piece> flat;
@@ -611,7 +617,8 @@ class Consolidator {
     }
     if (groups == 0) return optims_[0].Bad(info_.groups_key + " is missing");
     for (size_t r = 1; r < d; ++r) {
-      if (!optims_[r].Find(std::string(kOsd) + info_.groups_key + "." + std::to_string(groups - 1)) ||
+      if (!optims_[r].Find(std::string(kOsd) + info_.groups_key + "." +
+                           std::to_string(groups - 1)) ||
           optims_[r].Find(std::string(kOsd) + info_.groups_key + "." + std::to_string(groups))) {
         return optims_[r].Bad("its number of sub-groups differs from rank 0's (" +
                               std::to_string(groups) + ")");
@@ -646,9 +653,8 @@ class Consolidator {
         const uint64_t chunk = numel / d + (numel % d ? 1 : 0);
         if (chunk > per_rank - offset) {
           return m0.Bad("param \"" + name + "\" (chunk elements " + std::to_string(offset) +
-                        " to " + std::to_string(offset + chunk) +
-                        ") lies past the flat group of " + std::to_string(per_rank) +
-                        " elements per rank");
+                        " to " + std::to_string(offset + chunk) + ") lies past the flat group of " +
+                        std::to_string(per_rank) + " elements per rank");
         }
         b_.Add("model." + name, master.dtype, Dims(shape), kModelKey);
         Chunks(master, offset, chunk, numel);
