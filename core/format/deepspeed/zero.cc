@@ -773,6 +773,23 @@ Result<TagInfo> ReadTagInfo(const RankFile& model_states) {
   return info;
 }
 
+std::string ZeroSummary(const std::string& state_json) {
+  const json state = json::parse(state_json, nullptr, /*allow_exceptions=*/false);
+  const json& zero = Get(state, "zero");
+  if (!zero.is_object()) return "";
+  const json& config = Get(state, "ds_config");
+  const std::string precision = Get(Get(config, "bf16"), "enabled") == true   ? "bf16"
+                                : Get(Get(config, "fp16"), "enabled") == true ? "fp16"
+                                                                              : "fp32";
+  std::string line = "stage " + Get(zero, "stage").dump() + ", dp_world_size " +
+                     Get(zero, "dp_world_size").dump() + ", mp_world_size " +
+                     Get(zero, "mp_world_size").dump() + ", " + precision;
+  if (Get(zero, "master_dtype").is_string()) {
+    line += ", master weights " + Get(zero, "master_dtype").get<std::string>();
+  }
+  return line + ", " + std::to_string(Get(zero, "rank_files").size()) + " rank files, complete";
+}
+
 Result<ZeroCheckpoint> Consolidate(std::span<const RankFile> model_states,
                                    std::span<const RankFile> optim_states) {
   if (model_states.empty()) return Status::InvalidArgument("no model states file");

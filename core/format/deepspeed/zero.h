@@ -110,4 +110,9 @@ Result<TagInfo> ReadTagInfo(const RankFile& model_states);
 Result<ZeroCheckpoint> Consolidate(std::span<const RankFile> model_states,
                                    std::span<const RankFile> optim_states);
 
+// inspect's line for a consolidated tag, from its state_json: "stage 2, dp_world_size 2,
+// mp_world_size 1, bf16, master weights F32, 3 rank files, complete" (a tag that opened has
+// every rank file its world size promises). Empty if `state_json` has no "zero" object.
+std::string ZeroSummary(const std::string& state_json);
+
 }  // namespace ckptfs::deepspeed

@@ -1,0 +1,98 @@
+// Mount tests of DeepSpeed ZeRO tags (issue 14): the real ckptfs binary over tags written by
+// tests/deepspeed/make_deepspeed_checkpoint.py, checked by tests/mount/check_deepspeed.py
+// against the generator's ground truth (expected.pt): torch.load of pytorch_model.bin, a hand
+// parse of model.safetensors, numpy.load of tensors/optimizer/exp_avg/*.npy, the module as
+// saved and .ckptfs/metadata.json; inspect's summary of the tag; a tag missing a rank file
+// refused in one line; verify of a sound tag.
+
+#include <filesystem>
+
+#include "mount_harness.h"
+
+namespace ckptfs::mount_test {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool HasTorch() { return std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") == 0; }
+
+class DeepSpeedMountTest : public MountFixture {
+ protected:
+  void SetUp() override {
+    MountFixture::SetUp();
+    if (IsSkipped()) return;
+    if (!HasTorch()) GTEST_SKIP() << "/usr/bin/python3 has no torch: no DeepSpeed files to write";
+  }
+
+  // Writes a save directory with the generator; returns its tag directory.
+  std::string GenerateDs(const std::string& name, const std::vector<std::string>& args) {
+    const std::string out = scratch_->Path(name);
+    std::vector<std::string> argv = {
+        kPython, ScriptPath("tests/deepspeed/make_deepspeed_checkpoint.py"), out};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const ProcessResult r = RunProcess(argv, kGenerateTimeout);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    return out + "/" + ReadTextFile(out + "/latest");
+  }
+
+  std::string MountFresh(const std::string& source) {
+    const std::string mountpoint = scratch_->MakeDir("mnt" + std::to_string(mounts_.size()));
+    Mount(source, mountpoint);
+    return mountpoint;
+  }
+};
+
+struct DsCase {
+  std::string name;
+  std::vector<std::string> args;
+};
+
+class DeepSpeedViews : public DeepSpeedMountTest, public testing::WithParamInterface<DsCase> {};
+
+// Every view against the ground truth, bit for bit.
+TEST_P(DeepSpeedViews, EveryViewMatchesZeroToFp32) {
+  const std::string tag = GenerateDs(GetParam().name, GetParam().args);
+  if (HasFailure()) return;
+  const std::string mnt = MountFresh(tag);
+  if (HasFatalFailure()) return;
+  RunCheck("check_deepspeed.py", {scratch_->Path(GetParam().name), mnt});
+}
+
+INSTANTIATE_TEST_SUITE_P(Configurations, DeepSpeedViews,
+                         testing::Values(DsCase{"s1-r4-rr-fp16",
+                                                {"--stage", "1", "--ranks", "4", "--round-robin",
+                                                 "--dtype", "fp16", "--groups", "2"}},
+                                         DsCase{"s2-r3-frozen-tied",
+                                                {"--stage", "2", "--ranks", "3", "--frozen",
+                                                 "--tied", "--dirty-padding"}},
+                                         DsCase{"s3-r4-subgroups",
+                                                {"--stage", "3", "--ranks", "4", "--sub-group-size",
+                                                 "300", "--frozen", "--tied", "--enum-getattr"}}),
+                         CaseName<DsCase>);
+
+// inspect says what the tag is; a missing rank file is one line naming it, for mount too.
+TEST_F(DeepSpeedMountTest, InspectAndMissingRankFile) {
+  const std::string tag = GenerateDs("s2", {"--stage", "2", "--ranks", "2"});
+  if (HasFailure()) return;
+  const ProcessResult text = Ckptfs({"inspect", tag}, kCheckTimeout);
+  EXPECT_EQ(text.exit_code, 0) << text.Describe();
+  EXPECT_NE(text.out.find("format   deepspeed\n"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("zero     stage 2, dp_world_size 2, mp_world_size 1, bf16, master "
+                          "weights F32, 3 rank files, complete\n"),
+            std::string::npos)
+      << text.out;
+  const ProcessResult verify = Ckptfs({"verify", tag}, kVerifyTimeout);
+  EXPECT_EQ(verify.exit_code, 0) << verify.Describe();
+
+  fs::remove(tag + "/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt");
+  const ProcessResult r = Ckptfs({"inspect", tag}, kRefusalTimeout);
+  ExpectRefusal(r, {"bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"});
+  EXPECT_NE(r.err.find("missing"), std::string::npos) << r.Describe();
+  const std::string mnt = scratch_->MakeDir("refused");
+  const ProcessResult m = Ckptfs({"mount", tag, mnt}, kRefusalTimeout);
+  ExpectRefusal(m, {"bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"});
+  EXPECT_FALSE(IsMounted(mnt));
+}
+
+}  // namespace
+}  // namespace ckptfs::mount_test
