@@ -21,6 +21,7 @@ import argparse
 import collections
 import glob
 import importlib
+import importlib.util
 import math
 import os
 import pickle
@@ -33,10 +34,12 @@ import zipfile
 from typing import Callable, Dict, List, Optional, Set
 
 try:
-    import numpy  # noqa: F401  (the files pickle numpy RNG state)
     import torch
 except ImportError as e:
     print(f"SKIP: {e} (DeepSpeed generator checks need torch and numpy)")
+    sys.exit(77)
+if importlib.util.find_spec("numpy") is None:  # the files pickle numpy RNG state
+    print("SKIP: no numpy (DeepSpeed generator checks need torch and numpy)")
     sys.exit(77)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -233,6 +236,49 @@ def Consolidate(tag_dir: str, exclude_frozen: bool, load: Callable,
     return result
 
 
+def Inconsistencies(tag_dir: str, load: Callable) -> List[str]:
+    """What a strict reader must refuse in a ZeRO tag, as 'rule: detail' strings.
+
+    zero_to_fp32 checks less (it takes rank 0's partition_count and param_shapes on trust
+    and tolerates a shortfall within the alignment); these rules hold for every intact
+    checkpoint and each --break of the generator violates exactly one of them.
+    """
+    found = []
+    model_files = RankFiles(tag_dir, "*_model_states.pt")
+    optim_files = RankFiles(tag_dir, "*_optim_states.pt")
+    models = [load(f) for f in model_files]
+    optims = [load(f)["optimizer_state_dict"] for f in optim_files]
+    stage = int(optims[0]["zero_stage"])
+    counts = [o["partition_count"] for o in optims]
+    counts = [max(c) if isinstance(c, list) else c for c in counts]
+    if len(set(counts)) != 1:
+        found.append(f"world: partition_count differs between files: {counts}")
+    world = counts[0]
+    if len(optims) != world or (stage == 3 and len(models) != world):
+        found.append(f"files: {len(optims)} optimizer and {len(models)} model files for "
+                     f"{world} ranks")
+        return found  # sizes cannot add up without every rank
+    steps = set()
+    for o in optims:
+        state = o["base_optimizer_state"] if stage <= 2 else o["optimizer_state_dict"]
+        steps.update(v["step"] for v in state["state"].values())
+    if len(steps) != 1 or len({m["global_steps"] for m in models}) != 1:
+        found.append(f"tag: steps {sorted(steps)}, global_steps "
+                     f"{sorted({m['global_steps'] for m in models})}")
+    shapes = models[0]["param_shapes"]
+    for k, group in enumerate(shapes):
+        numels = [Numel(s) for s in group.values()]
+        if stage <= 2:
+            held = sum(o["single_partition_of_fp32_groups"][k].numel() for o in optims)
+            want = sum(numels)
+        else:
+            held = sum(o["fp32_flat_groups"][k].numel() for o in optims)
+            want = sum(-(-n // world) for n in numels) * len(optims)
+        if held != want:
+            found.append(f"sizes: group {k} holds {held} elements, param_shapes need {want}")
+    return found
+
+
 # ---------------------------------------------------------------------------------------
 # Comparisons
 # ---------------------------------------------------------------------------------------
@@ -290,6 +336,8 @@ def CheckZero(fails: Failures, out: str, argv: List[str], expected: dict) -> Non
     tag_dir = os.path.join(out, expected["tag"])
     load = Loader()
     model = Consolidate(tag_dir, config["exclude_frozen"], load)
+    found = Inconsistencies(tag_dir, load)
+    fails.Expect(not found, f"an intact checkpoint breaks a rule: {found}")
     CompareDicts(fails, "zero_to_fp32", model, expected["model"])
     for moment in ("exp_avg", "exp_avg_sq"):
         CompareDicts(fails, moment, Consolidate(tag_dir, False, load, moment), expected[moment])
@@ -429,6 +477,17 @@ def CheckPipeline(fails: Failures, out: str, expected: dict) -> None:
                  list(expected["pipeline"]["model_00"]), "pipeline model names")
 
 
+BREAK_RULES = {"missing-rank": "files", "mixed-world": "world", "mixed-tag": "tag",
+               "short-partition": "sizes", "param-past-group": "sizes"}
+
+
+def CheckBreak(fails: Failures, out: str, expected: dict) -> None:
+    kind = expected["config"]["break_"]
+    found = Inconsistencies(os.path.join(out, expected["tag"]), Loader())
+    rules = sorted({f.split(":")[0] for f in found})
+    fails.Expect(rules == [BREAK_RULES[kind]], f"--break {kind}: found {found}")
+
+
 def CheckHostile(fails: Failures, out: str, expected: dict) -> None:
     tag_dir = os.path.join(out, expected["tag"])
     marker = os.path.join(out, "hostile_marker")
@@ -451,7 +510,9 @@ def RunConfig(fails: Failures, root: str, argv: List[str]) -> None:
     try:
         gen.Main([out] + argv)
         expected = torch.load(os.path.join(out, "expected.pt"))
-        if expected["config"]["hostile_global"]:
+        if expected["config"]["break_"]:
+            CheckBreak(fails, out, expected)
+        elif expected["config"]["hostile_global"]:
             CheckHostile(fails, out, expected)
         elif expected["config"]["pipeline"]:
             CheckPipeline(fails, out, expected)
@@ -496,7 +557,8 @@ MATRIX = [
     ["--stage", "1", "--ranks", "3", "--dtype", "fp16", "--pipeline", "--tp", "2"],
     ["--stage", "2", "--ranks", "2", "--dtype", "bf16", "--hostile-global"],
     ["--stage", "3", "--ranks", "2", "--dtype", "fp16", "--hostile-global", "--frozen"],
-]
+] + [["--stage", stage, "--ranks", "3", "--dtype", "bf16", "--groups", "2", "--break", kind]
+     for stage in ("2", "3") for kind in sorted(BREAK_RULES)]
 
 
 def Main() -> int:

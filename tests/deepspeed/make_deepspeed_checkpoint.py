@@ -4,7 +4,7 @@
     make_deepspeed_checkpoint.py OUT [--stage 1|2|3] [--ranks 1..4] [--dtype bf16|fp16]
         [--round-robin] [--sub-group-size N] [--frozen] [--tied] [--exclude-frozen]
         [--groups 1|2] [--step N] [--enum-getattr] [--legacy] [--pipeline [--tp N]]
-        [--hostile-global] [--dirty-padding] [--size-mb N] [--no-expected] [--seed S]
+        [--hostile-global] [--break KIND] [--dirty-padding] [--size-mb N] [--no-expected] [--seed S]
 
 DeepSpeed needs torch >= 2, Debian has torch 1.13: this reproduces what DeepSpeed 0.19's
 engine.save_checkpoint writes (engine.py _save_checkpoint/_save_zero_checkpoint,
@@ -30,7 +30,7 @@ steps on fp32 master weights with seeded gradients, and writes:
                              see Expected() below.
 
 --size-mb N scales the model so the tag directory is about N MiB (ZeRO-3 over 4 ranks at
-2048 takes about a minute here); --no-expected skips OUT/expected.pt for benchmarks.
+2048 takes under 2 minutes on 2 cores); --no-expected skips OUT/expected.pt for benchmarks.
 docs/deepspeed.md describes the files ("The files (facts)").
 """
 
@@ -61,6 +61,17 @@ LR, BETAS, EPS = 1e-3, (0.9, 0.999), 1e-8
 # Padding a real run leaves is whatever the buffer held (usually zeros); --dirty-padding
 # fills it with this instead, so a reader that takes padding for data fails loudly.
 DIRTY = 12345.0
+# --break KIND: one inconsistency each, in the last rank's files (expected.pt still
+# describes the intact checkpoint).
+BREAKS = {
+    "missing-rank": "the last rank's optimizer file is not written",
+    "mixed-world": "the last rank's optimizer file says partition_count ranks + 1",
+    "mixed-tag": "the last rank's files are one step ahead (optimizer 'step'; stage 3 also "
+                 "its model file's global_steps), as if from the next tag",
+    "short-partition": "the last rank's last fp32 partition is one element short, so the "
+                       "partitions no longer add up to param_shapes",
+    "param-past-group": "param_shapes lists one more param, ghost.weight, past the flat group",
+}
 
 
 def ParseArgs(argv: List[str]) -> argparse.Namespace:
@@ -89,6 +100,8 @@ def ParseArgs(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (with --pipeline)")
     p.add_argument("--hostile-global", action="store_true",
                    help="client state holding a pickle of os.system (touches OUT/hostile_marker)")
+    p.add_argument("--break", dest="break_", choices=sorted(BREAKS),
+                   help="write a tag a strict reader must refuse (see BREAKS)")
     p.add_argument("--dirty-padding", action="store_true",
                    help=f"fill partition padding with {DIRTY} instead of zeros")
     p.add_argument("--size-mb", type=float, default=0,
@@ -102,6 +115,8 @@ def ParseArgs(argv: List[str]) -> argparse.Namespace:
         p.error("--tp needs --pipeline")
     if args.pipeline and (args.frozen or args.tied or args.groups != 1 or args.round_robin):
         p.error("--pipeline takes none of --frozen, --tied, --groups, --round-robin")
+    if args.break_ and args.pipeline:
+        p.error("--break applies to ZeRO checkpoints, not --pipeline")
     if args.step < 1:
         p.error("--step must be at least 1")
     return args
@@ -543,6 +558,30 @@ def TrainGroups(model: nn.Module, count: int) -> List[List[str]]:
     return [decay, [n for n in trainable if n not in decay]]
 
 
+def Break(args: argparse.Namespace, per_rank: List[dict], param_shapes: list) -> list:
+    """Applies --break to the last rank's optimizer state; returns param_shapes to save."""
+    last = per_rank[-1]
+    kind = args.break_
+    if kind == "mixed-world":
+        count = last["partition_count"]
+        last["partition_count"] = [c + 1 for c in count] if isinstance(count, list) else count + 1
+    elif kind == "mixed-tag":
+        state = (last["base_optimizer_state"] if args.stage <= 2 else
+                 last["optimizer_state_dict"])
+        for value in state["state"].values():
+            value["step"] += 1
+        for group in state["param_groups"]:
+            group["step"] += 1
+    elif kind == "short-partition":
+        key = "single_partition_of_fp32_groups" if args.stage <= 2 else "fp32_flat_groups"
+        part = last[key][-1]
+        last[key][-1] = part.narrow(0, 0, part.numel() - 1)
+    elif kind == "param-past-group":
+        param_shapes = [collections.OrderedDict(s) for s in param_shapes]
+        param_shapes[-1]["ghost.weight"] = torch.Size([2 * args.ranks + 5])
+    return param_shapes
+
+
 def WriteZero(args: argparse.Namespace, saver: Saver, tag_dir: str) -> dict:
     """Stage 1/2/3 checkpoint of TinyModel; returns the ground truth."""
     dtype = DTYPES[args.dtype]
@@ -588,28 +627,37 @@ def WriteZero(args: argparse.Namespace, saver: Saver, tag_dir: str) -> dict:
         frozen_fragments = collections.OrderedDict((n, named[n].detach().clone())
                                                    for n in frozen_names)
         module = ModuleStateDict(views)
-        saver.Save(ModelStates(args, module, buffer_names, param_shapes,
+        saved_shapes = Break(args, per_rank, param_shapes)
+        saver.Save(ModelStates(args, module, buffer_names, saved_shapes,
                                frozen_shapes if save_frozen else None, shared,
                                frozen_fragments if save_frozen else None, client_state),
                    os.path.join(tag_dir, "mp_rank_00_model_states.pt"))
         for rank in range(ranks):
+            if args.break_ == "missing-rank" and rank == ranks - 1:
+                break
             saver.Save({"optimizer_state_dict": per_rank[rank], "ds_config": config,
                         "ds_version": DS_VERSION}, os.path.join(tag_dir, OptimFileName(args, rank)))
     else:
         per_rank, param_shapes = Zero3OptimStates(trained, groups, ranks, args, dirty)
         # Partitioned params keep an empty tensor in the module (free_param); buffers stay.
         placeholders = {n: torch.empty(0, dtype=dtype) for n in named}
+        saved_shapes = Break(args, per_rank, param_shapes)
         for rank in range(ranks):
             module = ModuleStateDict(placeholders)
             frozen_shapes = collections.OrderedDict((n, named[n].shape) for n in frozen_names)
             frozen_fragments = collections.OrderedDict(
                 (n, Zero3Chunk(named[n].detach(), rank, ranks, dirty).to(dtype))
                 for n in frozen_names)
-            saver.Save(ModelStates(args, module, buffer_names, param_shapes,
-                                   frozen_shapes if save_frozen else None,
-                                   shared if rank == 0 else {},
-                                   frozen_fragments if save_frozen else None, client_state),
+            states = ModelStates(args, module, buffer_names, saved_shapes,
+                                 frozen_shapes if save_frozen else None,
+                                 shared if rank == 0 else {},
+                                 frozen_fragments if save_frozen else None, client_state)
+            if args.break_ == "mixed-tag" and rank == ranks - 1:
+                states["global_steps"] += 1
+            saver.Save(states,
                        os.path.join(tag_dir, f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt"))
+            if args.break_ == "missing-rank" and rank == ranks - 1:
+                break
             saver.Save({"optimizer_state_dict": per_rank[rank], "ds_config": config,
                         "ds_version": DS_VERSION}, os.path.join(tag_dir, OptimFileName(args, rank)))
         module = ModuleStateDict(placeholders)
