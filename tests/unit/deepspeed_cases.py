@@ -53,6 +53,11 @@ CASES = {
     "legacy": ["--stage", "2", "--ranks", "2", "--legacy"],
     "hostile": ["--stage", "2", "--ranks", "2", "--hostile-global"],
 }
+# The generator's --break kinds (each one inconsistency in the last rank's files), stages 2, 3.
+BREAKS = ["missing-rank", "mixed-world", "mixed-tag", "short-partition", "param-past-group"]
+for _kind in BREAKS:
+    for _stage in ("2", "3"):
+        CASES[f"break-{_kind}-s{_stage}"] = ["--stage", _stage, "--ranks", "3", "--break", _kind]
 # Copies of s2_r2_bf16 with param_shapes edited (MUTATIONS[kind] applied to group 0).
 MUTATIONS = {
     "short": lambda shapes: shapes.__setitem__("fc1.bias", torch.Size([40])),
@@ -113,7 +118,7 @@ def Main(argv) -> int:
             return 1
         with open(os.path.join(out, "tag"), "w", encoding="utf-8") as f:
             f.write(open(os.path.join(out, "latest"), encoding="utf-8").read())
-        if case not in ("legacy", "hostile"):
+        if case not in ("legacy", "hostile") and not case.startswith("break-"):
             Dump(out)
     for kind in MUTATIONS if not argv[1:] else []:
         Mutate(root, kind)

@@ -275,6 +275,32 @@ TEST(DeepSpeedZero, PartitionsThatDoNotAddUpAreRefused) {
             "flat group 0 of 3857 elements");
 }
 
+// The generator's --break kinds, stages 2 and 3: each one line naming the last rank's file
+// (or the model states file that lists the param past its group).
+TEST(DeepSpeedZero, GeneratorBreaksAreEachRefused) {
+  REQUIRE_CASES();
+  const std::pair<const char*, const char*> kBreaks[] = {
+      {"missing-rank", "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt: missing"},
+      {"mixed-world", "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt: zero_stage "},
+      {"mixed-tag", "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt: its optimizer step differs"},
+      {"short-partition", "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt: "},
+      {"param-past-group", "model_states.pt: param \"ghost.weight\""}};
+  for (auto [kind, text] : kBreaks) {
+    for (const char* stage : {"2", "3"}) {
+      const std::string c = std::string("break-") + kind + "-s" + stage;
+      SCOPED_TRACE(c);
+      const std::string refusal = Refusal(Tag(c));
+      EXPECT_NE(refusal.find(text), std::string::npos) << refusal;
+      if (std::string_view(kind) == "short-partition") {
+        EXPECT_NE(refusal.find("partitions of unequal sizes"), std::string::npos) << refusal;
+      }
+      if (std::string_view(kind) == "param-past-group") {
+        EXPECT_NE(refusal.find("lies past"), std::string::npos) << refusal;
+      }
+    }
+  }
+}
+
 TEST(DeepSpeedZero, LegacyFilesAndOtherGlobalsAreRefused) {
   REQUIRE_CASES();
   EXPECT_EQ(Refusal(Tag("legacy")),

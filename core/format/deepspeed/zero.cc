@@ -531,13 +531,26 @@ class Consolidator {
     CKPTFS_ASSIGN_OR_RETURN(const Partitions master, Collect(groups, "", keys));
     b_.out().master_dtype = master.dtype;
     const std::vector<std::vector<uint64_t>> pads = Paddings(groups);
+    // Twice: the master weights' sizes checked first (their refusals are the clearest),
+    // then the moments collected and the tensors made.
     std::vector<Partitions> moments;
+    CKPTFS_RETURN_IF_ERROR(Groups12(master, moments, pads, /*emit=*/false));
     for (std::string_view m : kMoments) {
       CKPTFS_ASSIGN_OR_RETURN(Partitions p, Collect(groups, m, keys));
       if (!p.present) continue;
       CKPTFS_RETURN_IF_ERROR(SameSizes(master, p, m, pads));
       moments.push_back(std::move(p));
     }
+    return Groups12(master, moments, pads, /*emit=*/true);
+  }
+
+  // Stage 1/2, each param group: its partitions' sizes checked, and with `emit` its params
+  // (and moments) added.
+  Status Groups12(const Partitions& master, const std::vector<Partitions>& moments,
+                  const std::vector<std::vector<uint64_t>>& pads, bool emit) {
+    const FileView& m0 = models_[0];
+    const json& param_shapes = Get(m0.state(), "param_shapes");
+    const size_t groups = param_shapes.size();
     const size_t d = optims_.size();
     for (size_t g = 0; g < groups; ++g) {
       const json& shapes = param_shapes[g];
@@ -570,7 +583,7 @@ class Consolidator {
                         std::to_string(offset + numel) + ") lies past flat group " +
                         std::to_string(g) + " of " + std::to_string(total) + " elements");
         }
-        AddParam(name, shape, master, moments, g, flat, offset, numel);
+        if (emit) AddParam(name, shape, master, moments, g, flat, offset, numel);
         offset += numel;
       }
       // Sum of numels == partition sum - padding (the saved partitions hold no padding when
@@ -628,13 +641,6 @@ class Consolidator {
     CKPTFS_ASSIGN_OR_RETURN(const Partitions master, Collect(groups, "", keys));
     b_.out().master_dtype = master.dtype;
     const std::vector<std::vector<uint64_t>> pads;  // stage 3 pads each param, not groups
-    std::vector<Partitions> moments;
-    for (std::string_view m : kMoments) {
-      CKPTFS_ASSIGN_OR_RETURN(Partitions p, Collect(groups, m, keys));
-      if (!p.present) continue;
-      CKPTFS_RETURN_IF_ERROR(SameSizes(master, p, m, pads));
-      moments.push_back(std::move(p));
-    }
     uint64_t per_rank = 0;
     for (const Piece& p : master.by_rank[0]) per_rank += p.numel;
     for (size_t r = 1; r < d; ++r) {
@@ -644,6 +650,13 @@ class Consolidator {
         return optims_[r].Bad("its partition holds " + std::to_string(n) + " elements, rank 0's " +
                               std::to_string(per_rank) + ": partitions of unequal sizes");
       }
+    }
+    std::vector<Partitions> moments;
+    for (std::string_view m : kMoments) {
+      CKPTFS_ASSIGN_OR_RETURN(Partitions p, Collect(groups, m, keys));
+      if (!p.present) continue;
+      CKPTFS_RETURN_IF_ERROR(SameSizes(master, p, m, pads));
+      moments.push_back(std::move(p));
     }
     uint64_t offset = 0;
     for (const json& shapes : Get(m0.state(), "param_shapes")) {
