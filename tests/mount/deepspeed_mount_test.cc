@@ -2,10 +2,11 @@
 // tests/deepspeed/make_deepspeed_checkpoint.py, checked by tests/mount/check_deepspeed.py
 // against the generator's ground truth (expected.pt): torch.load of pytorch_model.bin, a hand
 // parse of model.safetensors, numpy.load of tensors/optimizer/exp_avg/*.npy, the module as
-// saved and .ckptfs/metadata.json; inspect's summary of the tag; a tag missing a rank file
-// refused in one line; verify of a sound tag.
+// saved and .ckptfs/metadata.json; inspect's summary of the tag; verify of a sound tag and of
+// a flipped byte; a tag missing a rank file refused in one line.
 
 #include <filesystem>
+#include <fstream>
 
 #include "mount_harness.h"
 
@@ -83,6 +84,23 @@ TEST_F(DeepSpeedMountTest, InspectAndMissingRankFile) {
       << text.out;
   const ProcessResult verify = Ckptfs({"verify", tag}, kVerifyTimeout);
   EXPECT_EQ(verify.exit_code, 0) << verify.Describe();
+  // A flipped byte in a storage record (past data.pkl, before the zip directory): one line.
+  const std::string rank0 = tag + "/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt";
+  {
+    std::fstream f(rank0, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(fs::file_size(rank0) * 6 / 10);
+    f.seekg(at);
+    char c = 0;
+    f.get(c);
+    f.seekp(at);
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  const ProcessResult bad = Ckptfs({"verify", tag}, kVerifyTimeout);
+  EXPECT_EQ(bad.exit_code, 2) << bad.Describe();
+  EXPECT_EQ(LineCount(bad.err), 1) << bad.Describe();
+  EXPECT_NE(bad.err.find("bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt: record "),
+            std::string::npos)
+      << bad.Describe();
 
   fs::remove(tag + "/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt");
   const ProcessResult r = Ckptfs({"inspect", tag}, kRefusalTimeout);
