@@ -61,6 +61,72 @@ bool ParseZeroName(std::string_view name, uint64_t& dp, uint64_t& mp) {
   return number(mp);
 }
 
+// A pipeline layer file, layer_XX-model_YY-model_states.pt (PipelineModule.save_state_dict):
+// one state_dict() per layer and tensor-parallel rank.
+struct LayerFile {
+  std::string name;  // without .zst
+  uint64_t layer = 0;
+  uint64_t mp = 0;
+};
+
+std::vector<LayerFile> LayerFiles(const SourceDir& dir) {
+  std::vector<LayerFile> out;
+  for (const std::string& f : dir.files) {
+    std::string_view n = StripZst(f);
+    constexpr std::string_view kHead = "layer_", kMid = "-model_", kTail = "-model_states.pt";
+    if (n.substr(0, kHead.size()) != kHead || !EndsWith(n, kTail)) continue;
+    const std::string_view middle = n.substr(kHead.size(), n.size() - kHead.size() - kTail.size());
+    const size_t dash = middle.find(kMid);
+    if (dash == std::string_view::npos) continue;
+    auto number = [](std::string_view digits, uint64_t& v) {
+      if (digits.empty() || digits.size() > 9) return false;
+      v = 0;
+      for (char c : digits) {
+        if (c < '0' || c > '9') return false;
+        v = v * 10 + static_cast<uint64_t>(c - '0');
+      }
+      return true;
+    };
+    LayerFile l{std::string(n)};
+    if (!number(middle.substr(0, dash), l.layer) ||
+        !number(middle.substr(dash + kMid.size()), l.mp)) {
+      continue;
+    }
+    if (out.empty() || out.back().name != l.name) out.push_back(std::move(l));  // x, x.zst
+  }
+  std::sort(out.begin(), out.end(), [](const LayerFile& a, const LayerFile& b) {
+    return std::tie(a.mp, a.layer) < std::tie(b.mp, b.layer);
+  });
+  return out;
+}
+
+// A layer file's tensors as `prefix<layer>.<key>`, over its own storages, as saved.
+void AddLayer(const TorchFile& file, uint32_t shard, const std::string& prefix, uint64_t layer,
+              Checkpoint& ckpt) {
+  const auto base = static_cast<uint32_t>(ckpt.storages.size());
+  for (const TorchStorage& s : file.storages) {
+    ckpt.storages.push_back(Storage{shard, s.data_offset, s.size, s.dtype, true, s.crc32});
+  }
+  for (const TorchTensor& t : file.tensors) {
+    const Storage& s = ckpt.storages[base + t.storage];
+    Tensor tensor{.name = prefix + std::to_string(layer) + "." + t.name,
+                  .dtype = s.dtype,
+                  .top_is_dict = true,
+                  .shape = t.shape,
+                  .shard = shard,
+                  .storage = base + t.storage,
+                  .top_key_size = static_cast<uint32_t>(prefix.size() - 1),
+                  .storage_offset = t.storage_offset};
+    if (IsRowMajor(tensor.shape, t.stride)) {
+      tensor.size = TensorByteSize(s.dtype, tensor.shape).value_or(0);
+      tensor.offset = s.offset + (tensor.size ? t.storage_offset * DtypeSize(s.dtype) : 0);
+    } else {
+      tensor.stride = t.stride;
+    }
+    ckpt.tensors.push_back(std::move(tensor));
+  }
+}
+
 // Files are named in refusals as the tag names them, as every shard is (ByteSource::Name).
 std::string Shown(const SourceDir&, const std::string& name) { return name; }
 
@@ -163,7 +229,10 @@ Result<std::vector<OpenedRank>> OpenRanks(const SourceDir& dir,
 }
 
 // Turns the consolidated tensors into the checkpoint's storages and tensors.
-void Fill(ds::ZeroCheckpoint& zero, const std::vector<uint32_t>& shard_of, Checkpoint& ckpt) {
+// Tensors named model.* are renamed `model_as`.* when given (a pipeline's fp32 masters, whose
+// model is its layer files').
+void Fill(ds::ZeroCheckpoint& zero, const std::vector<uint32_t>& shard_of,
+          const std::string& model_as, Checkpoint& ckpt) {
   for (StoredRange& r : zero.ranges) r.shard = shard_of[r.shard];
   std::vector<uint32_t> storage_of(zero.tensors.size(), 0);
   for (size_t i = 0; i < zero.tensors.size(); ++i) {
@@ -190,6 +259,10 @@ void Fill(ds::ZeroCheckpoint& zero, const std::vector<uint32_t>& shard_of, Check
     const uint32_t owner =
         z.same_as == ds::ZeroTensor::kOwnBytes ? static_cast<uint32_t>(i) : z.same_as;
     const Storage& s = ckpt.storages[storage_of[owner]];
+    if (!model_as.empty() && z.name.compare(0, 6, "model.") == 0) {
+      z.name = model_as + z.name.substr(5);
+      z.top_key_size = static_cast<uint32_t>(model_as.size());
+    }
     ckpt.tensors.push_back(Tensor{.name = std::move(z.name),
                                   .dtype = z.dtype,
                                   .top_is_dict = z.top_is_dict,
@@ -210,7 +283,10 @@ Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, CodecContext& cod
                           OpenRanks(dir, {claim.file}, "the tag's model states", codec));
   const ds::RankFile first_rank{first[0].file.source->Name(), 0, &first[0].torch};
   CKPTFS_ASSIGN_OR_RETURN(const ds::TagInfo tag, ds::ReadTagInfo(first_rank));
-  if (tag.mp_world_size > 1) {
+  const std::vector<LayerFile> layers = LayerFiles(dir);
+  // Tensor-parallel ranks are not merged: a pipeline's are sub-trees of layer files.
+  const bool consolidate = tag.mp_world_size == 1;
+  if (!consolidate && layers.empty()) {
     return Status::Unsupported(first_rank.name + ": mp_world_size " +
                                std::to_string(tag.mp_world_size) +
                                ": tensor-parallel ZeRO checkpoints are not consolidated (nor "
@@ -225,7 +301,8 @@ Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, CodecContext& cod
   if (!plain) {
     CKPTFS_ASSIGN_OR_RETURN(bf16, Exists(dir, ds::OptimStatesName(0, 0, true)));
   }
-  const bool no_zero = !plain && !bf16 && !stage3 && tag.config_stage.value_or(0) == 0;
+  const bool no_zero =
+      !consolidate || (!plain && !bf16 && !stage3 && tag.config_stage.value_or(0) == 0);
   CKPTFS_RETURN_IF_ERROR(CheckListing(dir, dp, tag.mp_world_size, bf16, stage3));
 
   std::vector<std::string> model_names = {claim.file};
@@ -239,11 +316,16 @@ Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, CodecContext& cod
   models.insert(models.begin(), std::move(first[0]));
   CKPTFS_ASSIGN_OR_RETURN(std::vector<OpenedRank> optims,
                           OpenRanks(dir, optim_names, world, codec));
+  std::vector<std::string> layer_names;
+  for (const LayerFile& l : layers) layer_names.push_back(l.name);
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<OpenedRank> layer_files,
+                          OpenRanks(dir, layer_names, "a pipeline layer", codec));
 
   // Shards in file name order.
   std::vector<OpenedRank*> all;
   for (OpenedRank& o : models) all.push_back(&o);
   for (OpenedRank& o : optims) all.push_back(&o);
+  for (OpenedRank& o : layer_files) all.push_back(&o);
   std::vector<uint32_t> order(all.size());
   std::iota(order.begin(), order.end(), 0u);
   std::sort(order.begin(), order.end(),
@@ -252,15 +334,25 @@ Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, CodecContext& cod
   for (uint32_t k = 0; k < order.size(); ++k) shard_of[order[k]] = k;
 
   std::vector<ds::RankFile> model_files, optim_files;
-  for (size_t i = 0; i < all.size(); ++i) {
+  for (size_t i = 0; i < models.size() + optims.size(); ++i) {
     ds::RankFile rf{all[i]->file.source->Name(), static_cast<uint32_t>(i), &all[i]->torch};
     (i < models.size() ? model_files : optim_files).push_back(std::move(rf));
   }
   CKPTFS_ASSIGN_OR_RETURN(ds::ZeroCheckpoint zero, ds::Consolidate(model_files, optim_files));
   for (uint32_t k : order) ckpt.shards.push_back(std::move(all[k]->file));
-  Fill(zero, shard_of, ckpt);
+  Fill(zero, shard_of, layers.empty() ? "" : "model_fp32", ckpt);
+  const size_t first_layer = models.size() + optims.size();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string prefix =
+        consolidate ? "model."
+                    : "model_" + ds::TwoDigits(static_cast<uint32_t>(layers[i].mp)) + ".";
+    AddLayer(all[first_layer + i]->torch, shard_of[first_layer + i], prefix, layers[i].layer, ckpt);
+  }
   CKPTFS_RETURN_IF_ERROR(SortTensors(ckpt));
   ckpt.state_json = std::move(zero.state_json);
+  if (!layers.empty()) {
+    ckpt.state_json = ds::WithPipeline(ckpt.state_json, tag, layers.size());
+  }
   // The consolidated weights are torch's: what transformers' loader expects of a conversion.
   ckpt.metadata = {{"format", "pt"}};
   return Status::Ok();

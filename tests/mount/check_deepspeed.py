@@ -11,6 +11,9 @@ of OUT/<tag>. Checked, bit for bit:
   - MNT/model.safetensors, parsed by hand (header json + numpy), holds the same bytes;
   - tensors/optimizer/exp_avg[_sq]/<name>.npy == expected['exp_avg'[_sq]] (numpy.load);
   - tensors/module/... == expected['module'] (stage 1/2, the module as saved);
+  - pipelines: the layer files are the model (module dtype), tensors/model_fp32/... the ZeRO-1
+    masters; with tensor parallelism each TP rank's layers are a sub-tree model_YY.<layer>.<key>
+    of a whole view;
   - .ckptfs/metadata.json: global_steps, zero stage and dp_world_size.
 Exits 1 listing every mismatch, else prints one OK line.
 """
@@ -49,6 +52,14 @@ def Main(out: str, mnt: str) -> int:
         failures.append(what)
 
     native = expected["model_native"]
+    pipeline_tp = config.get("pipeline") and config.get("tp", 1) > 1
+    if pipeline_tp:
+        # Tensor-parallel ranks are sub-trees (model_YY.<layer>.<key>) of a whole view, with
+        # the model states' client tensors; the masters are not consolidated.
+        native = {f"{rank}.{name}": t for rank, layers in expected["pipeline"].items()
+                  for name, t in layers.items()}
+        native["rng_state.torch"] = torch.load(
+            os.path.join(out, expected["tag"], "mp_rank_00_model_states.pt"))["rng_state"]["torch"]
     # 1. pytorch_model.bin through torch.load.
     sd = torch.load(os.path.join(mnt, "pytorch_model.bin"), weights_only=True)
     if set(sd) != set(native):
@@ -87,7 +98,7 @@ def Main(out: str, mnt: str) -> int:
             Fail(f"model.safetensors {name}: bytes differ")
 
     # 3. The moments, one .npy each.
-    for moment in ("exp_avg", "exp_avg_sq"):
+    for moment in ("exp_avg", "exp_avg_sq") if not pipeline_tp else ():
         for name, want in expected[moment].items():
             path = TensorPath(mnt, f"optimizer.{moment}.{name}", ".npy")
             if not os.path.exists(path):
@@ -99,7 +110,12 @@ def Main(out: str, mnt: str) -> int:
                 Fail(f"{path}: differs from expected {moment}")
 
     # 4. The module as saved (stage 1/2; stage 3 keeps empty placeholders, not shown).
-    if config["stage"] < 3:
+    if config.get("pipeline") and not pipeline_tp:  # the ZeRO-1 masters beside the layers
+        for name, want in expected["model_fp32"].items():
+            path = TensorPath(mnt, f"model_fp32.{name}", ".npy")
+            if not os.path.exists(path) or np.load(path).tobytes() != RawBytes(want):
+                Fail(f"{path}: differs from the fp32 master weights")
+    elif config["stage"] < 3 and not pipeline_tp:
         for name, want in expected["module"].items():
             ext = ".safetensors" if want.dtype == torch.bfloat16 else ".npy"
             path = TensorPath(mnt, f"module.{name}", ext)

@@ -59,17 +59,20 @@ TEST_P(DeepSpeedViews, EveryViewMatchesZeroToFp32) {
   RunCheck("check_deepspeed.py", {scratch_->Path(GetParam().name), mnt});
 }
 
-INSTANTIATE_TEST_SUITE_P(Configurations, DeepSpeedViews,
-                         testing::Values(DsCase{"s1-r4-rr-fp16",
-                                                {"--stage", "1", "--ranks", "4", "--round-robin",
-                                                 "--dtype", "fp16", "--groups", "2"}},
-                                         DsCase{"s2-r3-frozen-tied",
-                                                {"--stage", "2", "--ranks", "3", "--frozen",
-                                                 "--tied", "--dirty-padding"}},
-                                         DsCase{"s3-r4-subgroups",
-                                                {"--stage", "3", "--ranks", "4", "--sub-group-size",
-                                                 "300", "--frozen", "--tied", "--enum-getattr"}}),
-                         CaseName<DsCase>);
+INSTANTIATE_TEST_SUITE_P(
+    Configurations, DeepSpeedViews,
+    testing::Values(
+        DsCase{
+            "s1-r4-rr-fp16",
+            {"--stage", "1", "--ranks", "4", "--round-robin", "--dtype", "fp16", "--groups", "2"}},
+        DsCase{"s2-r3-frozen-tied",
+               {"--stage", "2", "--ranks", "3", "--frozen", "--tied", "--dirty-padding"}},
+        DsCase{"pipeline-r2", {"--pipeline", "--stage", "1", "--ranks", "2"}},
+        DsCase{"pipeline-r2-tp2", {"--pipeline", "--stage", "1", "--ranks", "2", "--tp", "2"}},
+        DsCase{"s3-r4-subgroups",
+               {"--stage", "3", "--ranks", "4", "--sub-group-size", "300", "--frozen", "--tied",
+                "--enum-getattr"}}),
+    CaseName<DsCase>);
 
 // inspect says what the tag is; a missing rank file is one line naming it, for mount too.
 TEST_F(DeepSpeedMountTest, InspectAndMissingRankFile) {

@@ -46,6 +46,9 @@ CASES = {
     "s3_r4_frozen_groups": ["--stage", "3", "--ranks", "4", "--frozen", "--groups", "2",
                             "--sub-group-size", "500"],
     "s3_r2_getattr_frozen": ["--stage", "3", "--ranks", "2", "--enum-getattr", "--frozen"],
+    "pipe_r2_bf16": ["--pipeline", "--stage", "1", "--ranks", "2"],
+    "pipe_r3_fp16_tp2": ["--pipeline", "--stage", "1", "--ranks", "3", "--dtype", "fp16",
+                         "--tp", "2"],
     # For the refusals: another tag of s2_r2_bf16 and of s3_r1_bf16's run, hostile files.
     "s2_r2_bf16_step3": ["--stage", "2", "--ranks", "2", "--step", "3"],
     "s3_r2_bf16_step3": ["--stage", "3", "--ranks", "2", "--step", "3"],
@@ -82,14 +85,28 @@ def Dump(case_dir: str) -> None:
                 f.write(t.reshape(-1).view(torch.uint8).numpy().tobytes())
         manifest.append([name, TORCH_DTYPES[t.dtype], list(t.shape), n])
 
+    config = expected["config"]
+    if config["pipeline"] and config["tp"] > 1:  # TP ranks as sub-trees, masters not merged
+        for rank, layers in expected["pipeline"].items():
+            for name, t in layers.items():
+                Put(f"{rank}.{name}", t)
+        Finish(raw, manifest)
+        return
     for name, t in expected["model_native"].items():
         Put("model." + name, t)
-    if expected["config"]["stage"] < 3:
+    if config["pipeline"]:  # the layer files are the model, the ZeRO-1 masters model_fp32
+        for name, t in expected["model_fp32"].items():
+            Put("model_fp32." + name, t)
+    elif config["stage"] < 3:
         for name, t in expected["module"].items():
             Put("module." + name, t)
     for moment in ("exp_avg", "exp_avg_sq"):
         for name, t in expected[moment].items():
             Put(f"optimizer.{moment}.{name}", t)
+    Finish(raw, manifest)
+
+
+def Finish(raw: str, manifest: list) -> None:
     with open(os.path.join(raw, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f)
 

@@ -104,7 +104,9 @@ const char* const kMatrix[] = {"s1_r1_bf16",
                                "s3_r4_frozen_groups",
                                "s3_r2_getattr_frozen",
                                "s2_r2_bf16_step3",
-                               "s3_r2_bf16"};
+                               "s3_r2_bf16",
+                               "pipe_r2_bf16",
+                               "pipe_r3_fp16_tp2"};
 
 TEST(DeepSpeedZero, EveryConfigurationMatchesTheGroundTruth) {
   REQUIRE_CASES();
@@ -113,7 +115,9 @@ TEST(DeepSpeedZero, EveryConfigurationMatchesTheGroundTruth) {
     Result<Checkpoint> ckpt = Open(Tag(c));
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
     EXPECT_EQ(ckpt->format, CheckpointFormat::kDeepSpeed);
-    EXPECT_EQ(ckpt->model.key, "model");
+    // Pipelines with tensor parallelism keep each TP rank a sub-tree: no one model.
+    const bool tp = std::string_view(c).find("tp2") != std::string_view::npos;
+    EXPECT_EQ(ckpt->model.key, tp ? "" : "model");
     const auto manifest = nlohmann::json::parse(ReadFile(Root() / c / "raw" / "manifest.json"));
     std::set<std::string> want_names;
     size_t model_tensors = 0;
@@ -134,13 +138,15 @@ TEST(DeepSpeedZero, EveryConfigurationMatchesTheGroundTruth) {
     }
     // Nothing more in the model, the module or the moments than the ground truth has.
     for (const Tensor& t : ckpt->tensors) {
-      const bool ours = t.name.rfind("model.", 0) == 0 || t.name.rfind("optimizer.", 0) == 0 ||
+      const bool ours = t.name.rfind("model", 0) == 0 || t.name.rfind("optimizer.", 0) == 0 ||
                         t.name.rfind("module.", 0) == 0;
       if (ours) {
         EXPECT_TRUE(want_names.count(t.name)) << "unexpected " << t.name;
       }
     }
-    EXPECT_EQ(ckpt->model.tensors, model_tensors);
+    if (!tp) {
+      EXPECT_EQ(ckpt->model.tensors, model_tensors);
+    }
     // Zero-copy: every range lies in a rank file; a trainable param of several ranks has
     // one range per rank it spans (stage 3: per rank holding a part of it).
     for (const StoredRange& r : ckpt->ranges) {

@@ -786,6 +786,23 @@ Result<TagInfo> ReadTagInfo(const RankFile& model_states) {
   return info;
 }
 
+std::string TwoDigits(uint32_t n) { return Two(n); }
+
+std::string WithPipeline(const std::string& state_json, const TagInfo& tag, size_t layer_files) {
+  json state = json::parse(state_json, nullptr, /*allow_exceptions=*/false);
+  if (!state.is_object()) state = json::object();
+  json& zero = state["zero"];
+  if (!zero.is_object()) zero = json::object();
+  if (tag.config_stage) zero["stage"] = *tag.config_stage;
+  zero["dp_world_size"] = tag.dp_world_size;
+  zero["mp_world_size"] = tag.mp_world_size;
+  state["pipeline"] = {
+      {"layer_files", layer_files},
+      {"tensor_parallel", tag.mp_world_size},
+      {"fp32_masters", tag.mp_world_size == 1 ? "model_fp32" : "not consolidated"}};
+  return state.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::string ZeroSummary(const std::string& state_json) {
   const json state = json::parse(state_json, nullptr, /*allow_exceptions=*/false);
   const json& zero = Get(state, "zero");
@@ -800,7 +817,13 @@ std::string ZeroSummary(const std::string& state_json) {
   if (Get(zero, "master_dtype").is_string()) {
     line += ", master weights " + Get(zero, "master_dtype").get<std::string>();
   }
-  return line + ", " + std::to_string(Get(zero, "rank_files").size()) + " rank files, complete";
+  line += ", " + std::to_string(Get(zero, "rank_files").size()) + " rank files";
+  const json& pipeline = Get(state, "pipeline");
+  if (pipeline.is_object()) {
+    line += ", pipeline of " + Get(pipeline, "layer_files").dump() + " layer files (" +
+            Get(pipeline, "tensor_parallel").dump() + " tensor-parallel)";
+  }
+  return line + ", complete";
 }
 
 Result<ZeroCheckpoint> Consolidate(std::span<const RankFile> model_states,

@@ -110,6 +110,14 @@ Result<TagInfo> ReadTagInfo(const RankFile& model_states);
 Result<ZeroCheckpoint> Consolidate(std::span<const RankFile> model_states,
                                    std::span<const RankFile> optim_states);
 
+// "07" for 7: the two-digit ranks of DeepSpeed's file names.
+std::string TwoDigits(uint32_t n);
+
+// A pipeline tag's state_json: `state_json` with "zero" stating the tag's world sizes and
+// configured stage and "pipeline": {layer_files, tensor_parallel, fp32_masters}; the
+// masters are consolidated (as model_fp32.*) only without tensor parallelism.
+std::string WithPipeline(const std::string& state_json, const TagInfo& tag, size_t layer_files);
+
 // inspect's line for a consolidated tag, from its state_json: "stage 2, dp_world_size 2,
 // mp_world_size 1, bf16, master weights F32, 3 rank files, complete" (a tag that opened has
 // every rank file its world size promises). Empty if `state_json` has no "zero" object.
