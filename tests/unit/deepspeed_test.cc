@@ -6,6 +6,8 @@
 // compared with the generator's ground truth (expected.pt, dumped raw by the helper); then
 // each refusal.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
