@@ -2,13 +2,14 @@
 // tests/deepspeed/make_deepspeed_checkpoint.py, checked by tests/mount/check_deepspeed.py
 // against the generator's ground truth (expected.pt): torch.load of pytorch_model.bin, a hand
 // parse of model.safetensors, numpy.load of tensors/optimizer/exp_avg/*.npy, the module as
-// saved and .ckptfs/metadata.json; inspect's summary of the tag; verify of a sound tag and of
-// a flipped byte; a tag missing a rank file refused in one line.
+// saved and .ckptfs/metadata.json; pipelines; a ZeRO-3 tag over HTTP and S3; inspect's
+// summary of the tag; verify of a sound tag and of a flipped byte; a tag missing a rank file
+// refused in one line.
 
 #include <filesystem>
 #include <fstream>
 
-#include "mount_harness.h"
+#include "remote_harness.h"
 
 namespace ckptfs::mount_test {
 namespace {
@@ -113,6 +114,40 @@ TEST_F(DeepSpeedMountTest, InspectAndMissingRankFile) {
   const ProcessResult m = Ckptfs({"mount", tag, mnt}, kRefusalTimeout);
   ExpectRefusal(m, {"bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"});
   EXPECT_FALSE(IsMounted(mnt));
+}
+
+// Over HTTP (a server cannot list: the model states file is a probe name, the other rank
+// files are asked for by the names the world size gives) and S3, a ZeRO-3 tag.
+TEST_F(DeepSpeedMountTest, OverHttpAndS3) {
+  const std::string tag = GenerateDs("s3", {"--stage", "3", "--ranks", "3", "--dtype", "fp16",
+                                            "--sub-group-size", "300", "--frozen"});
+  if (HasFailure()) return;
+  const std::string expected = scratch_->Path("s3");
+  if (const std::string unavailable = NginxServer::UnavailableReason(); unavailable.empty()) {
+    const std::string www = scratch_->MakeDir("www");
+    fs::copy(tag, www + "/tag");
+    NginxServer server(www, scratch_->Path("nginx"));
+    ASSERT_EQ(server.Start(), "");
+    const std::string mnt = scratch_->MakeDir("http");
+    ASSERT_NO_FATAL_FAILURE(Mount(server.Url("tag/"), mnt));
+    RunCheck("check_deepspeed.py", {expected, mnt});
+    for (const std::string& m : mounts_) EXPECT_TRUE(ForceUnmount(m));  // before the server stops
+  } else {
+    std::cout << "HTTP part skipped: " << unavailable << "\n";
+  }
+  if (const std::string unavailable = S3Server::UnavailableReason(); unavailable.empty()) {
+    ScopedEnv env;
+    S3Server server(scratch_->Path("s3server"));
+    server.SetClientEnv(env);
+    ASSERT_EQ(server.Start(), "");
+    ASSERT_EQ(server.Upload(tag, "tag/"), "");
+    const std::string mnt = scratch_->MakeDir("s3mnt");
+    ASSERT_NO_FATAL_FAILURE(Mount(S3Server::Url("tag/"), mnt, nullptr, server.ClientOptions()));
+    RunCheck("check_deepspeed.py", {expected, mnt});
+    EXPECT_TRUE(ForceUnmount(mnt));
+  } else {
+    std::cout << "S3 part skipped: " << unavailable << "\n";
+  }
 }
 
 }  // namespace
