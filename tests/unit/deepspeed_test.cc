@@ -219,6 +219,18 @@ fs::path CopyTag(const std::string& c, const std::string& as) {
   return dst;
 }
 
+// A rank file given as SOURCE is not a torch checkpoint of its own: its tag is.
+TEST(DeepSpeedZero, RankFileAsSourceNamesItsTag) {
+  REQUIRE_CASES();
+  for (const char* file :
+       {"mp_rank_00_model_states.pt", "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"}) {
+    EXPECT_EQ(Refusal(Tag("s2_r2_bf16") / file),
+              std::string(file) +
+                  ": a DeepSpeed rank file; mount the tag directory that holds it "
+                  "(global_stepN/)");
+  }
+}
+
 TEST(DeepSpeedZero, MissingRankFileIsRefusedByName) {
   REQUIRE_CASES();
   const fs::path s2 = CopyTag("s2_r2_bf16", "missing2");
