@@ -2,7 +2,7 @@
 # ckptfs benchmark: every contender side by side in ONE run, ratios first.
 #
 #   scripts/bench.sh [--size 2G] [--workdir DIR] [--reps N] [--keep] [--no-build]
-#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote,tf,run]
+#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote,tf,run,deepspeed]
 #                    [SECTION...]
 #
 # What it measures (see DESIGN.md section 3, "Performance rules"):
@@ -77,8 +77,14 @@
 #     (its headers parsed then); and the time until a checkpoint saved while
 #     mounted (written to a temporary dir, then renamed, as transformers does)
 #     shows in `ls MNT`, and until `latest` names it.
+#   * deepspeed: a ZeRO-3 checkpoint over 4 ranks (bf16 run, fp32 master weights and Adam
+#     moments; about 2 GiB of rank files) written by tests/deepspeed/make_deepspeed_checkpoint.py:
+#     time until `ckptfs mount` of its tag dir returns (cold and warm) and the daemon's RSS,
+#     then sequential read of the consolidated MNT/model.safetensors (every tensor gathered
+#     from 4 ranks' partitions) vs `cat` of the 4 optimizer rank files, cold and warm,
+#     interleaved, median of --reps.
 #   --sections (or bare section names: `bench.sh remote`) picks a subset
-#   (default all seven, in one run); --level defaults to 3, --frame-size to
+#   (default all eight, in one run); --level defaults to 3, --frame-size to
 #   pack's own default.
 # Targets are printed next to the figures as PASS/MISS. A MISS does not fail the
 # script; a contender that cannot run does (exit 1).
@@ -122,7 +128,7 @@ HDR_SHARDS=2000
 HDR_TENSORS=200000
 LEVEL=3
 FRAME=''            # --frame-size for ckptfs pack; '' = its default
-SECTIONS=plain,mount,zstd,torch,remote,tf,run
+SECTIONS=plain,mount,zstd,torch,remote,tf,run,deepspeed
 RSS_CACHE=256M      # --cache-size for the peak RSS measurement
 RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
 RANDOM_TENSORS=32
@@ -346,7 +352,7 @@ while (($#)); do
     --frame-size=*) FRAME=${1#*=}; shift ;;
     --sections) SECTIONS=${2:?--sections needs a value}; shift 2 ;;
     --sections=*) SECTIONS=${1#*=}; shift ;;
-    plain|mount|zstd|torch|remote|tf|run) BARE_SECTIONS+=("$1"); shift ;;
+    plain|mount|zstd|torch|remote|tf|run|deepspeed) BARE_SECTIONS+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; printf '%s: error: unknown argument %s\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
@@ -357,8 +363,8 @@ size_to_bytes "$SIZE" >/dev/null   # validate
   { echo "$PROG: error: --level must be 1..19" >&2; exit 2; }
 [[ -z $FRAME ]] || size_to_bytes "$FRAME" >/dev/null
 ((${#BARE_SECTIONS[@]})) && SECTIONS=$(IFS=,; echo "${BARE_SECTIONS[*]}")
-[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote|tf|run))+,$ ]] ||
-  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote, tf, run" >&2; exit 2; }
+[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote|tf|run|deepspeed))+,$ ]] ||
+  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote, tf, run, deepspeed" >&2; exit 2; }
 section() { [[ ,$SECTIONS, == *,$1,* ]]; }
 mkdir -p -- "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
@@ -1600,6 +1606,54 @@ RUN_CHECKPOINTS=200
 RUNRSS=''
 if section run; then run_section; fi
 
+# ------------------------------------------------------------- deepspeed
+c_ckptfs_ds_label() { echo "ckptfs: cat MNT/model.safetensors (consolidated from ${#DS_FILES[@]} ranks)"; }
+c_ckptfs_ds_setup() { ckptfs_mount "$DSTAG" "$SCRATCH/mnt/ds"; }
+c_ckptfs_ds_files() { echo "$SCRATCH/mnt/ds/model.safetensors"; }
+c_ckptfs_ds_teardown() { unmount_one "$SCRATCH/mnt/ds" || die "could not unmount ckptfs"; }
+c_cat_ds_label() { echo "cat: the ${#DS_FILES[@]} optimizer rank files from disk"; }
+c_cat_ds_files() { printf '%s\n' "${DS_FILES[@]}"; }
+DSCONTENDERS=(ckptfs_ds cat_ds)
+DSRATIOS=("ckptfs_ds cat_ds cold 0.8" "ckptfs_ds cat_ds warm 0.8")
+
+deepspeed_section() {
+  local dir=$WORKDIR/ds-zero3-${DS_SIZE_MB}m mnt=$SCRATCH/mnt/dsmount r mode
+  if [[ ! -d $dir ]]; then
+    rm -rf --one-file-system -- "$dir.tmp"
+    log "generating $dir (ZeRO-3, 4 ranks, about ${DS_SIZE_MB} MiB of rank files)"
+    timeout 3600 "$PY" "$REPO/tests/deepspeed/make_deepspeed_checkpoint.py" "$dir.tmp" \
+      --stage 3 --ranks 4 --dtype bf16 --size-mb "$DS_SIZE_MB" --no-expected \
+      >"$SCRATCH/logs/gen-ds.log" 2>&1 ||
+      { tail -n 30 "$SCRATCH/logs/gen-ds.log" >&2; die "make_deepspeed_checkpoint.py failed"; }
+    mv -- "$dir.tmp" "$dir"
+    GENERATED+=("$dir")
+  fi
+  DSTAG=$dir/$(cat "$dir/latest")
+  mapfile -t DS_FILES < <(ls -1 "$DSTAG"/*optim_states.pt | sort)
+  DSBYTES=$(du -cb "$DSTAG" | tail -n 1 | cut -f1)
+  DSMOUNT_COLD=() DSMOUNT_WARM=()
+  log "deepspeed: mount of $DSTAG, $REPS reps cold + warm"
+  for ((r = 1; r <= REPS; r++)); do
+    for mode in cold warm; do
+      [[ $mode == cold ]] && drop_caches
+      ckptfs_mount "$DSTAG" "$mnt"
+      if [[ $mode == cold ]]; then DSMOUNT_COLD+=("$CKPTFS_MOUNT_SECS"); else DSMOUNT_WARM+=("$CKPTFS_MOUNT_SECS"); fi
+      if [[ -n $CKPTFS_PID ]]; then DSRSS=$(proc_kb "$CKPTFS_PID" VmRSS); fi
+      unmount_one "$mnt" || die "could not unmount $mnt"
+    done
+  done
+  log "deepspeed: sequential read, ${#DSCONTENDERS[@]} contenders x {cold,warm} x $REPS reps"
+  read_files "${DS_FILES[@]}"
+  for ((r = 1; r <= REPS; r++)); do
+    for mode in cold warm; do
+      for id in "${DSCONTENDERS[@]}"; do run_sample "$id" "$mode"; done
+    done
+  done
+}
+DS_SIZE_MB=2048
+DSRSS=''
+if section deepspeed; then deepspeed_section; fi
+
 # ------------------------------------------------------------------ report
 verdict() { # value op target -> PASS/MISS
   awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN{
@@ -1911,6 +1965,26 @@ report() {
     echo "| a checkpoint saved while mounted (tmp dir + rename) until \`ls MNT\` lists it ($(echo "${RUNVISIBLE[*]}" | tr ' ' '/')) | $(median "${RUNVISIBLE[@]}") s | <= 15 s | $(verdict "$(max_of "${RUNVISIBLE[@]}")" '<=' 15) |"
     echo "| ... until \`latest\` names it ($(echo "${RUNLATEST[*]}" | tr ' ' '/')) | $(median "${RUNLATEST[@]}") s | <= 15 s | $(verdict "$(max_of "${RUNLATEST[@]}")" '<=' 15) |"
     [[ -z $RUNRSS ]] || echo "| daemon VmRSS after the above | $(mib $((RUNRSS * 1024))) MiB | - | - |"
+  fi
+  if section deepspeed; then
+    local dc dw
+    dc=$(median "${DSMOUNT_COLD[@]}"); dw=$(median "${DSMOUNT_WARM[@]}")
+    echo
+    echo "### deepspeed: a ZeRO-3 checkpoint over 4 ranks, $(gib "$DSBYTES") GiB of rank files ($DSTAG)"
+    echo
+    echo "| what | value | target | result |"
+    echo "|---|---:|---|---|"
+    echo "| \`ckptfs mount\` of the tag dir until it returns, cold cache (median of $REPS: $(echo "${DSMOUNT_COLD[*]}" | tr ' ' '/')) | ${dc} s | <= 1 s | $(verdict "$dc" '<=' 1) |"
+    echo "| \`ckptfs mount\` until it returns, warm cache (median of $REPS: $(echo "${DSMOUNT_WARM[*]}" | tr ' ' '/')) | ${dw} s | <= 1 s | $(verdict "$dw" '<=' 1) |"
+    [[ -z $DSRSS ]] || echo "| daemon VmRSS after mount | $(mib $((DSRSS * 1024))) MiB | - | - |"
+    echo
+    echo "| sequential read | MB | cold MB/s (median) | cold samples | warm MB/s (median) | warm samples |"
+    echo "|---|---:|---:|---|---:|---|"
+    contender_rows "cold warm" "${DSCONTENDERS[@]}"
+    echo
+    echo "| ratio | mode | value | target | result |"
+    echo "|---|---|---:|---|---|"
+    ratio_rows "${DSRATIOS[@]}"
   fi
 }
 

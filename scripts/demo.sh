@@ -80,8 +80,8 @@ mkdir -p "$work/run"
 save_step() {
   /usr/bin/python3 -c "$model_py
 m = make()
-torch.save({'global_step': $1, 'model_state_dict': m.state_dict()}, '$work/run/.tmp')"
-  mv "$work/run/.tmp" "$work/run/model_$(printf %05d "$1").pt"
+torch.save({'global_step': $1, 'model_state_dict': m.state_dict()}, '$work/run/saving.tmp')"  # renamed when whole, as trainers do
+  mv "$work/run/saving.tmp" "$work/run/model_$(printf %05d "$1").pt"
 }
 for step in 100 200 300; do save_step $step; done
 run "$ckptfs" inspect "$work/run"

@@ -29,6 +29,9 @@ constexpr std::string_view kTfStateFile = "checkpoint";
 constexpr std::string_view kTrainerState = "trainer_state.json";
 constexpr std::string_view kLightningLast = "last.ckpt";
 constexpr std::string_view kSplitMap = "map.pt";
+// DeepSpeed's save dir: rank 0 writes the tag (`global_step1000`, no newline) here.
+constexpr std::string_view kDeepSpeedLatest = "latest";
+constexpr uint64_t kMaxDeepSpeedLatestBytes = 4096;
 // Files an HF Trainer saves beside the weights: parts of one checkpoint, never their own.
 constexpr std::string_view kTrainerCompanions[] = {"optimizer.pt", "scheduler.pt",
                                                    "training_args.bin", "scaler.pt"};
@@ -44,6 +47,13 @@ std::pair<std::string, std::string> SplitPath(const std::string& path) {
 std::string Joined(const std::string& dir, const std::string& name) {
   if (dir.empty() || dir == ".") return name;
   return dir + (dir.back() == '/' ? "" : "/") + name;
+}
+
+// The last path component of a record's path: matched against entries, never resolved.
+std::string LastComponent(std::string path) {
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 // A name a run may show: plain, printable, and no longer than a file name may be.
@@ -167,6 +177,37 @@ Result<TfState> ReadTfState(const SourceDir& dir, std::vector<std::string>& skip
     }
   }
   return state;
+}
+
+// The tag a DeepSpeed `latest` file names, by its last component ("" when there is no
+// such file, or it names nothing a run may show: then with a line in `skipped`). A
+// directory named `latest` is an entry of its own, not this record.
+Result<std::string> ReadDeepSpeedLatest(const SourceDir& dir, std::vector<std::string>& skipped) {
+  const std::string name(kDeepSpeedLatest);
+  if (std::find(dir.dirs.begin(), dir.dirs.end(), name) != dir.dirs.end()) return std::string();
+  CKPTFS_ASSIGN_OR_RETURN(const bool has, dir.Has(name));
+  if (!has) return std::string();
+  auto file = dir.open(name);
+  if (!file.ok()) {
+    skipped.push_back(file.status().message());
+    return std::string();
+  }
+  auto text = ReadWhole(**file, kMaxDeepSpeedLatestBytes);
+  if (!text.ok()) {
+    skipped.push_back(text.status().message());
+    return std::string();
+  }
+  std::string tag = *text;
+  while (!tag.empty() && (tag.back() == '\n' || tag.back() == '\r' || tag.back() == ' ')) {
+    tag.pop_back();
+  }
+  tag = LastComponent(tag);
+  if (!IsEntryName(tag)) {
+    skipped.push_back(Joined(dir.path, name) + ": \"" + EscapeControlChars(text->substr(0, 200)) +
+                      "\" names no tag of " + dir.path + ", skipped");
+    return std::string();
+  }
+  return tag;
 }
 
 // ---------------------------------------------------------------------------
@@ -501,13 +542,6 @@ const RunEntry* Find(const RunListing& run, const std::string& name) {
 
 bool Usable(const RunEntry* e) { return e && e->complete && e->problem.empty(); }
 
-// The last path component of a record's path: matched against entries, never resolved.
-std::string LastComponent(std::string path) {
-  while (!path.empty() && path.back() == '/') path.pop_back();
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // Sets run.best from a record's path, or says why not.
 void MatchBest(RunListing& run, const std::string& written, const std::string& record,
                const std::string& where) {
@@ -595,7 +629,17 @@ Status BestFromLightning(const SourceDir& dir, RunListing& run) {
   return Status::Ok();
 }
 
-void ChooseLatest(RunListing& run, const TfState& tf) {
+void ChooseLatest(RunListing& run, const TfState& tf, const std::string& deepspeed_latest) {
+  if (!deepspeed_latest.empty()) {
+    if (Usable(Find(run, deepspeed_latest))) {
+      run.latest = deepspeed_latest;
+      run.latest_from = "DeepSpeed latest file";
+      return;
+    }
+    // Rank 0 writes it before the other ranks finish their files.
+    run.skipped.push_back("latest file: tag \"" + EscapeControlChars(deepspeed_latest) +
+                          "\" is no complete entry, skipped");
+  }
   if (!tf.latest.empty()) {
     if (Usable(Find(run, tf.latest))) {
       run.latest = tf.latest;
@@ -675,6 +719,14 @@ Result<bool> IsRun(const SourceDir& dir) {
   // A DeepSpeed tag's rank files are one checkpoint, not torch entries of a run.
   if (top_format != "deepspeed" && TorchEntryFiles(dir).size() >= 2) return true;
   std::vector<std::string> ignored;
+  // A DeepSpeed save dir: `latest` names a tag directory holding a checkpoint.
+  CKPTFS_ASSIGN_OR_RETURN(const std::string tag, ReadDeepSpeedLatest(dir, ignored));
+  if (!tag.empty() && !PartOfTopCheckpoint(top, tag)) {
+    if (auto sub = dir.OpenDir(tag); sub.ok()) {
+      CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> claim, TopClaim(*sub, nullptr));
+      if (claim) return true;
+    }
+  }
   CKPTFS_ASSIGN_OR_RETURN(TfState tf, ReadTfState(dir, ignored));
   size_t listed = 0;
   for (const std::string& prefix : tf.prefixes) {
@@ -694,7 +746,12 @@ Result<RunListing> ListRun(const SourceDir& dir) {
     run.skipped.push_back(Joined(dir.path, top->file) +
                           ": a checkpoint at the top of the run, not one of its entries");
   }
-  for (const std::string& name : dir.dirs) {
+  CKPTFS_ASSIGN_OR_RETURN(const std::string deepspeed_latest,
+                          ReadDeepSpeedLatest(dir, run.skipped));
+  std::vector<std::string> dirs = dir.dirs;
+  // A store that cannot list (HTTP without an autoindex) still shows the tag `latest` names.
+  if (!deepspeed_latest.empty() && dirs.empty()) dirs.push_back(deepspeed_latest);
+  for (const std::string& name : dirs) {
     if (!IsEntryName(name)) {
       run.skipped.push_back(dir.path + ": \"" + EscapeControlChars(name.substr(0, 200)) +
                             "\" is not a plain name, skipped");
@@ -728,7 +785,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
   }
   std::sort(run.entries.begin(), run.entries.end(),
             [](const RunEntry& a, const RunEntry& b) { return NaturalLess(a.name, b.name); });
-  ChooseLatest(run, tf);
+  ChooseLatest(run, tf, deepspeed_latest);
   CKPTFS_RETURN_IF_ERROR(BestFromTrainerState(dir, std::move(trainer_states), run));
   if (run.best.empty()) CKPTFS_RETURN_IF_ERROR(BestFromLightning(dir, run));
   return run;

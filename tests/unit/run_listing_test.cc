@@ -343,6 +343,36 @@ TEST_F(RunListingTest, TfPrefixesListedInTheStateFileAreARun) {
   EXPECT_FALSE(OpenEntry(run, "ckpt-1").empty());
 }
 
+// A DeepSpeed save dir: rank 0 writes the tag into `latest` (no newline) before the other
+// ranks finish, so the record wins only when the tag it names is complete.
+TEST_F(RunListingTest, DeepSpeedLatestFileNamesTheTag) {
+  Write(run_ / "global_step10" / "model.safetensors", Weights("a"));
+  Write(run_ / "global_step20" / "model.safetensors", Weights("b"));
+  Write(run_ / "latest", "global_step10");
+  EXPECT_TRUE(IsRunAt(run_));
+  RunListing run = List();
+  EXPECT_EQ(Names(run), "global_step10 global_step20");  // the record is no entry
+  EXPECT_EQ(run.latest, "global_step10");
+  EXPECT_EQ(run.latest_from, "DeepSpeed latest file");
+
+  // Naming a tag that is not there (yet): the next rule, with a line.
+  Write(run_ / "latest", "global_step30\n");
+  run = List();
+  EXPECT_EQ(run.latest, "global_step20");
+  EXPECT_EQ(run.latest_from, "highest step");
+  EXPECT_NE(Skipped(run).find("tag \"global_step30\" is no complete entry"), std::string::npos)
+      << Skipped(run);
+
+  // Taken by its last component: never a path out of SOURCE.
+  Write(run_ / "latest", "../../etc/global_step10");
+  run = List();
+  EXPECT_EQ(run.latest, "global_step10");
+  Write(run_ / "latest", "..");
+  run = List();
+  EXPECT_EQ(run.latest_from, "highest step");
+  EXPECT_NE(Skipped(run).find("names no tag"), std::string::npos) << Skipped(run);
+}
+
 const fs::path kFixtures = fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "tf";
 
 TEST_F(RunListingTest, TfServingVersionDirectoriesAreARun) {
