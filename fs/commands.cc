@@ -19,6 +19,7 @@
 #include "core/checkpoint/natural_order.h"
 #include "core/codec/zstd_source.h"
 #include "core/crc/zip_crc.h"
+#include "core/format/deepspeed/zero.h"
 #include "core/format/safetensors.h"
 #include "core/pack/pack.h"
 #include "core/run/run_tree.h"
@@ -187,18 +188,23 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   }
   json metadata = json::object();
   for (const auto& [k, v] : ckpt.metadata) metadata[k] = v;
-  return {{"source", ckpt.source_path},
-          {"format", std::string(FormatOf(ckpt.format).name)},
-          {"index", ckpt.index.empty() ? json(nullptr) : json(ckpt.index[0].name)},
-          {"shards", shards},
-          {"tensor_count", ckpt.tensors.size()},
-          {"tensor_bytes", ckpt.TotalTensorBytes()},
-          {"model", ModelJson(ckpt)},
-          {"parameter_count", params.total},
-          {"parameters_by_dtype", by_dtype},
-          {"metadata", metadata},
-          {"zip_crc", ZipCrcInspectJson(crcs)},
-          {"tensors", tensors}};
+  json out = {{"source", ckpt.source_path},
+              {"format", std::string(FormatOf(ckpt.format).name)},
+              {"index", ckpt.index.empty() ? json(nullptr) : json(ckpt.index[0].name)},
+              {"shards", shards},
+              {"tensor_count", ckpt.tensors.size()},
+              {"tensor_bytes", ckpt.TotalTensorBytes()},
+              {"model", ModelJson(ckpt)},
+              {"parameter_count", params.total},
+              {"parameters_by_dtype", by_dtype},
+              {"metadata", metadata},
+              {"zip_crc", ZipCrcInspectJson(crcs)},
+              {"tensors", tensors}};
+  // DeepSpeed: the tag's ZeRO stage, world sizes, precision and rank files.
+  if (ckpt.format == CheckpointFormat::kDeepSpeed) {
+    out["zero"] = deepspeed::ZeroSummary(ckpt.state_json);
+  }
+  return out;
 }
 
 void PrintShardLine(const StoredFile& s) {
@@ -221,6 +227,9 @@ void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   std::printf("tensors  %zu, %s\n", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str());
   std::printf("model    %s\n", ModelLine(ckpt).c_str());
+  if (ckpt.format == CheckpointFormat::kDeepSpeed) {
+    std::printf("zero     %s\n", deepspeed::ZeroSummary(ckpt.state_json).c_str());
+  }
   const ParameterCount params = CountParameters(ckpt);
   std::printf("params   %s\n", Grouped(params.total).c_str());
   for (const auto& [dtype, d] : params.by_dtype) {

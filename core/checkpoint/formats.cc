@@ -14,6 +14,7 @@ std::span<const FormatReader> Formats() {
       TorchFormat(),
       TensorflowFormat(),
       SplitFormat(),
+      DeepSpeedFormat(),
   };
   return kTable;
 }
@@ -64,6 +65,7 @@ Status NothingClaimed(const SourceDir& dir, const std::string& shown) {
 Status NotACheckpointFile(const std::string& shown) {
   std::string kinds;
   for (const FormatReader& f : Formats()) {
+    if (f.file_kinds.empty()) continue;  // a directory format (DeepSpeed's tags)
     kinds += (kinds.empty() ? "" : ", ") + std::string(f.file_kinds);
   }
   return Status::InvalidArgument(shown + ": not a " + kinds +

@@ -10,6 +10,8 @@
 //   | tensorflow  | `checkpoint` state file, SavedModel, PREFIX or  | tf_reader.cc         |
 //   |             | PREFIX.index (named); a lone *.index (lone)     |                      |
 //   | split       | map.pt, or pytorch_model/map.pt (named)         | split_reader.cc      |
+//   | deepspeed   | a ZeRO tag dir's mp_rank_00_model_states.pt or   | deepspeed_reader.cc  |
+//   |             | zero_pp_rank_0_mp_rank_00_model_states.pt (named)|                      |
 //
 // Precedence: every entry's detect is asked, in table order. A claim on a file that names
 // the rest of a checkpoint (an index, a state file, a prefix: Rank::kNamed) beats a claim
@@ -104,5 +106,6 @@ FormatReader SafetensorsFormat();
 FormatReader TorchFormat();
 FormatReader TensorflowFormat();
 FormatReader SplitFormat();
+FormatReader DeepSpeedFormat();
 
 }  // namespace ckptfs

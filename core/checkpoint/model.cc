@@ -13,6 +13,7 @@ std::string TopKey(const Checkpoint& ckpt, size_t i) {
   const Tensor& t = ckpt.tensors[i];
   switch (ckpt.format) {
     case CheckpointFormat::kTorch:
+    case CheckpointFormat::kDeepSpeed:
       return t.name.substr(0, t.top_key_size);
     case CheckpointFormat::kTensorflow: {
       const tf::TfName name = tf::TfKeyToName(ckpt.tensor_keys[i]);
@@ -113,6 +114,9 @@ Status SelectModel(Checkpoint& ckpt, const std::optional<std::string>& model_key
         break;
       }
     }
+  } else if (ckpt.format == CheckpointFormat::kDeepSpeed) {
+    // The consolidated model, under zero_to_fp32's names.
+    if (TakeSubtree(ckpt, "model", /*dicts_only=*/true)) ckpt.model.rule = "DeepSpeed: model";
   } else if (ckpt.format == CheckpointFormat::kTensorflow) {
     DropTrainingState(ckpt);
   }

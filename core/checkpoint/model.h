@@ -15,6 +15,7 @@
 //     training state (tf::IsTrainingStateKey: optimizer slots, `save_counter`, the
 //     optimizer's own variables such as `optimizer/iter`); names unchanged. TF1
 //     name-based checkpoints: every tensor.
+//   - DeepSpeed ZeRO tags: `model`, the consolidated model (core/format/deepspeed/zero.h).
 //   - safetensors and per-key split checkpoints: every tensor.
 // A key (`--model-key`, CodecOptions::model_key) overrides the rule: "" keeps every
 // tensor with its name unchanged; KEY takes the top-level sub-tree KEY, with `KEY.` cut

@@ -44,10 +44,13 @@ Result<ShardContents> ParseTorchShard(const StoredFile& shard, uint32_t shard_no
   return FromTorchFile(file, shard_no);
 }
 
-// A torch weights file of this entry: map.pt is the split entry's list of keys, never
-// weights of its own (split_reader.cc).
+// A torch weights file of this entry. Not: map.pt, a split checkpoint's list of keys
+// (split_reader.cc), and DeepSpeed's rank files, parts of a ZeRO tag (deepspeed_reader.cc).
 std::string TorchEntryWeightName(std::string_view file) {
-  return StripZst(file) == "map.pt" ? std::string() : TorchWeightName(file);
+  const std::string_view name = StripZst(file);
+  if (name == "map.pt") return {};
+  if (EndsWith(name, "_model_states.pt") || EndsWith(name, "_optim_states.pt")) return {};
+  return TorchWeightName(file);
 }
 
 // Several lone torch files: pytorch_model.bin, since trainers leave training_args.bin and

@@ -49,11 +49,19 @@ constexpr std::array<std::string_view, 97> kAllowedGlobals = {
   "torch.storage.UntypedStorage", "torch.uint8"};
 // clang-format on
 static_assert(std::is_sorted(kAllowedGlobals.begin(), kAllowedGlobals.end()));
+static_assert(std::is_sorted(std::begin(kDeepSpeedGlobals), std::end(kDeepSpeedGlobals)));
 constexpr size_t kLongestGlobal = [] {
   size_t n = 0;
   for (std::string_view g : kAllowedGlobals) n = std::max(n, g.size());
+  for (std::string_view g : kDeepSpeedGlobals) n = std::max(n, g.size());
   return n;
 }();
+
+constexpr std::string_view kZeroStageEnum = "deepspeed.runtime.zero.config.ZeroStageEnum";
+
+bool IsGetattr(std::string_view global) {
+  return global == "builtins.getattr" || global == "__builtin__.getattr";
+}
 
 // clang-format off
 enum Op : uint8_t {
@@ -176,8 +184,8 @@ struct KeyLess {
 
 class Unpickler {
  public:
-  Unpickler(std::string_view data, const std::string& file)
-      : data_(data), file_(file), keys_(KeyLess{&values_}) {}
+  Unpickler(std::string_view data, const std::string& file, PickleGlobals globals)
+      : data_(data), file_(file), globals_(globals), keys_(KeyLess{&values_}) {}
 
   Result<PickleTree> Run() {
     if (data_.size() >= UINT32_MAX / 2) return Refuse("record too large to index");
@@ -374,7 +382,7 @@ class Unpickler {
   }
 
   Status PushGlobal(std::string_view module, std::string_view name) {
-    if (!IsAllowedPickleGlobal(module, name)) {
+    if (!IsAllowedPickleGlobal(module, name, globals_)) {
       return Refuse("global " + Printable(module) + "." + Printable(name) + " is not allowed");
     }
     return PushText(PickleKind::kGlobal, std::string(module) + "." + std::string(name));
@@ -389,6 +397,15 @@ class Unpickler {
                     " (only globals are called)");
     }
     if (values_[args].kind != PickleKind::kTuple) return Error(std::string(op) + " needs a tuple");
+    // getattr reaches any attribute of anything: only an enum member of ZeroStageEnum.
+    if (IsGetattr(values_[callable].text)) {
+      const std::vector<uint32_t>& a = values_[args].items;
+      if (a.size() != 2 || values_[a[0]].kind != PickleKind::kGlobal ||
+          values_[a[0]].text != kZeroStageEnum || values_[a[1]].kind != PickleKind::kString) {
+        return Refuse(values_[callable].text + " is allowed only as getattr(" +
+                      std::string(kZeroStageEnum) + ", 'name')");
+      }
+    }
     if (values_[callable].text == "collections.OrderedDict" && values_[args].items.empty()) {
       return Push(PickleKind::kDict);
     }
@@ -471,6 +488,7 @@ class Unpickler {
 
   std::string_view data_;
   const std::string& file_;
+  PickleGlobals globals_;
   size_t pos_ = 0;
   size_t op_pos_ = 0;
   std::vector<PickleValue> values_;
@@ -703,16 +721,20 @@ Status Unpickler::Step(uint8_t op) {
 
 }  // namespace
 
-bool IsAllowedPickleGlobal(std::string_view module, std::string_view name) {
+bool IsAllowedPickleGlobal(std::string_view module, std::string_view name, PickleGlobals globals) {
   // Also bounds the copy: STACK_GLOBAL may name a huge string fetched from the memo.
   if (module.size() + name.size() + 1 > kLongestGlobal) return false;
   std::string full;
   full.append(module).append(".").append(name);
-  return std::binary_search(kAllowedGlobals.begin(), kAllowedGlobals.end(), full);
+  if (std::binary_search(kAllowedGlobals.begin(), kAllowedGlobals.end(), full)) return true;
+  return globals == PickleGlobals::kDeepSpeed &&
+         std::binary_search(std::begin(kDeepSpeedGlobals), std::end(kDeepSpeedGlobals),
+                            std::string_view(full));
 }
 
-Result<PickleTree> Unpickle(std::string_view data, const std::string& file_name) {
-  return Unpickler(data, file_name).Run();
+Result<PickleTree> Unpickle(std::string_view data, const std::string& file_name,
+                            PickleGlobals globals) {
+  return Unpickler(data, file_name, globals).Run();
 }
 
 }  // namespace ckptfs

@@ -16,6 +16,13 @@
 // kMaxPickleDepth. Cycles (a list appended to itself) are representable; walkers must
 // bound their recursion.
 //
+// DeepSpeed mode (PickleGlobals::kDeepSpeed) additionally admits the few classes DeepSpeed's
+// rank files and a user's client_state pickle (kDeepSpeedGlobals), still as inert kGlobal and
+// kCall nodes: nothing is imported or called, the caller reads the arguments as data. The one
+// builtin that could reach anything, getattr, may only be called as getattr(ZeroStageEnum,
+// 'name') (how Python 3.11.0-3.11.6 pickle an enum member); a call on anything else is
+// refused (Unsupported).
+//
 // Thread safety: Unpickle is a pure function.
 #pragma once
 
@@ -71,13 +78,44 @@ struct PickleTree {
   const PickleValue& at(uint32_t index) const { return values[index]; }
 };
 
-// Whether the weights_only loader of torch accepts the global `module.name`.
-bool IsAllowedPickleGlobal(std::string_view module, std::string_view name);
+// Which globals a pickle may name (see the top of this file).
+enum class PickleGlobals : uint8_t {
+  kTorch,      // torch's weights_only list
+  kDeepSpeed,  // that list and kDeepSpeedGlobals (getattr only as said above)
+};
+
+// What kDeepSpeed adds to torch's list, sorted: the DeepSpeed classes its checkpoints pickle,
+// the builtins protocol 2 needs for sets and bytes, argparse.Namespace and numpy's array,
+// dtype and scalar reconstructors (a client_state's args and np.random.get_state()).
+inline constexpr std::string_view kDeepSpeedGlobals[] = {
+    "__builtin__.getattr",
+    "__builtin__.set",
+    "_codecs.encode",
+    "argparse.Namespace",
+    "builtins.getattr",
+    "builtins.set",
+    "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+    "deepspeed.runtime.zero.config.ZeroStageEnum",
+    "deepspeed.utils.tensor_fragment.fragment_address",
+    "numpy._core.multiarray._reconstruct",
+    "numpy._core.multiarray.scalar",
+    "numpy.core.multiarray._reconstruct",
+    "numpy.core.multiarray.scalar",
+    "numpy.dtype",
+    "numpy.ndarray",
+};
+
+// Whether `globals` admits the global `module.name` (kTorch: whether the weights_only
+// loader of torch accepts it).
+bool IsAllowedPickleGlobal(std::string_view module, std::string_view name,
+                           PickleGlobals globals = PickleGlobals::kTorch);
 
 // Parses `data` (a whole pickle, STOP included). Errors are Corruption (malformed stream,
 // truncated, stack underflow, limits) or Unsupported (a disallowed global or opcode);
 // every message starts with `file_name`, says what was wrong and at which byte offset:
 //   "ckpt.bin: data.pkl: global os.system is not allowed (byte 2)"
-Result<PickleTree> Unpickle(std::string_view data, const std::string& file_name);
+Result<PickleTree> Unpickle(std::string_view data, const std::string& file_name,
+                            PickleGlobals globals = PickleGlobals::kTorch);
 
 }  // namespace ckptfs

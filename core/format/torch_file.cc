@@ -34,11 +34,16 @@ bool StartsWith(std::string_view s, std::string_view prefix) {
 }
 
 // The legacy formats have no zip signature; name them so the user knows what to do.
-Status CheckZipMagic(const ByteSource& source) {
+Status CheckZipMagic(const ByteSource& source, PickleGlobals globals) {
   uint8_t head[512] = {};
   const uint64_t n = std::min<uint64_t>(sizeof(head), source.Size());
   CKPTFS_RETURN_IF_ERROR(source.ReadAt(0, {head, n}));
   if (n >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0) return Status::Ok();
+  if (globals == PickleGlobals::kDeepSpeed) {
+    return Status::Unsupported(source.Name() +
+                               ": a legacy (non-zip) torch file; DeepSpeed writes these with "
+                               "checkpoint_serialization: false");
+  }
   const std::string resave = "; load and re-save it with torch.save from PyTorch >= 1.6";
   if (n >= 262 && std::memcmp(head + 257, "ustar", 5) == 0) {
     return Status::Unsupported(source.Name() +
@@ -56,8 +61,8 @@ Status CheckZipMagic(const ByteSource& source) {
 class Interpreter {
  public:
   Interpreter(const ByteSource& source, const PickleTree& tree,
-              const std::vector<ZipEntry>& entries, std::string prefix)
-      : source_(source), tree_(tree), prefix_(std::move(prefix)) {
+              const std::vector<ZipEntry>& entries, std::string prefix, PickleGlobals globals)
+      : source_(source), tree_(tree), prefix_(std::move(prefix)), globals_(globals) {
     for (const ZipEntry& e : entries) records_.emplace(e.name, &e);
   }
 
@@ -334,6 +339,11 @@ class Interpreter {
           *state = device;
           return Status::Ok();
         }
+        if (globals_ == PickleGlobals::kDeepSpeed && args) {
+          CKPTFS_ASSIGN_OR_RETURN(const bool done,
+                                  DeepSpeedCall(v, *args, name, depth, state, has_state));
+          if (done) return Status::Ok();
+        }
         return Status::Unsupported(source_.Name() + ": \"" + name + "\": cannot represent " +
                                    (At(p.items[0]).kind == PickleKind::kGlobal
                                         ? At(p.items[0]).text
@@ -345,9 +355,150 @@ class Interpreter {
     return Status::Ok();
   }
 
+  // The bytes a protocol 2 pickle writes as _codecs.encode(str, 'latin1'), or a bytes value.
+  std::optional<std::string> BytesOf(uint32_t v) const {
+    const PickleValue& p = At(v);
+    if (p.kind == PickleKind::kBytes) return p.text;
+    const PickleValue* args = p.kind == PickleKind::kCall ? Args(p) : nullptr;
+    if (!args || !IsGlobal(p.items[0], "_codecs.encode") || args->items.size() != 2 ||
+        At(args->items[0]).kind != PickleKind::kString || At(args->items[1]).text != "latin1") {
+      return std::nullopt;
+    }
+    std::string out;  // UTF-8 text of code points below 256 back to those bytes
+    const std::string& text = At(args->items[0]).text;
+    for (size_t i = 0; i < text.size(); ++i) {
+      const auto c = static_cast<uint8_t>(text[i]);
+      if (c < 0x80) {
+        out += static_cast<char>(c);
+      } else if ((c & 0xfe) == 0xc2 && i + 1 < text.size()) {
+        out += static_cast<char>(((c & 0x03) << 6) | (static_cast<uint8_t>(text[++i]) & 0x3f));
+      } else {
+        return std::nullopt;
+      }
+    }
+    return out;
+  }
+
+  // A numpy dtype call, numpy.dtype('u4', False, True) with BUILD (3, '<', ...): "<u4".
+  std::optional<std::string> NumpyDtype(uint32_t v) const {
+    const PickleValue& p = At(v);
+    const PickleValue* args = p.kind == PickleKind::kCall ? Args(p) : nullptr;
+    if (!args || !IsGlobal(p.items[0], "numpy.dtype") || args->items.empty() ||
+        At(args->items[0]).kind != PickleKind::kString) {
+      return std::nullopt;
+    }
+    std::string order = "|";
+    if (p.state != PickleValue::kNoState && At(p.state).kind == PickleKind::kTuple &&
+        At(p.state).items.size() > 1 && At(At(p.state).items[1]).kind == PickleKind::kString) {
+      order = At(At(p.state).items[1]).text;
+    }
+    return order + At(args->items[0]).text;
+  }
+
+  // The data-only calls DeepSpeed mode admits (pickle.h), as JSON; false if `p` is none of
+  // them. Nothing is imported or run: arguments and BUILD states are read as values.
+  Result<bool> DeepSpeedCall(uint32_t v, const PickleValue& args, const std::string& name,
+                             int depth, json* state, bool* has_state) {
+    const PickleValue& p = At(v);
+    const std::string& fn = At(p.items[0]).text;
+    const std::vector<uint32_t>& a = args.items;
+    if (fn == "builtins.set" || fn == "__builtin__.set") {  // set([items])
+      if (a.empty()) {
+        *state = json::array();
+        return true;
+      }
+      CKPTFS_RETURN_IF_ERROR(Visit(a[0], name, depth + 1, state, has_state));
+      return true;
+    }
+    if (fn == "deepspeed.runtime.zero.config.ZeroStageEnum" && a.size() == 1 &&
+        At(a[0]).kind == PickleKind::kInt) {
+      *state = At(a[0]).int_value;
+      return true;
+    }
+    if (fn == "builtins.getattr" || fn == "__builtin__.getattr") {  // the unpickler checked a[0]
+      static constexpr std::pair<std::string_view, int> kStages[] = {{"disabled", 0},
+                                                                     {"optimizer_states", 1},
+                                                                     {"gradients", 2},
+                                                                     {"weights", 3},
+                                                                     {"max_stage", 3}};
+      for (auto [member, stage] : kStages) {
+        if (At(a[1]).text == member) {
+          *state = stage;
+          return true;
+        }
+      }
+      return Bad("\"" + name + "\": ZeroStageEnum has no member " + At(a[1]).text);
+    }
+    if (fn == "_codecs.encode") {
+      if (!BytesOf(v)) return Bad("\"" + name + "\": _codecs.encode of something but latin-1 text");
+      *state = At(a[0]).text;
+      return true;
+    }
+    if (fn == "numpy.dtype") {
+      const std::optional<std::string> dtype = NumpyDtype(v);
+      if (!dtype) return Bad("\"" + name + "\": malformed numpy dtype");
+      *state = *dtype;
+      return true;
+    }
+    if (fn == "numpy.core.multiarray._reconstruct" || fn == "numpy._core.multiarray._reconstruct") {
+      // BUILD state (version, shape, dtype, is_fortran, data): shape and dtype kept.
+      const PickleValue* st = p.state == PickleValue::kNoState ? nullptr : &At(p.state);
+      if (!st || st->kind != PickleKind::kTuple || st->items.size() != 5) {
+        return Bad("\"" + name + "\": numpy array without its state");
+      }
+      const std::optional<std::string> dtype = NumpyDtype(st->items[2]);
+      CKPTFS_ASSIGN_OR_RETURN(std::vector<uint64_t> shape,
+                              Sizes(st->items[1], "numpy array \"" + name + "\" shape"));
+      if (!dtype) return Bad("\"" + name + "\": numpy array of a malformed dtype");
+      *state = json{{"ndarray", json{{"dtype", *dtype}, {"shape", shape}}}};
+      return true;
+    }
+    if (fn == "numpy.core.multiarray.scalar" || fn == "numpy._core.multiarray.scalar") {
+      const std::optional<std::string> dtype = a.size() == 2 ? NumpyDtype(a[0]) : std::nullopt;
+      const std::optional<std::string> bytes = a.size() == 2 ? BytesOf(a[1]) : std::nullopt;
+      if (!dtype || !bytes) return Bad("\"" + name + "\": malformed numpy scalar");
+      *state = NumpyScalar(*dtype, *bytes);
+      return true;
+    }
+    // Plain objects rebuilt by NEWOBJ(cls, ()) + BUILD(state): their state is their value.
+    static constexpr std::string_view kObjects[] = {
+        "argparse.Namespace", "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+        "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+        "deepspeed.utils.tensor_fragment.fragment_address"};
+    if (std::find(std::begin(kObjects), std::end(kObjects), fn) != std::end(kObjects)) {
+      if (p.state == PickleValue::kNoState) {
+        *state = json::object();
+        *has_state = true;
+        return true;
+      }
+      CKPTFS_RETURN_IF_ERROR(Visit(p.state, name, depth + 1, state, has_state));
+      return true;
+    }
+    return false;
+  }
+
+  // A numpy scalar's value where JSON has one (little-endian numbers, bool), else its dtype.
+  static json NumpyScalar(const std::string& dtype, const std::string& bytes) {
+    auto load = [&](auto zero) -> json {
+      decltype(zero) v{};
+      if (bytes.size() != sizeof(v)) return json{{"numpy_scalar", dtype}};
+      std::memcpy(&v, bytes.data(), sizeof(v));
+      return v;
+    };
+    if (dtype == "<f8") return load(double{});
+    if (dtype == "<f4") return load(float{});
+    if (dtype == "<i8") return load(int64_t{});
+    if (dtype == "<i4") return load(int32_t{});
+    if (dtype == "<u8") return load(uint64_t{});
+    if (dtype == "<u4") return load(uint32_t{});
+    if (dtype == "|b1" && bytes.size() == 1) return bytes[0] != 0;
+    return json{{"numpy_scalar", dtype}};
+  }
+
   const ByteSource& source_;
   const PickleTree& tree_;
   std::string prefix_;
+  PickleGlobals globals_;
   std::unordered_map<std::string, const ZipEntry*> records_;
   std::unordered_map<std::string, uint32_t> keys_;
   uint64_t visits_ = 0;
@@ -482,8 +633,8 @@ struct TorchArchive {
   PickleTree tree;
 };
 
-Result<TorchArchive> ReadTorchArchive(const ByteSource& source) {
-  CKPTFS_RETURN_IF_ERROR(CheckZipMagic(source));
+Result<TorchArchive> ReadTorchArchive(const ByteSource& source, PickleGlobals globals) {
+  CKPTFS_RETURN_IF_ERROR(CheckZipMagic(source, globals));
   TorchArchive out;
   CKPTFS_ASSIGN_OR_RETURN(out.entries, ReadZipDirectory(source));
   // torch names every record ARCHIVE/...; its reader takes ARCHIVE from the records.
@@ -511,19 +662,19 @@ Result<TorchArchive> ReadTorchArchive(const ByteSource& source) {
   std::string data(pickle->size, '\0');
   CKPTFS_RETURN_IF_ERROR(
       source.ReadAt(pickle->data_offset, {reinterpret_cast<uint8_t*>(data.data()), data.size()}));
-  CKPTFS_ASSIGN_OR_RETURN(out.tree, Unpickle(data, source.Name()));
+  CKPTFS_ASSIGN_OR_RETURN(out.tree, Unpickle(data, source.Name(), globals));
   return out;
 }
 
 }  // namespace
 
-Result<TorchFile> ReadTorchFile(const ByteSource& source) {
-  CKPTFS_ASSIGN_OR_RETURN(TorchArchive archive, ReadTorchArchive(source));
-  return Interpreter(source, archive.tree, archive.entries, archive.prefix).Run();
+Result<TorchFile> ReadTorchFile(const ByteSource& source, PickleGlobals globals) {
+  CKPTFS_ASSIGN_OR_RETURN(TorchArchive archive, ReadTorchArchive(source, globals));
+  return Interpreter(source, archive.tree, archive.entries, archive.prefix, globals).Run();
 }
 
 Result<std::vector<std::string>> ReadTorchStringList(const ByteSource& source) {
-  CKPTFS_ASSIGN_OR_RETURN(TorchArchive archive, ReadTorchArchive(source));
+  CKPTFS_ASSIGN_OR_RETURN(TorchArchive archive, ReadTorchArchive(source, PickleGlobals::kTorch));
   const PickleTree& tree = archive.tree;
   const PickleValue& root = tree.at(tree.root);
   if (root.kind != PickleKind::kList) {

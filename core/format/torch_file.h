@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/format/dtype.h"
+#include "core/format/pickle.h"
 #include "core/source/byte_source.h"
 #include "core/status.h"
 
@@ -66,8 +67,14 @@ struct TorchFile {
   bool root_is_tensor = false;
 };
 
-// Reads the directory and pickle of the torch.save file in `source`.
-Result<TorchFile> ReadTorchFile(const ByteSource& source);
+// Reads the directory and pickle of the torch.save file in `source`. With
+// PickleGlobals::kDeepSpeed the pickle may also name DeepSpeed's classes (pickle.h), which
+// become JSON in state_json: ZeroStageEnum its stage number, a set a list, a loss scaler,
+// argparse.Namespace or fragment_address its attribute dict, bytes a string, a numpy array
+// {"ndarray": {"dtype", "shape"}} (data left out), a numpy scalar its value. A non-zip file
+// is then refused as DeepSpeed's legacy serialization.
+Result<TorchFile> ReadTorchFile(const ByteSource& source,
+                                PickleGlobals globals = PickleGlobals::kTorch);
 
 // The strings of a torch.save file whose pickled root is a list of str (a per-key split
 // checkpoint's map.pt), in order. Corruption naming the file if the root is anything else

@@ -733,7 +733,8 @@ Result<SourceDir> OpenSourceDir(const std::string& source, CodecContext& codec,
 
 Result<bool> IsRun(const SourceDir& dir) {
   if (!dir.named.empty() || dir.Lists(std::string(kSplitMap))) return false;
-  CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, nullptr));
+  std::string top_format;
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, &top_format));
   for (const std::string& name : dir.dirs) {
     if (!IsEntryName(name) || PartOfTopCheckpoint(top, name)) continue;
     auto sub = dir.OpenDir(name);
@@ -741,7 +742,8 @@ Result<bool> IsRun(const SourceDir& dir) {
     CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> claim, TopClaim(*sub, nullptr));
     if (claim || sub->Lists(std::string(kSplitMap))) return true;
   }
-  if (TorchEntryFiles(dir).size() >= 2) return true;
+  // A DeepSpeed tag's rank files are one checkpoint, not torch entries of a run.
+  if (top_format != "deepspeed" && TorchEntryFiles(dir).size() >= 2) return true;
   std::vector<std::string> ignored;
   // A DeepSpeed save dir: `latest` names a tag directory holding a checkpoint.
   CKPTFS_ASSIGN_OR_RETURN(const std::string tag, ReadDeepSpeedLatest(dir, ignored));

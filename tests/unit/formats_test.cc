@@ -36,7 +36,11 @@ std::map<std::string, std::map<std::string, std::string>> MinimalCheckpoints() {
             {"ckpt-1.index", "not parsed by detect"},
             {"ckpt-1.data-00000-of-00001", "x"}}},
           // map.pt names the key files; detect reads nothing.
-          {"split", {{"map.pt", "not parsed by detect"}, {"config.json", "{}"}}}};
+          {"split", {{"map.pt", "not parsed by detect"}, {"config.json", "{}"}}},
+          // A ZeRO tag: its model states file names the rest (detect reads nothing).
+          {"deepspeed",
+           {{"mp_rank_00_model_states.pt", "not parsed by detect"},
+            {"bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "x"}}}};
 }
 
 // The entry whose detect claims `dir`, by the table's precedence; "" if none.
@@ -61,7 +65,8 @@ TEST(FormatTable, EveryEntryIsCompleteAndDistinct) {
     EXPECT_FALSE(f.name.empty());
     EXPECT_FALSE(f.title.empty());
     EXPECT_FALSE(f.looks_for.empty());
-    EXPECT_FALSE(f.file_kinds.empty());
+    // DeepSpeed's tags are directories only: no file SOURCE is one.
+    EXPECT_EQ(f.file_kinds.empty(), f.format == CheckpointFormat::kDeepSpeed);
     EXPECT_TRUE(names.insert(f.name).second) << "names must be unique";
     EXPECT_FALSE(f.probe_names.empty()) << "a server cannot list: probe names are needed";
     ASSERT_NE(f.detect, nullptr);

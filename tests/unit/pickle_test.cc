@@ -610,5 +610,156 @@ TEST(PickleSemantics, NoOpcodeCopiesWithoutBound) {
   EXPECT_EQ(t.at(t.root).items.size(), 2u);
 }
 
+// DeepSpeed mode. Captured with /usr/bin/python3 (3.11), numpy 1.24 and the stand-in package
+// tests/deepspeed/deepspeed (module names as DeepSpeed's), protocol 2 as torch.save uses:
+//   kDeepSpeedObjects = dumps({'stage': ZeroStageEnum.gradients, 'scaler':
+//       LossScaler(scale=1.0), 'frag': fragment_address(numel=3, start=5), 'names': {'a'},
+//       'args': argparse.Namespace(lr=0.5)})        (3.11 pickles the enum by getattr)
+//   kStageByValue = dumps({'stage': ZeroStageEnum.gradients}) with copyreg reducing it to
+//       ZeroStageEnum(2), as other Pythons do
+//   kNumpyState = dumps({'numpy': state, 'loss': np.float64(0.25)}), state =
+//       np.random.RandomState(1).get_state() with its key array cut to 2 entries
+constexpr std::string_view kDeepSpeedObjects =
+    "80027d710028580500000073746167657101635f5f6275696c74696e5f5f0a676574617474720a71026364656570"
+    "73706565642e72756e74696d652e7a65726f2e636f6e6669670a5a65726f5374616765456e756d0a7103580900"
+    "00006772616469656e7473710486710552710658060000007363616c65727107636465657073706565642e7275"
+    "6e74696d652e667031362e6c6f73735f7363616c65720a4c6f73735363616c65720a7108298171097d710a2858"
+    "090000006375725f7363616c65710b473ff0000000000000580700000064796e616d6963710c89756258040000"
+    "0066726167710d636465657073706565642e7574696c732e74656e736f725f667261676d656e740a667261676d"
+    "656e745f616464726573730a710e2981710f7d71102858050000006e756d656c71114b03580500000073746172"
+    "7471124b05756258050000006e616d65737113635f5f6275696c74696e5f5f0a7365740a71145d711558010000"
+    "006171166185711752711858040000006172677371196361726770617273650a4e616d6573706163650a711a29"
+    "81711b7d711c58020000006c72711d473fe00000000000007362752e";
+constexpr std::string_view kStageByValue =
+    "80027d7100580500000073746167657101636465657073706565642e72756e74696d652e7a65726f2e636f6e66"
+    "69670a5a65726f5374616765456e756d0a71024b02857103527104732e";
+constexpr std::string_view kNumpyState =
+    "80027d71002858050000006e756d707971012858070000004d5431393933377102636e756d70792e636f72652e"
+    "6d756c746961727261790a5f7265636f6e7374727563740a7103636e756d70790a6e6461727261790a71044b00"
+    "857105635f636f646563730a656e636f64650a7106580100000062710758060000006c6174696e31710886710952"
+    "710a87710b52710c284b014b0285710d636e756d70790a64747970650a710e58020000007534710f8988877110"
+    "527111284b0358010000003c71124e4e4e4affffffff4affffffff4b007471136289680658090000000100000066"
+    "c289076c71146808867115527116747117624d70024b0047000000000000000074711858040000006c6f737371"
+    "19636e756d70792e636f72652e6d756c746961727261790a7363616c61720a711a680e58020000006638711b89"
+    "8887711c52711d284b0368124e4e4e4affffffff4affffffff4b0074711e6268065809000000000000000000c3"
+    "903f711f6808867120527121867122527123752e";
+
+Result<PickleTree> LoadDeepSpeed(std::string_view bytes) {
+  return Unpickle(bytes, "ckpt.pt", PickleGlobals::kDeepSpeed);
+}
+
+TEST(PickleDeepSpeed, AcceptsExactlyItsGlobals) {
+  for (std::string_view full : kDeepSpeedGlobals) {
+    const size_t dot = full.rfind('.');
+    EXPECT_TRUE(
+        IsAllowedPickleGlobal(full.substr(0, dot), full.substr(dot + 1), PickleGlobals::kDeepSpeed))
+        << full;
+    EXPECT_FALSE(IsAllowedPickleGlobal(full.substr(0, dot), full.substr(dot + 1))) << full;
+  }
+  // torch's list still holds.
+  EXPECT_TRUE(
+      IsAllowedPickleGlobal("torch._utils", "_rebuild_tensor_v2", PickleGlobals::kDeepSpeed));
+  for (auto [module, name] :
+       {std::pair{"os", "system"}, std::pair{"builtins", "eval"}, std::pair{"builtins", "setattr"},
+        std::pair{"__builtin__", "frozenset"}, std::pair{"numpy", "load"},
+        std::pair{"numpy.core.multiarray", "fromfile"},
+        std::pair{"deepspeed.runtime.zero.config", "ZeroConfig"},
+        std::pair{"deepspeed", "init_distributed"}, std::pair{"argparse", "ArgumentParser"},
+        std::pair{"_codecs", "decode"}}) {
+    EXPECT_FALSE(IsAllowedPickleGlobal(module, name, PickleGlobals::kDeepSpeed)) << module << name;
+  }
+}
+
+TEST(PickleDeepSpeed, DeepSpeedObjectsAreInertCalls) {
+  const std::string bytes = FromHex(kDeepSpeedObjects);
+  // torch mode refuses the first DeepSpeed global it meets.
+  EXPECT_EQ(RefusalOf(bytes),
+            "ckpt.bin: data.pkl: global __builtin__.getattr is not allowed (byte 18)");
+  Result<PickleTree> tree = LoadDeepSpeed(bytes);
+  ASSERT_TRUE(tree.ok()) << tree.status().message();
+  ExpectSane(*tree, bytes.size());
+  const PickleValue& stage = tree->at(Find(*tree, tree->root, "stage"));
+  ASSERT_EQ(stage.kind, PickleKind::kCall);
+  EXPECT_EQ(tree->at(stage.items[0]).text, "__builtin__.getattr");
+  const PickleValue& args = tree->at(stage.items[1]);
+  ASSERT_EQ(args.items.size(), 2u);
+  EXPECT_EQ(tree->at(args.items[0]).text, "deepspeed.runtime.zero.config.ZeroStageEnum");
+  EXPECT_EQ(tree->at(args.items[1]).text, "gradients");
+  // NEWOBJ + BUILD: the call keeps its state, a dict.
+  const PickleValue& scaler = tree->at(Find(*tree, tree->root, "scaler"));
+  ASSERT_EQ(scaler.kind, PickleKind::kCall);
+  EXPECT_EQ(tree->at(scaler.items[0]).text, "deepspeed.runtime.fp16.loss_scaler.LossScaler");
+  ASSERT_NE(scaler.state, PickleValue::kNoState);
+  EXPECT_EQ(tree->at(Find(*tree, scaler.state, "cur_scale")).float_value, 1.0);
+  const PickleValue& frag = tree->at(Find(*tree, tree->root, "frag"));
+  EXPECT_EQ(tree->at(Find(*tree, frag.state, "numel")).int_value, 3);
+  EXPECT_EQ(tree->at(Find(*tree, frag.state, "start")).int_value, 5);
+  const PickleValue& names = tree->at(Find(*tree, tree->root, "names"));
+  EXPECT_EQ(tree->at(names.items[0]).text, "__builtin__.set");
+  const PickleValue& ns = tree->at(Find(*tree, tree->root, "args"));
+  EXPECT_EQ(tree->at(ns.items[0]).text, "argparse.Namespace");
+  EXPECT_EQ(tree->at(Find(*tree, ns.state, "lr")).float_value, 0.5);
+
+  Result<PickleTree> by_value = LoadDeepSpeed(FromHex(kStageByValue));
+  ASSERT_TRUE(by_value.ok()) << by_value.status().message();
+  const PickleValue& call = by_value->at(Find(*by_value, by_value->root, "stage"));
+  EXPECT_EQ(by_value->at(call.items[0]).text, "deepspeed.runtime.zero.config.ZeroStageEnum");
+  EXPECT_EQ(by_value->at(by_value->at(call.items[1]).items[0]).int_value, 2);
+}
+
+TEST(PickleDeepSpeed, NumpyRandomState) {
+  const std::string bytes = FromHex(kNumpyState);
+  EXPECT_EQ(RefusalOf(bytes),
+            "ckpt.bin: data.pkl: global numpy.core.multiarray._reconstruct is "
+            "not allowed (byte 33)");
+  Result<PickleTree> tree = LoadDeepSpeed(bytes);
+  ASSERT_TRUE(tree.ok()) << tree.status().message();
+  const PickleValue& state = tree->at(Find(*tree, tree->root, "numpy"));
+  ASSERT_EQ(state.kind, PickleKind::kTuple);
+  ASSERT_EQ(state.items.size(), 5u);
+  EXPECT_EQ(tree->at(state.items[0]).text, "MT19937");
+  const PickleValue& array = tree->at(state.items[1]);
+  ASSERT_EQ(array.kind, PickleKind::kCall);
+  EXPECT_EQ(tree->at(array.items[0]).text, "numpy.core.multiarray._reconstruct");
+  EXPECT_NE(array.state, PickleValue::kNoState);
+}
+
+TEST(PickleDeepSpeed, GetattrOnlyOnZeroStageEnum) {
+  // getattr(argparse.Namespace, 'x'): both globals are allowed, the call is not.
+  EXPECT_EQ(LoadDeepSpeed("\x80\x02"
+                          "c__builtin__\ngetattr\ncargparse\nNamespace\n"
+                          "X\x01\x00\x00\x00x\x86R."sv)
+                .status()
+                .message(),
+            "ckpt.pt: data.pkl: __builtin__.getattr is allowed only as "
+            "getattr(deepspeed.runtime.zero.config.ZeroStageEnum, 'name') (byte 50)");
+  // On the enum but with a non-string name, or with three arguments.
+  EXPECT_FALSE(LoadDeepSpeed("\x80\x02"
+                             "cbuiltins\ngetattr\n"
+                             "cdeepspeed.runtime.zero.config\nZeroStageEnum\nK\x01\x86R."sv)
+                   .ok());
+  EXPECT_FALSE(LoadDeepSpeed("\x80\x02"
+                             "cbuiltins\ngetattr\n"
+                             "cdeepspeed.runtime.zero.config\nZeroStageEnum\n"
+                             "X\x01\x00\x00\x00xK\x01\x87R."sv)
+                   .ok());
+  // Through NEWOBJ too.
+  EXPECT_FALSE(LoadDeepSpeed("\x80\x02"
+                             "cbuiltins\ngetattr\ncargparse\nNamespace\n"
+                             "X\x01\x00\x00\x00x\x86\x81."sv)
+                   .ok());
+  // The accepted form.
+  EXPECT_TRUE(LoadDeepSpeed("\x80\x02"
+                            "cbuiltins\ngetattr\n"
+                            "cdeepspeed.runtime.zero.config\nZeroStageEnum\n"
+                            "X\x07\x00\x00\x00weights\x86R."sv)
+                  .ok());
+  // Anything else stays refused in DeepSpeed mode.
+  EXPECT_EQ(LoadDeepSpeed("\x80\x02"
+                          "cos\nsystem\n(S'echo hi'\ntR."sv)
+                .status()
+                .message(),
+            "ckpt.pt: data.pkl: global os.system is not allowed (byte 2)");
+}
 }  // namespace
 }  // namespace ckptfs

@@ -1,0 +1,440 @@
+// The DeepSpeed entry of the format table: a ZeRO tag directory (global_stepN/ as
+// DeepSpeed's save_checkpoint writes it), mounted as the consolidated model zero_to_fp32.py
+// would write, with nothing copied (core/format/deepspeed/zero.h).
+//
+// Claimed by its model states file (mp_rank_00_model_states.pt, or at stage 3
+// zero_pp_rank_0_mp_rank_00_model_states.pt); the world size that file states names the
+// other rank files, which are asked for by name (SourceDir::Has / open), so a server that
+// cannot list serves a tag too. Every rank file is a shard; the tensors are
+//   model.<name>                 the consolidated model (the model view)
+//   module.<name>                the module-dtype weights as saved (stage 0-2)
+//   optimizer.exp_avg.<name>     Adam's moments, consolidated like the weights
+//   optimizer.exp_avg_sq.<name>
+// and any other tensor of the model states file (a client_state's) under its own name.
+// A save directory (`latest` and tags) is a run: core/run handles it, each tag through here.
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <numeric>
+#include <thread>
+
+#include "core/checkpoint/assembly.h"
+#include "core/checkpoint/formats.h"
+#include "core/format/deepspeed/zero.h"
+#include "core/format/torch_file.h"
+#include "core/format/zip.h"
+
+namespace ckptfs {
+namespace {
+
+namespace ds = deepspeed;
+
+constexpr std::string_view kProbeNames[] = {"mp_rank_00_model_states.pt",
+                                            "zero_pp_rank_0_mp_rank_00_model_states.pt"};
+
+// A rank file's name (plain or .zst): mp_rank_XX_model_states.pt or
+// [bf16_]zero_pp_rank_R_mp_rank_XX_{model,optim}_states.pt.
+bool IsRankFile(std::string_view name) {
+  name = StripZst(name);
+  return EndsWith(name, "_model_states.pt") || EndsWith(name, "_optim_states.pt");
+}
+
+// The dp rank and mp rank a zero_pp rank file names, if it is one.
+bool ParseZeroName(std::string_view name, uint64_t& dp, uint64_t& mp) {
+  name = StripZst(name);
+  if (name.substr(0, 5) == "bf16_") name.remove_prefix(5);
+  constexpr std::string_view kHead = "zero_pp_rank_";
+  if (name.substr(0, kHead.size()) != kHead) return false;
+  name.remove_prefix(kHead.size());
+  auto number = [&](uint64_t& out) {
+    size_t n = 0;
+    out = 0;
+    while (n < name.size() && n < 9 && name[n] >= '0' && name[n] <= '9') {
+      out = out * 10 + static_cast<uint64_t>(name[n++] - '0');
+    }
+    name.remove_prefix(n);
+    return n > 0;
+  };
+  if (!number(dp) || name.substr(0, 9) != "_mp_rank_") return false;
+  name.remove_prefix(9);
+  return number(mp);
+}
+
+// A pipeline layer file, layer_XX-model_YY-model_states.pt (PipelineModule.save_state_dict):
+// one state_dict() per layer and tensor-parallel rank.
+struct LayerFile {
+  std::string name;  // without .zst
+  uint64_t layer = 0;
+  uint64_t mp = 0;
+};
+
+std::vector<LayerFile> LayerFiles(const SourceDir& dir) {
+  std::vector<LayerFile> out;
+  for (const std::string& f : dir.files) {
+    std::string_view n = StripZst(f);
+    constexpr std::string_view kHead = "layer_", kMid = "-model_", kTail = "-model_states.pt";
+    if (n.substr(0, kHead.size()) != kHead || !EndsWith(n, kTail)) continue;
+    const std::string_view middle = n.substr(kHead.size(), n.size() - kHead.size() - kTail.size());
+    const size_t dash = middle.find(kMid);
+    if (dash == std::string_view::npos) continue;
+    auto number = [](std::string_view digits, uint64_t& v) {
+      if (digits.empty() || digits.size() > 9) return false;
+      v = 0;
+      for (char c : digits) {
+        if (c < '0' || c > '9') return false;
+        v = v * 10 + static_cast<uint64_t>(c - '0');
+      }
+      return true;
+    };
+    LayerFile l{std::string(n)};
+    if (!number(middle.substr(0, dash), l.layer) ||
+        !number(middle.substr(dash + kMid.size()), l.mp)) {
+      continue;
+    }
+    if (out.empty() || out.back().name != l.name) out.push_back(std::move(l));  // x, x.zst
+  }
+  std::sort(out.begin(), out.end(), [](const LayerFile& a, const LayerFile& b) {
+    return std::tie(a.mp, a.layer) < std::tie(b.mp, b.layer);
+  });
+  return out;
+}
+
+// A layer file's tensors as `prefix<layer>.<key>`, over its own storages, as saved.
+void AddLayer(const TorchFile& file, uint32_t shard, const std::string& prefix, uint64_t layer,
+              Checkpoint& ckpt) {
+  const auto base = static_cast<uint32_t>(ckpt.storages.size());
+  for (const TorchStorage& s : file.storages) {
+    ckpt.storages.push_back(Storage{shard, s.data_offset, s.size, s.dtype, true, s.crc32});
+  }
+  for (const TorchTensor& t : file.tensors) {
+    const Storage& s = ckpt.storages[base + t.storage];
+    Tensor tensor{.name = prefix + std::to_string(layer) + "." + t.name,
+                  .dtype = s.dtype,
+                  .top_is_dict = true,
+                  .shape = t.shape,
+                  .shard = shard,
+                  .storage = base + t.storage,
+                  .top_key_size = static_cast<uint32_t>(prefix.size() - 1),
+                  .storage_offset = t.storage_offset};
+    if (IsRowMajor(tensor.shape, t.stride)) {
+      tensor.size = TensorByteSize(s.dtype, tensor.shape).value_or(0);
+      tensor.offset = s.offset + (tensor.size ? t.storage_offset * DtypeSize(s.dtype) : 0);
+    } else {
+      tensor.stride = t.stride;
+    }
+    ckpt.tensors.push_back(std::move(tensor));
+  }
+}
+
+// Files are named in refusals as the tag names them, as every shard is (ByteSource::Name).
+std::string Shown(const SourceDir&, const std::string& name) { return name; }
+
+// Whether `name` (or name.zst) is in `dir`.
+Result<bool> Exists(const SourceDir& dir, const std::string& name) {
+  if (dir.Lists(name) || dir.Lists(name + std::string(kZstdSuffix))) return true;
+  CKPTFS_ASSIGN_OR_RETURN(const bool plain, dir.Has(name));
+  if (plain) return true;
+  return dir.Has(name + std::string(kZstdSuffix));
+}
+
+Result<std::optional<Claim>> DetectDeepSpeed(const SourceDir& dir) {
+  if (!dir.named.empty()) {  // a tag is a directory: one of its files is refused as such
+    if (!IsRankFile(dir.named)) return std::optional<Claim>();
+    return std::optional<Claim>(Claim{
+        Claim::Rank::kNamed, dir.named,
+        Status::InvalidArgument(dir.named + ": a DeepSpeed rank file; mount the tag directory "
+                                            "that holds it (global_stepN/)")});
+  }
+  for (std::string_view name : {kProbeNames[1], kProbeNames[0]}) {
+    const std::string n(name);
+    if (dir.Lists(n) || dir.Lists(n + std::string(kZstdSuffix))) {
+      return std::optional<Claim>(Claim{.rank = Claim::Rank::kNamed, .file = n});
+    }
+  }
+  return std::optional<Claim>();
+}
+
+// Refuses a tag whose listing holds rank files another world size would write.
+Status CheckListing(const SourceDir& dir, uint32_t dp, uint32_t mp, bool bf16, bool stage3) {
+  for (const std::string& f : dir.files) {
+    uint64_t r = 0, m = 0;
+    if (!ParseZeroName(f, r, m)) continue;
+    const bool optim = EndsWith(StripZst(f), "_optim_states.pt");
+    if (r >= dp || m >= mp) {
+      return Status::Corruption(Shown(dir, f) + ": rank " + std::to_string(r) + " (mp rank " +
+                                std::to_string(m) + ") but " +
+                                Shown(dir, std::string(kProbeNames[stage3])) +
+                                " says dp_world_size " + std::to_string(dp) + ", mp_world_size " +
+                                std::to_string(mp) + ": rank files of different world sizes");
+    }
+    if (optim && (f.substr(0, 5) == "bf16_") != bf16) {
+      return Status::Corruption(Shown(dir, f) + ": bf16 and non-bf16 optimizer rank files side " +
+                                "by side: rank files of different runs");
+    }
+    if (!optim && !stage3) {
+      return Status::Corruption(Shown(dir, f) + ": a ZeRO-3 model states file beside " +
+                                std::string(kProbeNames[0]) + ": rank files of different runs");
+    }
+  }
+  return Status::Ok();
+}
+
+struct OpenedRank {
+  std::string name;  // file name as the tag names it (no .zst)
+  StoredFile file;
+  TorchFile torch;
+};
+
+// Opens and reads the rank files `names`, several at once; a missing one is refused as
+// such, naming the file and the world size that asks for it.
+Result<std::vector<OpenedRank>> OpenRanks(const SourceDir& dir,
+                                          const std::vector<std::string>& names,
+                                          const std::string& why, CodecContext& codec) {
+  std::vector<OpenedRank> out(names.size());
+  std::vector<Status> errors(names.size(), Status::Ok());
+  for (size_t i = 0; i < names.size(); ++i) {
+    CKPTFS_ASSIGN_OR_RETURN(const bool there, Exists(dir, names[i]));
+    if (!there) {
+      return Status::NotFound(Shown(dir, names[i]) + ": missing (" + why +
+                              "); a tag is complete only when every rank has saved");
+    }
+    out[i].name = names[i];
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < names.size(); i = next++) {
+      Result<StoredFile> f = OpenWeightFile(dir, names[i], codec);
+      if (!f.ok()) {
+        errors[i] = f.status();
+        continue;
+      }
+      Result<TorchFile> t = ReadTorchFile(*f->source, PickleGlobals::kDeepSpeed);
+      if (!t.ok()) {
+        errors[i] = t.status();
+        continue;
+      }
+      out[i].file = std::move(f).value();
+      out[i].torch = std::move(t).value();
+    }
+  };
+  const size_t workers =
+      std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), names.size(), 8});
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < workers; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  for (const Status& e : errors) CKPTFS_RETURN_IF_ERROR(e);
+  return out;
+}
+
+// Turns the consolidated tensors into the checkpoint's storages and tensors.
+// Tensors named model.* are renamed `model_as`.* when given (a pipeline's fp32 masters, whose
+// model is its layer files').
+void Fill(ds::ZeroCheckpoint& zero, const std::vector<uint32_t>& shard_of,
+          const std::string& model_as, Checkpoint& ckpt) {
+  for (StoredRange& r : zero.ranges) r.shard = shard_of[r.shard];
+  std::vector<uint32_t> storage_of(zero.tensors.size(), 0);
+  for (size_t i = 0; i < zero.tensors.size(); ++i) {
+    const ds::ZeroTensor& z = zero.tensors[i];
+    if (z.same_as != ds::ZeroTensor::kOwnBytes) continue;
+    Storage s;
+    s.dtype = z.dtype;
+    s.size = z.size;
+    if (z.range_count > 0) {
+      s.shard = zero.ranges[z.first_range].shard;
+      s.offset = zero.ranges[z.first_range].offset;
+    }
+    if (z.range_count > 1) {
+      s.first_range = static_cast<uint32_t>(ckpt.ranges.size());
+      s.range_count = z.range_count;
+      ckpt.ranges.insert(ckpt.ranges.end(), zero.ranges.begin() + z.first_range,
+                         zero.ranges.begin() + z.first_range + z.range_count);
+    }
+    storage_of[i] = static_cast<uint32_t>(ckpt.storages.size());
+    ckpt.storages.push_back(s);
+  }
+  for (size_t i = 0; i < zero.tensors.size(); ++i) {
+    ds::ZeroTensor& z = zero.tensors[i];
+    const uint32_t owner =
+        z.same_as == ds::ZeroTensor::kOwnBytes ? static_cast<uint32_t>(i) : z.same_as;
+    const Storage& s = ckpt.storages[storage_of[owner]];
+    if (!model_as.empty() && z.name.compare(0, 6, "model.") == 0) {
+      z.name = model_as + z.name.substr(5);
+      z.top_key_size = static_cast<uint32_t>(model_as.size());
+    }
+    ckpt.tensors.push_back(Tensor{.name = std::move(z.name),
+                                  .dtype = z.dtype,
+                                  .top_is_dict = z.top_is_dict,
+                                  .shape = std::move(z.shape),
+                                  .shard = s.shard,
+                                  .offset = s.offset,
+                                  .size = s.size,
+                                  .storage = storage_of[owner],
+                                  .top_key_size = z.top_key_size});
+  }
+  ckpt.ranges.shrink_to_fit();
+}
+
+Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, CodecContext& codec,
+                     Checkpoint& ckpt) {
+  const bool stage3 = claim.file == kProbeNames[1];
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<OpenedRank> first,
+                          OpenRanks(dir, {claim.file}, "the tag's model states", codec));
+  const ds::RankFile first_rank{first[0].file.source->Name(), 0, &first[0].torch};
+  CKPTFS_ASSIGN_OR_RETURN(const ds::TagInfo tag, ds::ReadTagInfo(first_rank));
+  const std::vector<LayerFile> layers = LayerFiles(dir);
+  // Tensor-parallel ranks are not merged: a pipeline's are sub-trees of layer files.
+  const bool consolidate = tag.mp_world_size == 1;
+  if (!consolidate && layers.empty()) {
+    return Status::Unsupported(first_rank.name + ": mp_world_size " +
+                               std::to_string(tag.mp_world_size) +
+                               ": tensor-parallel ZeRO checkpoints are not consolidated (nor "
+                               "does zero_to_fp32)");
+  }
+  const uint32_t dp = tag.dp_world_size;
+  const std::string world = "dp_world_size " + std::to_string(dp) + " in " + first_rank.name;
+
+  // Which optimizer files: bf16_ ones under BF16_Optimizer; none at all without ZeRO.
+  CKPTFS_ASSIGN_OR_RETURN(const bool plain, Exists(dir, ds::OptimStatesName(0, 0, false)));
+  bool bf16 = false;
+  if (!plain) {
+    CKPTFS_ASSIGN_OR_RETURN(bf16, Exists(dir, ds::OptimStatesName(0, 0, true)));
+  }
+  const bool no_zero =
+      !consolidate || (!plain && !bf16 && !stage3 && tag.config_stage.value_or(0) == 0);
+  CKPTFS_RETURN_IF_ERROR(CheckListing(dir, dp, tag.mp_world_size, bf16, stage3));
+
+  std::vector<std::string> model_names = {claim.file};
+  for (uint32_t r = 1; stage3 && r < dp; ++r) model_names.push_back(ds::Zero3ModelStatesName(r, 0));
+  std::vector<std::string> optim_names;
+  for (uint32_t r = 0; !no_zero && r < dp; ++r)
+    optim_names.push_back(ds::OptimStatesName(r, 0, bf16));
+
+  std::vector<std::string> more(model_names.begin() + 1, model_names.end());
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<OpenedRank> models, OpenRanks(dir, more, world, codec));
+  models.insert(models.begin(), std::move(first[0]));
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<OpenedRank> optims,
+                          OpenRanks(dir, optim_names, world, codec));
+  std::vector<std::string> layer_names;
+  for (const LayerFile& l : layers) layer_names.push_back(l.name);
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<OpenedRank> layer_files,
+                          OpenRanks(dir, layer_names, "a pipeline layer", codec));
+
+  // Shards in file name order.
+  std::vector<OpenedRank*> all;
+  for (OpenedRank& o : models) all.push_back(&o);
+  for (OpenedRank& o : optims) all.push_back(&o);
+  for (OpenedRank& o : layer_files) all.push_back(&o);
+  std::vector<uint32_t> order(all.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return all[a]->name < all[b]->name; });
+  std::vector<uint32_t> shard_of(all.size());
+  for (uint32_t k = 0; k < order.size(); ++k) shard_of[order[k]] = k;
+
+  std::vector<ds::RankFile> model_files, optim_files;
+  for (size_t i = 0; i < models.size() + optims.size(); ++i) {
+    ds::RankFile rf{all[i]->file.source->Name(), static_cast<uint32_t>(i), &all[i]->torch};
+    (i < models.size() ? model_files : optim_files).push_back(std::move(rf));
+  }
+  CKPTFS_ASSIGN_OR_RETURN(ds::ZeroCheckpoint zero, ds::Consolidate(model_files, optim_files));
+  for (uint32_t k : order) ckpt.shards.push_back(std::move(all[k]->file));
+  Fill(zero, shard_of, layers.empty() ? "" : "model_fp32", ckpt);
+  const size_t first_layer = models.size() + optims.size();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string prefix =
+        consolidate ? "model."
+                    : "model_" + ds::TwoDigits(static_cast<uint32_t>(layers[i].mp)) + ".";
+    AddLayer(all[first_layer + i]->torch, shard_of[first_layer + i], prefix, layers[i].layer, ckpt);
+  }
+  CKPTFS_RETURN_IF_ERROR(SortTensors(ckpt));
+  ckpt.state_json = std::move(zero.state_json);
+  if (!layers.empty()) {
+    ckpt.state_json = ds::WithPipeline(ckpt.state_json, tag, layers.size());
+  }
+  // The consolidated weights are torch's: what transformers' loader expects of a conversion.
+  ckpt.metadata = {{"format", "pt"}};
+  return Status::Ok();
+}
+
+// Rank files this tag does not use (another world size's, pipeline layer files) would only
+// mislead at the root.
+std::vector<std::string> DeepSpeedHidden(const SourceDir& dir, const Checkpoint&) {
+  std::vector<std::string> hidden;
+  for (const std::string& f : dir.files) {
+    if (IsRankFile(f)) hidden.push_back(f);
+  }
+  return hidden;
+}
+
+// The CRC-32 of every stored record of rank file `shard` against its zip directory: the
+// consolidated storages are ranges of several records, so they carry no CRC of their own.
+Status CheckRecordCrcs(const StoredFile& shard, const std::function<void(const Status&)>& report) {
+  CKPTFS_ASSIGN_OR_RETURN(const std::vector<ZipEntry> entries, ReadZipDirectory(*shard.source));
+  std::vector<uint8_t> buf(1 << 20);
+  for (const ZipEntry& e : entries) {
+    if (e.method != 0) continue;  // torch.save stores records; ReadTorchFile refused others
+    uLong crc = crc32(0, nullptr, 0);
+    for (uint64_t done = 0; done < e.size;) {
+      const uint64_t n = std::min<uint64_t>(buf.size(), e.size - done);
+      CKPTFS_RETURN_IF_ERROR(shard.source->ReadAt(e.data_offset + done, {buf.data(), n}));
+      crc = crc32(crc, buf.data(), static_cast<uInt>(n));
+      done += n;
+    }
+    if (static_cast<uint32_t>(crc) != e.crc32) {
+      report(Status::Corruption(shard.name + ": record " + e.name +
+                                ": CRC-32 differs from the zip directory's"));
+    }
+  }
+  return Status::Ok();
+}
+
+// verify, once every stored byte was read: each consolidated tensor's ranges still add up
+// to its shape and lie inside their rank files, and every rank file's records match their
+// CRC-32.
+Status VerifyDeepSpeed(const Checkpoint& ckpt, const std::function<void(const Status&)>& report) {
+  for (const StoredFile& shard : ckpt.shards)
+    CKPTFS_RETURN_IF_ERROR(CheckRecordCrcs(shard, report));
+  for (const Tensor& t : ckpt.tensors) {
+    StoredRange one;
+    uint64_t bytes = 0;
+    for (const StoredRange& r : RangesOf(ckpt, t, one)) {
+      const StoredFile& shard = ckpt.shards[r.shard];
+      if (r.offset > shard.source->Size() || r.size > shard.source->Size() - r.offset) {
+        report(
+            Status::Corruption(shard.name + ": tensor \"" + t.name + "\" reaches past the file"));
+      }
+      bytes += r.size;
+    }
+    const std::optional<uint64_t> want = TensorByteSize(t.dtype, t.shape);
+    if (!want || *want != bytes) {
+      report(Status::Corruption(ckpt.shards[t.shard].name + ": tensor \"" + t.name + "\": its " +
+                                "partitions hold " + std::to_string(bytes) + " bytes, its shape " +
+                                (want ? std::to_string(*want) : std::string("overflows"))));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+FormatReader DeepSpeedFormat() {
+  return FormatReader{
+      .name = "deepspeed",
+      .title = "DeepSpeed ZeRO",
+      .format = CheckpointFormat::kDeepSpeed,
+      .probe_names = kProbeNames,
+      .looks_for =
+          "a DeepSpeed tag directory (mp_rank_00_model_states.pt, "
+          "zero_pp_rank_0_mp_rank_00_model_states.pt)",
+      .accepts_file = [](std::string_view) { return false; },
+      .file_kinds = "",
+      .detect = &DetectDeepSpeed,
+      .read = &ReadDeepSpeed,
+      .hidden = &DeepSpeedHidden,
+      .verify = &VerifyDeepSpeed,
+  };
+}
+
+}  // namespace ckptfs
