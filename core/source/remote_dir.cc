@@ -79,10 +79,23 @@ void ApplyListing(SourceDir& dir, HttpListing listing) {
   };
 }
 
+// Adds to `dir.files` those of `names` the server has (it cannot list), sorted.
+Status ProbeFiles(SourceDir& dir, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    CKPTFS_ASSIGN_OR_RETURN(bool there, dir.probe(name));
+    if (there) dir.files.push_back(name);
+  }
+  std::sort(dir.files.begin(), dir.files.end());
+  dir.files.erase(std::unique(dir.files.begin(), dir.files.end()), dir.files.end());
+  return Status::Ok();
+}
+
 // The SourceDir of the HTTP directory `base` (ending in '/'). `url_of` maps a name to the
-// URL asked for: one segment under `base`, except the file a URL named as written.
+// URL asked for: one segment under `base`, except the file a URL named as written. A child
+// directory (open_dir) without an autoindex listing is asked for `probe_names`, as SOURCE is.
 SourceDir HttpDirAt(std::string base, std::string named_file, std::string named_url,
-                    std::string shown, const HttpOptions& http, CodecContext& codec) {
+                    std::string shown, const HttpOptions& http, CodecContext& codec,
+                    std::shared_ptr<const std::vector<std::string>> probe_names) {
   auto url_of = [base, named_file, named_url](const std::string& name) {
     return !named_file.empty() && name == named_file ? named_url : base + EncodeUrlSegment(name);
   };
@@ -118,13 +131,17 @@ SourceDir HttpDirAt(std::string base, std::string named_file, std::string named_
     CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(url_of(name), name, http));
     return CachedRemote(std::move(source), codec);
   };
-  dir.open_dir = [base, shown = dir.path, http,
-                  &codec](const std::string& name) -> Result<SourceDir> {
+  dir.open_dir = [base, shown = dir.path, http, &codec,
+                  probe_names](const std::string& name) -> Result<SourceDir> {
     CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
     const std::string child = base + EncodeUrlSegment(name) + "/";
-    SourceDir sub = HttpDirAt(child, "", "", RedactedUrl(child), http, codec);
+    SourceDir sub = HttpDirAt(child, "", "", RedactedUrl(child), http, codec, probe_names);
     CKPTFS_ASSIGN_OR_RETURN(std::optional<HttpListing> listing, FetchAutoindex(child, http));
-    if (listing) ApplyListing(sub, std::move(*listing));
+    if (listing) {
+      ApplyListing(sub, std::move(*listing));
+    } else {
+      CKPTFS_RETURN_IF_ERROR(ProbeFiles(sub, *probe_names));
+    }
     return sub;
   };
   return dir;
@@ -306,7 +323,8 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, Co
   const size_t slash = url.rfind('/');
   const std::string base = url.substr(0, slash + 1);
   const std::string named = slash + 1 < url.size() ? url.substr(slash + 1) : std::string();
-  SourceDir dir = HttpDirAt(base, named, url, RedactedUrl(url), http, codec);
+  SourceDir dir = HttpDirAt(base, named, url, RedactedUrl(url), http, codec,
+                            std::make_shared<const std::vector<std::string>>(probe_names));
   dir.named = named;
   if (named.empty()) {
     CKPTFS_ASSIGN_OR_RETURN(std::optional<HttpListing> listing, FetchAutoindex(base, http));
@@ -315,13 +333,7 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, Co
       return dir;
     }
   }
-  const std::vector<std::string> one = {named};
-  for (const std::string& name : named.empty() ? probe_names : one) {
-    CKPTFS_ASSIGN_OR_RETURN(bool there, dir.probe(name));
-    if (there) dir.files.push_back(name);
-  }
-  std::sort(dir.files.begin(), dir.files.end());
-  dir.files.erase(std::unique(dir.files.begin(), dir.files.end()), dir.files.end());
+  CKPTFS_RETURN_IF_ERROR(ProbeFiles(dir, named.empty() ? probe_names : std::vector{named}));
   return dir;
 }
 

@@ -36,15 +36,21 @@ class DeepSpeedRunTest : public MountFixture {
     ASSERT_EQ(r.exit_code, 0) << r.Describe();
   }
 
-  // The save dir `dir`: global_step20 (ZeRO-3, 2 ranks, tied and frozen params), the newest,
-  // with its own ground truth, and global_step10 (ZeRO-2, 2 ranks) moved in from `older_`.
+  // The save dir `where`/ds as DeepSpeed leaves it (`latest`, zero_to_fp32.py and the tags):
+  // global_step20 (ZeRO-3, 2 ranks, tied and frozen params), the newest, and global_step10
+  // (ZeRO-2, 2 ranks). Each tag's ground truth (expected.pt) stays in newer_ or older_: a
+  // torch file at the top of the save dir would make it a checkpoint of its own.
   std::string MakeSaveDir(const std::string& where) {
     const std::string dir = where + "/ds";
     older_ = scratch_->Path("older");
+    newer_ = scratch_->Path("newer");
     Generate(older_, {"--stage", "2", "--ranks", "2", "--step", "10", "--seed", "1"});
-    Generate(dir, {"--stage", "3", "--ranks", "2", "--step", "20", "--tied", "--frozen"});
+    Generate(newer_, {"--stage", "3", "--ranks", "2", "--step", "20", "--tied", "--frozen"});
+    fs::create_directories(dir);
     fs::rename(older_ + "/global_step10", dir + "/global_step10");
-    fs::create_directory_symlink(dir + "/global_step10", older_ + "/global_step10");
+    fs::rename(newer_ + "/global_step20", dir + "/global_step20");
+    fs::rename(newer_ + "/latest", dir + "/latest");
+    fs::rename(newer_ + "/zero_to_fp32.py", dir + "/zero_to_fp32.py");
     EXPECT_EQ(ReadTextFile(dir + "/latest"), "global_step20");
     return dir;
   }
@@ -68,7 +74,7 @@ class DeepSpeedRunTest : public MountFixture {
     return got;
   }
 
-  std::string mountpoint_, older_;
+  std::string mountpoint_, older_, newer_;
 };
 
 TEST_F(DeepSpeedRunTest, SaveDirIsARunAndLatestFollowsItsLatestFile) {
@@ -79,7 +85,7 @@ TEST_F(DeepSpeedRunTest, SaveDirIsARunAndLatestFollowsItsLatestFile) {
   EXPECT_NE(mounted.out.find("2 checkpoint(s), latest global_step20"), std::string::npos)
       << mounted.out;
   EXPECT_EQ(LatestOnceItIs("global_step20"), "global_step20");
-  RunCheck("check_deepspeed.py", {dir, mountpoint_ + "/latest"});
+  RunCheck("check_deepspeed.py", {newer_, mountpoint_ + "/latest"});
   RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/global_step10"});
   // The record wins over the highest step, and moves while mounted.
   WriteLatest(dir, "global_step10");
@@ -124,7 +130,7 @@ TEST_F(DeepSpeedRunTest, SaveDirOverHttpWithoutAListing) {
   // No autoindex: the `latest` file names the one tag shown.
   ASSERT_NO_FATAL_FAILURE(Mount(server.Url("ds/"), mountpoint_));
   EXPECT_EQ(LatestOnceItIs("global_step20"), "global_step20");
-  RunCheck("check_deepspeed.py", {dir, mountpoint_ + "/latest"});
+  RunCheck("check_deepspeed.py", {newer_, mountpoint_ + "/latest"});
   // A tag URL is a checkpoint of its own; its rank files' names come from the model states.
   const std::string tag_mnt = scratch_->MakeDir("tagmnt");
   ASSERT_NO_FATAL_FAILURE(Mount(server.Url("ds/global_step10/"), tag_mnt));
@@ -148,7 +154,7 @@ TEST_F(DeepSpeedRunTest, SaveDirOverS3) {
   ASSERT_NO_FATAL_FAILURE(
       Mount(S3Server::Url("ds/"), mountpoint_, nullptr, server.ClientOptions()));
   EXPECT_EQ(LatestOnceItIs("global_step20"), "global_step20");
-  RunCheck("check_deepspeed.py", {dir, mountpoint_ + "/latest"});
+  RunCheck("check_deepspeed.py", {newer_, mountpoint_ + "/latest"});
   RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/global_step10"});
   for (const std::string& m : mounts_) EXPECT_TRUE(ForceUnmount(m));
 }
