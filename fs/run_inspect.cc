@@ -20,7 +20,8 @@ namespace {
 // IsRun's rule (core/run/run_listing.h) in one line.
 constexpr char kRunRule[] =
     "a directory with checkpoint subdirectories, several torch files that are each a "
-    "checkpoint, or a TF `checkpoint` file listing several prefixes is a run";
+    "checkpoint, a TF `checkpoint` file listing several prefixes, or a DeepSpeed `latest` file "
+    "naming a tag directory is a run";
 
 // What made `run` a run, for the header line.
 std::string RuleOf(const RunListing& run) {

@@ -4,13 +4,13 @@
 
 namespace ckptfs {
 
-std::string EscapeComponent(std::string_view component) {
-  if (component.empty()) return "%";
-  if (component == ".") return "%2E";
-  if (component == "..") return "%2E%2E";
+namespace {
+
+// `text` with '%' and '/' percent-encoded: the escapes both name rules share.
+std::string PercentSlash(std::string_view text) {
   std::string out;
-  out.reserve(component.size());
-  for (char c : component) {
+  out.reserve(text.size() + 3);
+  for (char c : text) {
     if (c == '%') {
       out += "%25";
     } else if (c == '/') {
@@ -20,6 +20,15 @@ std::string EscapeComponent(std::string_view component) {
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::string EscapeComponent(std::string_view component) {
+  if (component.empty()) return "%";
+  if (component == ".") return "%2E";
+  if (component == "..") return "%2E%2E";
+  return PercentSlash(component);
 }
 
 std::vector<std::string> TensorPathComponents(std::string_view tensor_name) {
@@ -48,21 +57,7 @@ uint64_t Fnv1a64(std::string_view bytes) {
 }
 
 std::string SplitKeyFileName(std::string_view key) {
-  std::string out;
-  if (key == "map") {
-    out = "%6Dap";
-  } else {
-    out.reserve(key.size() + 3);
-    for (char c : key) {
-      if (c == '%') {
-        out += "%25";
-      } else if (c == '/') {
-        out += "%2F";
-      } else {
-        out += c;
-      }
-    }
-  }
+  std::string out = key == "map" ? std::string("%6Dap") : PercentSlash(key);
   if (out.size() + 3 > kMaxFileName) {
     static constexpr char kHex[] = "0123456789abcdef";
     out.resize(kSplitPrefixBytes);

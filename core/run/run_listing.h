@@ -7,17 +7,18 @@
 //   - TF prefixes that a `checkpoint` state file lists.
 // The rule (IsRun): a directory with checkpoint subdirectories (the format table claims
 // something in them, or they hold `map.pt`), or with two or more torch files that are each
-// a checkpoint, or whose TF `checkpoint` file lists two or more prefixes that exist, is a
-// run; one holding one checkpoint at its top and no checkpoint subdirectories is a
-// checkpoint. Not checkpoints of their own: `optimizer.pt`, `scheduler.pt`, `rng_state*.pth`,
-// `training_args.bin`, `scaler.pt` (parts of one HF Trainer checkpoint), HF shards
+// a checkpoint, or whose TF `checkpoint` file lists two or more prefixes that exist, or
+// whose DeepSpeed `latest` file names a tag directory holding a checkpoint, is a run; one holding
+// one checkpoint at its top and no checkpoint subdirectories is a checkpoint. Not checkpoints of
+// their own: `optimizer.pt`, `scheduler.pt`, `rng_state*.pth`, `training_args.bin`, `scaler.pt`
+// (parts of one HF Trainer checkpoint), HF shards
 // (`-00001-of-00002.bin`), torch files beside an index json. A directory holding `map.pt`
 // is a per-key split checkpoint, never a run. Subdirectories of the top checkpoint are no
 // entries: a SavedModel's `variables/`, DeepSpeed's `global_stepN/` beside HF weights.
 //
 // Steps (StepInName), completeness, latest and best: see docs/run-discovery.md. latest:
-// TF `model_checkpoint_path`, Lightning `last.ckpt`, else the highest step, else the
-// newest; best: the newest `trainer_state.json`'s `best_model_checkpoint`, else
+// DeepSpeed's `latest` file, TF `model_checkpoint_path`, Lightning `last.ckpt`, else the highest
+// step, else the newest; best: the newest `trainer_state.json`'s `best_model_checkpoint`, else
 // ModelCheckpoint's `best_model_path` in `last.ckpt` (or the newest .ckpt). Records are
 // matched by their last path component against entries, never resolved; only complete
 // entries without a `problem` qualify.

@@ -26,21 +26,7 @@ import torch
 
 from checklib import Checker, ParseSafetensors, ReadFile, RunMain, Validate
 from check_torch_lib import ST_OF_TORCH, IntView, LoadAnySource, TensorBytes
-
-
-def Fnv1a64(data: bytes) -> int:
-    h = 14695981039346656037
-    for b in data:
-        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-def SplitFileName(key: str) -> str:
-    stem = "%6Dap" if key == "map" else key.replace("%", "%25").replace("/", "%2F")
-    raw = stem.encode("utf-8", "surrogateescape")
-    if len(raw) + 3 > 255:
-        raw = raw[:200] + b"~" + b"%016x" % Fnv1a64(key.encode("utf-8", "surrogateescape"))
-    return os.fsdecode(raw + b".pt")
+from make_split import SplitFileName
 
 
 def LoadBoth(ck: Checker, path: str, what: str):
