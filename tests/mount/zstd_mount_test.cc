@@ -189,6 +189,47 @@ TEST_F(ZstdMountTest, PackByteGroupedThenMount) {
   EXPECT_EQ(grouped_shards, 2u);
 }
 
+// A grouped shard whose record says element size 3: `mount` and `verify` refuse it (exit
+// 2, one line naming the shard and the frame), nothing is mounted. The record is the seek
+// table's last entry: the byte patched is its first region's element size.
+TEST_F(ZstdMountTest, PackByteGroupedHostileRecordIsRefused) {
+  const std::string plain = scratch_->Path("plain");
+  const std::string dest = scratch_->Path("packed");
+  ASSERT_NO_FATAL_FAILURE(Generate(plain, {"--single"}));
+  const ProcessResult pack =
+      Ckptfs({"pack", plain, dest, "--byte-group", "--frame-size", "100000"}, kPackTimeout);
+  ASSERT_EQ(pack.exit_code, 0) << pack.Describe();
+  const std::string shard = dest + "/model.safetensors.zst";
+  std::string bytes = Slurp(shard);
+  ASSERT_GT(bytes.size(), 64u);
+  auto le32 = [&](size_t at) {
+    uint32_t v = 0;
+    std::memcpy(&v, bytes.data() + at, 4);
+    return v;
+  };
+  const uint32_t frames = le32(bytes.size() - 9);
+  const size_t table = 8 + size_t{frames} * 12 + 9;
+  const uint32_t record_size = le32(bytes.size() - table + 8 + (frames - 1) * 12);
+  const size_t record = bytes.size() - table - record_size;
+  ASSERT_EQ(le32(record), 0x184D2A5Bu) << "no byte-group record where the seek table says";
+  // header (8), version and frame count (8), frame index and region count (8), offset and
+  // length (8): then the element size.
+  bytes[record + 32] = 3;
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
+
+  SCOPED_TRACE("verify of a shard whose byte-group record is hostile");
+  ExpectRefusal(Ckptfs({"verify", dest}, kVerifyTimeout), {"model.safetensors.zst"});
+  const ProcessResult verify = Ckptfs({"verify", dest}, kVerifyTimeout);
+  EXPECT_NE(verify.err.find("element size is not 2, 4 or 8"), std::string::npos)
+      << verify.Describe();
+  EXPECT_NE(verify.err.find("frame "), std::string::npos) << verify.Describe();
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  mounts_.push_back(mountpoint);
+  ExpectRefusal(RunProcess({kCkptfs, "mount", dest, mountpoint}, kMountTimeout),
+                {"model.safetensors.zst"});
+  EXPECT_FALSE(IsMounted(mountpoint));
+}
+
 // `pack --shard-size` re-shards: a valid checkpoint (index and shards consistent, each
 // shard within the size) with exactly PLAIN's tensors, mounting and passing every check.
 TEST_F(ZstdMountTest, PackReshards) {
