@@ -453,6 +453,16 @@ int main(int argc, char** argv) {
                    "decoded bytes per frame: the unit of random access (default 4M)");
   pack->add_option("--shard-size", shard_size,
                    "regroup tensors into shards of at most this many bytes (default: keep)");
+  bool byte_group = ckptfs::PackOptions{}.byte_group;
+  bool no_byte_group = false;
+  pack->add_flag("--byte-group", byte_group,
+                 "regroup the bytes of multi-byte elements by byte position in each frame "
+                 "before compressing (smaller shards; ckptfs mounts undo it, `zstd -d` gives "
+                 "the grouped bytes)");
+  pack->add_flag("--no-byte-group", no_byte_group,
+                 "store the bytes as they are, so that `zstd -d` gives the original shards "
+                 "(the default)")
+      ->excludes("--byte-group");
   remote.AddTo(pack);
 
   // Set last: subcommands made before it would each repeat it.
@@ -524,6 +534,7 @@ int main(int argc, char** argv) {
     options.frame_size = *frame;
     options.shard_size = *shard;
     options.force = force;
+    options.byte_group = byte_group && !no_byte_group;
     return ckptfs::RunPack(source, Absolute(dest), options, remote.options);
   }
   return 2;

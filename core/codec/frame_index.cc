@@ -153,6 +153,12 @@ Result<FrameIndex> ScanFrames(const ByteSource& src) {
     if (ZSTD_isError(r)) return Status::Corruption(At(src, offset) + "not a zstd frame");
     if (r != 0) return Status::Corruption(At(src, offset) + "zstd frame header is truncated");
     if (h.frameType == ZSTD_skippableFrame) {
+      // Without the seek table the frames cannot be matched to the record's: refuse rather
+      // than serve grouped bytes.
+      if (LoadLe32(buf.data()) == kByteGroupMagic) {
+        return Status::Corruption(At(src, offset) +
+                                  "byte-group record in a shard without a seek table");
+      }
       offset += kSkippableHeaderSize + h.frameContentSize;
       if (offset > src.Size())
         return Status::Corruption(src.Name() + ": skippable frame is truncated");
@@ -188,11 +194,39 @@ size_t FrameIndex::FrameAt(uint64_t offset) const {
   return static_cast<size_t>(it - frames.begin()) - 1;
 }
 
+namespace {
+
+// A packed shard's byte-group record is the seek table's last entry, of 0 decoded bytes:
+// parsed against the frames before it, then dropped from them.
+Status TakeByteGroupRecord(const ByteSource& src, FrameIndex& index) {
+  if (index.frames.empty() || index.frames.back().decoded_size != 0) return Status::Ok();
+  const Frame last = index.frames.back();
+  if (last.compressed_size < kSkippableHeaderSize) return Status::Ok();
+  std::array<uint8_t, kSkippableHeaderSize> header;
+  CKPTFS_RETURN_IF_ERROR(src.ReadAt(last.compressed_offset, header));
+  if (LoadLe32(header.data()) != kByteGroupMagic) return Status::Ok();
+  if (LoadLe32(header.data() + 4) != last.compressed_size - kSkippableHeaderSize ||
+      last.compressed_size > kMaxSeekTableBytes) {
+    return Status::Corruption(At(src, last.compressed_offset) +
+                              "byte-group record's size does not match its seek table entry");
+  }
+  std::vector<uint8_t> payload(last.compressed_size - kSkippableHeaderSize);
+  CKPTFS_RETURN_IF_ERROR(src.ReadAt(last.compressed_offset + kSkippableHeaderSize, payload));
+  index.frames.pop_back();
+  index.record_size = last.compressed_size;
+  return ParseByteGroupRecord(payload, src.Name(), index);
+}
+
+}  // namespace
+
 Result<FrameIndex> ReadFrameIndex(const ByteSource& compressed) {
   FrameIndex index;
   bool seekable = false;
   CKPTFS_RETURN_IF_ERROR(ParseSeekTable(compressed, index, seekable));
-  if (seekable) return index;
+  if (seekable) {
+    CKPTFS_RETURN_IF_ERROR(TakeByteGroupRecord(compressed, index));
+    return index;
+  }
   return ScanFrames(compressed);
 }
 

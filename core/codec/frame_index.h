@@ -5,7 +5,10 @@
 // from the start (plain multi-frame or single-frame zstd, as `zstd` writes by default).
 // A frame whose header lacks its content size is decoded once, here, to learn it.
 // Both paths treat the file as untrusted: every size is checked against the file, frames
-// must tile the file exactly, and sizes are bounded. Errors name the file. Pure
+// must tile the file exactly, and sizes are bounded. A seekable shard packed with
+// --byte-group ends its frames with a byte-group record (core/codec/byte_group.h), the
+// seek table's last entry: it is parsed and checked here and taken out of `frames`; a
+// record anywhere without a seek table is refused. Errors name the file. Pure
 // functions over a ByteSource; thread-safe as the source is.
 #pragma once
 
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/codec/byte_group.h"
 #include "core/source/byte_source.h"
 #include "core/status.h"
 
@@ -25,13 +29,25 @@ struct Frame {
   uint64_t compressed_size = 0;
   uint64_t decoded_offset = 0;
   uint64_t decoded_size = 0;
-  std::optional<uint32_t> checksum;  // seekable: low 32 bits of XXH64 of the decoded bytes
+  // seekable: low 32 bits of XXH64 of the decoded bytes (of a grouped frame: after
+  // un-grouping, see core/codec/byte_group.h)
+  std::optional<uint32_t> checksum;
+  // Byte grouping: FrameIndex::regions[first_region, first_region + region_count).
+  uint32_t first_region = 0;
+  uint32_t region_count = 0;
 };
 
 struct FrameIndex {
   std::vector<Frame> frames;  // data frames in file order (skippable frames excluded)
   uint64_t decoded_size = 0;
-  bool seekable = false;  // came from a seek table
+  bool seekable = false;             // came from a seek table
+  std::vector<GroupRegion> regions;  // of grouped frames (Frame::first_region)
+  uint64_t record_size = 0;          // compressed bytes of the byte-group record (0: none)
+
+  bool grouped() const { return !regions.empty(); }
+  std::span<const GroupRegion> RegionsOf(const Frame& f) const {
+    return std::span<const GroupRegion>(regions).subspan(f.first_region, f.region_count);
+  }
 
   // Index of the frame holding decoded byte `offset` (offset < decoded_size).
   size_t FrameAt(uint64_t offset) const;

@@ -49,6 +49,18 @@ Status PreadAll(int fd, uint64_t offset, std::span<uint8_t> out, const std::stri
 Result<std::unique_ptr<ZstdSource>> ZstdSource::Open(std::unique_ptr<ByteSource> compressed,
                                                      CodecContext& context) {
   CKPTFS_ASSIGN_OR_RETURN(FrameIndex index, ReadFrameIndex(*compressed));
+  // Un-grouping needs the whole frame, which only the cached path has (see the header).
+  const uint64_t limit = MaxCachedFrame(context.cache().capacity());
+  for (size_t i = 0; i < index.frames.size(); ++i) {
+    const Frame& f = index.frames[i];
+    if (f.region_count && f.decoded_size > limit) {
+      return Status::Unsupported(compressed->Name() + ": frame " + std::to_string(i) +
+                                 " is byte-grouped and " + std::to_string(f.decoded_size) +
+                                 " bytes, more than a frame may be with this cache size (" +
+                                 std::to_string(limit) + ", a quarter of it); use a --cache-size " +
+                                 "of at least " + std::to_string(f.decoded_size * 4) + " bytes");
+    }
+  }
   return std::unique_ptr<ZstdSource>(
       new ZstdSource(std::move(compressed), std::move(index), context));
 }
@@ -152,8 +164,16 @@ Status ZstdSource::DecodeFrameBytes(size_t i, std::span<uint8_t> out) const {
     return Status::Corruption(where() + "decodes to " + std::to_string(output.pos) +
                               " bytes, index says " + std::to_string(out.size()));
   }
+  if (f.region_count) {
+    // Transient (the cache bound counts blocks, not this): one region, 4 MiB at most with
+    // pack's default frames, per frame being decoded.
+    std::vector<uint8_t> scratch;
+    UngroupFrame(out, index_.RegionsOf(f), scratch);
+  }
+  // Of a grouped frame, the checksum is the original bytes': a record that lies fails here.
   if (f.checksum && SeekableChecksum(out) != *f.checksum) {
-    return Status::Corruption(where() + "checksum mismatch");
+    return Status::Corruption(where() + "checksum mismatch" +
+                              (f.region_count ? " after un-grouping its bytes" : ""));
   }
   context_.bytes_decoded.fetch_add(output.pos, std::memory_order_relaxed);
   context_.frames_decoded.fetch_add(1, std::memory_order_relaxed);

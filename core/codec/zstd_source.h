@@ -15,6 +15,12 @@
 // 128 KiB out) plus the frame's zstd window: that, not the frame, is what they cost in
 // memory, so no frame size escapes the cache's bound (see CodecContext).
 //
+// A byte-grouped frame (`ckptfs pack --byte-group`, core/codec/byte_group.h) is un-grouped
+// right after it is decoded, before its checksum is checked and before it is cached, so
+// every reader sees the original bytes. The stream path (spill, prefix) cannot un-group:
+// Open refuses a grouped shard with a frame that would take it (a frame larger than
+// MaxCachedFrame of the cache), naming the --cache-size that would do.
+//
 // Every decode checks the frame's size, that it is exactly one frame, and the seek
 // table's checksum when present; failures are Corruption naming the shard, frame and
 // offset. Every decoded frame, every spill decode and every read (from the cache or the

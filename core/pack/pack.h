@@ -2,7 +2,8 @@
 //
 // Each shard becomes NAME.zst: independent zstd frames of `frame_size` decoded bytes,
 // compressed on all cores, then the seekable format's seek table with an XXH64 checksum
-// per frame. Plain `zstd -d` decodes the result. Non-weight files and the index are copied
+// per frame (of the frame's original bytes). Plain `zstd -d` decodes the result (to the
+// grouped bytes with `byte_group`). Non-weight files and the index are copied
 // unchanged. With `shard_size`, tensors are regrouped (in aligned order) into new shards
 // of at most that many bytes each (a larger tensor gets a shard of its own) under a new
 // model.safetensors.index.json. Files are written under a temporary name (NAME.part) and
@@ -31,6 +32,10 @@ struct PackOptions {
   uint64_t shard_size = 0;  // 0: keep the source's sharding
   size_t threads = 0;       // 0: one per core
   bool force = false;       // replace the files a previous pack wrote into DEST
+  // Regroup the bytes of multi-byte elements by byte position in each frame before
+  // compressing, and record it (core/codec/byte_group.h): smaller shards, which `zstd -d`
+  // decodes to the grouped bytes, not the original ones. ckptfs mounts undo it.
+  bool byte_group = false;
   // Called now and then with bytes written so far (decoded) and the total.
   std::function<void(uint64_t done, uint64_t total)> progress;
 };

@@ -15,6 +15,11 @@ namespace {
 
 constexpr milliseconds kPackTimeout = seconds(120);
 
+std::string Slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // ---------------------------------------------------------------------------
 // The cache, odd layouts, and pack
 
@@ -143,6 +148,86 @@ TEST_F(ZstdMountTest, PackThenMount) {
   ExpectRefusal(repack, {dest, ".zst"});
   EXPECT_TRUE(!fs::exists(again) || fs::is_empty(again))
       << "a refused pack left files in " << again;
+}
+
+// `ckptfs pack --byte-group`: a mount of the grouped shards serves PLAIN's bytes
+// (model.safetensors, tensors/ .npy, shards/ and every other check), `verify` is clean,
+// and `zstd -d` of a grouped shard gives bytes of the shard's size that are not the
+// shard's (the grouped ones), with the safetensors header untouched.
+TEST_F(ZstdMountTest, PackByteGroupedThenMount) {
+  const std::string plain = scratch_->Path("plain");
+  const std::string dest = scratch_->Path("packed");
+  ASSERT_NO_FATAL_FAILURE(Generate(plain, {"--shards", "2"}));
+  const ProcessResult pack =
+      Ckptfs({"pack", plain, dest, "--byte-group", "--level", "3", "--frame-size", "100000"},
+             kPackTimeout);
+  ASSERT_EQ(pack.exit_code, 0) << pack.Describe();
+  const ProcessResult verify = Ckptfs({"verify", dest}, kVerifyTimeout);
+  EXPECT_EQ(verify.exit_code, 0) << verify.Describe();
+
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(Mount(dest, mountpoint));
+  for (const char* check : kMountChecks) RunCheck(check, {plain, mountpoint});
+  RunCheck("check_inspect.py", {kCkptfs, dest});
+
+  size_t grouped_shards = 0;
+  for (const auto& entry : fs::directory_iterator(plain)) {
+    const std::string name = entry.path().filename();
+    if (!name.ends_with(".safetensors")) continue;
+    const std::string decoded = scratch_->Path(name + ".zstd-d");
+    const ProcessResult unzstd =
+        RunProcess({"zstd", "-q", "-d", dest + "/" + name + ".zst", "-o", decoded}, kPackTimeout);
+    ASSERT_EQ(unzstd.exit_code, 0) << unzstd.Describe();
+    const std::string original = Slurp(entry.path());
+    const std::string grouped = Slurp(decoded);
+    ASSERT_EQ(grouped.size(), original.size()) << name;
+    uint64_t header = 0;
+    std::memcpy(&header, original.data(), 8);
+    EXPECT_EQ(grouped.substr(0, 8 + header), original.substr(0, 8 + header)) << name;
+    grouped_shards += grouped != original;
+  }
+  EXPECT_EQ(grouped_shards, 2u);
+}
+
+// A grouped shard whose record says element size 3: `mount` and `verify` refuse it (exit
+// 2, one line naming the shard and the frame), nothing is mounted. The record is the seek
+// table's last entry: the byte patched is its first region's element size.
+TEST_F(ZstdMountTest, PackByteGroupedHostileRecordIsRefused) {
+  const std::string plain = scratch_->Path("plain");
+  const std::string dest = scratch_->Path("packed");
+  ASSERT_NO_FATAL_FAILURE(Generate(plain, {"--single"}));
+  const ProcessResult pack =
+      Ckptfs({"pack", plain, dest, "--byte-group", "--frame-size", "100000"}, kPackTimeout);
+  ASSERT_EQ(pack.exit_code, 0) << pack.Describe();
+  const std::string shard = dest + "/model.safetensors.zst";
+  std::string bytes = Slurp(shard);
+  ASSERT_GT(bytes.size(), 64u);
+  auto le32 = [&](size_t at) {
+    uint32_t v = 0;
+    std::memcpy(&v, bytes.data() + at, 4);
+    return v;
+  };
+  const uint32_t frames = le32(bytes.size() - 9);
+  const size_t table = 8 + size_t{frames} * 12 + 9;
+  const uint32_t record_size = le32(bytes.size() - table + 8 + (frames - 1) * 12);
+  const size_t record = bytes.size() - table - record_size;
+  ASSERT_EQ(le32(record), 0x184D2A5Bu) << "no byte-group record where the seek table says";
+  // header (8), version and frame count (8), frame index and region count (8), offset and
+  // length (8): then the element size.
+  bytes[record + 32] = 3;
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
+
+  SCOPED_TRACE("verify of a shard whose byte-group record is hostile");
+  ExpectRefusal(Ckptfs({"verify", dest}, kVerifyTimeout), {"model.safetensors.zst"});
+  const ProcessResult verify = Ckptfs({"verify", dest}, kVerifyTimeout);
+  EXPECT_NE(verify.err.find("element size is not 2, 4 or 8"), std::string::npos)
+      << verify.Describe();
+  EXPECT_NE(verify.err.find("frame "), std::string::npos) << verify.Describe();
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  mounts_.push_back(mountpoint);
+  ExpectRefusal(RunProcess({kCkptfs, "mount", dest, mountpoint}, kMountTimeout),
+                {"model.safetensors.zst"});
+  EXPECT_FALSE(IsMounted(mountpoint));
 }
 
 // `pack --shard-size` re-shards: a valid checkpoint (index and shards consistent, each
