@@ -573,12 +573,17 @@ RATIOS=(
 
 # zstd contenders (section zstd), cold only: what is measured is decompression,
 # and a warm read of a FUSE file comes from the kernel's page cache.
-ZCONTENDERS=(ckptfs_zst sqfs_shards zstd_d)
+ZCONTENDERS=(ckptfs_zst ckptfs_zstbg sqfs_shards zstd_d)
 
 c_ckptfs_zst_label() { echo "ckptfs: cat MNT/model.safetensors, seekable .zst shards (default cache)"; }
 c_ckptfs_zst_setup() { ckptfs_mount "$ZDATA" "$SCRATCH/mnt/zst"; }
 c_ckptfs_zst_files() { echo "$SCRATCH/mnt/zst/model.safetensors"; }
 c_ckptfs_zst_teardown() { unmount_one "$SCRATCH/mnt/zst" || die "could not unmount ckptfs"; }
+
+c_ckptfs_zstbg_label() { echo "ckptfs: cat MNT/model.safetensors, byte-grouped .zst shards (pack --byte-group)"; }
+c_ckptfs_zstbg_setup() { ckptfs_mount "$ZGDATA" "$SCRATCH/mnt/zstbg"; }
+c_ckptfs_zstbg_files() { echo "$SCRATCH/mnt/zstbg/model.safetensors"; }
+c_ckptfs_zstbg_teardown() { unmount_one "$SCRATCH/mnt/zstbg" || die "could not unmount ckptfs"; }
 
 c_sqfs_shards_label() { echo "squashfuse_ll: cat $SHARDS shards from a zstd squashfs image"; }
 c_sqfs_shards_setup() { sqfs_mount "$SQFS" "$SCRATCH/mnt/sqfs"; }
@@ -598,6 +603,7 @@ c_zstd_d_read() {
 ZRATIOS=(
   "ckptfs_zst sqfs_shards cold 1.5"
   "ckptfs_zst zstd_d cold 1.0"
+  "ckptfs_zstbg ckptfs_zst cold 1.0"
 )
 
 has_fn() { declare -F "$1" >/dev/null; }
@@ -653,7 +659,7 @@ run_sample() {
 # DEST.tmp and renamed, so an existing DEST is complete). Falls back to the
 # generator's seekable writer when this ckptfs has no pack command (reported).
 pack_data() {
-  local src=$1 dest=$2 t0 args=(--level "$LEVEL")
+  local src=$1 dest=$2 t0 args=(--level "$LEVEL" "${@:3}")
   [[ -n $FRAME ]] && args+=(--frame-size "$FRAME")
   if [[ -d $dest ]]; then
     log "reusing $dest"
@@ -790,6 +796,9 @@ zstd_section() {
   ZDATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards-zst-$tag
   SQFS=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards-zstd-L$LEVEL.sqfs
   PACK_SECS='' SQFS_SECS=''
+  ZGDATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards-zstbg-$tag
+  pack_data "$DATA" "$ZGDATA" --byte-group
+  ZGCBYTES=$(du -cb "$ZGDATA"/*.zst | tail -n 1 | cut -f1)
   pack_data "$DATA" "$ZDATA"
   squashfs_image "$DATA" "$SQFS"
   ZST_FILES=()
@@ -1795,6 +1804,13 @@ report() {
     echo "- squashfs: mksquashfs $(mksquashfs -version 2>/dev/null | head -n1 | awk '{print $3}') -comp zstd -Xcompression-level $LEVEL," \
          "default 128 KiB blocks${SQFS_SECS:+, built in $SQFS_SECS s}; $(mib "$SQFS_BYTES") MiB; squashfuse_ll $({ squashfuse_ll -V 2>&1 || true; } | awk 'NR==1 {print $2}') (multithreaded), -f only to own its pid"
     echo "- zstd: $(zstd -qV)"
+    echo
+    echo "| compression of $(gib "$ZBYTES") GiB BF16 at level $LEVEL | MiB | ratio (original / packed) | target | result |"
+    echo "|---|---:|---:|---|---|"
+    echo "| \`ckptfs pack\` (plain: \`zstd -d\` gives the shards back) | $(mib "$ZCBYTES") | $(awk -v c="$ZCBYTES" -v b="$ZBYTES" 'BEGIN{printf "%.3f", b/c}')x | - | - |"
+    local bg_ratio; bg_ratio=$(awk -v c="$ZGCBYTES" -v b="$ZBYTES" 'BEGIN{printf "%.3f", b/c}')
+    echo "| \`ckptfs pack --byte-group\` | $(mib "$ZGCBYTES") | ${bg_ratio}x | >= 1.40x | $(verdict "$bg_ratio" '>=' 1.40) |"
+    echo "| \`mksquashfs -comp zstd\` (the whole image) | $(mib "$SQFS_BYTES") | $(awk -v c="$SQFS_BYTES" -v b="$ZBYTES" 'BEGIN{printf "%.3f", b/c}')x | - | - |"
     echo
     echo "| sequential read of $(gib "$ZBYTES") GiB, cold (fresh mount + drop_caches) | MB (decoded) | MB/s (median) | samples |"
     echo "|---|---:|---:|---|"
