@@ -23,6 +23,7 @@
 #include "core/format/safetensors.h"
 #include "core/pack/pack.h"
 #include "core/run/run_tree.h"
+#include "core/volume/verify.h"
 #include "core/volume/volume.h"
 #include "fs/preflight.h"
 
@@ -37,16 +38,6 @@ Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const Co
     *exit_code = ExitCodeForOpenFailure(volume.status());
   }
   return volume;
-}
-
-Status ReadEverything(const ByteSource& source, const std::function<void(uint64_t)>& progress) {
-  std::vector<uint8_t> buf(4u << 20);
-  for (uint64_t off = 0; off < source.Size(); off += buf.size()) {
-    const uint64_t n = std::min<uint64_t>(buf.size(), source.Size() - off);
-    CKPTFS_RETURN_IF_ERROR(source.ReadAt(off, {buf.data(), n}));
-    progress(n);
-  }
-  return Status::Ok();
 }
 
 // How a shard is stored, for inspect.
@@ -315,40 +306,6 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_;
 };
 
-// What a damaged frame of weight shard `shard` held, for verify's line: its decoded byte
-// range and the tensors overlapping it (natural order, the first few named).
-std::string DamagedFrame(const Checkpoint& ckpt, uint32_t shard, size_t frame) {
-  const auto& zstd = dynamic_cast<const ZstdSource&>(*ckpt.shards[shard].source);
-  uint64_t begin = 0, end = zstd.Size();
-  if (frame != ZstdSource::kWholeStream) {
-    begin = zstd.index().frames[frame].decoded_offset;
-    end = begin + zstd.index().frames[frame].decoded_size;
-  }
-  std::vector<std::string> hit;
-  for (const Tensor& t : ckpt.tensors) {
-    // A strided view draws from its whole storage; a TF partitioned one from its ranges.
-    const Storage& storage = ckpt.storages[t.storage];
-    StoredRange one;
-    for (const StoredRange& r :
-         t.contiguous() ? RangesOf(ckpt, t, one) : RangesOf(ckpt, storage, one)) {
-      if (r.shard == shard && r.offset < end && begin < r.offset + r.size) {
-        hit.push_back(t.name);
-        break;
-      }
-    }
-  }
-  std::sort(hit.begin(), hit.end(),
-            [](const std::string& a, const std::string& b) { return NaturalLess(a, b); });
-  std::string line = "; bytes " + std::to_string(begin) + "-" + std::to_string(end) + " of " +
-                     ckpt.shards[shard].name + ", ";
-  if (hit.empty()) return line + "no tensor (header or padding)";
-  constexpr size_t kNamed = 8;
-  line += std::to_string(hit.size()) + (hit.size() == 1 ? " tensor: " : " tensors: ");
-  for (size_t i = 0; i < std::min(hit.size(), kNamed); ++i) line += (i ? ", " : "") + hit[i];
-  if (hit.size() > kNamed) line += ", ... (" + std::to_string(hit.size() - kNamed) + " more)";
-  return line;
-}
-
 // verify has read every byte: the zip CRCs the mount lacks cost one more read of the
 // tensors (from the page cache or the block cache, mostly), and save every later mount a
 // background pass. Best effort: a sidecar not written is one line, not a failed verify.
@@ -514,56 +471,17 @@ int RunVerify(const std::string& source, const CodecOptions& codec, const Remote
   // Structure is sound (Open validated every header and frame index); now decode or read
   // every stored byte once, reporting each damaged frame or unreadable file, one line each.
   const Checkpoint& ckpt = (*volume)->checkpoint();
-  size_t damaged = 0;
   ProgressLine progress("verify");
-  auto report = [&](const Status& s) {
-    progress.Clear();
-    PrintRefusal(s);
-    ++damaged;
-  };
-  uint64_t total = 0, done = 0;
-  for (const auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
-    for (const StoredFile& f : *group) total += f.source->Size();
-  }
-  auto advance = [&](uint64_t n) { progress.Update(done += n, total); };
-  for (const auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
-    for (const StoredFile& f : *group) {
-      const auto* zstd = dynamic_cast<const ZstdSource*>(f.source.get());
-      if (!zstd) {
-        if (Status s = ReadEverything(*f.source, advance); !s.ok()) report(s);
-        continue;
-      }
-      const auto shard = static_cast<uint32_t>(&f - group->data());
-      const bool weights = group == &ckpt.shards;
-      zstd->VerifyAll(
-          [&](const Status& s, size_t frame) {
-            report(weights ? Status::Corruption(s.message() + DamagedFrame(ckpt, shard, frame))
-                           : s);
-          },
-          advance);
-    }
-  }
-  // torch.save records carry a CRC-32 of each storage: check what the zip promised.
-  for (const Storage& s : ckpt.storages) {
-    if (!s.has_crc32 || damaged) continue;
-    Result<uint32_t> crc = ReadStorageCrc(ckpt, s);
-    if (!crc.ok()) {
-      report(crc.status());
-    } else if (crc.value() != s.crc32) {
-      char line[160];
-      std::snprintf(line, sizeof(line),
-                    ": storage at byte %llu (%llu bytes) has CRC-32 %08x, the zip says %08x",
-                    static_cast<unsigned long long>(s.offset),
-                    static_cast<unsigned long long>(s.size), crc.value(), s.crc32);
-      report(Status::Corruption(ckpt.shards[s.shard].name + line));
-    }
-  }
-  // Checks of the format's own (TF: index blocks and each tensor's CRC32C).
-  if (const FormatReader& format = FormatOf(ckpt.format); format.verify && !damaged) {
-    if (Status s = format.verify(ckpt, report); !s.ok()) report(s);
-  }
+  const VerifyResult result = VerifyCheckpoint(
+      ckpt,
+      [&](const Status& s) {
+        progress.Clear();
+        PrintRefusal(s);
+      },
+      [&](uint64_t done, uint64_t total) { progress.Update(done, total); });
   progress.Clear();
-  if (damaged) return 2;
+  if (result.damaged) return 2;
+  const uint64_t total = result.bytes_read;
   const double seconds = progress.Elapsed();
   std::printf("%s: ok (%zu shards, %zu tensors, %s; %s read in %s, %.1f MB/s)\n",
               ckpt.source_path.c_str(), ckpt.shards.size(), ckpt.tensors.size(),
