@@ -465,11 +465,8 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
     claim = std::move(top).value();
   }
   if (!claim && entry.problem.empty()) {
-    if (!sub->Lists(std::string(kSplitMap))) {
-      skipped.push_back(Joined(dir.path, name) + "/: no checkpoint in it, skipped");
-      return std::optional<RunEntry>();
-    }
-    entry.format = "torch";  // a per-key split checkpoint
+    skipped.push_back(Joined(dir.path, name) + "/: no checkpoint in it, skipped");
+    return std::optional<RunEntry>();
   }
   entry.complete = true;
   for (const std::string& f : sub->files) CKPTFS_RETURN_IF_ERROR(AddFile(*sub, f, entry));
@@ -740,7 +737,7 @@ Result<bool> IsRun(const SourceDir& dir) {
     auto sub = dir.OpenDir(name);
     if (!sub.ok()) continue;  // a link out of SOURCE, not a directory: not an entry
     CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> claim, TopClaim(*sub, nullptr));
-    if (claim || sub->Lists(std::string(kSplitMap))) return true;
+    if (claim) return true;  // the table claims split (map.pt) directories too
   }
   // A DeepSpeed tag's rank files are one checkpoint, not torch entries of a run.
   if (top_format != "deepspeed" && TorchEntryFiles(dir).size() >= 2) return true;

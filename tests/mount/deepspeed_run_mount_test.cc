@@ -17,8 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool HasTorch() { return std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") == 0; }
-
 class DeepSpeedRunTest : public MountFixture {
  protected:
   void SetUp() override {

@@ -331,6 +331,11 @@ class TempDir {
   std::string path_;
 };
 
+// Whether /usr/bin/python3 has torch (the writers of torch and DeepSpeed test files need it).
+inline bool HasTorch() {
+  return std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") == 0;
+}
+
 inline std::string ReadTextFile(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
