@@ -30,7 +30,7 @@
 namespace ckptfs {
 namespace {
 
-Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const CodecOptions& codec,
+Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const ReadOptions& codec,
                                              const RemoteOptions& remote, int* exit_code) {
   auto volume = Volume::Open(source, codec, ZipCrcMode::kAuto, remote);
   if (!volume.ok()) {
@@ -392,7 +392,7 @@ std::string MountSummary(const Volume& volume, const std::string& mountpoint,
           HumanBytes(ckpt.TotalTensorBytes()),
       "  views    " + views,
       "  model    " + ModelLine(ckpt),
-      "  cache    " + HumanBytes(volume.codec().options().cache_bytes) + " in memory" +
+      "  cache    " + HumanBytes(volume.context().options().cache_bytes) + " in memory" +
           (disk_cache.empty() ? "" : ", on disk in " + disk_cache),
       "  log      " + log,
   };
@@ -425,7 +425,7 @@ std::string RunSummary(const RunTree& run, const std::string& mountpoint, const 
     lines.push_back("  root     checkpoint " + run.pin() +
                     (run.pin() == "latest" || run.pin() == "best" ? " (follows the run)" : ""));
   }
-  lines.push_back("  cache    " + HumanBytes(run.codec().options().cache_bytes) +
+  lines.push_back("  cache    " + HumanBytes(run.context().options().cache_bytes) +
                   " in memory, shared by every checkpoint");
   lines.push_back("  log      " + log);
   constexpr size_t kMaxSkipped = 10;
@@ -447,7 +447,7 @@ int ExitCodeForOpenFailure(const Status& status) {
   return status.code() == Status::Code::kIoError ? 1 : 2;
 }
 
-int RunInspect(const std::string& source, bool json, const CodecOptions& codec,
+int RunInspect(const std::string& source, bool json, const ReadOptions& codec,
                const RemoteOptions& remote) {
   if (std::optional<int> run_rc = InspectIfRun(source, json, codec, remote)) return *run_rc;
   int rc = 0;
@@ -463,11 +463,11 @@ int RunInspect(const std::string& source, bool json, const CodecOptions& codec,
   return 0;
 }
 
-int RunVerify(const std::string& source, const CodecOptions& codec, const RemoteOptions& remote) {
+int RunVerify(const std::string& source, const ReadOptions& codec, const RemoteOptions& remote) {
   int rc = 0;
   auto volume = OpenOrReport(source, codec, remote, &rc);
   if (!volume.ok()) return rc;
-  (*volume)->codec().StartWorkers();  // remote sources fetch ahead in parallel
+  (*volume)->context().StartWorkers();  // remote sources fetch ahead in parallel
   // Structure is sound (Open validated every header and frame index); now decode or read
   // every stored byte once, reporting each damaged frame or unreadable file, one line each.
   const Checkpoint& ckpt = (*volume)->checkpoint();
@@ -495,11 +495,11 @@ int RunPack(const std::string& source, const std::string& dest, const PackOption
             const RemoteOptions& remote) {
   int rc = 0;
   // Packing reads every byte once, front to back: a small cache is plenty.
-  CodecOptions codec;
+  ReadOptions codec;
   codec.cache_bytes = 64u << 20;
   auto volume = OpenOrReport(source, codec, remote, &rc);
   if (!volume.ok()) return rc;
-  (*volume)->codec().StartWorkers();  // remote sources fetch ahead in parallel
+  (*volume)->context().StartWorkers();  // remote sources fetch ahead in parallel
   ProgressLine progress("pack");
   PackOptions with_progress = options;
   if (progress.active()) {

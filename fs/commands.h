@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/codec/codec_context.h"
+#include "core/cache/read_context.h"
 #include "core/pack/pack.h"
 #include "core/source/remote_options.h"
 
@@ -20,16 +20,16 @@ std::optional<uint64_t> ParseByteSize(const std::string& text);
 
 // inspect SOURCE: a run (core/run/run_listing.h) lists its checkpoints, else the one
 // checkpoint's shards and tensors.
-int RunInspect(const std::string& source, bool json, const CodecOptions& codec,
+int RunInspect(const std::string& source, bool json, const ReadOptions& codec,
                const RemoteOptions& remote);
 // When SOURCE is a run: prints its entries, latest and best (fs/run_inspect.cc) and returns
 // the exit code; nullopt when it is not a run (or cannot be listed: RunInspect then reports).
-std::optional<int> InspectIfRun(const std::string& source, bool json, const CodecOptions& codec,
+std::optional<int> InspectIfRun(const std::string& source, bool json, const ReadOptions& codec,
                                 const RemoteOptions& remote);
 
 // "1.5 MiB": binary units, one decimal.
 std::string HumanBytes(uint64_t n);
-int RunVerify(const std::string& source, const CodecOptions& codec, const RemoteOptions& remote);
+int RunVerify(const std::string& source, const ReadOptions& codec, const RemoteOptions& remote);
 // Unmounts the ckptfs mount at `mountpoint` only (fusermount3 -u, or -uz when `lazy`:
 // detached at once, the daemon ends when the last open file closes). Exit 0 unmounted;
 // 2 (one line) for a path that is not exactly a mount point in /proc/self/mountinfo

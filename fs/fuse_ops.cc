@@ -54,36 +54,6 @@ bool CanSpliceReplies() {
   return ok;
 }
 
-// Copies segments of `gathered` into `buf` (reused across replies by one worker thread,
-// so its pages stay mapped): the descriptor ones, or with `all` every one, leaving a
-// single segment.
-Status FlattenSegments(Gathered& gathered, std::vector<uint8_t>& buf, bool all) {
-  uint64_t total = 0;
-  for (const ReplySegment& seg : gathered.segments) {
-    total += all || seg.fd >= 0 ? seg.length : 0;
-  }
-  if (buf.size() < total) buf.resize(total);
-  uint64_t used = 0;
-  for (ReplySegment& seg : gathered.segments) {
-    if (seg.fd < 0 && !all) continue;
-    if (seg.fd < 0) std::memcpy(buf.data() + used, seg.data, seg.length);
-    for (uint64_t done = 0; seg.fd >= 0 && done < seg.length;) {
-      const ssize_t n = ::pread(seg.fd, buf.data() + used + done, seg.length - done,
-                                static_cast<off_t>(seg.offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        return Status::IoError(std::string("read of a shard failed: ") +
-                               (n < 0 ? std::strerror(errno) : "end of file"));
-      }
-      done += static_cast<uint64_t>(n);
-    }
-    seg = ReplySegment{buf.data() + used, -1, 0, seg.length};
-    used += seg.length;
-  }
-  if (all) gathered.segments = {ReplySegment{buf.data(), -1, 0, total}};
-  return Status::Ok();
-}
-
 FsContext& Ctx(fuse_req_t req) { return *static_cast<FsContext*>(fuse_req_userdata(req)); }
 
 // The one resolver: `ino` as a node of a checkpoint's Volume (with its global<->local
@@ -251,26 +221,10 @@ void ReplySnapshotRead(fuse_req_t req, const std::string& snapshot, size_t size,
   const size_t start = std::min(static_cast<size_t>(off), snapshot.size());
   fuse_reply_buf(req, snapshot.data() + start, std::min(size, snapshot.size() - start));
 }
-// Replies with the planned bytes: plain shards by descriptor in a fuse_bufvec (libfuse
-// splices them), cache blocks and headers by pointer. Nothing is copied here; pinned
-// blocks stay pinned until the reply has been written.
-void ReplyPlan(fuse_req_t req, const FsContext& ctx, const Volume& volume,
-               const std::vector<ReadPiece>& plan) {
-  Gathered gathered;
-  Status s = volume.Gather(plan, &gathered);
-  if (!s.ok()) return ReplyError(req, s);
-  // writev takes at most IOV_MAX pieces, and a reply the kernel refuses leaves its reader
-  // waiting forever: a read across many tiny tensors (a thousand small records in 1 MiB
-  // of pytorch_model.bin) goes out as one copied piece instead.
-  const bool too_many = gathered.segments.size() >= kMaxReplySegments;
-  if (!ctx.splice_replies || too_many) {
-    thread_local std::vector<uint8_t> copy_buffer;
-    if (s = FlattenSegments(gathered, copy_buffer, too_many); !s.ok()) {
-      Stats::Add(volume.stats().read_errors, 1);
-      LogError("%s", s.message().c_str());
-      return ReplyError(req, s);
-    }
-  }
+// Replies with the bytes Volume::Read gathered: plain shards by descriptor in a fuse_bufvec
+// (libfuse splices them), cache blocks and headers by pointer. Nothing is copied here;
+// pinned blocks stay pinned until the reply has been written.
+void ReplyGathered(fuse_req_t req, const Volume& volume, const Gathered& gathered) {
   // All in memory (cache blocks, headers): writev them straight into the reply. libfuse's
   // splice path would first copy them into a pipe, a second copy for nothing.
   const bool all_memory = std::none_of(gathered.segments.begin(), gathered.segments.end(),
@@ -313,13 +267,15 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   FsContext& ctx = Ctx(req);
   OpenFile& file = Open(fi);
   if (!file.volume) return ReplySnapshotRead(req, file.snapshot, size, off);
-  std::vector<ReadPiece> plan;
-  Status s = file.volume->PlanRead(file.local, static_cast<uint64_t>(off), size, &plan,
-                                   file.readahead.get());
+  // Per worker thread, so its pages stay mapped across replies.
+  thread_local std::vector<uint8_t> copy_buffer;
+  Gathered gathered;
+  Status s =
+      file.volume->Read(file.local, static_cast<uint64_t>(off), size, file.readahead.get(),
+                        {.descriptors = ctx.splice_replies, .max_segments = kMaxReplySegments},
+                        copy_buffer, &gathered);
   if (!s.ok()) return ReplyError(req, s);
-  Stats::Add(file.volume->stats().reads, 1);
-  for (const ReadPiece& p : plan) Stats::Add(file.volume->stats().bytes_read, p.length);
-  ReplyPlan(req, ctx, *file.volume, plan);
+  ReplyGathered(req, *file.volume, gathered);
 }
 
 // Child `i` of directory `dir` (resolved from `ino`): "." and ".." first, then a
@@ -563,11 +519,11 @@ void LogLayoutNotes(const FsContext& ctx) {
 // watcher tells the kernel when a root name appears or goes, so `ls` sees it at once.
 void StartBackground(FsContext& ctx, fuse_session* se) {
   if (ctx.volume) {
-    ctx.volume->codec().StartWorkers();
+    ctx.volume->context().StartWorkers();
     ctx.volume->StartZipCrcPass([](const std::string& line) { LogInfo("%s", line.c_str()); });
     return;
   }
-  ctx.run->codec().StartWorkers();
+  ctx.run->context().StartWorkers();
   ctx.run->StartWatching([se](const std::string& name) {
     if (name.empty()) {
       fuse_lowlevel_notify_inval_inode(se, RunTree::kRootIno, 0, 0);

@@ -211,10 +211,10 @@ struct OpenedSource {
   std::unique_ptr<ckptfs::Volume> volume;
 };
 
-ckptfs::Result<OpenedSource> OpenSource(const std::string& path, const ckptfs::CodecOptions& codec,
+ckptfs::Result<OpenedSource> OpenSource(const std::string& path, const ckptfs::ReadOptions& codec,
                                         ckptfs::ZipCrcMode zip_crc,
                                         const ckptfs::RemoteOptions& remote, const RunArgs& args) {
-  auto context = std::make_shared<ckptfs::CodecContext>(codec);
+  auto context = std::make_shared<ckptfs::ReadContext>(codec);
   CKPTFS_ASSIGN_OR_RETURN(ckptfs::SourceDir dir, ckptfs::OpenSourceDir(path, *context, remote));
   CKPTFS_ASSIGN_OR_RETURN(bool is_run, ckptfs::IsRun(dir));
   OpenedSource opened;
@@ -249,7 +249,7 @@ ckptfs::Result<OpenedSource> OpenSource(const std::string& path, const ckptfs::C
 // paths the daemon will write to, made absolute against the caller's directory (the daemon
 // moves to "/") and kept out of the mount point (the daemon would reach them through its
 // own mount and hang). The log file is opened here, before the mount exists.
-ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::CodecOptions& codec,
+ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::ReadOptions& codec,
                             ckptfs::RemoteOptions& remote) {
   using ckptfs::Status;
   CKPTFS_ASSIGN_OR_RETURN(mount.mountpoint, ckptfs::CheckMountPoint(mount.mountpoint));
@@ -278,7 +278,7 @@ ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::CodecOptions& c
   return Status::Ok();
 }
 
-int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::CodecOptions codec,
+int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::ReadOptions codec,
           ckptfs::ZipCrcMode zip_crc, ckptfs::RemoteOptions remote, const RunArgs& run_args,
           bool verbose, const std::string& log_level) {
   if (ckptfs::Status s = PrepareMount(options, codec, remote); !s.ok()) {
@@ -363,7 +363,7 @@ int main(int argc, char** argv) {
   mount->add_flag("-d,--debug", mount_options.debug,
                   "log every FUSE request to stderr; implies -f");
   std::string cache_size = "512M";
-  ckptfs::CodecOptions codec;
+  ckptfs::ReadOptions codec;
   mount->add_option("--cache-size", cache_size,
                     "bytes of decoded frames kept in memory, shared by every view (default 512M)");
   mount->add_option("--spill-dir", codec.spill_dir,

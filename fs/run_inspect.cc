@@ -124,7 +124,7 @@ void PrintRun(const std::string& source, const RunListing& run) {
 }
 
 // Opens each complete entry of `run` as the mount would, and records why one fails.
-void CheckEntries(const SourceDir& dir, RunListing& run, CodecContext& codec) {
+void CheckEntries(const SourceDir& dir, RunListing& run, ReadContext& codec) {
   for (RunEntry& e : run.entries) {
     if (!e.complete || !e.problem.empty()) continue;
     Result<SourceDir> entry_dir = EntrySourceDir(dir, e);
@@ -155,9 +155,9 @@ void CheckEntries(const SourceDir& dir, RunListing& run, CodecContext& codec) {
 
 }  // namespace
 
-std::optional<int> InspectIfRun(const std::string& source, bool json, const CodecOptions& codec,
+std::optional<int> InspectIfRun(const std::string& source, bool json, const ReadOptions& codec,
                                 const RemoteOptions& remote) {
-  CodecContext context(codec);
+  ReadContext context(codec);
   auto dir = OpenSourceDir(source, context, remote);
   // Not openable here: the checkpoint path reports the refusal.
   if (!dir.ok()) return std::nullopt;

@@ -65,6 +65,36 @@ class ThreadPool {
   std::vector<std::thread> workers_;
 };
 
+// Every setting of readahead and prefetch, in one place: ReadOptions::prefetch holds a
+// mount's, ReadContext turns them into Readaheads and worker pools, and the defaults of
+// Readahead::Options are these.
+struct PrefetchSettings {
+  // A sequential stream's first window, over local or decoded bytes...
+  uint64_t initial_window = uint64_t{4} << 20;
+  // ...and over a remote object, where every window is round trips: one block, and a
+  // proven stream grows it.
+  uint64_t remote_initial_window = uint64_t{1} << 20;
+  // The largest window; a mount also keeps it within a quarter of its cache, since a
+  // window the cache cannot hold evicts its own prefetched blocks before they are read.
+  uint64_t max_window = uint64_t{64} << 20;
+  // Readers tracked at once per open file (or per source read without a file).
+  int streams = 4;
+  // How far past a stream's expected offset a read may start and still continue it: one
+  // FUSE request, since the kernel's requests reach worker threads slightly out of order.
+  uint64_t slack = uint64_t{1} << 20;
+  // One request to load blocks ahead (a window, the rest of a tensor) asks for at most
+  // cache / ahead_divisor bytes: prefetched blocks must survive until the reader gets there.
+  uint64_t ahead_divisor = 4;
+  // Decode workers (CPU work): 0, one per core.
+  size_t decode_threads = 0;
+  // Fetch workers (waiting on a server): the range requests a sequential reader keeps in
+  // flight, enough for a link of millisecond round trips, few enough not to swamp a
+  // loopback server on two cores.
+  size_t fetch_threads = 8;
+  // Queued loads per pool beyond which prefetches are dropped: never a backlog.
+  size_t max_queued = 256;
+};
+
 // Bytes [begin, end) of a source; empty when begin >= end.
 struct ByteRange {
   uint64_t begin = 0;
@@ -78,15 +108,12 @@ struct ByteRange {
 // Thread safety: OnRead may be called from any thread; calls are serialized internally.
 class Readahead {
  public:
+  // See PrefetchSettings; stragglers up to 4x `slack` behind still belong to a stream.
   struct Options {
-    uint64_t initial_window = uint64_t{4} << 20;
-    // Keep well below the cache capacity: a window the cache cannot hold evicts its own
-    // prefetched blocks before the reader gets to them.
-    uint64_t max_window = uint64_t{64} << 20;
-    int streams = 4;
-    // How far past a stream's expected offset a read may start and still continue it;
-    // stragglers up to 4x this far behind still belong to the stream. One FUSE request.
-    uint64_t slack = uint64_t{1} << 20;
+    uint64_t initial_window = PrefetchSettings{}.initial_window;
+    uint64_t max_window = PrefetchSettings{}.max_window;
+    int streams = PrefetchSettings{}.streams;
+    uint64_t slack = PrefetchSettings{}.slack;
     // Size of the source: returned ranges never reach past it.
     uint64_t limit = UINT64_MAX;
   };

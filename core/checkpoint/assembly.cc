@@ -64,7 +64,7 @@ Result<StoredFile> OpenStored(const SourceDir& dir, const std::string& name) {
 }
 
 Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
-                                  CodecContext& codec) {
+                                  ReadContext& codec) {
   const std::string zst = name + std::string(kZstdSuffix);
   bool plain = dir.Lists(name) || !dir.Lists(zst);
   if (plain && !dir.Lists(name)) {  // neither listed: ask the store
@@ -117,7 +117,7 @@ void AddShard(Checkpoint& ckpt, ShardContents& shard, uint32_t shard_no) {
   }
 }
 
-EarlyShards::EarlyShards(const SourceDir& dir, std::vector<std::string> names, CodecContext& codec,
+EarlyShards::EarlyShards(const SourceDir& dir, std::vector<std::string> names, ReadContext& codec,
                          ShardParser parse)
     : dir_(dir), codec_(codec), parse_(parse) {
   shards_.resize(names.size());
@@ -200,7 +200,7 @@ const Tensor* FindTensor(const Checkpoint& ckpt, std::string_view name) {
 
 // Opens and reads the weight files `names`, taking those already read from `early`.
 Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
-                  const std::string& named_by, CodecContext& codec, ShardParser parse,
+                  const std::string& named_by, ReadContext& codec, ShardParser parse,
                   Checkpoint& ckpt, std::vector<EarlyShard>* early) {
   std::vector<Result<ShardContents>> early_contents;
   std::vector<uint32_t> to_read;
@@ -248,7 +248,7 @@ Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
   return SortTensors(ckpt);
 }
 
-Status OpenOthers(const SourceDir& dir, const CodecOptions& options,
+Status OpenOthers(const SourceDir& dir, const ReadOptions& options,
                   const std::vector<std::string>& hidden, Checkpoint& ckpt) {
   auto stored_as = [&](const std::string& name) {
     return [&name](const StoredFile& f) { return f.stored_name == name; };

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/checkpoint/checkpoint.h"
-#include "core/codec/codec_context.h"
+#include "core/cache/read_context.h"
 #include "core/source/source_dir.h"
 
 namespace ckptfs {
@@ -38,7 +38,7 @@ Result<StoredFile> OpenStored(const SourceDir& dir, const std::string& name);
 // exist: same bytes, no decoding). `dir.files` decides first; a name it does not list is
 // asked for (SourceDir::Has), so names learnt from an index work on a server too.
 Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
-                                  CodecContext& codec);
+                                  ReadContext& codec);
 
 // What one weight file holds, shard-local: storage indices count from 0, `shard` fields
 // are set by AddShard.
@@ -75,7 +75,7 @@ struct EarlyShard {
 class EarlyShards {
  public:
   // `names` sorted and distinct.
-  EarlyShards(const SourceDir& dir, std::vector<std::string> names, CodecContext& codec,
+  EarlyShards(const SourceDir& dir, std::vector<std::string> names, ReadContext& codec,
               ShardParser parse);
   ~EarlyShards() { Wait(); }
   EarlyShards(const EarlyShards&) = delete;
@@ -88,7 +88,7 @@ class EarlyShards {
   void Work();
 
   const SourceDir& dir_;
-  CodecContext& codec_;
+  ReadContext& codec_;
   ShardParser parse_;
   std::vector<EarlyShard> shards_;
   std::atomic<size_t> next_{0};
@@ -99,7 +99,7 @@ class EarlyShards {
 // `ckpt` in that order, several at once, taking those already read from `early`; then
 // sorts the tensors (SortTensors).
 Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
-                  const std::string& named_by, CodecContext& codec, ShardParser parse,
+                  const std::string& named_by, ReadContext& codec, ShardParser parse,
                   Checkpoint& ckpt, std::vector<EarlyShard>* early = nullptr);
 
 // Sorts tensors by name; a name stored in two shards is Corruption naming both.
@@ -114,7 +114,7 @@ const Tensor* FindTensor(const Checkpoint& ckpt, std::string_view name);
 // never shown. A file the source refuses to serve (a symlink leaving a local SOURCE, not
 // a regular file) is left out with a line to `options.warn`: unlike a shard, the
 // checkpoint is whole without it.
-Status OpenOthers(const SourceDir& dir, const CodecOptions& options,
+Status OpenOthers(const SourceDir& dir, const ReadOptions& options,
                   const std::vector<std::string>& hidden, Checkpoint& ckpt);
 
 }  // namespace ckptfs

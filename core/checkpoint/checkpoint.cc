@@ -106,18 +106,18 @@ Status ComputeStorageCrcs(Checkpoint& ckpt) {
   return Status::Ok();
 }
 
-Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec) {
+Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, ReadContext& codec) {
   return ReadCheckpoint(dir, codec, dir.path);
 }
 
-Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,
+Result<Checkpoint> OpenCheckpoint(const std::string& source_path, ReadContext& codec,
                                   const RemoteOptions& remote) {
   CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source_path, codec, remote));
   return OpenCheckpointListed(dir, source_path, codec);
 }
 
 Result<Checkpoint> OpenCheckpointListed(const SourceDir& dir, const std::string& source_path,
-                                        CodecContext& codec) {
+                                        ReadContext& codec) {
   // A local path naming a file or prefix is shown as written; a URL redacted (dir.path).
   const bool local_named = !dir.remote && !dir.named.empty();
   CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt,

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/codec/codec_context.h"
+#include "core/cache/read_context.h"
 #include "core/format/dtype.h"
 #include "core/format/safetensors.h"
 #include "core/source/byte_source.h"
@@ -152,7 +152,7 @@ std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt);
 
 // Finds and validates the checkpoint in `dir`: the index if there is one (preferring
 // model.safetensors.index.json among several), else its only .safetensors file.
-Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec);
+Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, ReadContext& codec);
 
 // OpenCheckpointIn over a local directory, or over the directory of a .safetensors
 // path, in which case only that file is used. Local files are opened through a
@@ -161,11 +161,11 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, CodecContext& codec);
 // file left out with a line to `codec.options().warn`.
 // An http(s):// or s3:// SOURCE is read through RemoteSources (see SourceDir::remote)
 // with `remote`'s options, sharing `remote.cache_dir` when one is given.
-Result<Checkpoint> OpenCheckpoint(const std::string& source_path, CodecContext& codec,
+Result<Checkpoint> OpenCheckpoint(const std::string& source_path, ReadContext& codec,
                                   const RemoteOptions& remote = {});
 // OpenCheckpoint over `dir`, SOURCE `source_path` as OpenSourceDir listed it with `codec`
 // (a mount that first asked whether SOURCE is a run lists it once).
 Result<Checkpoint> OpenCheckpointListed(const SourceDir& dir, const std::string& source_path,
-                                        CodecContext& codec);
+                                        ReadContext& codec);
 
 }  // namespace ckptfs

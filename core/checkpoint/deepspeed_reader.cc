@@ -190,7 +190,7 @@ struct OpenedRank {
 // such, naming the file and the world size that asks for it.
 Result<std::vector<OpenedRank>> OpenRanks(const SourceDir& dir,
                                           const std::vector<std::string>& names,
-                                          const std::string& why, CodecContext& codec) {
+                                          const std::string& why, ReadContext& codec) {
   std::vector<OpenedRank> out(names.size());
   std::vector<Status> errors(names.size(), Status::Ok());
   for (size_t i = 0; i < names.size(); ++i) {
@@ -276,7 +276,7 @@ void Fill(ds::ZeroCheckpoint& zero, const std::vector<uint32_t>& shard_of,
   ckpt.ranges.shrink_to_fit();
 }
 
-Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, CodecContext& codec,
+Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, ReadContext& codec,
                      Checkpoint& ckpt) {
   const bool stage3 = claim.file == kProbeNames[1];
   CKPTFS_ASSIGN_OR_RETURN(std::vector<OpenedRank> first,

@@ -72,7 +72,7 @@ Status NotACheckpointFile(const std::string& shown) {
                                  " file (or .zst of one), or a directory");
 }
 
-Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, CodecContext& codec,
+Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, ReadContext& codec,
                                   const std::string& shown) {
   const FormatReader* winner = nullptr;
   std::optional<Claim> best;

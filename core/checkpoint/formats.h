@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "core/checkpoint/checkpoint.h"
-#include "core/codec/codec_context.h"
+#include "core/cache/read_context.h"
 #include "core/source/source_dir.h"
 #include "core/status.h"
 
@@ -71,7 +71,7 @@ struct FormatReader {
   Result<std::optional<Claim>> (*detect)(const SourceDir& dir);
   // Fills shards, index, tensors (sorted, SortTensors), storages, metadata and state of
   // `ckpt` from the claim. `ckpt.source_path`, `remote` and `format` are set already.
-  Status (*read)(const SourceDir& dir, const Claim& claim, CodecContext& codec, Checkpoint& ckpt);
+  Status (*read)(const SourceDir& dir, const Claim& claim, ReadContext& codec, Checkpoint& ckpt);
   // Files of `dir` not to show at the mount root besides those read() used (sorted).
   std::vector<std::string> (*hidden)(const SourceDir& dir, const Checkpoint& ckpt);
   // verify's format-specific checks once every stored byte was read (null: none): each
@@ -98,7 +98,7 @@ Status NotACheckpointFile(const std::string& shown);
 // Walks the table over `dir` and reads what wins, chooses its model view (SelectModel,
 // core/checkpoint/model.h, with codec.options().model_key), then (for a directory SOURCE)
 // reads the other files. `shown` names SOURCE in refusals that concern it as a whole.
-Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, CodecContext& codec,
+Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, ReadContext& codec,
                                   const std::string& shown);
 
 // The entries' readers (defined in <fmt>_reader.cc).

@@ -86,7 +86,7 @@ std::vector<std::string> AlternativeCopy(const SourceDir& dir, const Checkpoint&
   return names;
 }
 
-Status ReadIndexed(const SourceDir& dir, const std::string& index_name, CodecContext& codec,
+Status ReadIndexed(const SourceDir& dir, const std::string& index_name, ReadContext& codec,
                    const HfLayout& layout, Checkpoint& ckpt) {
   // Remote files are read only once the index names them: a request each, and a
   // listing may hold stale shards.
@@ -153,7 +153,7 @@ std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout) {
                                        ", ...) but no index json to join them")};
 }
 
-Status ReadHf(const SourceDir& dir, const Claim& claim, CodecContext& codec, const HfLayout& layout,
+Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, const HfLayout& layout,
               Checkpoint& ckpt) {
   if (EndsWith(claim.file, layout.index_suffix)) {
     return ReadIndexed(dir, claim.file, codec, layout, ckpt);

@@ -53,7 +53,7 @@ constexpr std::array<std::string_view, N + std::size(kHfCompanionFiles)> WithHfC
 std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout);
 
 // Reads the claimed index and its shards, or the claimed lone file, into `ckpt`.
-Status ReadHf(const SourceDir& dir, const Claim& claim, CodecContext& codec, const HfLayout& layout,
+Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, const HfLayout& layout,
               Checkpoint& ckpt);
 
 // Files not to show: every .safetensors weight file that is not part of the checkpoint (a

@@ -17,7 +17,7 @@
 //     name-based checkpoints: every tensor.
 //   - DeepSpeed ZeRO tags: `model`, the consolidated model (core/format/deepspeed/zero.h).
 //   - safetensors and per-key split checkpoints: every tensor.
-// A key (`--model-key`, CodecOptions::model_key) overrides the rule: "" keeps every
+// A key (`--model-key`, ReadOptions::model_key) overrides the rule: "" keeps every
 // tensor with its name unchanged; KEY takes the top-level sub-tree KEY, with `KEY.` cut
 // from the names. A top-level sub-tree is, for torch, a container (dict or list) that is a
 // value of the root dict; for TF, the keys whose first segment is KEY; for safetensors and split,

@@ -51,7 +51,7 @@ FormatReader SafetensorsFormat() {
       .detect = [](const SourceDir& dir) -> Result<std::optional<Claim>> {
         return DetectHf(dir, kLayout);
       },
-      .read = [](const SourceDir& dir, const Claim& claim, CodecContext& codec,
+      .read = [](const SourceDir& dir, const Claim& claim, ReadContext& codec,
                  Checkpoint& ckpt) { return ReadHf(dir, claim, codec, kLayout, ckpt); },
       .hidden = &HfHidden,
   };

@@ -108,7 +108,7 @@ Status CheckNoStrayFiles(const SourceDir& keys_dir, const std::vector<std::strin
   return Status::Ok();
 }
 
-Status ReadSplit(const SourceDir& dir, const Claim& claim, CodecContext& codec, Checkpoint& ckpt) {
+Status ReadSplit(const SourceDir& dir, const Claim& claim, ReadContext& codec, Checkpoint& ckpt) {
   std::optional<SourceDir> sub;
   if (claim.file != kSplitMapFile) {
     CKPTFS_ASSIGN_OR_RETURN(sub, dir.OpenDir(std::string(kSplitDir)));

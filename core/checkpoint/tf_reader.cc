@@ -245,7 +245,7 @@ Status SortByName(const std::string& index_name, Checkpoint& ckpt) {
 
 // Opens the bundle's data files in shard order; a missing one is refused by DataFileSizes.
 Status OpenDataFiles(const SourceDir& dir, const tf::TensorBundle& bundle, const std::string& base,
-                     const std::string& shown_prefix, CodecContext& codec, Checkpoint& ckpt) {
+                     const std::string& shown_prefix, ReadContext& codec, Checkpoint& ckpt) {
   const auto n = static_cast<uint32_t>(bundle.header.num_shards);
   std::vector<std::optional<StoredFile>> files(n);
   Status error = Status::Ok();
@@ -269,7 +269,7 @@ Status OpenDataFiles(const SourceDir& dir, const tf::TensorBundle& bundle, const
   return Status::Ok();
 }
 
-Status ReadTensorflow(const SourceDir& source, const Claim& claim, CodecContext& codec,
+Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& codec,
                       Checkpoint& ckpt) {
   std::string base;
   CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, DirOf(source, claim.file, base));

@@ -61,7 +61,7 @@ constexpr HfLayout kLayout = {".bin.index.json", "", "pytorch_model.bin", &Torch
 constexpr auto kProbeNames = WithHfCompanions<3>(
     {"pytorch_model.bin.index.json", "pytorch_model.bin", "pytorch_model.bin.zst"});
 
-Status ReadTorch(const SourceDir& dir, const Claim& claim, CodecContext& codec, Checkpoint& ckpt) {
+Status ReadTorch(const SourceDir& dir, const Claim& claim, ReadContext& codec, Checkpoint& ckpt) {
   CKPTFS_RETURN_IF_ERROR(ReadHf(dir, claim, codec, kLayout, ckpt));
   // A safetensors conversion of torch weights: what transformers' loader looks for.
   ckpt.metadata = {{"format", "pt"}};

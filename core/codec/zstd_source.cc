@@ -47,7 +47,7 @@ Status PreadAll(int fd, uint64_t offset, std::span<uint8_t> out, const std::stri
 }  // namespace
 
 Result<std::unique_ptr<ZstdSource>> ZstdSource::Open(std::unique_ptr<ByteSource> compressed,
-                                                     CodecContext& context) {
+                                                     ReadContext& context) {
   CKPTFS_ASSIGN_OR_RETURN(FrameIndex index, ReadFrameIndex(*compressed));
   // Un-grouping needs the whole frame, which only the cached path has (see the header).
   const uint64_t limit = MaxCachedFrame(context.cache().capacity());
@@ -66,17 +66,18 @@ Result<std::unique_ptr<ZstdSource>> ZstdSource::Open(std::unique_ptr<ByteSource>
 }
 
 ZstdSource::ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index,
-                       CodecContext& context)
+                       ReadContext& context)
     : compressed_(std::move(compressed)),
       index_(std::move(index)),
       context_(context),
-      cache_id_(context.cache().NewSourceId()),
       whole_(std::any_of(index_.frames.begin(), index_.frames.end(),
                          [limit = MaxCachedFrame(context.cache().capacity())](const Frame& f) {
                            return f.decoded_size > limit;
-                         })),
-      queued_(new std::atomic<bool>[index_.frames.size()]()),
-      consumed_(new std::atomic<uint64_t>[index_.frames.size()]()) {}
+                         })) {
+  const BlockSet& frames = *this;  // the base is private: converted here
+  if (!whole_)
+    frames_ = std::make_unique<CachedBlocks>(frames, context, CachedBlocks::Workers::kDecode);
+}
 
 ZstdSource::~ZstdSource() {
   if (spill_fd_ >= 0) ::close(spill_fd_);
@@ -180,44 +181,19 @@ Status ZstdSource::DecodeFrameBytes(size_t i, std::span<uint8_t> out) const {
   return Status::Ok();
 }
 
-Result<BlockCache::Handle> ZstdSource::GetFrame(size_t i) const {
-  auto handle = context_.cache().GetOrLoad(BlockKey{cache_id_, i}, index_.frames[i].decoded_size,
-                                           [this, i](std::span<uint8_t> out) {
-                                             consumed_[i].store(0, std::memory_order_relaxed);
-                                             return DecodeFrame(i, out);
-                                           });
-  if (!handle.ok()) context_.decode_errors.fetch_add(1, std::memory_order_relaxed);
-  return handle;
+ByteRange ZstdSource::BlockRange(size_t i) const {
+  const Frame& f = index_.frames[i];
+  return {f.decoded_offset, f.decoded_offset + f.decoded_size};
 }
 
-void ZstdSource::ScheduleFrames(uint64_t begin, uint64_t end) const {
-  end = std::min(end, Size());
-  if (whole_ || begin >= end) return;
-  // Never ask for more than half the cache ahead: prefetched frames must survive until
-  // the reader gets there.
-  uint64_t budget = context_.cache().capacity() / 2;
-  for (size_t i = index_.FrameAt(begin); i < index_.frames.size(); ++i) {
-    const Frame& f = index_.frames[i];
-    if (f.decoded_offset >= end || f.decoded_size > budget) break;
-    budget -= f.decoded_size;
-    // One queued task per frame: a frame queued but not yet loading is not yet in the
-    // cache, and overlapping readahead windows would otherwise queue it again and again.
-    if (queued_[i].exchange(true, std::memory_order_acq_rel)) continue;
-    if (context_.cache().ContainsOrLoading(BlockKey{cache_id_, i})) {
-      queued_[i].store(false, std::memory_order_release);
-      continue;
-    }
-    // The flag clears when the task is gone, run or dropped (a refused submit, or
-    // CodecContext::DropPending when another checkpoint of a run closes).
-    auto unqueue = std::shared_ptr<void>(
-        nullptr, [this, i](void*) { queued_[i].store(false, std::memory_order_release); });
-    if (!context_.TrySubmit([this, i, unqueue] { (void)GetFrame(i); })) break;
-    context_.prefetches.fetch_add(1, std::memory_order_relaxed);
-  }
+Status ZstdSource::LoadBlock(size_t i, std::span<uint8_t> out, bool*) const {
+  Status s = DecodeFrame(i, out);
+  if (!s.ok()) context_.decode_errors.fetch_add(1, std::memory_order_relaxed);
+  return s;
 }
 
 void ZstdSource::Prefetch(uint64_t offset, uint64_t length) const {
-  ScheduleFrames(offset, offset + length);
+  if (frames_ && length > 0 && offset < Size()) frames_->Schedule(offset, offset + length);
 }
 
 Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
@@ -233,40 +209,16 @@ Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
     // it was decoded from can, and then its bytes are no longer the shard's.
     return compressed_->CheckUnchanged();
   }
-  uint8_t* dest = out.data();
-  return ForEachFrame(offset, out.size(), [&](BlockCache::Handle&, std::span<const uint8_t> bytes) {
-    std::memcpy(dest, bytes.data(), bytes.size());
-    dest += bytes.size();
-  });
+  CKPTFS_RETURN_IF_ERROR(frames_->Read(offset, out));
+  // Frames cached before a rewrite hold the old bytes, whole and unmixed; still, a shard
+  // changed in place gives EIO on every read from then on, as a plain shard does.
+  return compressed_->CheckUnchanged();
 }
 
 Status ZstdSource::Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const {
+  if (!frames_) return ByteSource::Lend(offset, length, out);
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-  return ForEachFrame(
-      offset, length, [&](BlockCache::Handle& frame, std::span<const uint8_t> bytes) {
-        out->push_back({bytes, std::make_shared<BlockCache::Handle>(std::move(frame))});
-      });
-}
-
-Status ZstdSource::ForEachFrame(
-    uint64_t offset, uint64_t length,
-    const std::function<void(BlockCache::Handle&, std::span<const uint8_t>)>& fn) const {
-  uint64_t done = 0;
-  for (size_t i = index_.FrameAt(offset); done < length; ++i) {
-    const Frame& f = index_.frames[i];
-    CKPTFS_ASSIGN_OR_RETURN(BlockCache::Handle frame, GetFrame(i));
-    const uint64_t from = offset + done - f.decoded_offset;
-    const size_t n = std::min<uint64_t>(length - done, f.decoded_size - from);
-    // Every byte of the frame has now been handed out (counted, since parallel FUSE
-    // requests arrive out of order): it goes first when the cache needs room.
-    if (consumed_[i].fetch_add(n, std::memory_order_relaxed) + n >= f.decoded_size) {
-      frame.MarkConsumed();
-    }
-    fn(frame, frame.data().subspan(from, n));
-    done += n;
-  }
-  // Frames cached before a rewrite hold the old bytes, whole and unmixed; still, a shard
-  // changed in place gives EIO on every read from then on, as a plain shard does.
+  CKPTFS_RETURN_IF_ERROR(frames_->Lend(offset, length, out));
   return compressed_->CheckUnchanged();
 }
 

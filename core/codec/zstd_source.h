@@ -1,10 +1,11 @@
 // ZstdSource: a zstd-compressed shard seen as its decoded bytes (a ByteSource again).
 //
-// Frames up to kMaxCachedFrame are decoded on demand, one frame per cache block keyed
-// (source, frame): a read decodes only the frames it touches, each at most once while it
-// stays cached, and several readers of one frame share one decode. Prefetch() decodes
-// frames ahead on the context's workers; the volume calls it for sequential readers and
-// for the rest of a tensor whose start was read (see Volume::PlanRead).
+// Frames up to kMaxCachedFrame are decoded on demand, one frame per cache block, through
+// CachedBlocks (core/cache/cached_blocks.h): a read decodes only the frames it touches,
+// each at most once while it stays cached, several readers of one frame share one decode,
+// and a read spanning two frames decodes them on two cores. Prefetch() decodes frames
+// ahead on the context's decode workers; the volume calls it for sequential readers and
+// for the rest of a tensor whose start was read (see Volume::Read).
 //
 // A shard with any frame larger than MaxCachedFrame(cache capacity) (a quarter of the
 // cache, at most 64 MiB: single-frame zstd as the `zstd` command writes it, or frames too
@@ -13,7 +14,7 @@
 // Until then, reads near the start (the safetensors header at mount) stream-decode just
 // that prefix. Stream decodes run one at a time per mount in fixed buffers (256 KiB in,
 // 128 KiB out) plus the frame's zstd window: that, not the frame, is what they cost in
-// memory, so no frame size escapes the cache's bound (see CodecContext).
+// memory, so no frame size escapes the cache's bound (see ReadContext).
 //
 // A byte-grouped frame (`ckptfs pack --byte-group`, core/codec/byte_group.h) is un-grouped
 // right after it is decoded, before its checksum is checked and before it is cached, so
@@ -36,7 +37,8 @@
 #include <mutex>
 #include <string>
 
-#include "core/codec/codec_context.h"
+#include "core/cache/cached_blocks.h"
+#include "core/cache/read_context.h"
 #include "core/codec/frame_index.h"
 #include "core/source/byte_source.h"
 
@@ -49,11 +51,11 @@ inline constexpr uint64_t MaxCachedFrame(uint64_t cache_bytes) {
   return cache_bytes / 4 < kMaxCachedFrame ? cache_bytes / 4 : kMaxCachedFrame;
 }
 
-class ZstdSource final : public ByteSource {
+class ZstdSource final : public ByteSource, private BlockSet {
  public:
   // `compressed` holds the .zst bytes; `context` must outlive the source.
   static Result<std::unique_ptr<ZstdSource>> Open(std::unique_ptr<ByteSource> compressed,
-                                                  CodecContext& context);
+                                                  ReadContext& context);
   ~ZstdSource() override;
 
   uint64_t Size() const override { return index_.decoded_size; }
@@ -90,16 +92,15 @@ class ZstdSource final : public ByteSource {
                    const std::function<void(uint64_t decoded)>& progress = {}) const;
 
  private:
-  ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index, CodecContext& context);
+  ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index, ReadContext& context);
 
-  Result<BlockCache::Handle> GetFrame(size_t i) const;
+  // BlockSet: a block is a frame, loaded by decoding it.
+  size_t BlockCount() const override { return index_.frames.size(); }
+  size_t BlockAt(uint64_t offset) const override { return index_.FrameAt(offset); }
+  ByteRange BlockRange(size_t i) const override;
+  Status LoadBlock(size_t i, std::span<uint8_t> out, bool* publish) const override;
+
   Status DecodeFrameBytes(size_t i, std::span<uint8_t> out) const;
-  // Calls `fn(frame, bytes)` for each cached frame overlapping [offset, offset + length),
-  // with the overlapping bytes; counts them towards the frame being consumed.
-  Status ForEachFrame(
-      uint64_t offset, uint64_t length,
-      const std::function<void(BlockCache::Handle&, std::span<const uint8_t>)>& fn) const;
-  void ScheduleFrames(uint64_t begin, uint64_t end) const;
   Status ReadPrefix(uint64_t offset, std::span<uint8_t> out) const;
   Status EnsureSpilled() const;
   // Stream-decodes from the first frame, handing each decoded chunk and its offset to
@@ -109,13 +110,9 @@ class ZstdSource final : public ByteSource {
 
   std::unique_ptr<ByteSource> compressed_;
   FrameIndex index_;
-  CodecContext& context_;
-  uint64_t cache_id_;
+  ReadContext& context_;
   bool whole_;
-  std::unique_ptr<std::atomic<bool>[]> queued_;  // frame has a prefetch task queued
-  // Bytes of each frame handed out since it was last decoded; at its size the frame has
-  // been read through and is marked consumed in the cache.
-  std::unique_ptr<std::atomic<uint64_t>[]> consumed_;
+  std::unique_ptr<CachedBlocks> frames_;  // null when whole_
   mutable std::mutex spill_mu_;
   mutable std::atomic<int> spill_fd_{-1};
 };

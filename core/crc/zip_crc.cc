@@ -365,8 +365,8 @@ Result<ZipCrcStatus> ResolveZipCrcs(Checkpoint& ckpt, ZipCrcMode mode, const Crc
   return status;
 }
 
-Status WritePackedCrcs(const std::string& dest, const CodecOptions& codec_options) {
-  CodecContext codec(codec_options);
+Status WritePackedCrcs(const std::string& dest, const ReadOptions& codec_options) {
+  ReadContext codec(codec_options);
   CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(dest, codec));
   for (StoredFile& f : ckpt.shards) f.source->BeginServing();
   const std::vector<uint32_t> missing = MissingCrcStorages(ckpt);

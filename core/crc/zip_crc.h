@@ -126,7 +126,7 @@ Result<ZipCrcStatus> ResolveZipCrcs(Checkpoint& ckpt, ZipCrcMode mode, const Crc
 // reading its tensors back through their frames on every core: the CRCs then describe
 // exactly what a mount of `dest` serves, and its key (frame checksums, not paths) holds
 // wherever `dest` is copied or uploaded. Writes nothing if no CRC is missing.
-Status WritePackedCrcs(const std::string& dest, const CodecOptions& codec);
+Status WritePackedCrcs(const std::string& dest, const ReadOptions& codec);
 
 // Computes a mount's pending CRCs on a thread of idle priority (CPU SCHED_IDLE and I/O
 // class idle), reading through the checkpoint's own sources, then saves the sidecar and

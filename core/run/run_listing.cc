@@ -696,7 +696,7 @@ void ChooseLatest(RunListing& run, const TfState& tf, const std::string& deepspe
 
 }  // namespace
 
-Result<SourceDir> OpenSourceDir(const std::string& source, CodecContext& codec,
+Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
                                 const RemoteOptions& remote) {
   if (IsUrl(source)) {
     CKPTFS_RETURN_IF_ERROR(OpenDiskCache(remote, codec));

@@ -45,7 +45,7 @@
 #include <string>
 #include <vector>
 
-#include "core/codec/codec_context.h"
+#include "core/cache/read_context.h"
 #include "core/source/remote_options.h"
 #include "core/source/source_dir.h"
 #include "core/status.h"
@@ -85,7 +85,7 @@ struct RunListing {
 
 // The SourceDir of a SOURCE path or URL (a local directory, a file path, an http(s):// or
 // s3:// URL), as discovery sees it; the same listing OpenCheckpoint starts from.
-Result<SourceDir> OpenSourceDir(const std::string& source, CodecContext& codec,
+Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
                                 const RemoteOptions& remote);
 
 // Whether `dir` is a run by the rule above (not a checkpoint itself).

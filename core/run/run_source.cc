@@ -8,7 +8,7 @@
 namespace ckptfs {
 
 RunSource RunSourceOf(SourceDir first, const std::string& source,
-                      std::shared_ptr<CodecContext> codec, const RemoteOptions& remote,
+                      std::shared_ptr<ReadContext> codec, const RemoteOptions& remote,
                       std::string watch_dir) {
   // A SourceDir is a listing made once: each listing of the run opens SOURCE again, and
   // entries are opened through the SourceDir of the listing that showed them. A SourceDir
@@ -20,7 +20,7 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
     SourceDir dir;
     bool fresh = true;  // `dir` is the listing main just made: use it for the first list
     std::string source;
-    std::shared_ptr<CodecContext> codec;
+    std::shared_ptr<ReadContext> codec;
     RemoteOptions remote;
   };
   auto shared = std::make_shared<Shared>();
@@ -40,7 +40,7 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
     shared->fresh = false;
     return ListRun(shared->dir);
   };
-  run.open = [shared](const RunEntry& entry, CodecContext& context) -> Result<Checkpoint> {
+  run.open = [shared](const RunEntry& entry, ReadContext& context) -> Result<Checkpoint> {
     std::unique_lock<std::mutex> lock(shared->mu);
     CKPTFS_ASSIGN_OR_RETURN(SourceDir entry_dir, EntrySourceDir(shared->dir, entry));
     const std::string shown = shared->dir.path + "/" + entry.name;

@@ -72,14 +72,14 @@ RunNode RunNode::Single(std::shared_ptr<Volume> volume) {
   return node;
 }
 
-RunTree::RunTree(RunSource source, std::shared_ptr<CodecContext> codec, RunTreeOptions options)
-    : source_(std::move(source)), codec_(std::move(codec)), options_(std::move(options)) {
+RunTree::RunTree(RunSource source, std::shared_ptr<ReadContext> codec, RunTreeOptions options)
+    : source_(std::move(source)), context_(std::move(codec)), options_(std::move(options)) {
   ::clock_gettime(CLOCK_REALTIME, &started_);
   slots_.emplace_back();  // slot 0 is the run's own
 }
 
 Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source,
-                                               std::shared_ptr<CodecContext> codec,
+                                               std::shared_ptr<ReadContext> codec,
                                                RunTreeOptions options) {
   CKPTFS_ASSIGN_OR_RETURN(RunListing listing, source.list());
   std::unique_ptr<RunTree> tree(new RunTree(std::move(source), std::move(codec), options));
@@ -231,7 +231,7 @@ RunNode RunTree::OpenEntry(Slot& slot, uint64_t root_ino) {
   std::lock_guard<std::mutex> lock(slot.mu);
   slot.last_used = Ticks(options_.now());
   if (!slot.volume && slot.error.empty() && !slot.retired) {
-    Result<Checkpoint> ckpt = source_.open(slot.entry, *codec_);
+    Result<Checkpoint> ckpt = source_.open(slot.entry, *context_);
     if (!ckpt.ok()) {
       // One line naming the entry: the reader's message may name only a file inside it.
       slot.error = ckpt.status().message();
@@ -240,7 +240,7 @@ RunNode RunTree::OpenEntry(Slot& slot, uint64_t root_ino) {
       }
     } else {
       std::shared_ptr<Volume> volume =
-          Volume::FromCheckpoint(std::move(ckpt.value()), codec_, CodecUse::kShared);
+          Volume::FromCheckpoint(std::move(ckpt.value()), context_, ContextUse::kShared);
       const uint64_t shape = Shape(volume->layout());
       if (slot.shape != 0 && slot.shape != shape) {
         // Its files changed since the first open, before a listing noticed: these inodes
@@ -499,7 +499,7 @@ size_t RunTree::OpenVolumes() const {
 }
 
 std::string RunTree::StatsJson() const {
-  const BlockCache::Counters c = codec_->cache().counters();
+  const BlockCache::Counters c = context_->cache().counters();
   nlohmann::json j;
   {
     std::lock_guard<std::mutex> lock(mu_);

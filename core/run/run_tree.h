@@ -7,7 +7,7 @@
 // counters (entries shown, checkpoints open, the shared cache). Each entry directory is
 // that checkpoint's full views (a Volume), opened on the first lookup or listing inside it;
 // a checkpoint that fails to open is a directory holding one file, `ERROR`, with the
-// one-line reason. All Volumes share one CodecContext: one byte-bounded cache for the run.
+// one-line reason. All Volumes share one ReadContext: one byte-bounded cache for the run.
 //
 // Inodes: global = (slot << 32) | local. Slot 0 is the run's own nodes (kRootIno, the
 // symlinks, .ckptfs); every other slot belongs to one (entry name, signature) and is never
@@ -59,7 +59,7 @@ using RunClock = std::chrono::steady_clock;
 // ReadCheckpoint); tests use in-memory listings and checkpoints.
 struct RunSource {
   std::function<Result<RunListing>()> list;
-  std::function<Result<Checkpoint>(const RunEntry& entry, CodecContext& codec)> open;
+  std::function<Result<Checkpoint>(const RunEntry& entry, ReadContext& codec)> open;
   std::string path;       // SOURCE as shown in messages and stats.json
   std::string watch_dir;  // a local SOURCE directory to watch with inotify; "" for remote
 };
@@ -68,7 +68,7 @@ struct RunSource {
 // first one used; later listings open SOURCE again. `watch_dir`: SOURCE's absolute path
 // when it is a local directory, else "".
 RunSource RunSourceOf(SourceDir first, const std::string& source,
-                      std::shared_ptr<CodecContext> codec, const RemoteOptions& remote,
+                      std::shared_ptr<ReadContext> codec, const RemoteOptions& remote,
                       std::string watch_dir);
 
 struct RunTreeOptions {
@@ -111,7 +111,7 @@ class RunTree {
   // Lists the run once (the mount's view at start). A `pin` naming no entry is refused
   // with one line listing the entries.
   static Result<std::unique_ptr<RunTree>> Open(RunSource source,
-                                               std::shared_ptr<CodecContext> codec,
+                                               std::shared_ptr<ReadContext> codec,
                                                RunTreeOptions options = {});
   ~RunTree();
 
@@ -138,7 +138,7 @@ class RunTree {
   // Ends that thread (before the session it notifies goes). Idempotent.
   void StopWatching();
 
-  CodecContext& codec() const { return *codec_; }
+  ReadContext& context() const { return *context_; }
   const std::string& path() const { return source_.path; }
   // Names shown at the root now, in order, and the latest and best ("" when none).
   std::vector<std::string> EntryNames() const;
@@ -159,7 +159,7 @@ class RunTree {
     RunClock::time_point first_seen;
   };
 
-  RunTree(RunSource source, std::shared_ptr<CodecContext> codec, RunTreeOptions options);
+  RunTree(RunSource source, std::shared_ptr<ReadContext> codec, RunTreeOptions options);
 
   // Applies `listing`; returns root names that appeared or went. `initial`: trust it.
   std::vector<std::string> Apply(const RunListing& listing, bool initial);
@@ -179,7 +179,7 @@ class RunTree {
   void Notify(const std::vector<std::string>& names);
 
   RunSource source_;
-  std::shared_ptr<CodecContext> codec_;
+  std::shared_ptr<ReadContext> context_;
   RunTreeOptions options_;
   struct timespec started_ = {};
 

@@ -24,15 +24,10 @@
 #include <string_view>
 #include <vector>
 
+#include "core/cache/lent_bytes.h"
 #include "core/status.h"
 
 namespace ckptfs {
-
-// Bytes a source lends without copying; `bytes` stays valid while `keep_alive` lives.
-struct LentBytes {
-  std::span<const uint8_t> bytes;
-  std::shared_ptr<const void> keep_alive;
-};
 
 class ByteSource {
  public:

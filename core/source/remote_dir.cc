@@ -19,7 +19,7 @@ namespace {
 
 // An object read through the block cache, the disk cache and parallel fetches once the
 // mount serves (see RemoteSource).
-std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, CodecContext& codec) {
+std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, ReadContext& codec) {
   std::string identity = object->Identity();
   return std::make_unique<RemoteSource>(std::move(object), std::move(identity), codec,
                                         codec.disk_cache());
@@ -94,7 +94,7 @@ Status ProbeFiles(SourceDir& dir, const std::vector<std::string>& names) {
 // URL asked for: one segment under `base`, except the file a URL named as written. A child
 // directory (open_dir) without an autoindex listing is asked for `probe_names`, as SOURCE is.
 SourceDir HttpDirAt(std::string base, std::string named_file, std::string named_url,
-                    std::string shown, const HttpOptions& http, CodecContext& codec,
+                    std::string shown, const HttpOptions& http, ReadContext& codec,
                     std::shared_ptr<const std::vector<std::string>> probe_names) {
   auto url_of = [base, named_file, named_url](const std::string& name) {
     return !named_file.empty() && name == named_file ? named_url : base + EncodeUrlSegment(name);
@@ -149,12 +149,12 @@ SourceDir HttpDirAt(std::string base, std::string named_file, std::string named_
 
 // The SourceDir of S3 prefix `where` (a directory) from one listing.
 Result<SourceDir> S3Listed(std::shared_ptr<const S3Target> target, const S3Url& where,
-                           CodecContext& codec);
+                           ReadContext& codec);
 
 // Opens object `prefix + name` (HEAD) as a file of the directory shown as `shown`.
 Result<std::unique_ptr<ByteSource>> OpenS3Object(const S3Target& target, const std::string& prefix,
                                                  const std::string& name, const std::string& shown,
-                                                 CodecContext& codec) {
+                                                 ReadContext& codec) {
   CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
   CKPTFS_ASSIGN_OR_RETURN(
       auto object, HttpSource::Open(target.ObjectUrl(prefix + name), name, target.http, shown));
@@ -163,7 +163,7 @@ Result<std::unique_ptr<ByteSource>> OpenS3Object(const S3Target& target, const s
 
 // A child prefix of `prefix`, for SourceDir::open_dir.
 std::function<Result<SourceDir>(const std::string&)> S3Child(std::shared_ptr<const S3Target> target,
-                                                             S3Url where, CodecContext& codec) {
+                                                             S3Url where, ReadContext& codec) {
   return [target, where, &codec](const std::string& name) -> Result<SourceDir> {
     CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
     S3Url child{where.bucket, where.key + name + "/"};
@@ -172,7 +172,7 @@ std::function<Result<SourceDir>(const std::string&)> S3Child(std::shared_ptr<con
 }
 
 Result<SourceDir> S3Listed(std::shared_ptr<const S3Target> target, const S3Url& where,
-                           CodecContext& codec) {
+                           ReadContext& codec) {
   SourceDir dir;
   dir.path = where.ToString();
   dir.remote = true;
@@ -209,7 +209,7 @@ Result<SourceDir> S3Listed(std::shared_ptr<const S3Target> target, const S3Url& 
 // s3://bucket/dir/name: the object `name` in prefix `dir/`, HEADed; its siblings are
 // HEADed when asked for. `named` is `name` whether or not the object exists (a prefix).
 Result<SourceDir> S3Named(std::shared_ptr<const S3Target> target, const S3Url& where,
-                          CodecContext& codec) {
+                          ReadContext& codec) {
   const size_t slash = where.key.rfind('/');
   const std::string prefix = slash == std::string::npos ? "" : where.key.substr(0, slash + 1);
   const std::string name = where.key.substr(prefix.size());
@@ -295,7 +295,7 @@ bool IsUrl(std::string_view path) {
   return path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0 || IsS3Url(path);
 }
 
-Status OpenDiskCache(const RemoteOptions& remote, CodecContext& codec) {
+Status OpenDiskCache(const RemoteOptions& remote, ReadContext& codec) {
   if (remote.cache_dir.empty() || codec.disk_cache()) return Status::Ok();
   CKPTFS_ASSIGN_OR_RETURN(
       auto disk, DiskCache::Open(remote.cache_dir, remote.cache_dir_bytes, codec.options().warn,
@@ -305,7 +305,7 @@ Status OpenDiskCache(const RemoteOptions& remote, CodecContext& codec) {
   return Status::Ok();
 }
 
-Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, CodecContext& codec,
+Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, ReadContext& codec,
                           const std::vector<std::string>& probe_names) {
   if (std::string problem = UrlPasswordProblem(url); !problem.empty()) {
     return Status::InvalidArgument(problem);
@@ -337,7 +337,7 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, Co
   return dir;
 }
 
-Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, CodecContext& codec) {
+Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, ReadContext& codec) {
   CKPTFS_ASSIGN_OR_RETURN(S3Url where, ParseS3Url(url));
   CKPTFS_ASSIGN_OR_RETURN(S3Target target, ResolveS3(where, remote));
   // One deadline for every request of opening (see HttpDir).

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/codec/codec_context.h"
+#include "core/cache/read_context.h"
 #include "core/source/http_source.h"
 #include "core/source/remote_options.h"
 #include "core/source/source_dir.h"
@@ -33,7 +33,7 @@ std::optional<HttpListing> ParseAutoindexJson(std::string_view body);
 bool IsUrl(std::string_view path);
 
 // Opens the disk cache every remote source of this mount shares (--cache-dir), once.
-Status OpenDiskCache(const RemoteOptions& remote, CodecContext& codec);
+Status OpenDiskCache(const RemoteOptions& remote, ReadContext& codec);
 
 // A directory URL (ending in '/') or one file's URL. A directory URL is first asked for
 // itself: a JSON autoindex listing (ParseAutoindexJson) gives `files`, `dirs` and their
@@ -45,13 +45,13 @@ Status OpenDiskCache(const RemoteOptions& remote, CodecContext& codec);
 // `files` holds it if the server has it (a TF prefix is no file). Objects found while
 // discovering stay open for `open`, so each is asked for once. Names that a server would
 // decode into something else ("..%2Fx") are refused.
-Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, CodecContext& codec,
+Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, ReadContext& codec,
                           const std::vector<std::string>& probe_names);
 
 // s3://bucket/prefix/ (one paged ListObjectsV2, which gives every object's size and ETag:
 // files are made from it with no request each; only objects directly under the prefix
 // with safe names are files, deeper keys are subdirectories, see OpenDir) or
 // s3://bucket/key (HEADed; `named` is its name, siblings are asked for by name).
-Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, CodecContext& codec);
+Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, ReadContext& codec);
 
 }  // namespace ckptfs

@@ -6,27 +6,15 @@
 #include "core/cache/disk_cache.h"
 
 namespace ckptfs {
-namespace {
-
-Readahead::Options SourceReadahead(uint64_t size) {
-  Readahead::Options options;
-  options.initial_window = RemoteSource::kBlockSize;
-  options.limit = size;
-  return options;
-}
-
-}  // namespace
 
 RemoteSource::RemoteSource(std::unique_ptr<ByteSource> object, std::string identity,
-                           CodecContext& context, DiskCache* disk)
+                           ReadContext& context, DiskCache* disk)
     : object_(std::move(object)),
       identity_(std::move(identity)),
       context_(context),
       disk_(disk),
-      cache_id_(context.cache().NewSourceId()),
-      queued_(new std::atomic<bool>[BlockCount()]()),
-      consumed_(new std::atomic<uint64_t>[BlockCount()]()),
-      readahead_(std::make_unique<Readahead>(SourceReadahead(object_->Size()))) {}
+      blocks_(*this, context, CachedBlocks::Workers::kFetch),
+      readahead_(context.NewReadahead(object_->Size(), /*remote=*/true)) {}
 
 RemoteSource::~RemoteSource() = default;
 
@@ -47,8 +35,11 @@ uint64_t RemoteSource::BlockLength(uint64_t block) const {
   return std::min(kBlockSize, Size() - block * kBlockSize);
 }
 
-Status RemoteSource::LoadBlock(uint64_t block, std::span<uint8_t> out, bool* from_server) const {
-  consumed_[block].store(0, std::memory_order_relaxed);
+ByteRange RemoteSource::BlockRange(size_t block) const {
+  return {block * kBlockSize, block * kBlockSize + BlockLength(block)};
+}
+
+Status RemoteSource::LoadBlock(size_t block, std::span<uint8_t> out, bool* from_server) const {
   if (disk_ && disk_->Get(identity_, block, out)) {
     context_.disk_cache_bytes.fetch_add(out.size(), std::memory_order_relaxed);
     return Status::Ok();
@@ -60,67 +51,13 @@ Status RemoteSource::LoadBlock(uint64_t block, std::span<uint8_t> out, bool* fro
   return Status::Ok();
 }
 
-Result<BlockCache::Handle> RemoteSource::GetBlock(uint64_t block) const {
-  bool from_server = false;
-  auto handle = context_.cache().GetOrLoad(
-      BlockKey{cache_id_, block}, BlockLength(block),
-      [&](std::span<uint8_t> out) { return LoadBlock(block, out, &from_server); });
-  // Written to the disk cache only now that the block is published: readers waiting for
-  // it have their bytes and need not wait for a file to be written.
-  if (disk_ && from_server && handle.ok()) disk_->Put(identity_, block, handle->data());
-  return handle;
-}
-
-void RemoteSource::Schedule(uint64_t first_block, uint64_t end_block) const {
-  // Prefetched blocks must survive until the reader gets there: never ask for more than a
-  // quarter of the cache at once.
-  const uint64_t budget = std::max<uint64_t>(1, context_.cache().capacity() / 4 / kBlockSize);
-  end_block = std::min({end_block, BlockCount(), first_block + budget});
-  for (uint64_t b = first_block; b < end_block; ++b) {
-    // One queued task per block, however many overlapping windows ask for it.
-    if (queued_[b].exchange(true, std::memory_order_acq_rel)) continue;
-    if (context_.cache().ContainsOrLoading(BlockKey{cache_id_, b})) {
-      queued_[b].store(false, std::memory_order_release);
-      continue;
-    }
-    // The flag clears when the task is gone, run or dropped (a refused submit, or
-    // CodecContext::DropPending when another checkpoint of a run closes).
-    auto unqueue = std::shared_ptr<void>(
-        nullptr, [this, b](void*) { queued_[b].store(false, std::memory_order_release); });
-    // A failure is retried by the reader, who reports it.
-    if (!context_.TrySubmitFetch([this, b, unqueue] { (void)GetBlock(b); })) return;
-    context_.remote_prefetches.fetch_add(1, std::memory_order_relaxed);
-  }
+void RemoteSource::Published(size_t block, std::span<const uint8_t> bytes) const {
+  if (disk_) disk_->Put(identity_, block, bytes);
 }
 
 void RemoteSource::Prefetch(uint64_t offset, uint64_t length) const {
   if (!serving_.load(std::memory_order_acquire) || length == 0 || offset >= Size()) return;
-  const uint64_t end = std::min(Size(), offset + length);
-  Schedule(offset / kBlockSize, (end + kBlockSize - 1) / kBlockSize);
-}
-
-template <typename Fn>
-Status RemoteSource::ForEachBlock(uint64_t offset, uint64_t length, Fn&& fn) const {
-  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-  if (length == 0) return Status::Ok();
-  const uint64_t first = offset / kBlockSize;
-  const uint64_t last = (offset + length - 1) / kBlockSize;
-  // Fetch the later blocks in parallel while this thread fetches the first.
-  if (last > first) Schedule(first + 1, last + 1);
-  uint64_t done = 0;
-  for (uint64_t b = first; b <= last; ++b) {
-    CKPTFS_ASSIGN_OR_RETURN(BlockCache::Handle handle, GetBlock(b));
-    const uint64_t from = offset + done - b * kBlockSize;
-    const uint64_t n = std::min(length - done, handle.data().size() - from);
-    // Every byte of the block has been handed out (counted, since parallel FUSE requests
-    // arrive out of order): it goes first when the cache needs room.
-    if (consumed_[b].fetch_add(n, std::memory_order_relaxed) + n >= handle.data().size()) {
-      handle.MarkConsumed();
-    }
-    fn(handle, handle.data().subspan(from, n));
-    done += n;
-  }
-  return Status::Ok();
+  blocks_.Schedule(offset, std::min(Size(), offset + length));
 }
 
 bool RemoteSource::ReadFromDisk(uint64_t offset, std::span<uint8_t> out) const {
@@ -164,19 +101,15 @@ Status RemoteSource::ReadWhileOpening(uint64_t offset, std::span<uint8_t> out) c
 
 Status RemoteSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   if (!serving_.load(std::memory_order_acquire)) return ReadWhileOpening(offset, out);
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
   const ByteRange ahead = readahead_->OnRead(offset, out.size());
   if (!ahead.empty()) Prefetch(ahead.begin, ahead.size());
-  uint8_t* dest = out.data();
-  return ForEachBlock(offset, out.size(), [&](BlockCache::Handle&, std::span<const uint8_t> b) {
-    std::memcpy(dest, b.data(), b.size());
-    dest += b.size();
-  });
+  return blocks_.Read(offset, out);
 }
 
 Status RemoteSource::Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const {
-  return ForEachBlock(offset, length, [&](BlockCache::Handle& block, std::span<const uint8_t> b) {
-    out->push_back({b, std::make_shared<BlockCache::Handle>(std::move(block))});
-  });
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
+  return blocks_.Lend(offset, length, out);
 }
 
 }  // namespace ckptfs

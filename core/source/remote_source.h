@@ -6,9 +6,10 @@
 // a seek table) then fetches only those bytes, not a block around each. (A warm disk
 // cache holding every block a header read touches answers it instead, so a second mount
 // sends the server nothing but the requests that check each object is unchanged.) Once
-// the mount serves (BeginServing), every read is cut into kBlockSize blocks, each fetched once into
-// the block cache and shared by all views, so a read of one tensor fetches that tensor
-// plus at most one partial block at each end.
+// the mount serves (BeginServing), every read is cut into kBlockSize blocks, each fetched
+// once into the block cache through CachedBlocks (core/cache/cached_blocks.h) and shared by
+// all views, so a read of one tensor fetches that tensor plus at most one partial block at
+// each end.
 //
 // Where a block comes from, in order: the block cache (memory); the disk cache, when the
 // mount has one (checked against the object's identity: URL, ETag and size, so bytes of
@@ -18,12 +19,13 @@
 // Parallelism: Prefetch(range) queues the blocks of the range on the context's fetch
 // workers, so a read that starts a tensor fetches the rest of it in parallel chunks, and
 // a sequential reader's window (see Readahead) is in flight while it copies. A read that
-// spans several missing blocks queues all but the first before fetching the first itself.
+// spans several missing blocks queues all but the first before fetching the first itself
+// (CachedBlocks).
 // ReadAt callers once serving (a ZstdSource decoding frames, `verify`, `pack`) feed a
 // Readahead of the source's own, so streaming through it fetches ahead too; FUSE reads
 // come through Lend and the volume's per-file readahead instead.
-// Prefetch never asks for more than a quarter of the cache, and the fetch queue is
-// bounded: a slow server means waiting, never unbounded memory.
+// Prefetch never asks for more than ReadContext::AheadBudget() at once, and the fetch
+// queue is bounded: a slow server means waiting, never unbounded memory.
 //
 // Thread-safe. Errors (the server's, with its retries and --timeout) are IoErrors naming
 // the object; a failed block is not cached, so the next read tries again.
@@ -35,21 +37,22 @@
 #include <string>
 #include <vector>
 
+#include "core/cache/cached_blocks.h"
 #include "core/cache/prefetch.h"
-#include "core/codec/codec_context.h"
+#include "core/cache/read_context.h"
 #include "core/source/byte_source.h"
 
 namespace ckptfs {
 
 class DiskCache;
 
-class RemoteSource final : public ByteSource {
+class RemoteSource final : public ByteSource, private BlockSet {
  public:
   static constexpr uint64_t kBlockSize = uint64_t{1} << 20;
 
   // `identity` names this version of the object (see HttpSource::Identity); the disk
   // cache keys blocks by it. `context` (and `disk`, if not null) must outlive the source.
-  RemoteSource(std::unique_ptr<ByteSource> object, std::string identity, CodecContext& context,
+  RemoteSource(std::unique_ptr<ByteSource> object, std::string identity, ReadContext& context,
                DiskCache* disk);
   ~RemoteSource() override;
 
@@ -68,29 +71,26 @@ class RemoteSource final : public ByteSource {
   std::string Identity() const override;
 
  private:
-  uint64_t BlockCount() const { return (Size() + kBlockSize - 1) / kBlockSize; }
+  // BlockSet: fixed kBlockSize blocks, loaded from the disk cache, else the server (then
+  // published to the disk cache).
+  size_t BlockCount() const override { return (Size() + kBlockSize - 1) / kBlockSize; }
+  size_t BlockAt(uint64_t offset) const override { return offset / kBlockSize; }
+  ByteRange BlockRange(size_t block) const override;
+  Status LoadBlock(size_t block, std::span<uint8_t> out, bool* from_server) const override;
+  void Published(size_t block, std::span<const uint8_t> bytes) const override;
   uint64_t BlockLength(uint64_t block) const;
-  Result<BlockCache::Handle> GetBlock(uint64_t block) const;
-  // Fills `out` from the disk cache, else the server (then sets *from_server).
-  Status LoadBlock(uint64_t block, std::span<uint8_t> out, bool* from_server) const;
   // Before BeginServing: exact ranges from the server, unless the disk cache holds every
   // block the range touches.
   Status ReadWhileOpening(uint64_t offset, std::span<uint8_t> out) const;
   bool ReadFromDisk(uint64_t offset, std::span<uint8_t> out) const;
-  void Schedule(uint64_t first_block, uint64_t end_block) const;
-  // Calls `fn(handle, bytes)` for each block overlapping [offset, offset + length).
-  template <typename Fn>
-  Status ForEachBlock(uint64_t offset, uint64_t length, Fn&& fn) const;
 
   std::unique_ptr<ByteSource> object_;
   const std::string identity_;
-  CodecContext& context_;
+  ReadContext& context_;
   DiskCache* const disk_;
-  const uint64_t cache_id_;
   std::atomic<bool> serving_{false};
-  std::unique_ptr<std::atomic<bool>[]> queued_;        // block has a fetch task queued
-  std::unique_ptr<std::atomic<uint64_t>[]> consumed_;  // bytes handed out since loaded
-  std::unique_ptr<Readahead> readahead_;               // for ReadAt callers
+  CachedBlocks blocks_;
+  std::unique_ptr<Readahead> readahead_;  // for ReadAt callers
   // The disk cache block last read while opening: header parsing makes many small reads
   // (a zip's local headers), most within one block.
   mutable std::mutex opening_mu_;

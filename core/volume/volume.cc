@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -9,7 +10,6 @@
 #include "core/cache/disk_cache.h"
 #include "core/format/safetensors.h"
 #include "core/run/run_listing.h"
-#include "core/source/remote_source.h"
 
 namespace ckptfs {
 
@@ -35,36 +35,37 @@ void BeginServing(Checkpoint& ckpt) {
 }  // namespace
 
 Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
-                                             const CodecOptions& codec_options, ZipCrcMode zip_crc,
+                                             const ReadOptions& read_options, ZipCrcMode zip_crc,
                                              const RemoteOptions& remote) {
-  auto codec = std::make_shared<CodecContext>(codec_options);
-  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source_path, *codec, remote));
-  return OpenListed(dir, source_path, std::move(codec), zip_crc, remote);
+  auto context = std::make_shared<ReadContext>(read_options);
+  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source_path, *context, remote));
+  return OpenListed(dir, source_path, std::move(context), zip_crc, remote);
 }
 
 Result<std::unique_ptr<Volume>> Volume::OpenListed(const SourceDir& dir,
                                                    const std::string& source_path,
-                                                   std::shared_ptr<CodecContext> codec,
+                                                   std::shared_ptr<ReadContext> context,
                                                    ZipCrcMode zip_crc,
                                                    const RemoteOptions& remote) {
-  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpointListed(dir, source_path, *codec));
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpointListed(dir, source_path, *context));
   // Reading every tensor (--zip-crc mount) is serving, not opening: a remote checkpoint's
   // open deadline bounds its headers, not a pass over all its bytes (each read keeps
   // --timeout).
   if (zip_crc == ZipCrcMode::kMount) BeginServing(ckpt);
   CrcStore store(CrcSidecarDir(remote.cache_dir));
   CKPTFS_ASSIGN_OR_RETURN(ZipCrcStatus crcs,
-                          ResolveZipCrcs(ckpt, zip_crc, store, codec->options().warn));
-  auto volume = FromCheckpoint(std::move(ckpt), std::move(codec));
+                          ResolveZipCrcs(ckpt, zip_crc, store, context->options().warn));
+  auto volume = FromCheckpoint(std::move(ckpt), std::move(context));
   volume->zip_crcs_ = std::move(crcs);
   volume->crc_store_ = std::move(store);
   return volume;
 }
 
-std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt, std::shared_ptr<CodecContext> codec,
-                                               CodecUse use) {
+std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
+                                               std::shared_ptr<ReadContext> context,
+                                               ContextUse use) {
   BeginServing(ckpt);  // after --zip-crc too: a no-op for sources already serving
-  auto volume = std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(codec), use));
+  auto volume = std::unique_ptr<Volume>(new Volume(std::move(ckpt), std::move(context), use));
   // Open resolves them; a checkpoint wrapped as it is says only what it carries.
   volume->zip_crcs_.missing = MissingCrcStorages(volume->ckpt_);
   if (!volume->zip_crcs_.missing.empty()) {
@@ -80,10 +81,10 @@ std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt, std::shared_ptr<
 // Prefetch tasks and the CRC pass point at sources: stop them before the sources go.
 Volume::~Volume() {
   crc_pass_.reset();
-  if (codec_use_ == CodecUse::kOwned) {
-    codec_->Shutdown();
+  if (context_use_ == ContextUse::kOwned) {
+    context_->Shutdown();
   } else {
-    codec_->DropPending();
+    context_->DropPending();
   }
 }
 
@@ -120,15 +121,7 @@ nlohmann::json ZipCrcJson(const ZipCrcStatus& status, const BackgroundCrcPass* p
 
 std::unique_ptr<Readahead> Volume::NewReadahead(uint64_t ino) const {
   const Node* node = layout_.Find(ino);
-  Readahead::Options options;
-  options.limit = node ? node->size : 0;
-  // Every remote window is round trips: start with one block, and let a proven stream
-  // grow it.
-  if (ckpt_.remote) options.initial_window = RemoteSource::kBlockSize;
-  // A window the cache cannot hold would evict its own frames before they are read.
-  options.max_window = std::max<uint64_t>(
-      options.initial_window, std::min(options.max_window, codec_->cache().capacity() / 4));
-  return std::make_unique<Readahead>(options);
+  return context_->NewReadahead(node ? node->size : 0, ckpt_.remote);
 }
 
 void Volume::Prefetch(uint64_t ino, ByteRange range) const {
@@ -225,6 +218,58 @@ Status Volume::Gather(std::span<const ReadPiece> plan, Gathered* out) const {
   return Status::Ok();
 }
 
+namespace {
+
+// Copies segments of `gathered` into `buf`: the descriptor ones, or with `all` every one,
+// leaving a single segment.
+Status Flatten(Gathered& gathered, std::vector<uint8_t>& buf, bool all) {
+  uint64_t total = 0;
+  for (const ReplySegment& seg : gathered.segments) {
+    total += all || seg.fd >= 0 ? seg.length : 0;
+  }
+  if (buf.size() < total) buf.resize(total);
+  uint64_t used = 0;
+  for (ReplySegment& seg : gathered.segments) {
+    if (seg.fd < 0 && !all) continue;
+    if (seg.fd < 0) std::memcpy(buf.data() + used, seg.data, seg.length);
+    for (uint64_t done = 0; seg.fd >= 0 && done < seg.length;) {
+      const ssize_t n = ::pread(seg.fd, buf.data() + used + done, seg.length - done,
+                                static_cast<off_t>(seg.offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        return Status::IoError(std::string("read of a shard failed: ") +
+                               (n < 0 ? std::strerror(errno) : "end of file"));
+      }
+      done += static_cast<uint64_t>(n);
+    }
+    seg = ReplySegment{buf.data() + used, -1, 0, seg.length};
+    used += seg.length;
+  }
+  if (all) gathered.segments = {ReplySegment{buf.data(), -1, 0, total}};
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Volume::Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* readahead,
+                    const ReplyLimits& limits, std::vector<uint8_t>& buffer, Gathered* out) const {
+  thread_local std::vector<ReadPiece> plan;  // reused: its capacity stays with the thread
+  CKPTFS_RETURN_IF_ERROR(PlanRead(ino, offset, size, &plan, readahead));
+  Stats::Add(stats_.reads, 1);
+  for (const ReadPiece& p : plan) Stats::Add(stats_.bytes_read, p.length);
+  Status s = Gather(plan, out);
+  plan.clear();  // drops the generated bytes it shares
+  if (!s.ok()) return s;
+  // writev takes at most IOV_MAX pieces, and a reply the kernel refuses leaves its reader
+  // waiting forever: a read across many tiny tensors (a thousand small records in 1 MiB of
+  // pytorch_model.bin) goes out as one copied piece instead.
+  const bool too_many = out->segments.size() >= limits.max_segments;
+  if (limits.descriptors && !too_many) return Status::Ok();
+  s = Flatten(*out, buffer, too_many);
+  if (!s.ok()) Stats::Add(stats_.read_errors, 1);
+  return s;
+}
+
 Status Volume::ReadInto(std::span<const ReadPiece> plan, uint8_t* out) const {
   for (const ReadPiece& p : plan) {
     if (p.source) {
@@ -275,18 +320,18 @@ std::string Volume::StatsJson() const {
       {"opens", load(stats_.opens)},
       {"replies_spliced", stats_.replies_spliced.load(std::memory_order_relaxed)},
       {"rss_bytes", CurrentRssBytes()},
-      {"bytes_decompressed", load(codec_->bytes_decoded)},
-      {"compressed_bytes_read", load(codec_->compressed_bytes_read)},
-      {"frames_decoded", load(codec_->frames_decoded)},
-      {"decode_errors", load(codec_->decode_errors)},
-      {"prefetched_frames", load(codec_->prefetches)},
+      {"bytes_decompressed", load(context_->bytes_decoded)},
+      {"compressed_bytes_read", load(context_->compressed_bytes_read)},
+      {"frames_decoded", load(context_->frames_decoded)},
+      {"decode_errors", load(context_->decode_errors)},
+      {"prefetched_frames", load(context_->prefetches)},
   };
   if (ckpt_.remote) {
-    j["remote"] = {{"bytes_fetched", load(codec_->remote_bytes_fetched)},
-                   {"requests", load(codec_->remote_requests)},
-                   {"prefetched_blocks", load(codec_->remote_prefetches)},
-                   {"disk_cache_bytes", load(codec_->disk_cache_bytes)}};
-    if (const DiskCache* disk = codec_->disk_cache()) {
+    j["remote"] = {{"bytes_fetched", load(context_->remote_bytes_fetched)},
+                   {"requests", load(context_->remote_requests)},
+                   {"prefetched_blocks", load(context_->remote_prefetches)},
+                   {"disk_cache_bytes", load(context_->disk_cache_bytes)}};
+    if (const DiskCache* disk = context_->disk_cache()) {
       const DiskCache::Counters d = disk->counters();
       j["disk_cache"] = {{"hits", d.hits},
                          {"misses", d.misses},
@@ -298,7 +343,7 @@ std::string Volume::StatsJson() const {
     }
   }
   j["zip_crc"] = ZipCrcJson(zip_crcs_, crc_pass_.get());
-  const BlockCache::Counters c = codec_->cache().counters();
+  const BlockCache::Counters c = context_->cache().counters();
   j["cache"] = {{"capacity_bytes", c.capacity_bytes},
                 {"charged_bytes", c.charged_bytes},
                 {"pinned_bytes", c.pinned_bytes},

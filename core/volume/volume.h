@@ -2,14 +2,15 @@
 // live Stats, and answers the questions a file system front end asks: lookup, attributes,
 // directory listing, extended attributes, and reads.
 //
-// A read is planned, not performed: PlanRead turns (inode, offset, size) into pieces, each
-// a range of a stored file or a span of synthesized bytes. A read that starts a tensor
-// tells the tensor's source to prefetch the rest of it; a read that continues a
-// sequential stream prefetches the stream's next window. Prefetch stays inside the file
-// being read, so reading one tensor file never decodes its neighbours. Gather turns the
-// plan into reply segments with no copy (descriptors, pinned cache blocks, the header
-// pool); ReadInto copies instead, for callers that want plain bytes. Either way a read
-// crosses the layout once and touches each stored file once.
+// A read crosses core once: Read plans it (PlanRead: (inode, offset, size) into pieces,
+// each a range of a stored file or a span of synthesized bytes), gathers the pieces into
+// reply segments with no copy where the front end can take them (descriptors it splices,
+// pinned cache blocks, the header pool), and copies only what it cannot. A read that
+// starts a tensor tells the tensor's source to prefetch the rest of it; a read that
+// continues a sequential stream prefetches the stream's next window. Prefetch stays inside
+// the file being read, so reading one tensor file never decodes its neighbours. ReadInto
+// copies a plan instead, for callers that want plain bytes. Either way a read crosses the
+// layout once and touches each stored file once.
 //
 // Thread safety: every method is const or uses atomics; one Volume serves all FUSE worker
 // threads.
@@ -53,37 +54,52 @@ struct Gathered {
   std::vector<std::shared_ptr<const void>> keep_alive;  // pinned cache blocks, copy buffers
 };
 
-// Whether a Volume owns its CodecContext (a single-checkpoint mount: closing the Volume
-// stops the codec's workers) or shares it with other Volumes (a run: closing one only
+// What a front end can send in one reply.
+struct ReplyLimits {
+  bool descriptors = true;    // segments may name a descriptor (the front end splices it)
+  size_t max_segments = 256;  // a reply of more goes out as one copied segment
+};
+
+// Whether a Volume owns its ReadContext (a single-checkpoint mount: closing the Volume
+// stops the context's workers) or shares it with other Volumes (a run: closing one only
 // drops the queued prefetches, so no task outlives the sources it reads).
-enum class CodecUse : uint8_t { kOwned, kShared };
+enum class ContextUse : uint8_t { kOwned, kShared };
 
 class Volume {
  public:
   // Storages without a CRC-32 (safetensors ones) get theirs as `zip_crc` says (see
   // core/crc/zip_crc.h): from a sidecar (kAuto, kMount), else computed now (kMount), else
   // left 0 for this mount (kAuto: StartZipCrcPass computes them for the next one). The
-  // sidecars live in CrcSidecarDir(remote.cache_dir); ignored ones go to codec.warn.
+  // sidecars live in CrcSidecarDir(remote.cache_dir); ignored ones go to options.warn.
   static Result<std::unique_ptr<Volume>> Open(const std::string& source_path,
-                                              const CodecOptions& codec = {},
+                                              const ReadOptions& options = {},
                                               ZipCrcMode zip_crc = ZipCrcMode::kAuto,
                                               const RemoteOptions& remote = {});
-  // Open over SOURCE `source_path` as OpenSourceDir listed it (`dir`) with `codec`.
+  // Open over SOURCE `source_path` as OpenSourceDir listed it (`dir`) with `context`.
   static Result<std::unique_ptr<Volume>> OpenListed(const SourceDir& dir,
                                                     const std::string& source_path,
-                                                    std::shared_ptr<CodecContext> codec,
+                                                    std::shared_ptr<ReadContext> context,
                                                     ZipCrcMode zip_crc = ZipCrcMode::kAuto,
                                                     const RemoteOptions& remote = {});
-  // Wraps an already opened checkpoint whose compressed sources use `codec`.
+  // Wraps an already opened checkpoint whose compressed sources use `context`.
   static std::unique_ptr<Volume> FromCheckpoint(Checkpoint ckpt,
-                                                std::shared_ptr<CodecContext> codec,
-                                                CodecUse use = CodecUse::kOwned);
+                                                std::shared_ptr<ReadContext> context,
+                                                ContextUse use = ContextUse::kOwned);
   ~Volume();
 
   const Checkpoint& checkpoint() const { return ckpt_; }
   const Layout& layout() const { return layout_; }
   Stats& stats() const { return stats_; }
-  CodecContext& codec() const { return *codec_; }
+  ReadContext& context() const { return *context_; }
+
+  // Reads [offset, offset + size) of file `ino` for a reply (clipped at end of file):
+  // plans it, gathers it into `out` as `limits` allow, and counts it in stats(). Bytes that
+  // must be copied (descriptor segments when `limits` forbid them, every segment past
+  // max_segments) go into `buffer`, the caller's, reused across its reads so its pages
+  // stay mapped. The segments are valid while `out` and `buffer` live. Errors as
+  // PlanRead's and the sources' (counted in stats().read_errors).
+  Status Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* readahead,
+              const ReplyLimits& limits, std::vector<uint8_t>& buffer, Gathered* out) const;
 
   // Pieces covering [offset, offset + size) of file `ino`, clipped at end of file (an
   // empty plan at or past the end). NotFound for a bad inode, InvalidArgument for a
@@ -94,10 +110,6 @@ class Volume {
                   Readahead* readahead = nullptr) const;
   // A sequential-read detector for file `ino`, windows sized to the cache.
   std::unique_ptr<Readahead> NewReadahead(uint64_t ino) const;
-  // Turns a plan into reply segments with as few copies as possible: descriptors of plain
-  // files (checked unchanged since mount), cache blocks lent by compressed sources, the
-  // header pool; only sources that can do neither are copied into a buffer.
-  Status Gather(std::span<const ReadPiece> plan, Gathered* out) const;
   // Copies the planned bytes into `out`, which must hold their total length.
   Status ReadInto(std::span<const ReadPiece> plan, uint8_t* out) const;
 
@@ -115,17 +127,21 @@ class Volume {
   void StartZipCrcPass(std::function<void(const std::string&)> log);
 
  private:
+  // Turns a plan into reply segments with as few copies as possible: descriptors of plain
+  // files (checked unchanged since mount), cache blocks lent by compressed sources, the
+  // header pool; only sources that can do neither are copied into a buffer.
+  Status Gather(std::span<const ReadPiece> plan, Gathered* out) const;
   // Asks the sources under [range) of file `ino` to fetch or decode it ahead.
   void Prefetch(uint64_t ino, ByteRange range) const;
 
-  Volume(Checkpoint ckpt, std::shared_ptr<CodecContext> codec, CodecUse use)
-      : codec_(std::move(codec)),
-        codec_use_(use),
+  Volume(Checkpoint ckpt, std::shared_ptr<ReadContext> context, ContextUse use)
+      : context_(std::move(context)),
+        context_use_(use),
         ckpt_(std::move(ckpt)),
         layout_(Layout::Build(ckpt_)) {}
 
-  std::shared_ptr<CodecContext> codec_;  // first: outlives the sources that use it
-  CodecUse codec_use_;
+  std::shared_ptr<ReadContext> context_;  // first: outlives the sources that use it
+  ContextUse context_use_;
   Checkpoint ckpt_;
   Layout layout_;
   mutable Stats stats_;

@@ -10,7 +10,7 @@
 #include "core/codec/zstd_source.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static ckptfs::CodecContext codec(ckptfs::CodecOptions{.cache_bytes = 1 << 20});
+  static ckptfs::ReadContext codec(ckptfs::ReadOptions{.cache_bytes = 1 << 20});
   auto source = ckptfs::ZstdSource::Open(
       std::make_unique<ckptfs::MemorySource>(
           "fuzz.zst", std::string(reinterpret_cast<const char*>(data), size)),

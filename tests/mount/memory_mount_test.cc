@@ -3,7 +3,7 @@
 //   old and new bytes, whether its frames are decoded through the cache (multi-frame,
 //   seekable without checksums) or through the spill file (single-frame);
 // - the daemon's peak RSS stays within --cache-size plus the fixed overhead that
-//   core/codec/codec_context.h states, for 4 MiB frames (`ckptfs pack`) and 60 MiB
+//   core/cache/read_context.h states, for 4 MiB frames (`ckptfs pack`) and 60 MiB
 //   single-frame shards, under many parallel readers.
 // The fixtures' names hold "Zstd" so the zstd mount test filter picks them up.
 
@@ -14,7 +14,7 @@
 namespace ckptfs::mount_test {
 namespace {
 
-// The fixed overhead codec_context.h states: RSS <= --cache-size + this.
+// The fixed overhead read_context.h states: RSS <= --cache-size + this.
 constexpr uint64_t kFixedOverheadBytes = 40ull << 20;
 
 // Peak resident memory (VmHWM) of process `pid`, in bytes; 0 if unreadable.

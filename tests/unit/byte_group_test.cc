@@ -213,7 +213,7 @@ TEST_F(HostileRecordTest, RefusesAGroupedFrameTheStreamPathWouldDecode) {
           "s.safetensors.zst",
           BuildShard(grouped_, originals_,
                      RawRecord(Le32(1) + Le32(1) + Le32(1) + Le32(1) + Region(96, 4000, 2)))),
-      *std::make_shared<CodecContext>(CodecOptions{.cache_bytes = 8192}));
+      *std::make_shared<ReadContext>(ReadOptions{.cache_bytes = 8192}));
   ASSERT_FALSE(src.ok());
   EXPECT_NE(src.status().message().find("frame 1 is byte-grouped"), std::string::npos)
       << src.status().message();
@@ -247,7 +247,7 @@ class BytePackTest : public ::testing::Test {
   void PackAndCompare(PackOptions options, size_t min_grouped_frames) {
     options.byte_group = true;
     ASSERT_TRUE(PackCheckpoint(source_->checkpoint(), dest_, options).ok());
-    CodecContext codec({.cache_bytes = 1 << 20});
+    ReadContext codec({.cache_bytes = 1 << 20});
     auto packed = OpenCheckpoint(dest_, codec);
     ASSERT_TRUE(packed.ok()) << packed.status().message();
     const auto& zstd = dynamic_cast<const ZstdSource&>(*packed->shards[0].source);
@@ -313,7 +313,7 @@ TEST_F(BytePackTest, WithoutTheOptionNothingIsGroupedOrRecorded) {
   PackOptions options;
   options.frame_size = 1000;
   ASSERT_TRUE(PackCheckpoint(source_->checkpoint(), dest_, options).ok());
-  CodecContext codec({.cache_bytes = 1 << 20});
+  ReadContext codec({.cache_bytes = 1 << 20});
   auto packed = OpenCheckpoint(dest_, codec);
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   const auto& zstd = dynamic_cast<const ZstdSource&>(*packed->shards[0].source);

@@ -136,7 +136,7 @@ TEST(FrameIndex, RefusesDamage) {
 
 class ZstdSourceTest : public ::testing::Test {
  protected:
-  std::unique_ptr<ZstdSource> Open(const std::string& bytes, CodecContext& codec) {
+  std::unique_ptr<ZstdSource> Open(const std::string& bytes, ReadContext& codec) {
     auto src = ZstdSource::Open(std::make_unique<MemorySource>("s.safetensors.zst", bytes), codec);
     EXPECT_TRUE(src.ok()) << src.status().message();
     return src.ok() ? std::move(src).value() : nullptr;
@@ -153,7 +153,7 @@ class ZstdSourceTest : public ::testing::Test {
 };
 
 TEST_F(ZstdSourceTest, ReadsAnyWindowAndDecodesOnlyTouchedFrames) {
-  CodecContext codec({.cache_bytes = 1 << 20});
+  ReadContext codec({.cache_bytes = 1 << 20});
   auto src = Open(Frames(kPlain, 64 << 10, true).bytes, codec);
   ASSERT_TRUE(src);
   EXPECT_EQ(src->Size(), kPlain.size());
@@ -171,7 +171,7 @@ TEST_F(ZstdSourceTest, ReadsAnyWindowAndDecodesOnlyTouchedFrames) {
 }
 
 TEST_F(ZstdSourceTest, CacheSmallerThanAFrameStillReads) {
-  CodecContext codec({.cache_bytes = 1000});
+  ReadContext codec({.cache_bytes = 1000});
   auto src = Open(Frames(kPlain, 64 << 10, false).bytes, codec);
   ASSERT_TRUE(src);
   EXPECT_EQ(Read(*src, 0, kPlain.size()), kPlain);
@@ -179,7 +179,7 @@ TEST_F(ZstdSourceTest, CacheSmallerThanAFrameStillReads) {
 }
 
 TEST_F(ZstdSourceTest, CorruptFrameIsAnErrorNamingShardAndFrame) {
-  CodecContext codec({.cache_bytes = 1 << 20});
+  ReadContext codec({.cache_bytes = 1 << 20});
   Compressed c = Frames(kPlain, 64 << 10, true);
   c.bytes[c.frames[2].compressed_offset + c.frames[2].compressed_size / 2] ^= 0x5a;
   auto src = Open(c.bytes, codec);
@@ -197,7 +197,7 @@ TEST_F(ZstdSourceTest, CorruptFrameIsAnErrorNamingShardAndFrame) {
 }
 
 TEST_F(ZstdSourceTest, ChecksumMismatchIsCaught) {
-  CodecContext codec({.cache_bytes = 1 << 20});
+  ReadContext codec({.cache_bytes = 1 << 20});
   Compressed c = Frames(kPlain, 64 << 10, false);
   std::vector<Frame> frames = c.frames;
   frames[0].checksum = *frames[0].checksum ^ 1;
@@ -209,7 +209,7 @@ TEST_F(ZstdSourceTest, ChecksumMismatchIsCaught) {
 }
 
 TEST_F(ZstdSourceTest, SeekTableSpanningTwoFramesIsRefusedOnRead) {
-  CodecContext codec({.cache_bytes = 1 << 20});
+  ReadContext codec({.cache_bytes = 1 << 20});
   Compressed c = Frames(kPlain, 64 << 10, false);
   // Frames 0 and 1 described as one: sizes add up, but the bytes are two frames.
   std::vector<Frame> merged(c.frames.begin() + 1, c.frames.end());
@@ -225,7 +225,7 @@ TEST_F(ZstdSourceTest, SeekTableSpanningTwoFramesIsRefusedOnRead) {
 
 TEST_F(ZstdSourceTest, LargeSingleFrameIsSpilledOnceAndPrefixReadWithoutIt) {
   const std::string big = RandomBytes(kMaxCachedFrame + 4096, 3);
-  CodecContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  ReadContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
   auto src = Open(CompressFrame(big), codec);
   ASSERT_TRUE(src);
   EXPECT_TRUE(src->decodes_whole());
@@ -280,7 +280,7 @@ std::pair<std::string, std::string> TwoVersions(const std::string& plain, size_t
 TEST_F(ZstdSourceTest, ShardChangedAfterMountGivesErrorsNotBytes) {
   for (bool seek_table : {false, true}) {
     SCOPED_TRACE(seek_table ? "seekable without checksums" : "multi-frame");
-    CodecContext codec({.cache_bytes = 8 << 20});
+    ReadContext codec({.cache_bytes = 8 << 20});
     auto [a, b] = TwoVersions(kPlain, 64 << 10, seek_table, false);
     auto changing = std::make_unique<ChangingSource>(a, b);
     ChangingSource* shard = changing.get();
@@ -309,7 +309,7 @@ TEST_F(ZstdSourceTest, ShardChangedDuringAFramesReadIsCaught) {
   // 600 KiB frames compress to more than one of DecodeFrame's 256 KiB reads: the rewrite
   // lands between the first and second read of frame 0, and the frame mixes versions.
   const std::string plain = RandomBytes(1200 << 10, 11);
-  CodecContext codec({.cache_bytes = 16 << 20});
+  ReadContext codec({.cache_bytes = 16 << 20});
   auto [a, b] = TwoVersions(plain, 600 << 10, false, false);
   auto changing = std::make_unique<ChangingSource>(a, b);
   ChangingSource* shard = changing.get();
@@ -324,7 +324,7 @@ TEST_F(ZstdSourceTest, ShardChangedDuringAFramesReadIsCaught) {
 
 TEST_F(ZstdSourceTest, SpilledShardChangedAfterMountGivesErrors) {
   const std::string big = RandomBytes(2 << 20, 5);
-  CodecContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  ReadContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
   std::string other = big;
   other.back() = static_cast<char>(~other.back());
   std::string a = CompressFrame(big), b = CompressFrame(other);
@@ -349,7 +349,7 @@ TEST_F(ZstdSourceTest, FramesLargerThanAQuarterOfTheCacheAreSpilled) {
   // them is charged to the cache, and readers in parallel stay within it.
   const std::string plain = RandomBytes(16 << 20, 9);
   Compressed c = Frames(plain, 4 << 20, true);
-  CodecContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  ReadContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
   auto src = Open(c.bytes, codec);
   ASSERT_TRUE(src);
   EXPECT_TRUE(src->decodes_whole());
@@ -374,7 +374,7 @@ TEST_F(ZstdSourceTest, SpillDecodeChecksSeekTableChecksums) {
   Compressed c = Frames(plain, 1 << 20, false);
   std::vector<Frame> frames = c.frames;
   frames[1].checksum = *frames[1].checksum ^ 1;
-  CodecContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  ReadContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
   auto src = Open(c.bytes + BuildSeekTable(frames, true), codec);
   ASSERT_TRUE(src);
   ASSERT_TRUE(src->decodes_whole());
@@ -386,7 +386,7 @@ TEST_F(ZstdSourceTest, SpillDecodeChecksSeekTableChecksums) {
 TEST_F(ZstdSourceTest, ManyReadersOfCachedFramesStayWithinTheCache) {
   // 256 KiB frames (a quarter of the cache: cached) read by 16 threads at once.
   const std::string plain = RandomBytes(8 << 20, 21);
-  CodecContext codec({.cache_bytes = 1 << 20});
+  ReadContext codec({.cache_bytes = 1 << 20});
   auto src = Open(Frames(plain, 256 << 10, true).bytes, codec);
   ASSERT_TRUE(src);
   ASSERT_FALSE(src->decodes_whole());

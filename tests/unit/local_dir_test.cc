@@ -238,8 +238,8 @@ TEST_F(LocalDirTest, HubCacheSnapshotLinksIntoItsBlobs) {
   EXPECT_EQ(listing->files, (std::vector<std::string>{"config.json", "model.safetensors"}));
 
   std::vector<std::string> warnings;
-  CodecContext codec(
-      CodecOptions{.warn = [&](const std::string& line) { warnings.push_back(line); }});
+  ReadContext codec(
+      ReadOptions{.warn = [&](const std::string& line) { warnings.push_back(line); }});
   auto ckpt = OpenCheckpoint(snapshot, codec);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   EXPECT_EQ(ckpt->tensors.size(), 1u);
@@ -266,8 +266,8 @@ TEST_F(LocalDirTest, ShardOutsideFailsTheCheckpointOtherFilesAreSkipped) {
   Write(src_ + "/model-00001-of-00001.safetensors", Shard());
 
   std::vector<std::string> warnings;
-  CodecContext codec(
-      CodecOptions{.warn = [&](const std::string& line) { warnings.push_back(line); }});
+  ReadContext codec(
+      ReadOptions{.warn = [&](const std::string& line) { warnings.push_back(line); }});
   auto ckpt = OpenCheckpoint(src_, codec);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   ASSERT_EQ(ckpt->others.size(), 1u);

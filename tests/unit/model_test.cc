@@ -115,9 +115,9 @@ struct Opened {
 
 Opened Open(const std::string& file, const std::string& name,
             std::optional<std::string> model_key = std::nullopt) {
-  CodecOptions options;
+  ReadOptions options;
   options.model_key = std::move(model_key);
-  auto codec = std::make_shared<CodecContext>(options);
+  auto codec = std::make_shared<ReadContext>(options);
   auto ckpt = ReadCheckpoint(testing::MemoryDir({{name, file}}), *codec, "SRC/" + name);
   if (!ckpt.ok()) return {nullptr, ckpt.status()};
   return {Volume::FromCheckpoint(std::move(ckpt).value(), codec), Status::Ok()};

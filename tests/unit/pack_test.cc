@@ -71,7 +71,7 @@ TEST_F(PackTest, KeepsShardsAndRoundTrips) {
   EXPECT_TRUE(std::filesystem::exists(dest_ / "config.json"));
   EXPECT_TRUE(std::filesystem::exists(dest_ / "model.safetensors.index.json"));
   EXPECT_FALSE(std::filesystem::exists(dest_ / "s1.safetensors"));
-  CodecContext codec({.cache_bytes = 1 << 20});
+  ReadContext codec({.cache_bytes = 1 << 20});
   auto packed = OpenCheckpoint(dest_, codec);
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   const auto* zstd = dynamic_cast<const ZstdSource*>(packed->shards[0].source.get());
@@ -94,7 +94,7 @@ TEST_F(PackTest, ReshardsBySize) {
   options.frame_size = 64 << 10;
   options.shard_size = 100'000;  // a.w alone is 120,000 bytes: it gets its own shard
   ASSERT_TRUE(PackCheckpoint(source_->checkpoint(), dest_, options).ok());
-  CodecContext codec({.cache_bytes = 1 << 20});
+  ReadContext codec({.cache_bytes = 1 << 20});
   auto packed = OpenCheckpoint(dest_, codec);
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   // Aligned order is c (8 bytes), a.w (120,000), b.w, d: a.w cannot join c, and b.w
@@ -126,7 +126,7 @@ TEST_F(PackTest, RerunReplacesTheLeftoversOfAnInterruptedPack) {
                                        source_->checkpoint().shards[1].source->Size());
   EXPECT_EQ(summary.compressed_bytes, std::filesystem::file_size(dest_ / "s1.safetensors.zst") +
                                           std::filesystem::file_size(dest_ / "s2.safetensors.zst"));
-  CodecContext codec({.cache_bytes = 1 << 20});
+  ReadContext codec({.cache_bytes = 1 << 20});
   auto packed = OpenCheckpoint(dest_, codec);
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   ExpectSameTensors(*packed);

@@ -76,7 +76,7 @@ class FakeObject final : public ByteSource {
 
 struct Fixture {
   explicit Fixture(size_t size, uint64_t cache = 64u << 20, DiskCache* disk = nullptr)
-      : bytes(Pattern(size)), codec(CodecOptions{.cache_bytes = cache}) {
+      : bytes(Pattern(size)), codec(ReadOptions{.cache_bytes = cache}) {
     auto object = std::make_unique<FakeObject>(bytes);
     fake = object.get();
     source = std::make_unique<RemoteSource>(
@@ -92,7 +92,7 @@ struct Fixture {
   }
 
   std::string bytes;
-  CodecContext codec;
+  ReadContext codec;
   FakeObject* fake = nullptr;
   std::unique_ptr<RemoteSource> source;
 };

@@ -55,7 +55,7 @@ struct FakeRun {
       std::lock_guard<std::mutex> lock(mu);
       return listing;
     };
-    source.open = [this](const RunEntry& entry, CodecContext& codec) -> Result<Checkpoint> {
+    source.open = [this](const RunEntry& entry, ReadContext& codec) -> Result<Checkpoint> {
       ++opens;
       std::map<std::string, std::string> entry_files;
       {
@@ -103,7 +103,7 @@ class RunTreeTest : public ::testing::Test {
   void Relist() { ASSERT_TRUE(tree_->Relist().ok()); }
 
   FakeRun run_;
-  std::shared_ptr<CodecContext> codec_ = std::make_shared<CodecContext>(CodecOptions{});
+  std::shared_ptr<ReadContext> codec_ = std::make_shared<ReadContext>(ReadOptions{});
   RunClock::time_point now_ = RunClock::time_point{} + 1000s;
   std::unique_ptr<RunTree> tree_;
 };
@@ -201,7 +201,7 @@ TEST_F(RunTreeTest, ClosingOneCheckpointKeepsTheSharedCodecRunning) {
   now_ += 301s;
   EXPECT_EQ(tree_->CloseIdle(), 2u);
   std::promise<void> ran;
-  ASSERT_TRUE(codec_->TrySubmit([&ran] { ran.set_value(); }));
+  ASSERT_TRUE(codec_->TrySubmit(ReadContext::Workers::kDecode, [&ran] { ran.set_value(); }));
   EXPECT_EQ(ran.get_future().wait_for(10s), std::future_status::ready);
 }
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/checkpoint/checkpoint.h"
-#include "core/codec/codec_context.h"
+#include "core/cache/read_context.h"
 #include "core/format/safetensors.h"
 #include "core/format/zip.h"
 #include "core/source/byte_source.h"
@@ -14,11 +14,11 @@
 namespace ckptfs::testing {
 
 // One codec context for tests that do not care about caching (no workers started).
-inline std::shared_ptr<CodecContext> TestCodecPtr() {
-  static auto codec = std::make_shared<CodecContext>(CodecOptions{.cache_bytes = 64u << 20});
+inline std::shared_ptr<ReadContext> TestCodecPtr() {
+  static auto codec = std::make_shared<ReadContext>(ReadOptions{.cache_bytes = 64u << 20});
   return codec;
 }
-inline CodecContext& TestCodec() { return *TestCodecPtr(); }
+inline ReadContext& TestCodec() { return *TestCodecPtr(); }
 
 struct TestTensor {
   std::string name;

@@ -81,7 +81,7 @@ TEST(VerifyTest, DamagedFrameIsOneReportNamingShardRangeAndTensors) {
     f.seekp(static_cast<std::streamoff>(size / 2));
     f.put(static_cast<char>(c ^ 0x5a));
   }
-  CodecContext codec({.cache_bytes = 1 << 20});
+  ReadContext codec({.cache_bytes = 1 << 20});
   auto packed = OpenCheckpoint(dest.string(), codec);
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   std::vector<std::string> reports;

@@ -1,6 +1,7 @@
-// CodecContext: what every cached source of one mount shares: the block cache (decoded
-// frames of compressed shards, fetched blocks of remote ones), the decode workers and the
-// fetch workers for readahead, the disk cache of fetched bytes, and their counters.
+// ReadContext: what every cached source of one mount shares: the block cache (decoded
+// frames of compressed shards, fetched blocks of remote ones, both read through
+// CachedBlocks), the decode workers and the fetch workers for readahead, the one set of
+// prefetch settings, the disk cache of fetched bytes, and their counters.
 //
 // Worker threads start only on StartWorkers(), which the mount daemon calls after it
 // forks (threads do not survive fork). Before that, and after Shutdown(), prefetch
@@ -35,15 +36,15 @@
 #include <string>
 
 #include "core/cache/block_cache.h"
+#include "core/cache/prefetch.h"
 
 namespace ckptfs {
 
-class ThreadPool;
 class DiskCache;
 
-struct CodecOptions {
+struct ReadOptions {
   uint64_t cache_bytes = 512ull << 20;
-  size_t threads = 0;                  // decode workers; 0: one per core
+  PrefetchSettings prefetch = {};
   std::string spill_dir = "/var/tmp";  // where single-frame shards are decoded once
   // Receives one line for events a user should see that are not a failed read (a corrupt
   // disk cache entry dropped): core never logs itself. May be empty.
@@ -54,10 +55,10 @@ struct CodecOptions {
   std::optional<std::string> model_key = std::nullopt;
 };
 
-class CodecContext {
+class ReadContext {
  public:
-  explicit CodecContext(CodecOptions options);
-  ~CodecContext();
+  explicit ReadContext(ReadOptions options);
+  ~ReadContext();
 
   void StartWorkers();
   // Stops workers, dropping queued prefetches; call before the sources die.
@@ -67,10 +68,16 @@ class CodecContext {
   // tasks. A run calls it when one of its checkpoints closes; the others lose only
   // prefetches (best effort anyway).
   void DropPending();
-  // Runs `task` on a decode worker if one is free enough; false if dropped.
-  bool TrySubmit(std::function<void()> task);
-  // Runs `task` on a fetch worker if the fetch queue has room; false if dropped.
-  bool TrySubmitFetch(std::function<void()> task);
+  // Runs `task` on one of the `workers` if their queue has room; false if dropped.
+  enum class Workers : uint8_t { kDecode, kFetch };
+  bool TrySubmit(Workers workers, std::function<void()> task);
+
+  // A sequential-read detector for `limit` bytes (a file, a source) with the mount's
+  // settings: windows start at the remote or the local initial window and stay within a
+  // quarter of the cache.
+  std::unique_ptr<Readahead> NewReadahead(uint64_t limit, bool remote) const;
+  // The most bytes one request may schedule ahead (PrefetchSettings::ahead_divisor).
+  uint64_t AheadBudget() const;
 
   // The disk cache remote sources share, or null. Set once, before sources use it.
   void SetDiskCache(std::unique_ptr<DiskCache> disk);
@@ -79,7 +86,7 @@ class CodecContext {
   BlockCache& cache() { return cache_; }
   // Held by each stream decode (spill files, header prefixes): one at a time.
   std::mutex& stream_mu() { return stream_mu_; }
-  const CodecOptions& options() const { return options_; }
+  const ReadOptions& options() const { return options_; }
 
   std::atomic<uint64_t> bytes_decoded{0};          // decoded bytes produced
   std::atomic<uint64_t> compressed_bytes_read{0};  // compressed bytes fetched
@@ -92,7 +99,7 @@ class CodecContext {
   std::atomic<uint64_t> disk_cache_bytes{0};      // bytes served from the disk cache
 
  private:
-  CodecOptions options_;
+  ReadOptions options_;
   BlockCache cache_;
   std::unique_ptr<DiskCache> disk_;  // before the pools: tasks may use it until joined
   std::mutex stream_mu_;
