@@ -21,7 +21,7 @@ if [ "${CKPTFS_SKIP_TSAN:-0}" != 1 ]; then
     -DCKPTFS_BUILD_TESTS=ON >/dev/null
   cmake --build build-tsan -j2 --target unit_tests >/dev/null
   TSAN_OPTIONS="halt_on_error=1" build-tsan/tests/unit/unit_tests \
-    --gtest_filter='BlockCache*:ThreadPool*:Readahead*:ZstdSource*:LayoutFaults*:DiskCache*:RunTree*' --gtest_brief=1
+    --gtest_filter='BlockCache*:CachedBlocks*:VolumeRead*:RemoteSource*:ThreadPool*:Readahead*:ZstdSource*:LayoutFaults*:DiskCache*:RunTree*' --gtest_brief=1
 fi
 
 ctest --test-dir build --output-on-failure --no-tests=error --timeout 900 "$@"

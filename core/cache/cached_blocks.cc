@@ -25,7 +25,7 @@ Result<BlockCache::Handle> CachedBlocks::Get(size_t block) const {
   return handle;
 }
 
-void CachedBlocks::Schedule(uint64_t begin, uint64_t end) const {
+void CachedBlocks::Queue(uint64_t begin, uint64_t end, bool ahead) const {
   if (begin >= end || blocks_.BlockCount() == 0) return;
   uint64_t budget = context_.AheadBudget();
   std::atomic<uint64_t>& counter =
@@ -47,7 +47,7 @@ void CachedBlocks::Schedule(uint64_t begin, uint64_t end) const {
         nullptr, [this, b](void*) { queued_[b].store(false, std::memory_order_release); });
     // A failure is the reader's to report when it loads the block itself.
     if (!context_.TrySubmit(workers_, [this, b, unqueue] { (void)Get(b); })) return;
-    counter.fetch_add(1, std::memory_order_relaxed);
+    if (ahead) counter.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -58,7 +58,7 @@ Status CachedBlocks::ForEach(
   const size_t first = blocks_.BlockAt(offset);
   // Load the later blocks in parallel while this thread loads the first.
   if (blocks_.BlockRange(first).end < offset + length) {
-    Schedule(blocks_.BlockRange(first).end, offset + length);
+    Queue(blocks_.BlockRange(first).end, offset + length, false);
   }
   uint64_t done = 0;
   for (size_t b = first; done < length; ++b) {

@@ -63,9 +63,10 @@ class CachedBlocks {
 
   // Block `block`, pinned, loaded if it is not cached.
   Result<BlockCache::Handle> Get(size_t block) const;
-  // Queues loads of the blocks overlapping [begin, end) that are neither cached nor loading
-  // nor queued, from the first on, until AheadBudget() bytes or a full queue.
-  void Schedule(uint64_t begin, uint64_t end) const;
+  // Readahead: queues loads of the blocks overlapping [begin, end) that are neither cached
+  // nor loading nor queued, from the first on, until AheadBudget() bytes or a full queue;
+  // counted in the context's prefetches (kDecode) or remote_prefetches (kFetch).
+  void Schedule(uint64_t begin, uint64_t end) const { Queue(begin, end, true); }
   // Calls `fn(block, bytes)` for each block overlapping [offset, offset + length), in
   // order, with the bytes of the block inside the range. The caller checks the range.
   Status ForEach(
@@ -77,6 +78,10 @@ class CachedBlocks {
   Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const;
 
  private:
+  // Schedule's work; `ahead` counts the queued loads as prefetches (a read's own later
+  // blocks, queued to load in parallel, are not).
+  void Queue(uint64_t begin, uint64_t end, bool ahead) const;
+
   const BlockSet& blocks_;
   ReadContext& context_;
   const Workers workers_;
