@@ -1,6 +1,7 @@
 #include "core/cache/read_context.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/cache/disk_cache.h"
 
@@ -62,6 +63,63 @@ bool ReadContext::TrySubmit(Workers workers, std::function<void()> task) {
   std::lock_guard<std::mutex> lock(pool_mu_);
   ThreadPool* pool = workers == Workers::kDecode ? pool_.get() : fetch_pool_.get();
   return pool && pool->TrySubmit(std::move(task));
+}
+
+ReadContext::ScratchLease::ScratchLease(ScratchLease&& other) noexcept
+    : context_(std::exchange(other.context_, nullptr)), buffer_(std::move(other.buffer_)) {}
+
+ReadContext::ScratchLease::~ScratchLease() {
+  if (context_) context_->ReturnScratch(std::move(buffer_));
+}
+
+ReadContext::ScratchLease ReadContext::LeaseScratch(size_t bytes) {
+  std::unique_lock lock(scratch_mu_);
+  // Alone, a lease may exceed the budget (one region larger than it); otherwise it waits.
+  scratch_freed_.wait(
+      lock, [&] { return scratch_leased_ == 0 || scratch_leased_ + bytes <= kScratchBytes; });
+  // The smallest kept buffer that fits, else the largest, grown below.
+  auto best = scratch_free_.end();
+  for (auto it = scratch_free_.begin(); it != scratch_free_.end(); ++it) {
+    if (best == scratch_free_.end()) {
+      best = it;
+    } else if (it->capacity() >= bytes) {
+      if (best->capacity() < bytes || it->capacity() < best->capacity()) best = it;
+    } else if (best->capacity() < bytes && it->capacity() > best->capacity()) {
+      best = it;
+    }
+  }
+  std::vector<uint8_t> buffer;
+  if (best != scratch_free_.end()) {
+    buffer = std::move(*best);
+    scratch_free_.erase(best);
+  }
+  if (buffer.capacity() < bytes) {
+    std::vector<uint8_t>().swap(buffer);
+    buffer.reserve(bytes);  // exactly: resize alone may double
+  }
+  buffer.resize(bytes);
+  scratch_leased_ += buffer.capacity();
+  // Kept buffers and leases together stay within the budget.
+  uint64_t kept = 0;
+  for (const auto& b : scratch_free_) kept += b.capacity();
+  while (!scratch_free_.empty() && kept + scratch_leased_ > kScratchBytes) {
+    kept -= scratch_free_.back().capacity();
+    scratch_free_.pop_back();
+  }
+  return ScratchLease(this, std::move(buffer));
+}
+
+void ReadContext::ReturnScratch(std::vector<uint8_t> buffer) {
+  {
+    std::lock_guard lock(scratch_mu_);
+    scratch_leased_ -= buffer.capacity();
+    uint64_t kept = 0;
+    for (const auto& b : scratch_free_) kept += b.capacity();
+    if (kept + scratch_leased_ + buffer.capacity() <= kScratchBytes) {
+      scratch_free_.push_back(std::move(buffer));
+    }
+  }
+  scratch_freed_.notify_all();
 }
 
 }  // namespace ckptfs

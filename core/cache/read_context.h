@@ -19,6 +19,10 @@
 //   stream-decoded once into a spill file (ZstdSource), one stream decode per mount at a
 //   time, in 384 KiB of buffers plus the frame's zstd window (at most 8 MiB for files
 //   written at levels 1-19 without --long; a larger window adds the difference).
+// - Un-grouping a byte-grouped frame needs a buffer of its largest region: leased from
+//   LeaseScratch, which holds at most kScratchBytes (16 MiB) of such buffers, leased or
+//   kept for reuse, or one region when a region is larger (at most a quarter of the cache,
+//   like any cached frame).
 // - Fixed: about 6 MiB of code, libraries and mount state; per FUSE worker (16) up to
 //   about 1.4 MiB (a reply copied or read into a buffer of at most 1 MiB, a 256 KiB
 //   compressed-input buffer, a zstd context); the stream decode above.
@@ -28,12 +32,14 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/cache/block_cache.h"
 #include "core/cache/prefetch.h"
@@ -98,11 +104,36 @@ class ReadContext {
   std::atomic<uint64_t> remote_prefetches{0};     // blocks queued ahead of readers
   std::atomic<uint64_t> disk_cache_bytes{0};      // bytes served from the disk cache
 
+  // A buffer of at least `bytes` for transient work (un-grouping a frame), returned to the
+  // context when the lease dies. Waits while other leases hold the scratch budget.
+  class ScratchLease {
+   public:
+    ScratchLease(ScratchLease&& other) noexcept;
+    ScratchLease& operator=(ScratchLease&&) = delete;
+    ~ScratchLease();
+    std::vector<uint8_t>& buffer() { return buffer_; }
+
+   private:
+    friend class ReadContext;
+    ScratchLease(ReadContext* context, std::vector<uint8_t> buffer)
+        : context_(context), buffer_(std::move(buffer)) {}
+    ReadContext* context_;
+    std::vector<uint8_t> buffer_;
+  };
+  static constexpr uint64_t kScratchBytes = 16ull << 20;
+  ScratchLease LeaseScratch(size_t bytes);
+
  private:
+  void ReturnScratch(std::vector<uint8_t> buffer);
+
   ReadOptions options_;
   BlockCache cache_;
   std::unique_ptr<DiskCache> disk_;  // before the pools: tasks may use it until joined
   std::mutex stream_mu_;
+  std::mutex scratch_mu_;
+  std::condition_variable scratch_freed_;
+  uint64_t scratch_leased_ = 0;                     // guarded by scratch_mu_: capacity leased
+  std::vector<std::vector<uint8_t>> scratch_free_;  // guarded by scratch_mu_
   std::mutex pool_mu_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ThreadPool> fetch_pool_;

@@ -166,10 +166,13 @@ Status ZstdSource::DecodeFrameBytes(size_t i, std::span<uint8_t> out) const {
                               " bytes, index says " + std::to_string(out.size()));
   }
   if (f.region_count) {
-    // Transient (the cache bound counts blocks, not this): one region, 4 MiB at most with
-    // pack's default frames, per frame being decoded.
-    std::vector<uint8_t> scratch;
-    UngroupFrame(out, index_.RegionsOf(f), scratch);
+    // A buffer of the largest region, leased within the context's scratch budget (see the
+    // memory bound in read_context.h) and reused, so un-grouping costs no fresh pages.
+    uint64_t largest = 0;
+    for (const GroupRegion& r : index_.RegionsOf(f))
+      largest = std::max<uint64_t>(largest, r.length);
+    ReadContext::ScratchLease scratch = context_.LeaseScratch(largest);
+    UngroupFrame(out, index_.RegionsOf(f), scratch.buffer());
   }
   // Of a grouped frame, the checksum is the original bytes': a record that lies fails here.
   if (f.checksum && SeekableChecksum(out) != *f.checksum) {

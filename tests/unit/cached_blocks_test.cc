@@ -204,5 +204,41 @@ TEST(CachedBlocksTest, LentBlocksStayPinnedAndPublishedOnce) {
   EXPECT_EQ(set.published_bytes.load(), 4500u);
 }
 
+// The scratch buffers of un-grouping (ReadContext::LeaseScratch): reused, and within the
+// budget unless one lease alone needs more.
+TEST(CachedBlocksTest, ScratchLeasesAreReusedAndStayWithinTheBudget) {
+  ReadContext context({.cache_bytes = 1 << 20});
+  const uint8_t* first = nullptr;
+  {
+    auto lease = context.LeaseScratch(4 << 20);
+    EXPECT_GE(lease.buffer().size(), 4u << 20);
+    first = lease.buffer().data();
+  }
+  {
+    auto again = context.LeaseScratch(1 << 20);  // the kept 4 MiB buffer fits: reused
+    EXPECT_EQ(again.buffer().data(), first);
+  }
+  {
+    auto huge = context.LeaseScratch(ReadContext::kScratchBytes + 1);  // alone: allowed
+    EXPECT_GE(huge.buffer().size(), ReadContext::kScratchBytes + 1);
+  }
+  // Two leases of 10 MiB: the second waits for the first.
+  std::atomic<int> holding{0}, most{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      auto lease = context.LeaseScratch(10 << 20);
+      const int now = holding.fetch_add(1) + 1;
+      int seen = most.load();
+      while (now > seen && !most.compare_exchange_weak(seen, now)) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      holding.fetch_sub(1);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(most.load(), 1);
+}
+
 }  // namespace
 }  // namespace ckptfs
