@@ -931,14 +931,14 @@ zstd_section() {
   log "warm-up: one untimed read of the .zst shards and the squashfs images"
   read_files "${ZST_FILES[@]}" "${ZGST_FILES[@]}" "$SQFS"
   log "zstd throughput: ${#ZCONTENDERS[@]} contenders x {cold,cached} x $REPS reps, interleaved"
-  ZSEQ_T0=$(now_ns)
+  ZSEQ_T0=$(now_ns) ZLOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
   for ((r = 1; r <= REPS; r++)); do
     log "rep $r/$REPS"
     for mode in cold cached; do
       for id in "${ZCONTENDERS[@]}"; do run_sample "$id" "$mode"; done
     done
   done
-  ZSEQ_SECS=$(elapsed "$ZSEQ_T0" "$(now_ns)")
+  ZSEQ_SECS=$(elapsed "$ZSEQ_T0" "$(now_ns)") ZLOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
   log "trained weights: ${#TWCONTENDERS[@]} contenders x {cold,cached} x $REPS reps, interleaved"
   read_files "$TWZ/pytorch_model.bin.zst" "$TWZG/pytorch_model.bin.zst" "$TWSQFS"
@@ -1958,7 +1958,8 @@ report() {
     echo "- method: cold = fresh mount + sync + drop_caches; cached = sync + drop_caches, the contender's backing files" \
          "(.zst shards, or the squashfs image) read twice untimed, then a fresh mount (the FUSE file's own page cache" \
          "empty) and the timed read; one untimed warm-up read of the backing files first; $REPS reps, cold and cached" \
-         "interleaved, median MB/s of decoded bytes; the sequential reads took ${ZSEQ_SECS} s, the whole section ${ZSECTION_SECS} s"
+         "interleaved, median MB/s of decoded bytes; the sequential reads took ${ZSEQ_SECS} s, the section ${ZSECTION_SECS} s (training and packing included when this run did them)"
+    echo "- load average (1/5/15 min) before / after the sequential reads: $ZLOAD_START / $ZLOAD_END (other work on the machine shows here)"
     echo
     medians "cold cached" "${ZCONTENDERS[@]}"
     echo "| ratio (MB/s) | mode | value | target | result |"
