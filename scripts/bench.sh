@@ -15,15 +15,23 @@
 #     time until `ckptfs mount` returns, daemon RSS after mount and after
 #     `ls -R MNT/tensors`;
 #   * zstd (the same data packed by `ckptfs pack --level N` into seekable .zst
-#     shards): sequential read of MNT/model.safetensors through ckptfs
+#     shards, plain and --byte-group): sequential read of MNT/model.safetensors
+#     through ckptfs (both packs)
 #     vs `squashfuse_ll` reading the plain shard files from a squashfs image
 #     made by `mksquashfs -comp zstd -Xcompression-level N` (same level)
 #     vs `zstd -d -T1` of the .zst shards to /dev/null, each cold (fresh
-#     mount + drop_caches), interleaved, median of --reps; then random reads
-#     of 32 whole tensors (latency, and bytes decoded per bytes requested from
-#     stats.json) through ckptfs vs the same byte ranges through squashfuse_ll;
-#     then the daemon's peak RSS (VmHWM) with --cache-size 256M while two
-#     readers go through the whole checkpoint (8x the cache at 2G).
+#     mount + drop_caches) and cached (drop_caches, the contender's backing
+#     files read twice untimed, then a fresh mount: the backing files are in
+#     the page cache, the FUSE file's own page cache is empty), interleaved,
+#     median of --reps; then compression ratios (plain, byte-grouped, squashfs)
+#     of the random normal bench data and of trained weights (an MLP trained on
+#     CPU by scripts/make_trained_checkpoint.py, BF16, torch.save; generated
+#     once into the workdir, about a minute), and the trained weights' read
+#     through ckptfs (both packs) vs squashfuse_ll, cold and cached; then random
+#     reads of 32 whole tensors (latency, and bytes decoded per bytes requested
+#     from stats.json) through ckptfs vs the same byte ranges through
+#     squashfuse_ll; then the daemon's peak RSS (VmHWM) with --cache-size 256M
+#     while two readers go through the whole checkpoint (8x the cache at 2G).
 #   * torch: `torch.load(MNT/pytorch_model.bin, weights_only=True)` (the merged
 #     torch.save-format view) through ckptfs vs torch.load of a physical copy of
 #     the same merged file on local disk (copied once from the mount into the
@@ -103,8 +111,10 @@
 # mount/unmount) and c_<id>_read (replaces the default `cat FILES >
 # /dev/null`; must print the number of bytes it consumed if that differs from
 # the files' sizes), then append <id> to CONTENDERS (cold and warm) or
-# ZCONTENDERS (cold, zstd section) or RCONTENDERS (fresh: a new mount, no
-# drop_caches; remote section) and any ratio rows to RATIOS, ZRATIOS or RRATIOS.
+# ZCONTENDERS (cold and cached, zstd section; also define c_<id>_backing, the
+# files on disk the contender reads: .zst shards, squashfs image) or
+# RCONTENDERS (fresh: a new mount, no drop_caches; remote section) and any
+# ratio rows to RATIOS, ZRATIOS or RRATIOS.
 # Torch contenders are t_<id>_label and t_<id>_file (the one file torch.load
 # reads), optional t_<id>_setup / t_<id>_teardown, listed in TCONTENDERS, with
 # ratio rows (mounted / physical seconds, target <=) in TRATIOS.
@@ -133,6 +143,10 @@ RSS_CACHE=256M      # --cache-size for the peak RSS measurement
 RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
 RANDOM_TENSORS=32
 RANDOM_SEED=1
+# the zstd section's trained weights: make_trained_checkpoint.py arguments (a
+# 2048-wide, 4-layer MLP, 16.8M parameters; 250 Adam steps of 4 samples on a task
+# of 16 latent dimensions: about a minute on 2 cores with Debian's torch)
+TW_ARGS=(--width 2048 --depth 4 --steps 250 --batch 4 --lr 3e-4 --latent 16 --seed 0 --dtype bfloat16)
 TSHARDS=4           # shards of the torch section's generated checkpoint
 RTENSORS=32         # tensors of the remote section's checkpoint (64 MiB each at 2G)
 NGINX=/usr/sbin/nginx
@@ -385,6 +399,10 @@ ensure_packages() {
   pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
   [[ -f /usr/share/doc/libfuse3-dev/examples/passthrough_ll.c ]] || missing+=(libfuse3-dev)
   [[ -x $PY ]] || missing+=(python3)
+  if section zstd; then
+    "$PY" -c 'import torch' 2>/dev/null || missing+=(python3-torch)
+    command -v fincore >/dev/null 2>&1 || missing+=(util-linux)
+  fi
   if section remote; then
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     [[ -x $NGINX ]] || missing+=(nginx-light)
@@ -571,27 +589,33 @@ RATIOS=(
   "ckptfs_merged cat_shards warm 0.8"
 )
 
-# zstd contenders (section zstd), cold only: what is measured is decompression,
-# and a warm read of a FUSE file comes from the kernel's page cache.
+# zstd contenders (section zstd), cold and cached: what is measured is
+# decompression, so a warm read of the FUSE file (the kernel's page cache serves
+# it) is not; cached has the backing files (c_<id>_backing) in the page cache and
+# the FUSE file's page cache empty (a fresh mount), as after a recent download.
 ZCONTENDERS=(ckptfs_zst ckptfs_zstbg sqfs_shards zstd_d)
 
 c_ckptfs_zst_label() { echo "ckptfs: cat MNT/model.safetensors, seekable .zst shards (default cache)"; }
 c_ckptfs_zst_setup() { ckptfs_mount "$ZDATA" "$SCRATCH/mnt/zst"; }
 c_ckptfs_zst_files() { echo "$SCRATCH/mnt/zst/model.safetensors"; }
+c_ckptfs_zst_backing() { printf '%s\n' "${ZST_FILES[@]}"; }
 c_ckptfs_zst_teardown() { unmount_one "$SCRATCH/mnt/zst" || die "could not unmount ckptfs"; }
 
 c_ckptfs_zstbg_label() { echo "ckptfs: cat MNT/model.safetensors, byte-grouped .zst shards (pack --byte-group)"; }
 c_ckptfs_zstbg_setup() { ckptfs_mount "$ZGDATA" "$SCRATCH/mnt/zstbg"; }
 c_ckptfs_zstbg_files() { echo "$SCRATCH/mnt/zstbg/model.safetensors"; }
+c_ckptfs_zstbg_backing() { printf '%s\n' "${ZGST_FILES[@]}"; }
 c_ckptfs_zstbg_teardown() { unmount_one "$SCRATCH/mnt/zstbg" || die "could not unmount ckptfs"; }
 
 c_sqfs_shards_label() { echo "squashfuse_ll: cat $SHARDS shards from a zstd squashfs image"; }
 c_sqfs_shards_setup() { sqfs_mount "$SQFS" "$SCRATCH/mnt/sqfs"; }
 c_sqfs_shards_files() { local f; for f in "${SHARD_FILES[@]}"; do echo "$SCRATCH/mnt/sqfs/${f##*/}"; done; }
+c_sqfs_shards_backing() { echo "$SQFS"; }
 c_sqfs_shards_teardown() { unmount_one "$SCRATCH/mnt/sqfs" || die "could not unmount squashfuse_ll"; }
 
 c_zstd_d_label() { echo "zstd -d -T1: $SHARDS .zst shards to /dev/null"; }
 c_zstd_d_files() { printf '%s\n' "${ZST_FILES[@]}"; }
+c_zstd_d_backing() { printf '%s\n' "${ZST_FILES[@]}"; }
 c_zstd_d_read() {
   local rc=0
   timeout --kill-after=10 "$READ_TIMEOUT" zstd -d -T1 -q -c -- "$@" >/dev/null || rc=$?
@@ -600,10 +624,44 @@ c_zstd_d_read() {
   echo "$ZBYTES"   # decoded bytes, as for the others
 }
 
+# Issue 15's targets, in one run, cold and with the backing files in page cache.
 ZRATIOS=(
-  "ckptfs_zst sqfs_shards cold 1.5"
-  "ckptfs_zst zstd_d cold 1.0"
+  "ckptfs_zst zstd_d cold 1.3"
+  "ckptfs_zst zstd_d cached 1.3"
+  "ckptfs_zst sqfs_shards cold 1.6"
+  "ckptfs_zst sqfs_shards cached 1.6"
   "ckptfs_zstbg ckptfs_zst cold 1.0"
+  "ckptfs_zstbg ckptfs_zst cached 1.0"
+)
+
+# The trained weights (section zstd), read whole: the original torch.save file,
+# which MNT/shards/ serves decoded, vs the same file in a squashfs image. Small
+# (tens of MB), so a read takes tens of ms: reported, no targets.
+TWCONTENDERS=(tw_zst tw_zstbg tw_sqfs)
+
+c_tw_zst_label() { echo "ckptfs: cat MNT/shards/pytorch_model.bin, seekable .zst (plain pack)"; }
+c_tw_zst_setup() { ckptfs_mount "$TWZ" "$SCRATCH/mnt/twz"; }
+c_tw_zst_files() { echo "$SCRATCH/mnt/twz/shards/pytorch_model.bin"; }
+c_tw_zst_backing() { echo "$TWZ/pytorch_model.bin.zst"; }
+c_tw_zst_teardown() { unmount_one "$SCRATCH/mnt/twz" || die "could not unmount ckptfs"; }
+
+c_tw_zstbg_label() { echo "ckptfs: cat MNT/shards/pytorch_model.bin, byte-grouped .zst (pack --byte-group)"; }
+c_tw_zstbg_setup() { ckptfs_mount "$TWZG" "$SCRATCH/mnt/twzg"; }
+c_tw_zstbg_files() { echo "$SCRATCH/mnt/twzg/shards/pytorch_model.bin"; }
+c_tw_zstbg_backing() { echo "$TWZG/pytorch_model.bin.zst"; }
+c_tw_zstbg_teardown() { unmount_one "$SCRATCH/mnt/twzg" || die "could not unmount ckptfs"; }
+
+c_tw_sqfs_label() { echo "squashfuse_ll: cat pytorch_model.bin from a zstd squashfs image"; }
+c_tw_sqfs_setup() { sqfs_mount "$TWSQFS" "$SCRATCH/mnt/twsqfs"; }
+c_tw_sqfs_files() { echo "$SCRATCH/mnt/twsqfs/pytorch_model.bin"; }
+c_tw_sqfs_backing() { echo "$TWSQFS"; }
+c_tw_sqfs_teardown() { unmount_one "$SCRATCH/mnt/twsqfs" || die "could not unmount squashfuse_ll"; }
+
+TWRATIOS=(
+  "tw_zstbg tw_zst cold -"
+  "tw_zstbg tw_zst cached -"
+  "tw_zst tw_sqfs cold -"
+  "tw_zst tw_sqfs cached -"
 )
 
 has_fn() { declare -F "$1" >/dev/null; }
@@ -616,16 +674,33 @@ read_files() {
   ((rc == 0)) || die "read failed (exit $rc): $*"
 }
 
-declare -A SAMPLES=() BYTES=()
+declare -A SAMPLES=() BYTES=() RESIDENT=()
 
-# run_sample ID cold|warm|fresh: one timed read, appended to SAMPLES[ID,MODE] as
-# MB/s. cold: drop_caches first; warm: two untimed reads first; fresh: neither (a
+# resident_pct FILE...: how much of the files is in the page cache (fincore), in percent
+resident_pct() {
+  timeout 30 fincore -nb -o RES,SIZE -- "$@" 2>/dev/null |
+    awk '{r += $1; t += $2} END {if (NR == 0) print "?"; else printf "%.0f", (t > 0 ? 100 * r / t : 0)}'
+}
+
+# run_sample ID cold|warm|cached|fresh: one timed read, appended to SAMPLES[ID,MODE]
+# as MB/s. cold: drop_caches first; warm: two untimed reads first; fresh: neither (a
 # new mount from setup, whatever is in the page cache stays). Two, not one: the second
 # touch of a page-cache page moves it to the active LRU list (folio_mark_accessed), about
 # a fifth of a warm read's time, and the files `cat` reads straight from disk have been
 # read many times before; so every contender's timed read is at least a third touch.
+# cached: drop_caches, then the contender's backing files (c_ID_backing) read twice,
+# untimed, BEFORE setup, so a FUSE contender's mount is new and its file's own page
+# cache empty: the timed read decodes from page-cached backing files. How much of them
+# was still resident just before the timed read goes to RESIDENT[ID] (fincore).
 run_sample() {
-  local id=$1 mode=$2 files bytes t0 t1 secs mbps out
+  local id=$1 mode=$2 files bytes t0 t1 secs mbps out backing=() res=''
+  if [[ $mode == cached ]]; then
+    has_fn "c_${id}_backing" || die "$id: no c_${id}_backing: cannot run it cached"
+    mapfile -t backing < <("c_${id}_backing")
+    ((${#backing[@]})) || die "$id: no backing files"
+    drop_caches
+    for _ in 1 2; do read_files "${backing[@]}"; done
+  fi
   if has_fn "c_${id}_setup"; then "c_${id}_setup"; fi
   mapfile -t files < <("c_${id}_files")
   ((${#files[@]})) || die "$id: no files to read"
@@ -636,6 +711,9 @@ run_sample() {
         if has_fn "c_${id}_read"; then "c_${id}_read" "${files[@]}" >/dev/null; else read_files "${files[@]}"; fi
       done ;;
     cold) drop_caches ;;
+    cached)
+      res=$(resident_pct "${backing[@]}")
+      RESIDENT[$id]="${RESIDENT[$id]:-} $res" ;;
     fresh) ;;
     *) die "run_sample: unknown mode $mode" ;;
   esac
@@ -651,7 +729,7 @@ run_sample() {
   mbps=$(awk -v b="$bytes" -v s="$secs" 'BEGIN{printf "%.0f", (s > 0 ? b/1e6/s : 0)}')
   SAMPLES[$id,$mode]="${SAMPLES[$id,$mode]:-} $mbps"
   BYTES[$id]=$bytes
-  log "  $mode $id: $(gib "$bytes") GiB in ${secs}s = ${mbps} MB/s"
+  log "  $mode $id: $(gib "$bytes") GiB in ${secs}s = ${mbps} MB/s${res:+; backing files ${res}% resident before}"
 }
 
 # ------------------------------------------------------------- zstd data
@@ -700,6 +778,29 @@ squashfs_image() {
   SQFS_SECS=$(elapsed "$t0" "$(now_ns)")
   mv -- "$img.tmp" "$img"
   GENERATED+=("$img")
+}
+
+# trained_gen DIR: scripts/make_trained_checkpoint.py DIR TW_ARGS unless DIR exists
+# (trained into DIR.tmp and renamed); its summary line (parameters, held-out loss
+# before -> after) is kept in DIR.info, beside DIR so that DIR holds only
+# pytorch_model.bin (what pack and mksquashfs compress).
+trained_gen() {
+  local dir=$1 t0 glog=$SCRATCH/logs/gen-trained.log
+  if [[ -d $dir ]]; then
+    log "reusing $dir"
+  else
+    rm -rf --one-file-system -- "$dir.tmp"
+    log "training $dir (make_trained_checkpoint.py ${TW_ARGS[*]}; about a minute)"
+    t0=$(now_ns)
+    timeout 3600 "$PY" "$REPO/scripts/make_trained_checkpoint.py" "$dir.tmp" "${TW_ARGS[@]}" >"$glog" 2>&1 ||
+      { tail -n 30 "$glog" >&2; rm -rf --one-file-system -- "$dir.tmp"; die "make_trained_checkpoint.py failed"; }
+    [[ -f $dir.tmp/pytorch_model.bin ]] || die "make_trained_checkpoint.py wrote no $dir.tmp/pytorch_model.bin"
+    tail -n 1 "$glog" | sed "s|^$dir.tmp: ||; s|\$| (trained in $(elapsed "$t0" "$(now_ns)") s)|" >"$dir.info"
+    mv -- "$dir.tmp" "$dir"
+    GENERATED+=("$dir" "$dir.info")
+    log "trained: $(cat "$dir.info")"
+  fi
+  TW_INFO=$(cat "$dir.info" 2>/dev/null || echo "no $dir.info")
 }
 
 # Largest decoded frame size in the seek tables of the given .zst files.
@@ -791,32 +892,60 @@ EOF
 
 # The whole zstd section: data, sequential contenders, random reads, peak RSS.
 zstd_section() {
-  local tag=L$LEVEL r mode id line key value
+  local tag=L$LEVEL r mode id key value f
+  ZSECTION_T0=$(now_ns)
   [[ -n $FRAME ]] && tag+=-F$FRAME
   ZDATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards-zst-$tag
   SQFS=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards-zstd-L$LEVEL.sqfs
-  PACK_SECS='' SQFS_SECS=''
   ZGDATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards-zstbg-$tag
+
+  # trained weights first: PACK_SECS and SQFS_SECS report the bench data's packing
+  TWDIR=$WORKDIR/trained-mlp-$(printf '%s' "${TW_ARGS[*]}" | sed 's/--//g; s/ /-/g')
+  TWZ=$TWDIR-zst-$tag TWZG=$TWDIR-zstbg-$tag TWSQFS=$TWDIR-zstd-L$LEVEL.sqfs
+  trained_gen "$TWDIR"
+  pack_data "$TWDIR" "$TWZ"
+  pack_data "$TWDIR" "$TWZG" --byte-group
+  squashfs_image "$TWDIR" "$TWSQFS"
+  TWBYTES=$(stat -c %s -- "$TWDIR/pytorch_model.bin")
+  TWCBYTES=$(sum_sizes "$TWZ/pytorch_model.bin.zst") || die "$TWZ/pytorch_model.bin.zst missing"
+  TWGCBYTES=$(sum_sizes "$TWZG/pytorch_model.bin.zst") || die "$TWZG/pytorch_model.bin.zst missing"
+  TWSQFS_BYTES=$(stat -c %s -- "$TWSQFS")
+
+  PACK_SECS='' SQFS_SECS=''
   pack_data "$DATA" "$ZGDATA" --byte-group
-  ZGCBYTES=$(du -cb "$ZGDATA"/*.zst | tail -n 1 | cut -f1)
   pack_data "$DATA" "$ZDATA"
   squashfs_image "$DATA" "$SQFS"
-  ZST_FILES=()
+  ZST_FILES=() ZGST_FILES=()
   for f in "${SHARD_FILES[@]}"; do
     [[ -f $ZDATA/${f##*/}.zst ]] || die "$ZDATA/${f##*/}.zst missing: not packed as expected"
+    [[ -f $ZGDATA/${f##*/}.zst ]] || die "$ZGDATA/${f##*/}.zst missing: not packed as expected"
     ZST_FILES+=("$ZDATA/${f##*/}.zst")
+    ZGST_FILES+=("$ZGDATA/${f##*/}.zst")
   done
   ZBYTES=$(sum_sizes "${SHARD_FILES[@]}")
   ZCBYTES=$(sum_sizes "${ZST_FILES[@]}")
+  ZGCBYTES=$(sum_sizes "${ZGST_FILES[@]}")
   SQFS_BYTES=$(stat -c %s -- "$SQFS")
   ZFRAME=$(seekable_frame_size "${ZST_FILES[@]}") || die "cannot read the seek tables in $ZDATA"
 
-  log "warm-up: one untimed read of the .zst shards and the squashfs image"
-  read_files "${ZST_FILES[@]}" "$SQFS"
-  log "zstd throughput: ${#ZCONTENDERS[@]} contenders x cold x $REPS reps, interleaved"
+  log "warm-up: one untimed read of the .zst shards and the squashfs images"
+  read_files "${ZST_FILES[@]}" "${ZGST_FILES[@]}" "$SQFS"
+  log "zstd throughput: ${#ZCONTENDERS[@]} contenders x {cold,cached} x $REPS reps, interleaved"
+  ZSEQ_T0=$(now_ns) ZLOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
   for ((r = 1; r <= REPS; r++)); do
     log "rep $r/$REPS"
-    for id in "${ZCONTENDERS[@]}"; do run_sample "$id" cold; done
+    for mode in cold cached; do
+      for id in "${ZCONTENDERS[@]}"; do run_sample "$id" "$mode"; done
+    done
+  done
+  ZSEQ_SECS=$(elapsed "$ZSEQ_T0" "$(now_ns)") ZLOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+
+  log "trained weights: ${#TWCONTENDERS[@]} contenders x {cold,cached} x $REPS reps, interleaved"
+  read_files "$TWZ/pytorch_model.bin.zst" "$TWZG/pytorch_model.bin.zst" "$TWSQFS"
+  for ((r = 1; r <= REPS; r++)); do
+    for mode in cold cached; do
+      for id in "${TWCONTENDERS[@]}"; do run_sample "$id" "$mode"; done
+    done
   done
 
   log "random reads: $RANDOM_TENSORS tensors, fresh mounts, dropped caches"
@@ -850,6 +979,7 @@ zstd_section() {
   read -r RSS_CAPACITY RSS_CHARGED < <("$PY" -c 'import json,sys; c=json.load(open(sys.argv[1]))["cache"]; print(c["capacity_bytes"], c["charged_bytes"])' \
     "$SCRATCH/mnt/rss/.ckptfs/stats.json") || true
   unmount_one "$SCRATCH/mnt/rss" || die "could not unmount ckptfs"
+  ZSECTION_SECS=$(elapsed "$ZSECTION_T0" "$(now_ns)")
 }
 
 # ---------------------------------------------------------- torch section
@@ -920,11 +1050,6 @@ torch_load() {
 
 declare -A TSAMPLES=() TLOADED=() TRESIDENT=()
 
-# resident_pct FILE: how much of FILE is in the page cache (fincore), in percent
-resident_pct() {
-  timeout 30 fincore -nb -o RES,SIZE -- "$1" 2>/dev/null |
-    awk '{printf "%.0f", ($2 > 0 ? 100 * $1 / $2 : 0)} END {if (NR == 0) print "?"}'
-}
 # stats_fields MNT KEY...: values of MNT/.ckptfs/stats.json on one line; a KEY
 # may be dotted (remote.bytes_fetched); a missing one prints '-'
 stats_fields() {
@@ -1676,19 +1801,35 @@ verdict() { # value op target -> PASS/MISS
     ok = (op == ">=") ? (v >= t) : (v <= t); print (ok ? "PASS" : "MISS")}'
 }
 
-# contender_rows MODES ID...: one table row per contender with median + samples
-# per mode; fills MED[ID,MODE].
-contender_rows() {
-  local modes=$1 id mode row med samples sl
+# medians MODES ID...: fills MED[ID,MODE] with the median of each sample list,
+# so that ratio rows can be printed before the contender rows.
+medians() {
+  local modes=$1 id mode
   shift
+  for id in "$@"; do
+    for mode in $modes; do
+      # shellcheck disable=SC2086  # split the sample list
+      MED[$id,$mode]=$(median ${SAMPLES[$id,$mode]})
+    done
+  done
+}
+
+# contender_rows MODES ID...: one table row per contender with median + samples
+# per mode (and, for cached, how much of its backing files was resident before
+# each timed read); fills MED[ID,MODE].
+contender_rows() {
+  local modes=$1 id mode row sl
+  shift
+  medians "$modes" "$@"
   for id in "$@"; do
     row="| $("c_${id}_label") | $(awk -v b="${BYTES[$id]}" 'BEGIN{printf "%.0f", b/1e6}')"
     for mode in $modes; do
-      # shellcheck disable=SC2086  # split the sample list
-      med=$(median ${SAMPLES[$id,$mode]}); MED[$id,$mode]=$med
       read -ra sl <<<"${SAMPLES[$id,$mode]}"
-      samples=$(IFS=/; echo "${sl[*]}")
-      row+=" | $med | $samples"
+      row+=" | ${MED[$id,$mode]} | $(IFS=/; echo "${sl[*]}")"
+      if [[ $mode == cached ]]; then
+        read -ra sl <<<"${RESIDENT[$id]:-}"
+        row+=" | $(IFS=/; echo "${sl[*]}")"
+      fi
     done
     echo "$row |"
   done
@@ -1706,6 +1847,14 @@ ratio_rows() {
       echo "| ${num} / ${den} | $mode | ${v}x | >= ${tgt}x | $(verdict "$v" '>=' "$tgt") |"
     fi
   done
+}
+
+# compression_row PACKER DATA ORIGINAL_BYTES PACKED_BYTES [TARGET]: a row of the
+# zstd section's compression table (ratio = original / packed, target >=).
+compression_row() {
+  local v; v=$(awk -v c="$4" -v b="$3" 'BEGIN{printf "%.3f", (c > 0 ? b/c : 0)}')
+  if [[ -n ${5:-} ]]; then echo "| $1 | $2 | $(mib "$3") | $(mib "$4") | ${v}x | >= ${5}x | $(verdict "$v" '>=' "$5") |"
+  else echo "| $1 | $2 | $(mib "$3") | $(mib "$4") | ${v}x | - | - |"; fi
 }
 
 # Can libfuse splice a 1 MiB read reply? It needs a pipe of about 1 MiB + a few
@@ -1800,25 +1949,47 @@ report() {
     echo
     echo "- seekable shards: $PACKER${PACK_SECS:+, packed in $PACK_SECS s}; $(mib "$ZCBYTES") MiB for $(mib "$ZBYTES") MiB" \
          "($(awk -v c="$ZCBYTES" -v b="$ZBYTES" 'BEGIN{printf "%.1f", 100*c/b}')%), frames of up to $(mib "$ZFRAME") MiB" \
-         "($ZFRAME B); $ZDATA"
+         "($ZFRAME B); $ZDATA; byte-grouped: $ZGDATA"
     echo "- squashfs: mksquashfs $(mksquashfs -version 2>/dev/null | head -n1 | awk '{print $3}') -comp zstd -Xcompression-level $LEVEL," \
          "default 128 KiB blocks${SQFS_SECS:+, built in $SQFS_SECS s}; $(mib "$SQFS_BYTES") MiB; squashfuse_ll $({ squashfuse_ll -V 2>&1 || true; } | awk 'NR==1 {print $2}') (multithreaded), -f only to own its pid"
     echo "- zstd: $(zstd -qV)"
+    echo "- trained weights: scripts/make_trained_checkpoint.py ${TW_ARGS[*]} (torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null), CPU):" \
+         "$TW_INFO; torch.save, $TWBYTES B; $TWDIR"
+    echo "- method: cold = fresh mount + sync + drop_caches; cached = sync + drop_caches, the contender's backing files" \
+         "(.zst shards, or the squashfs image) read twice untimed, then a fresh mount (the FUSE file's own page cache" \
+         "empty) and the timed read; one untimed warm-up read of the backing files first; $REPS reps, cold and cached" \
+         "interleaved, median MB/s of decoded bytes; the sequential reads took ${ZSEQ_SECS} s, the section ${ZSECTION_SECS} s (training and packing included when this run did them)"
+    echo "- load average (1/5/15 min) before / after the sequential reads: $ZLOAD_START / $ZLOAD_END (other work on the machine shows here)"
     echo
-    echo "| compression of $(gib "$ZBYTES") GiB BF16 at level $LEVEL | MiB | ratio (original / packed) | target | result |"
-    echo "|---|---:|---:|---|---|"
-    echo "| \`ckptfs pack\` (plain: \`zstd -d\` gives the shards back) | $(mib "$ZCBYTES") | $(awk -v c="$ZCBYTES" -v b="$ZBYTES" 'BEGIN{printf "%.3f", b/c}')x | - | - |"
-    local bg_ratio; bg_ratio=$(awk -v c="$ZGCBYTES" -v b="$ZBYTES" 'BEGIN{printf "%.3f", b/c}')
-    echo "| \`ckptfs pack --byte-group\` | $(mib "$ZGCBYTES") | ${bg_ratio}x | >= 1.40x | $(verdict "$bg_ratio" '>=' 1.40) |"
-    echo "| \`mksquashfs -comp zstd\` (the whole image) | $(mib "$SQFS_BYTES") | $(awk -v c="$SQFS_BYTES" -v b="$ZBYTES" 'BEGIN{printf "%.3f", b/c}')x | - | - |"
-    echo
-    echo "| sequential read of $(gib "$ZBYTES") GiB, cold (fresh mount + drop_caches) | MB (decoded) | MB/s (median) | samples |"
-    echo "|---|---:|---:|---|"
-    contender_rows cold "${ZCONTENDERS[@]}"
-    echo
-    echo "| ratio | mode | value | target | result |"
+    medians "cold cached" "${ZCONTENDERS[@]}"
+    echo "| ratio (MB/s) | mode | value | target | result |"
     echo "|---|---|---:|---|---|"
     ratio_rows "${ZRATIOS[@]}"
+    echo
+    echo "| sequential read of $(gib "$ZBYTES") GiB | MB (decoded) | cold MB/s (median) | cold samples | cached MB/s (median) | cached samples | cached: % of backing files resident before |"
+    echo "|---|---:|---:|---|---:|---|---|"
+    contender_rows "cold cached" "${ZCONTENDERS[@]}"
+    echo
+    local twp; twp=$(awk -v i="$TW_INFO" 'BEGIN{split(i, w, " "); printf "%.1fM", w[1]/1e6}')
+    echo "| compression at level $LEVEL (ratio = original / packed) | data | original MiB | packed MiB | ratio | target | result |"
+    echo "|---|---|---:|---:|---:|---|---|"
+    local rn="random normal BF16 (make_checkpoint.py --kind bench, ${#SHARD_FILES[@]} safetensors shards)"
+    local tw="trained weights BF16 (MLP, $twp parameters, torch.save)"
+    compression_row "\`ckptfs pack\` (plain: \`zstd -d\` gives the shards back)" "$rn" "$ZBYTES" "$ZCBYTES"
+    compression_row "\`ckptfs pack --byte-group\`" "$rn" "$ZBYTES" "$ZGCBYTES" 1.40
+    compression_row "\`mksquashfs -comp zstd\` (the whole image)" "$rn" "$ZBYTES" "$SQFS_BYTES"
+    compression_row "\`ckptfs pack\`" "$tw" "$TWBYTES" "$TWCBYTES"
+    compression_row "\`ckptfs pack --byte-group\`" "$tw" "$TWBYTES" "$TWGCBYTES"
+    compression_row "\`mksquashfs -comp zstd\` (the whole image)" "$tw" "$TWBYTES" "$TWSQFS_BYTES"
+    echo
+    medians "cold cached" "${TWCONTENDERS[@]}"
+    echo "| trained weights: ratio (MB/s) | mode | value | target | result |"
+    echo "|---|---|---:|---|---|"
+    ratio_rows "${TWRATIOS[@]}"
+    echo
+    echo "| trained weights: read of pytorch_model.bin ($(mib "$TWBYTES") MiB: tens of ms, noisy) | MB | cold MB/s (median) | cold samples | cached MB/s (median) | cached samples | cached: % of backing files resident before |"
+    echo "|---|---:|---:|---|---:|---|---|"
+    contender_rows "cold cached" "${TWCONTENDERS[@]}"
     echo
     ratio=$(awk -v d="${RR_CKPTFS[decoded]}" -v r="${RR_CKPTFS[requested]}" 'BEGIN{printf "%.3f", (r > 0 ? d/r : 0)}')
     excess_ok=$([[ ${RR_CKPTFS[within]} == "${RR_CKPTFS[count]}" ]] && echo PASS || echo MISS)
