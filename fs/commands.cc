@@ -17,7 +17,6 @@
 #include "core/checkpoint/formats.h"
 #include "core/checkpoint/model.h"
 #include "core/checkpoint/natural_order.h"
-#include "core/codec/zstd_source.h"
 #include "core/crc/zip_crc.h"
 #include "core/format/deepspeed/zero.h"
 #include "core/format/safetensors.h"
@@ -40,25 +39,9 @@ Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const Re
   return volume;
 }
 
-// How a shard is stored, for inspect.
-std::string StorageKind(const StoredFile& f) {
-  const auto* zstd = dynamic_cast<const ZstdSource*>(f.source.get());
-  if (!zstd) return "plain";
-  const size_t frames = zstd->index().frames.size();
-  if (zstd->decodes_whole()) return "zstd, " + std::to_string(frames) + " frame(s), decoded whole";
-  return std::string(zstd->index().seekable ? "seekable zstd, " : "zstd, ") +
-         std::to_string(frames) + " frames";
-}
-
-// Bytes of the file as stored in SOURCE: the .zst file for a compressed shard.
-uint64_t StoredBytes(const StoredFile& f) {
-  const auto* zstd = dynamic_cast<const ZstdSource*>(f.source.get());
-  return zstd ? zstd->CompressedSize() : f.source->Size();
-}
-
 // Decoded bytes per stored byte; 1 for a plain (or empty) file.
 double Ratio(const StoredFile& f) {
-  const uint64_t stored = StoredBytes(f);
+  const uint64_t stored = f.source->StoredSize();
   return stored ? static_cast<double>(f.source->Size()) / static_cast<double>(stored) : 1.0;
 }
 
@@ -150,9 +133,9 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   for (const StoredFile& s : ckpt.shards) {
     shards.push_back({{"file", s.name},
                       {"stored_as", s.stored_name},
-                      {"storage", StorageKind(s)},
+                      {"storage", s.source->StorageKind()},
                       {"bytes", s.source->Size()},
-                      {"stored_bytes", StoredBytes(s)},
+                      {"stored_bytes", s.source->StoredSize()},
                       {"ratio", Ratio(s)}});
   }
   json tensors = json::array();
@@ -199,14 +182,14 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
 }
 
 void PrintShardLine(const StoredFile& s) {
-  if (StoredBytes(s) == s.source->Size() && s.stored_name == s.name) {
+  if (s.source->StoredSize() == s.source->Size() && s.stored_name == s.name) {
     std::printf("  %s  %s  (%s)\n", s.stored_name.c_str(), HumanBytes(s.source->Size()).c_str(),
-                StorageKind(s).c_str());
+                s.source->StorageKind().c_str());
     return;
   }
   std::printf("  %s  %s stored, %s decoded, ratio %.2f  (%s)\n", s.stored_name.c_str(),
-              HumanBytes(StoredBytes(s)).c_str(), HumanBytes(s.source->Size()).c_str(), Ratio(s),
-              StorageKind(s).c_str());
+              HumanBytes(s.source->StoredSize()).c_str(), HumanBytes(s.source->Size()).c_str(),
+              Ratio(s), s.source->StorageKind().c_str());
 }
 
 void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {

@@ -108,6 +108,13 @@ std::string ZstdSource::Identity() const {
          std::to_string(index_.frames.size()) + "\n" + hex;
 }
 
+std::string ZstdSource::StorageKind() const {
+  const std::string frames = std::to_string(index_.frames.size());
+  if (whole_) return "zstd, " + frames + " frame(s), decoded whole";
+  return std::string(index_.seekable ? "seekable zstd, " : "zstd, ") + frames + " frames" +
+         (index_.grouped() ? ", byte-grouped" : "");
+}
+
 Status ZstdSource::DecodeFrame(size_t i, std::span<uint8_t> out) const {
   Status s = DecodeFrameBytes(i, out);
   // After the compressed bytes were read, so a rewrite during the read is caught too, and

@@ -77,9 +77,11 @@ class ZstdSource final : public ByteSource, private BlockSet {
   bool CanLend() const override { return !whole_; }
   Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override;
 
-  const FrameIndex& index() const { return index_; }
+  std::string StorageKind() const override;
   // Bytes of the .zst file as stored (frames and seek table).
-  uint64_t CompressedSize() const { return compressed_->Size(); }
+  uint64_t StoredSize() const override { return compressed_->Size(); }
+
+  const FrameIndex& index() const { return index_; }
   bool decodes_whole() const { return whole_; }
   // Decodes frame `i` into `out` (exactly its decoded size), checking it.
   Status DecodeFrame(size_t i, std::span<uint8_t> out) const;

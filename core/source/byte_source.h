@@ -60,6 +60,10 @@ class ByteSource {
   // equal identities mean equal bytes. Empty when the source cannot tell (in-memory
   // sources, a remote object with no ETag or Last-Modified): nothing is then cached.
   virtual std::string Identity() const { return {}; }
+  // How the bytes are stored, for `inspect`: "plain", or a codec's description ("seekable
+  // zstd, 256 frames"); and how many bytes that takes in SOURCE (the .zst file's size).
+  virtual std::string StorageKind() const { return "plain"; }
+  virtual uint64_t StoredSize() const { return Size(); }
 
  protected:
   // Checks [offset, offset+len) lies within Size(); shared by implementations.

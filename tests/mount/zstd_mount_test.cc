@@ -169,6 +169,11 @@ TEST_F(ZstdMountTest, PackByteGroupedThenMount) {
   ASSERT_NO_FATAL_FAILURE(Mount(dest, mountpoint));
   for (const char* check : kMountChecks) RunCheck(check, {plain, mountpoint});
   RunCheck("check_inspect.py", {kCkptfs, dest});
+  // inspect says how each shard is stored, grouping included.
+  const ProcessResult inspect = Ckptfs({"inspect", dest}, kVerifyTimeout);
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.Describe();
+  EXPECT_NE(inspect.out.find("seekable zstd, "), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find(" frames, byte-grouped"), std::string::npos) << inspect.out;
 
   size_t grouped_shards = 0;
   for (const auto& entry : fs::directory_iterator(plain)) {
