@@ -313,10 +313,13 @@ nginx_mark() {
 }
 
 # nginx_sent FROM TO: "bytes requests errors" of access-log lines FROM+1..TO
-# (every request; errors: status >= 400, but for 404s to HEADs: a mount asks for
-# optional files such as tokenizer_config.json by name)
+# (every request; errors: status >= 400, but for 404s to HEADs, since a mount asks for
+# optional files such as tokenizer_config.json by name, and a 403 or 404 to the GET of a
+# directory, since a mount asks once for a JSON listing, which tells a run from one
+# checkpoint and which this nginx, without autoindex, refuses)
 nginx_sent() {
-  awk -v a="$1" -v b="$2" 'NR > a && NR <= b {s += $5; n++; e += ($4 >= 400 && !($4 == 404 && $2 == "HEAD"))}
+  awk -v a="$1" -v b="$2" 'NR > a && NR <= b {s += $5; n++
+      e += ($4 >= 400 && !($4 == 404 && $2 == "HEAD") && !(($4 == 403 || $4 == 404) && $2 == "GET" && $3 ~ /\/$/))}
     END {printf "%.0f %d %d\n", s, n, e}' "$NGINX_DIR/access.log"
 }
 
