@@ -593,6 +593,25 @@ class PickleWriter {
   std::string out_;
 };
 
+// A storage record's key, as the string torch names its zip record by.
+void WriteStorageKey(PickleWriter& w, uint64_t key) {
+  char text[24];
+  const auto end = std::to_chars(text, text + sizeof(text), key).ptr;
+  w.Unicode(std::string_view(text, static_cast<size_t>(end - text)));
+}
+
+// From the persistent id's element count to requires_grad: the part of
+// _rebuild_tensor_v2's arguments that says which view of the storage the tensor is.
+void WriteViewArgs(PickleWriter& w, const TorchPickleEntry& e) {
+  w.Int(e.storage_numel);
+  w.Op('t');  // TUPLE: the persistent id
+  w.Op('Q');  // BINPERSID
+  w.Int(e.storage_offset);
+  w.Tuple(e.shape);
+  w.Tuple(e.stride);
+  w.Op('\x89');  // NEWFALSE: requires_grad
+}
+
 }  // namespace
 
 bool IsRowMajor(std::span<const uint64_t> shape, std::span<const uint64_t> stride) {
@@ -738,22 +757,14 @@ void TorchPickleBuilder::Add(const TorchPickleEntry& e) {
   } else {
     w.Get(slot->second);
   }
-  char key[24];
-  const auto key_end = std::to_chars(key, key + sizeof(key), e.key).ptr;
-  w.Unicode(std::string_view(key, static_cast<size_t>(key_end - key)));
+  WriteStorageKey(w, e.key);
   if (i == 0) {
     w.Unicode("cpu");
     w.Put(kCpu);
   } else {
     w.Get(kCpu);
   }
-  w.Int(e.storage_numel);
-  w.Op('t');  // TUPLE
-  w.Op('Q');  // BINPERSID
-  w.Int(e.storage_offset);
-  w.Tuple(e.shape);
-  w.Tuple(e.stride);
-  w.Op('\x89');  // NEWFALSE: requires_grad
+  WriteViewArgs(w, e);
   w.Get(kOrderedDict);
   w.Op(')');
   w.Op('R');  // backward hooks: OrderedDict()
@@ -782,17 +793,9 @@ void WriteTensorPickle(PickleWriter& w, const TorchPickleEntry& e) {
   w.Op('(');  // the persistent id ('storage', class, key, 'cpu', numel)
   w.Unicode("storage");
   w.Global("torch", *TorchStorageClass(e.dtype));
-  char key[24];
-  const auto key_end = std::to_chars(key, key + sizeof(key), e.key).ptr;
-  w.Unicode(std::string_view(key, static_cast<size_t>(key_end - key)));
+  WriteStorageKey(w, e.key);
   w.Unicode("cpu");
-  w.Int(e.storage_numel);
-  w.Op('t');  // TUPLE
-  w.Op('Q');  // BINPERSID
-  w.Int(e.storage_offset);
-  w.Tuple(e.shape);
-  w.Tuple(e.stride);
-  w.Op('\x89');  // NEWFALSE: requires_grad
+  WriteViewArgs(w, e);
   w.Global("collections", "OrderedDict");
   w.Op(')');
   w.Op('R');  // backward hooks: OrderedDict()
