@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -182,10 +181,20 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
   return Status::Ok();
 }
 
-Status Volume::Gather(std::span<const ReadPiece> plan, Gathered* out) const {
+Status Volume::Gather(std::span<const ReadPiece> plan, bool descriptors,
+                      std::vector<uint8_t>& buffer, Gathered* out) const {
+  uint64_t total = 0;
+  for (const ReadPiece& p : plan) total += p.length;
+  // Sized once, before any segment points into it, and only if something is copied.
+  auto copy_area = [&](uint64_t at, uint64_t n) {
+    if (buffer.size() < total) buffer.resize(total);
+    return std::span<uint8_t>(buffer.data() + at, n);
+  };
   std::vector<LentBytes> lent;
+  uint64_t at = 0;  // where the piece goes in the reply
   for (const ReadPiece& p : plan) {
-    Status s;
+    const uint64_t here = at;
+    at += p.length;
     if (!p.source) {
       out->segments.push_back({reinterpret_cast<const uint8_t*>(p.inline_bytes), -1, 0, p.length});
       if (p.made && (out->keep_alive.empty() || out->keep_alive.back() != p.made)) {
@@ -194,8 +203,9 @@ Status Volume::Gather(std::span<const ReadPiece> plan, Gathered* out) const {
       Stats::Add(stats_.bytes_synthesized, p.length);
       continue;
     }
-    if (p.source->Fd() >= 0 && (s = p.source->CheckUnchanged()).ok()) {
-      out->segments.push_back({nullptr, p.source->Fd(), p.offset, p.length});
+    Status s;
+    if (p.source->Fd() >= 0 && (s = p.source->CheckUnchanged()).ok() && descriptors) {
+      out->segments.push_back({nullptr, p.source->Fd(), p.offset, p.length, p.source});
     } else if (s.ok() && p.source->CanLend() &&
                (s = p.source->Lend(p.offset, p.length, &lent)).ok()) {
       for (LentBytes& l : lent) {
@@ -204,10 +214,9 @@ Status Volume::Gather(std::span<const ReadPiece> plan, Gathered* out) const {
       }
       lent.clear();
     } else if (s.ok()) {
-      auto buf = std::make_shared<std::vector<uint8_t>>(p.length);
-      s = p.source->ReadAt(p.offset, *buf);
-      out->segments.push_back({buf->data(), -1, 0, p.length});
-      out->keep_alive.push_back(std::move(buf));
+      const std::span<uint8_t> area = copy_area(here, p.length);
+      s = p.source->ReadAt(p.offset, area);
+      out->segments.push_back({area.data(), -1, 0, p.length});
     }
     if (!s.ok()) {
       Stats::Add(stats_.read_errors, 1);
@@ -220,32 +229,24 @@ Status Volume::Gather(std::span<const ReadPiece> plan, Gathered* out) const {
 
 namespace {
 
-// Copies segments of `gathered` into `buf`: the descriptor ones, or with `all` every one,
-// leaving a single segment.
-Status Flatten(Gathered& gathered, std::vector<uint8_t>& buf, bool all) {
+// Makes `gathered` one segment in `buffer` (at least the reply's size, from Gather): each
+// segment's bytes go to their place in the reply, read by their source if they were a
+// descriptor's, copied otherwise (unless Gather already read them there).
+Status Flatten(Gathered& gathered, std::vector<uint8_t>& buffer) {
   uint64_t total = 0;
+  for (const ReplySegment& seg : gathered.segments) total += seg.length;
+  if (buffer.size() < total) buffer.resize(total);
+  uint64_t at = 0;
   for (const ReplySegment& seg : gathered.segments) {
-    total += all || seg.fd >= 0 ? seg.length : 0;
-  }
-  if (buf.size() < total) buf.resize(total);
-  uint64_t used = 0;
-  for (ReplySegment& seg : gathered.segments) {
-    if (seg.fd < 0 && !all) continue;
-    if (seg.fd < 0) std::memcpy(buf.data() + used, seg.data, seg.length);
-    for (uint64_t done = 0; seg.fd >= 0 && done < seg.length;) {
-      const ssize_t n = ::pread(seg.fd, buf.data() + used + done, seg.length - done,
-                                static_cast<off_t>(seg.offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        return Status::IoError(std::string("read of a shard failed: ") +
-                               (n < 0 ? std::strerror(errno) : "end of file"));
-      }
-      done += static_cast<uint64_t>(n);
+    uint8_t* dest = buffer.data() + at;
+    if (seg.fd >= 0) {
+      CKPTFS_RETURN_IF_ERROR(seg.source->ReadAt(seg.offset, {dest, seg.length}));
+    } else if (seg.data != dest) {
+      std::memcpy(dest, seg.data, seg.length);
     }
-    seg = ReplySegment{buf.data() + used, -1, 0, seg.length};
-    used += seg.length;
+    at += seg.length;
   }
-  if (all) gathered.segments = {ReplySegment{buf.data(), -1, 0, total}};
+  gathered.segments = {ReplySegment{buffer.data(), -1, 0, total}};
   return Status::Ok();
 }
 
@@ -257,15 +258,14 @@ Status Volume::Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* rea
   CKPTFS_RETURN_IF_ERROR(PlanRead(ino, offset, size, &plan, readahead));
   Stats::Add(stats_.reads, 1);
   for (const ReadPiece& p : plan) Stats::Add(stats_.bytes_read, p.length);
-  Status s = Gather(plan, out);
+  Status s = Gather(plan, limits.descriptors, buffer, out);
   plan.clear();  // drops the generated bytes it shares
   if (!s.ok()) return s;
   // writev takes at most IOV_MAX pieces, and a reply the kernel refuses leaves its reader
   // waiting forever: a read across many tiny tensors (a thousand small records in 1 MiB of
   // pytorch_model.bin) goes out as one copied piece instead.
-  const bool too_many = out->segments.size() >= limits.max_segments;
-  if (limits.descriptors && !too_many) return Status::Ok();
-  s = Flatten(*out, buffer, too_many);
+  if (out->segments.size() < limits.max_segments) return Status::Ok();
+  s = Flatten(*out, buffer);
   if (!s.ok()) Stats::Add(stats_.read_errors, 1);
   return s;
 }

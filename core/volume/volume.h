@@ -44,9 +44,10 @@ struct ReadPiece {
 // the kernel can read (splice) itself.
 struct ReplySegment {
   const uint8_t* data = nullptr;  // memory, valid while the Gathered lives
-  int fd = -1;                    // or this descriptor...
+  int fd = -1;                    // or this descriptor (of `source`)...
   uint64_t offset = 0;            // ...at this offset
   uint64_t length = 0;
+  const ByteSource* source = nullptr;  // with fd: what reads the same bytes without it
 };
 
 struct Gathered {
@@ -128,9 +129,11 @@ class Volume {
 
  private:
   // Turns a plan into reply segments with as few copies as possible: descriptors of plain
-  // files (checked unchanged since mount), cache blocks lent by compressed sources, the
-  // header pool; only sources that can do neither are copied into a buffer.
-  Status Gather(std::span<const ReadPiece> plan, Gathered* out) const;
+  // files (checked unchanged since mount) when `descriptors`, cache blocks lent by
+  // compressed sources, the header pool; the rest is read into `buffer`, each piece at its
+  // place in the reply.
+  Status Gather(std::span<const ReadPiece> plan, bool descriptors, std::vector<uint8_t>& buffer,
+                Gathered* out) const;
   // Asks the sources under [range) of file `ino` to fetch or decode it ahead.
   void Prefetch(uint64_t ino, ByteRange range) const;
 
