@@ -77,21 +77,14 @@ ReadContext::ScratchLease ReadContext::LeaseScratch(size_t bytes) {
   // Alone, a lease may exceed the budget (one region larger than it); otherwise it waits.
   scratch_freed_.wait(
       lock, [&] { return scratch_leased_ == 0 || scratch_leased_ + bytes <= kScratchBytes; });
-  // The smallest kept buffer that fits, else the largest, grown below.
-  auto best = scratch_free_.end();
-  for (auto it = scratch_free_.begin(); it != scratch_free_.end(); ++it) {
-    if (best == scratch_free_.end()) {
-      best = it;
-    } else if (it->capacity() >= bytes) {
-      if (best->capacity() < bytes || it->capacity() < best->capacity()) best = it;
-    } else if (best->capacity() < bytes && it->capacity() > best->capacity()) {
-      best = it;
-    }
-  }
+  // A kept buffer that fits, else any (grown below): a mount's regions are mostly one size.
   std::vector<uint8_t> buffer;
-  if (best != scratch_free_.end()) {
-    buffer = std::move(*best);
-    scratch_free_.erase(best);
+  if (!scratch_free_.empty()) {
+    auto it = std::find_if(scratch_free_.begin(), scratch_free_.end(),
+                           [&](const std::vector<uint8_t>& b) { return b.capacity() >= bytes; });
+    if (it == scratch_free_.end()) it = scratch_free_.begin();
+    buffer = std::move(*it);
+    scratch_free_.erase(it);
   }
   if (buffer.capacity() < bytes) {
     std::vector<uint8_t>().swap(buffer);
