@@ -127,9 +127,6 @@ void AddLayer(const TorchFile& file, uint32_t shard, const std::string& prefix, 
   }
 }
 
-// Files are named in refusals as the tag names them, as every shard is (ByteSource::Name).
-std::string Shown(const SourceDir&, const std::string& name) { return name; }
-
 // Whether `name` (or name.zst) is in `dir`.
 Result<bool> Exists(const SourceDir& dir, const std::string& name) {
   if (dir.Lists(name) || dir.Lists(name + std::string(kZstdSuffix))) return true;
@@ -162,18 +159,17 @@ Status CheckListing(const SourceDir& dir, uint32_t dp, uint32_t mp, bool bf16, b
     if (!ParseZeroName(f, r, m)) continue;
     const bool optim = EndsWith(StripZst(f), "_optim_states.pt");
     if (r >= dp || m >= mp) {
-      return Status::Corruption(Shown(dir, f) + ": rank " + std::to_string(r) + " (mp rank " +
-                                std::to_string(m) + ") but " +
-                                Shown(dir, std::string(kProbeNames[stage3])) +
+      return Status::Corruption(f + ": rank " + std::to_string(r) + " (mp rank " +
+                                std::to_string(m) + ") but " + std::string(kProbeNames[stage3]) +
                                 " says dp_world_size " + std::to_string(dp) + ", mp_world_size " +
                                 std::to_string(mp) + ": rank files of different world sizes");
     }
     if (optim && (f.substr(0, 5) == "bf16_") != bf16) {
-      return Status::Corruption(Shown(dir, f) + ": bf16 and non-bf16 optimizer rank files side " +
+      return Status::Corruption(f + ": bf16 and non-bf16 optimizer rank files side " +
                                 "by side: rank files of different runs");
     }
     if (!optim && !stage3) {
-      return Status::Corruption(Shown(dir, f) + ": a ZeRO-3 model states file beside " +
+      return Status::Corruption(f + ": a ZeRO-3 model states file beside " +
                                 std::string(kProbeNames[0]) + ": rank files of different runs");
     }
   }
@@ -196,7 +192,7 @@ Result<std::vector<OpenedRank>> OpenRanks(const SourceDir& dir,
   for (size_t i = 0; i < names.size(); ++i) {
     CKPTFS_ASSIGN_OR_RETURN(const bool there, Exists(dir, names[i]));
     if (!there) {
-      return Status::NotFound(Shown(dir, names[i]) + ": missing (" + why +
+      return Status::NotFound(names[i] + ": missing (" + why +
                               "); a tag is complete only when every rank has saved");
     }
     out[i].name = names[i];
