@@ -100,31 +100,18 @@ std::vector<LayerFile> LayerFiles(const SourceDir& dir) {
   return out;
 }
 
-// A layer file's tensors as `prefix<layer>.<key>`, over its own storages, as saved.
-void AddLayer(const TorchFile& file, uint32_t shard, const std::string& prefix, uint64_t layer,
+// A layer file's tensors as `prefix<layer>.<key>`, over its own storages, as saved; its
+// non-tensor values are left out. Empties `file`.
+void AddLayer(TorchFile& file, uint32_t shard, const std::string& prefix, uint64_t layer,
               Checkpoint& ckpt) {
-  const auto base = static_cast<uint32_t>(ckpt.storages.size());
-  for (const TorchStorage& s : file.storages) {
-    ckpt.storages.push_back(Storage{shard, s.data_offset, s.size, s.dtype, true, s.crc32});
+  ShardContents contents = FromTorchFile(file, shard);
+  contents.state_json.clear();
+  for (Tensor& t : contents.tensors) {
+    t.name = prefix + std::to_string(layer) + "." + t.name;
+    t.top_key_size = static_cast<uint32_t>(prefix.size() - 1);
+    t.top_is_dict = true;
   }
-  for (const TorchTensor& t : file.tensors) {
-    const Storage& s = ckpt.storages[base + t.storage];
-    Tensor tensor{.name = prefix + std::to_string(layer) + "." + t.name,
-                  .dtype = s.dtype,
-                  .top_is_dict = true,
-                  .shape = t.shape,
-                  .shard = shard,
-                  .storage = base + t.storage,
-                  .top_key_size = static_cast<uint32_t>(prefix.size() - 1),
-                  .storage_offset = t.storage_offset};
-    if (IsRowMajor(tensor.shape, t.stride)) {
-      tensor.size = TensorByteSize(s.dtype, tensor.shape).value_or(0);
-      tensor.offset = s.offset + (tensor.size ? t.storage_offset * DtypeSize(s.dtype) : 0);
-    } else {
-      tensor.stride = t.stride;
-    }
-    ckpt.tensors.push_back(std::move(tensor));
-  }
+  AddShard(ckpt, contents, shard);
 }
 
 // Whether `name` (or name.zst) is in `dir`.
