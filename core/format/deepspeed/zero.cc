@@ -21,16 +21,6 @@ const json& Get(const json& j, const std::string& key) {
 constexpr uint32_t kMaxWorldSize = 1u << 16;
 constexpr std::string_view kOsd = "optimizer_state_dict.";
 
-std::string Two(uint32_t n) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "%02u", n);
-  return buf;
-}
-
-bool StartsWith(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-
 // A run of `numel` elements at byte `offset` of shard `shard`.
 struct Piece {
   uint32_t shard = 0;
@@ -226,10 +216,7 @@ std::string StepPrint(const FileView& f, const OptimInfo& info) {
   std::string print;
   const std::string prefix = std::string(kOsd) + info.base_key + ".";
   for (const TorchTensor& t : f.file().tensors) {
-    if (!StartsWith(t.name, prefix) || t.name.size() < 5 ||
-        t.name.compare(t.name.size() - 5, 5, ".step") != 0) {
-      continue;
-    }
+    if (!t.name.starts_with(prefix) || !t.name.ends_with(".step")) continue;
     const TorchStorage& s = f.file().storages[t.storage];
     print += t.name + "=" + std::to_string(s.crc32) + "/" + std::to_string(s.size) + ";";
   }
@@ -328,7 +315,7 @@ class Consolidator {
   void AddOtherTensors() {
     const FileView& m0 = models_[0];
     for (const TorchTensor& t : m0.file().tensors) {
-      if (StartsWith(t.name, "module.") || StartsWith(t.name, "frozen_param_fragments.")) continue;
+      if (t.name.starts_with("module.") || t.name.starts_with("frozen_param_fragments.")) continue;
       Dtype dtype;
       Result<Piece> p = m0.PieceOf(t, &dtype);
       if (!p.ok()) continue;  // a strided client tensor: not served
@@ -341,7 +328,7 @@ class Consolidator {
   Status AddModule(bool model_too) {
     const FileView& m0 = models_[0];
     for (const TorchTensor& t : m0.file().tensors) {
-      if (t.top_key_size != kModuleKey || !StartsWith(t.name, "module.")) continue;
+      if (t.top_key_size != kModuleKey || !t.name.starts_with("module.")) continue;
       Dtype dtype;
       CKPTFS_ASSIGN_OR_RETURN(Piece p, m0.PieceOf(t, &dtype));
       const uint32_t i = b_.Add(t.name, dtype, t.shape, kModuleKey);
@@ -749,17 +736,17 @@ class Consolidator {
 }  // namespace
 
 std::string ModelStatesName(uint32_t mp_rank) {
-  return "mp_rank_" + Two(mp_rank) + "_model_states.pt";
+  return "mp_rank_" + TwoDigits(mp_rank) + "_model_states.pt";
 }
 
 std::string Zero3ModelStatesName(uint32_t dp_rank, uint32_t mp_rank) {
-  return "zero_pp_rank_" + std::to_string(dp_rank) + "_mp_rank_" + Two(mp_rank) +
+  return "zero_pp_rank_" + std::to_string(dp_rank) + "_mp_rank_" + TwoDigits(mp_rank) +
          "_model_states.pt";
 }
 
 std::string OptimStatesName(uint32_t dp_rank, uint32_t mp_rank, bool bf16) {
   return std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(dp_rank) +
-         "_mp_rank_" + Two(mp_rank) + "_optim_states.pt";
+         "_mp_rank_" + TwoDigits(mp_rank) + "_optim_states.pt";
 }
 
 Result<TagInfo> ReadTagInfo(const RankFile& model_states) {
@@ -786,7 +773,11 @@ Result<TagInfo> ReadTagInfo(const RankFile& model_states) {
   return info;
 }
 
-std::string TwoDigits(uint32_t n) { return Two(n); }
+std::string TwoDigits(uint32_t n) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%02u", n);
+  return buf;
+}
 
 std::string WithPipeline(const std::string& state_json, const TagInfo& tag, size_t layer_files) {
   json state = json::parse(state_json, nullptr, /*allow_exceptions=*/false);
