@@ -220,14 +220,10 @@ std::string StepPrint(const FileView& f, const OptimInfo& info) {
     const TorchStorage& s = f.file().storages[t.storage];
     print += t.name + "=" + std::to_string(s.crc32) + "/" + std::to_string(s.size) + ";";
   }
-  const json& osd = Get(f.state(), "optimizer_state_dict");
-  if (osd.contains(info.base_key) && Get(osd, info.base_key).is_object() &&
-      Get(osd, info.base_key).contains("state") &&
-      Get(Get(osd, info.base_key), "state").is_object()) {
-    for (const auto& [k, v] : Get(Get(osd, info.base_key), "state").items()) {
-      if (v.is_object() && v.contains("step") && Get(v, "step").is_number()) {
-        print += k + ":" + Get(v, "step").dump() + ";";
-      }
+  const json& states = Get(Get(Get(f.state(), "optimizer_state_dict"), info.base_key), "state");
+  if (states.is_object()) {
+    for (const auto& [k, v] : states.items()) {
+      if (Get(v, "step").is_number()) print += k + ":" + Get(v, "step").dump() + ";";
     }
   }
   return print;
@@ -237,12 +233,11 @@ std::string StepPrint(const FileView& f, const OptimInfo& info) {
 // param_groups; 0, 1, 2, ... without them.
 std::vector<std::string> StateKeys(const FileView& f, const OptimInfo& info, size_t groups) {
   std::vector<std::string> keys;
-  const json& osd = Get(f.state(), "optimizer_state_dict");
-  if (osd.contains(info.base_key) && Get(osd, info.base_key).is_object() &&
-      Get(osd, info.base_key).contains("param_groups") &&
-      Get(Get(osd, info.base_key), "param_groups").is_array()) {
-    for (const json& g : Get(Get(osd, info.base_key), "param_groups")) {
-      if (!g.is_object() || !g.contains("params") || !Get(g, "params").is_array()) continue;
+  const json& groups_json =
+      Get(Get(Get(f.state(), "optimizer_state_dict"), info.base_key), "param_groups");
+  if (groups_json.is_array()) {
+    for (const json& g : groups_json) {
+      if (!Get(g, "params").is_array()) continue;
       for (const json& p : Get(g, "params")) {
         if (p.is_number_integer()) keys.push_back(std::to_string(p.get<int64_t>()));
       }
@@ -364,7 +359,6 @@ class Consolidator {
   // concatenated (stage 3). Absent when saved with exclude_frozen_parameters.
   Status AddFrozen() {
     const FileView& m0 = models_[0];
-    if (!m0.state().contains("frozen_param_shapes")) return Status::Ok();
     const json& shapes = Get(m0.state(), "frozen_param_shapes");
     if (shapes.is_null()) return Status::Ok();
     if (!shapes.is_object()) return m0.Bad("frozen_param_shapes is not a dict");
@@ -686,8 +680,9 @@ class Consolidator {
   // shared_params {alias: owner}: the owner's bytes under the alias too, in order.
   void AddTied() {
     const json& st = models_[0].state();
-    if (!st.contains("shared_params") || !Get(st, "shared_params").is_object()) return;
-    for (const auto& [alias, owner] : Get(st, "shared_params").items()) {
+    const json& shared = Get(st, "shared_params");
+    if (!shared.is_object()) return;
+    for (const auto& [alias, owner] : shared.items()) {
       if (!owner.is_string()) continue;
       if (std::optional<uint32_t> i = b_.Find("model." + owner.get<std::string>())) {
         b_.Tie("model." + alias, *i, kModelKey);
