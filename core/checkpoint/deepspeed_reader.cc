@@ -15,9 +15,7 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <numeric>
-#include <thread>
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
@@ -184,29 +182,20 @@ Result<std::vector<OpenedRank>> OpenRanks(const SourceDir& dir,
     }
     out[i].name = names[i];
   }
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < names.size(); i = next++) {
-      Result<StoredFile> f = OpenWeightFile(dir, names[i], codec);
-      if (!f.ok()) {
-        errors[i] = f.status();
-        continue;
-      }
-      Result<TorchFile> t = ReadTorchFile(*f->source, PickleGlobals::kDeepSpeed);
-      if (!t.ok()) {
-        errors[i] = t.status();
-        continue;
-      }
-      out[i].file = std::move(f).value();
-      out[i].torch = std::move(t).value();
+  ForEachInParallel(names.size(), [&](size_t i) {
+    Result<StoredFile> f = OpenWeightFile(dir, names[i], codec);
+    if (!f.ok()) {
+      errors[i] = f.status();
+      return;
     }
-  };
-  const size_t workers =
-      std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), names.size(), 8});
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < workers; ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
+    Result<TorchFile> t = ReadTorchFile(*f->source, PickleGlobals::kDeepSpeed);
+    if (!t.ok()) {
+      errors[i] = t.status();
+      return;
+    }
+    out[i].file = std::move(f).value();
+    out[i].torch = std::move(t).value();
+  });
   for (const Status& e : errors) CKPTFS_RETURN_IF_ERROR(e);
   return out;
 }
