@@ -94,6 +94,7 @@ std::vector<uint64_t> Dims(const json& shape) {
 class Builder {
  public:
   ZeroCheckpoint& out() { return out_; }
+  const ZeroCheckpoint& out() const { return out_; }
 
   uint32_t Add(const std::string& name, Dtype dtype, std::vector<uint64_t> shape,
                uint32_t top_key_size) {
@@ -699,7 +700,7 @@ class Consolidator {
   std::string StateJson() const {
     json state = models_[0].state();
     json zero = json::object();
-    const ZeroCheckpoint& out = const_cast<Builder&>(b_).out();
+    const ZeroCheckpoint& out = b_.out();
     zero["stage"] = out.stage;
     zero["dp_world_size"] = out.dp_world_size;
     zero["mp_world_size"] = out.mp_world_size;
