@@ -16,26 +16,28 @@ size_t WorkerCount(size_t jobs) {
 }
 
 // Reads the headers of `shards[i]` for each i in `which` (the rest stay Status::Ok()),
-// several at once: headers are independent, and a checkpoint of thousands of shards would
-// otherwise parse them one core at a time.
+// several at once.
 std::vector<Result<ShardContents>> ReadShards(const std::vector<StoredFile>& shards,
                                               const std::vector<uint32_t>& which,
                                               ShardParser parse) {
   std::vector<Result<ShardContents>> contents(shards.size(), Status::Ok());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < which.size(); i = next++) {
-      contents[which[i]] = parse(shards[which[i]], which[i]);
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < WorkerCount(which.size()); ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
+  ForEachInParallel(which.size(),
+                    [&](size_t i) { contents[which[i]] = parse(shards[which[i]], which[i]); });
   return contents;
 }
 
 }  // namespace
+
+void ForEachInParallel(size_t jobs, const std::function<void(size_t)>& work) {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < jobs; i = next++) work(i);
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < WorkerCount(jobs); ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+}
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;

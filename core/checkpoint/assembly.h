@@ -11,13 +11,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
-#include "core/checkpoint/checkpoint.h"
 #include "core/cache/read_context.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/source/source_dir.h"
 
 namespace ckptfs {
@@ -94,6 +95,12 @@ class EarlyShards {
   std::atomic<size_t> next_{0};
   std::vector<std::thread> threads_;
 };
+
+// Calls work(i) for each i in [0, jobs), several at once: on the calling thread and up to
+// seven more, never more threads than jobs; returns when every call has. Shard headers are
+// independent, and a checkpoint of thousands of shards would otherwise parse them one core
+// at a time. `work` must be thread-safe.
+void ForEachInParallel(size_t jobs, const std::function<void(size_t)>& work);
 
 // Opens and reads the weight files `names` (as named by `named_by`, for messages) into
 // `ckpt` in that order, several at once, taking those already read from `early`; then

@@ -15,9 +15,7 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <numeric>
-#include <thread>
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
@@ -100,35 +98,19 @@ std::vector<LayerFile> LayerFiles(const SourceDir& dir) {
   return out;
 }
 
-// A layer file's tensors as `prefix<layer>.<key>`, over its own storages, as saved.
-void AddLayer(const TorchFile& file, uint32_t shard, const std::string& prefix, uint64_t layer,
+// A layer file's tensors as `prefix<layer>.<key>`, over its own storages, as saved; its
+// non-tensor values are left out. Empties `file`.
+void AddLayer(TorchFile& file, uint32_t shard, const std::string& prefix, uint64_t layer,
               Checkpoint& ckpt) {
-  const auto base = static_cast<uint32_t>(ckpt.storages.size());
-  for (const TorchStorage& s : file.storages) {
-    ckpt.storages.push_back(Storage{shard, s.data_offset, s.size, s.dtype, true, s.crc32});
+  ShardContents contents = FromTorchFile(file, shard);
+  contents.state_json.clear();
+  for (Tensor& t : contents.tensors) {
+    t.name = prefix + std::to_string(layer) + "." + t.name;
+    t.top_key_size = static_cast<uint32_t>(prefix.size() - 1);
+    t.top_is_dict = true;
   }
-  for (const TorchTensor& t : file.tensors) {
-    const Storage& s = ckpt.storages[base + t.storage];
-    Tensor tensor{.name = prefix + std::to_string(layer) + "." + t.name,
-                  .dtype = s.dtype,
-                  .top_is_dict = true,
-                  .shape = t.shape,
-                  .shard = shard,
-                  .storage = base + t.storage,
-                  .top_key_size = static_cast<uint32_t>(prefix.size() - 1),
-                  .storage_offset = t.storage_offset};
-    if (IsRowMajor(tensor.shape, t.stride)) {
-      tensor.size = TensorByteSize(s.dtype, tensor.shape).value_or(0);
-      tensor.offset = s.offset + (tensor.size ? t.storage_offset * DtypeSize(s.dtype) : 0);
-    } else {
-      tensor.stride = t.stride;
-    }
-    ckpt.tensors.push_back(std::move(tensor));
-  }
+  AddShard(ckpt, contents, shard);
 }
-
-// Files are named in refusals as the tag names them, as every shard is (ByteSource::Name).
-std::string Shown(const SourceDir&, const std::string& name) { return name; }
 
 // Whether `name` (or name.zst) is in `dir`.
 Result<bool> Exists(const SourceDir& dir, const std::string& name) {
@@ -162,18 +144,17 @@ Status CheckListing(const SourceDir& dir, uint32_t dp, uint32_t mp, bool bf16, b
     if (!ParseZeroName(f, r, m)) continue;
     const bool optim = EndsWith(StripZst(f), "_optim_states.pt");
     if (r >= dp || m >= mp) {
-      return Status::Corruption(Shown(dir, f) + ": rank " + std::to_string(r) + " (mp rank " +
-                                std::to_string(m) + ") but " +
-                                Shown(dir, std::string(kProbeNames[stage3])) +
+      return Status::Corruption(f + ": rank " + std::to_string(r) + " (mp rank " +
+                                std::to_string(m) + ") but " + std::string(kProbeNames[stage3]) +
                                 " says dp_world_size " + std::to_string(dp) + ", mp_world_size " +
                                 std::to_string(mp) + ": rank files of different world sizes");
     }
     if (optim && (f.substr(0, 5) == "bf16_") != bf16) {
-      return Status::Corruption(Shown(dir, f) + ": bf16 and non-bf16 optimizer rank files side " +
+      return Status::Corruption(f + ": bf16 and non-bf16 optimizer rank files side " +
                                 "by side: rank files of different runs");
     }
     if (!optim && !stage3) {
-      return Status::Corruption(Shown(dir, f) + ": a ZeRO-3 model states file beside " +
+      return Status::Corruption(f + ": a ZeRO-3 model states file beside " +
                                 std::string(kProbeNames[0]) + ": rank files of different runs");
     }
   }
@@ -196,34 +177,25 @@ Result<std::vector<OpenedRank>> OpenRanks(const SourceDir& dir,
   for (size_t i = 0; i < names.size(); ++i) {
     CKPTFS_ASSIGN_OR_RETURN(const bool there, Exists(dir, names[i]));
     if (!there) {
-      return Status::NotFound(Shown(dir, names[i]) + ": missing (" + why +
+      return Status::NotFound(names[i] + ": missing (" + why +
                               "); a tag is complete only when every rank has saved");
     }
     out[i].name = names[i];
   }
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < names.size(); i = next++) {
-      Result<StoredFile> f = OpenWeightFile(dir, names[i], codec);
-      if (!f.ok()) {
-        errors[i] = f.status();
-        continue;
-      }
-      Result<TorchFile> t = ReadTorchFile(*f->source, PickleGlobals::kDeepSpeed);
-      if (!t.ok()) {
-        errors[i] = t.status();
-        continue;
-      }
-      out[i].file = std::move(f).value();
-      out[i].torch = std::move(t).value();
+  ForEachInParallel(names.size(), [&](size_t i) {
+    Result<StoredFile> f = OpenWeightFile(dir, names[i], codec);
+    if (!f.ok()) {
+      errors[i] = f.status();
+      return;
     }
-  };
-  const size_t workers =
-      std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), names.size(), 8});
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < workers; ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
+    Result<TorchFile> t = ReadTorchFile(*f->source, PickleGlobals::kDeepSpeed);
+    if (!t.ok()) {
+      errors[i] = t.status();
+      return;
+    }
+    out[i].file = std::move(f).value();
+    out[i].torch = std::move(t).value();
+  });
   for (const Status& e : errors) CKPTFS_RETURN_IF_ERROR(e);
   return out;
 }

@@ -389,7 +389,9 @@ Status CheckTfPrefix(const SourceDir& dir, const std::string& prefix, RunEntry& 
   return Status::Ok();
 }
 
-// Fills the completeness of directory entry `entry` from its claim.
+// Fills the completeness of directory entry `entry` from its claim; a split checkpoint's
+// key files (pytorch_model/) also go into its size and signature, from the one opening of
+// that directory.
 Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& entry) {
   if (entry.name.starts_with("tmp-checkpoint-")) {
     Incomplete(entry, "being written (HF Trainer renames tmp-checkpoint-* when done)");
@@ -424,12 +426,19 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
   const size_t slash = claim.file.rfind('/');
   std::optional<SourceDir> inner;
   if (slash != std::string::npos) {
-    auto opened = sub.OpenDir(claim.file.substr(0, slash));
+    const std::string inner_name = claim.file.substr(0, slash);
+    auto opened = sub.OpenDir(inner_name);
     if (!opened.ok()) {
       Incomplete(entry, opened.status().message());
       return Status::Ok();
     }
     inner = std::move(opened).value();
+    if (entry.format == "split") {
+      // The key files are the checkpoint: a rewritten one is a new one.
+      for (const std::string& f : inner->files) {
+        CKPTFS_RETURN_IF_ERROR(AddFile(*inner, f, entry, inner_name + "/"));
+      }
+    }
   }
   CKPTFS_ASSIGN_OR_RETURN(
       std::string problem,
@@ -470,16 +479,6 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
   }
   entry.complete = true;
   for (const std::string& f : sub->files) CKPTFS_RETURN_IF_ERROR(AddFile(*sub, f, entry));
-  if (claim && entry.format == "split" && claim->file.find('/') != std::string::npos) {
-    // The key files in pytorch_model/ are the checkpoint: a rewritten one is a new one.
-    const std::string inner_name = claim->file.substr(0, claim->file.rfind('/'));
-    auto inner = sub->OpenDir(inner_name);
-    if (inner.ok()) {
-      for (const std::string& f : inner->files) {
-        CKPTFS_RETURN_IF_ERROR(AddFile(*inner, f, entry, inner_name + "/"));
-      }
-    }
-  }
   if (claim) {
     CKPTFS_RETURN_IF_ERROR(CheckDirectoryEntry(*sub, *claim, entry));
     if (entry.complete && !claim->problem.ok()) entry.problem = claim->problem.message();

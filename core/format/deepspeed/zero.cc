@@ -21,16 +21,6 @@ const json& Get(const json& j, const std::string& key) {
 constexpr uint32_t kMaxWorldSize = 1u << 16;
 constexpr std::string_view kOsd = "optimizer_state_dict.";
 
-std::string Two(uint32_t n) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "%02u", n);
-  return buf;
-}
-
-bool StartsWith(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-
 // A run of `numel` elements at byte `offset` of shard `shard`.
 struct Piece {
   uint32_t shard = 0;
@@ -104,6 +94,7 @@ std::vector<uint64_t> Dims(const json& shape) {
 class Builder {
  public:
   ZeroCheckpoint& out() { return out_; }
+  const ZeroCheckpoint& out() const { return out_; }
 
   uint32_t Add(const std::string& name, Dtype dtype, std::vector<uint64_t> shape,
                uint32_t top_key_size) {
@@ -226,21 +217,14 @@ std::string StepPrint(const FileView& f, const OptimInfo& info) {
   std::string print;
   const std::string prefix = std::string(kOsd) + info.base_key + ".";
   for (const TorchTensor& t : f.file().tensors) {
-    if (!StartsWith(t.name, prefix) || t.name.size() < 5 ||
-        t.name.compare(t.name.size() - 5, 5, ".step") != 0) {
-      continue;
-    }
+    if (!t.name.starts_with(prefix) || !t.name.ends_with(".step")) continue;
     const TorchStorage& s = f.file().storages[t.storage];
     print += t.name + "=" + std::to_string(s.crc32) + "/" + std::to_string(s.size) + ";";
   }
-  const json& osd = Get(f.state(), "optimizer_state_dict");
-  if (osd.contains(info.base_key) && Get(osd, info.base_key).is_object() &&
-      Get(osd, info.base_key).contains("state") &&
-      Get(Get(osd, info.base_key), "state").is_object()) {
-    for (const auto& [k, v] : Get(Get(osd, info.base_key), "state").items()) {
-      if (v.is_object() && v.contains("step") && Get(v, "step").is_number()) {
-        print += k + ":" + Get(v, "step").dump() + ";";
-      }
+  const json& states = Get(Get(Get(f.state(), "optimizer_state_dict"), info.base_key), "state");
+  if (states.is_object()) {
+    for (const auto& [k, v] : states.items()) {
+      if (Get(v, "step").is_number()) print += k + ":" + Get(v, "step").dump() + ";";
     }
   }
   return print;
@@ -250,12 +234,11 @@ std::string StepPrint(const FileView& f, const OptimInfo& info) {
 // param_groups; 0, 1, 2, ... without them.
 std::vector<std::string> StateKeys(const FileView& f, const OptimInfo& info, size_t groups) {
   std::vector<std::string> keys;
-  const json& osd = Get(f.state(), "optimizer_state_dict");
-  if (osd.contains(info.base_key) && Get(osd, info.base_key).is_object() &&
-      Get(osd, info.base_key).contains("param_groups") &&
-      Get(Get(osd, info.base_key), "param_groups").is_array()) {
-    for (const json& g : Get(Get(osd, info.base_key), "param_groups")) {
-      if (!g.is_object() || !g.contains("params") || !Get(g, "params").is_array()) continue;
+  const json& groups_json =
+      Get(Get(Get(f.state(), "optimizer_state_dict"), info.base_key), "param_groups");
+  if (groups_json.is_array()) {
+    for (const json& g : groups_json) {
+      if (!Get(g, "params").is_array()) continue;
       for (const json& p : Get(g, "params")) {
         if (p.is_number_integer()) keys.push_back(std::to_string(p.get<int64_t>()));
       }
@@ -328,7 +311,7 @@ class Consolidator {
   void AddOtherTensors() {
     const FileView& m0 = models_[0];
     for (const TorchTensor& t : m0.file().tensors) {
-      if (StartsWith(t.name, "module.") || StartsWith(t.name, "frozen_param_fragments.")) continue;
+      if (t.name.starts_with("module.") || t.name.starts_with("frozen_param_fragments.")) continue;
       Dtype dtype;
       Result<Piece> p = m0.PieceOf(t, &dtype);
       if (!p.ok()) continue;  // a strided client tensor: not served
@@ -341,7 +324,7 @@ class Consolidator {
   Status AddModule(bool model_too) {
     const FileView& m0 = models_[0];
     for (const TorchTensor& t : m0.file().tensors) {
-      if (t.top_key_size != kModuleKey || !StartsWith(t.name, "module.")) continue;
+      if (t.top_key_size != kModuleKey || !t.name.starts_with("module.")) continue;
       Dtype dtype;
       CKPTFS_ASSIGN_OR_RETURN(Piece p, m0.PieceOf(t, &dtype));
       const uint32_t i = b_.Add(t.name, dtype, t.shape, kModuleKey);
@@ -377,7 +360,6 @@ class Consolidator {
   // concatenated (stage 3). Absent when saved with exclude_frozen_parameters.
   Status AddFrozen() {
     const FileView& m0 = models_[0];
-    if (!m0.state().contains("frozen_param_shapes")) return Status::Ok();
     const json& shapes = Get(m0.state(), "frozen_param_shapes");
     if (shapes.is_null()) return Status::Ok();
     if (!shapes.is_object()) return m0.Bad("frozen_param_shapes is not a dict");
@@ -699,8 +681,9 @@ class Consolidator {
   // shared_params {alias: owner}: the owner's bytes under the alias too, in order.
   void AddTied() {
     const json& st = models_[0].state();
-    if (!st.contains("shared_params") || !Get(st, "shared_params").is_object()) return;
-    for (const auto& [alias, owner] : Get(st, "shared_params").items()) {
+    const json& shared = Get(st, "shared_params");
+    if (!shared.is_object()) return;
+    for (const auto& [alias, owner] : shared.items()) {
       if (!owner.is_string()) continue;
       if (std::optional<uint32_t> i = b_.Find("model." + owner.get<std::string>())) {
         b_.Tie("model." + alias, *i, kModelKey);
@@ -717,7 +700,7 @@ class Consolidator {
   std::string StateJson() const {
     json state = models_[0].state();
     json zero = json::object();
-    const ZeroCheckpoint& out = const_cast<Builder&>(b_).out();
+    const ZeroCheckpoint& out = b_.out();
     zero["stage"] = out.stage;
     zero["dp_world_size"] = out.dp_world_size;
     zero["mp_world_size"] = out.mp_world_size;
@@ -749,17 +732,17 @@ class Consolidator {
 }  // namespace
 
 std::string ModelStatesName(uint32_t mp_rank) {
-  return "mp_rank_" + Two(mp_rank) + "_model_states.pt";
+  return "mp_rank_" + TwoDigits(mp_rank) + "_model_states.pt";
 }
 
 std::string Zero3ModelStatesName(uint32_t dp_rank, uint32_t mp_rank) {
-  return "zero_pp_rank_" + std::to_string(dp_rank) + "_mp_rank_" + Two(mp_rank) +
+  return "zero_pp_rank_" + std::to_string(dp_rank) + "_mp_rank_" + TwoDigits(mp_rank) +
          "_model_states.pt";
 }
 
 std::string OptimStatesName(uint32_t dp_rank, uint32_t mp_rank, bool bf16) {
   return std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(dp_rank) +
-         "_mp_rank_" + Two(mp_rank) + "_optim_states.pt";
+         "_mp_rank_" + TwoDigits(mp_rank) + "_optim_states.pt";
 }
 
 Result<TagInfo> ReadTagInfo(const RankFile& model_states) {
@@ -786,7 +769,11 @@ Result<TagInfo> ReadTagInfo(const RankFile& model_states) {
   return info;
 }
 
-std::string TwoDigits(uint32_t n) { return Two(n); }
+std::string TwoDigits(uint32_t n) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%02u", n);
+  return buf;
+}
 
 std::string WithPipeline(const std::string& state_json, const TagInfo& tag, size_t layer_files) {
   json state = json::parse(state_json, nullptr, /*allow_exceptions=*/false);
