@@ -25,11 +25,6 @@ constexpr std::string_view kProbeNames[] = {kSplitMapFile};
 
 using MaybeClaim = std::optional<Claim>;
 
-std::string Shown(const SourceDir& dir, std::string_view name) {
-  if (dir.path.empty() || dir.path == ".") return std::string(name);
-  return dir.path + (dir.path.back() == '/' ? "" : "/") + std::string(name);
-}
-
 MaybeClaim Named(std::string file) { return Claim{Claim::Rank::kNamed, std::move(file)}; }
 
 Result<std::optional<Claim>> DetectSplit(const SourceDir& dir) {
@@ -103,7 +98,7 @@ Status CheckNoStrayFiles(const SourceDir& keys_dir, const std::vector<std::strin
         : decoded->hashed
             ? "is the file of a long key " + map_shown + " does not list"
             : "is the file of key \"" + decoded->key + "\", which " + map_shown + " does not list";
-    return Status::Corruption(Shown(keys_dir, f) + ": " + why);
+    return Status::Corruption(JoinShown(keys_dir.path, f) + ": " + why);
   }
   return Status::Ok();
 }
@@ -115,7 +110,7 @@ Status ReadSplit(const SourceDir& dir, const Claim& claim, ReadContext& codec, C
   }
   const SourceDir& keys_dir = sub ? *sub : dir;
   const std::string map(kSplitMapFile);
-  const std::string map_shown = Shown(keys_dir, map);
+  const std::string map_shown = JoinShown(keys_dir.path, map);
   CKPTFS_ASSIGN_OR_RETURN(StoredFile map_file, OpenStored(keys_dir, map));
   CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> keys, ReadTorchStringList(*map_file.source));
   std::vector<std::string> names;

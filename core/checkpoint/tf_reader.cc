@@ -34,11 +34,6 @@ constexpr uint64_t kMaxStringTensorBytes = 16u << 20;
 
 constexpr std::string_view kProbeNames[] = {kStateFile, kSavedModelFiles[0], kSavedModelFiles[1]};
 
-std::string Shown(const SourceDir& dir, const std::string& name) {
-  if (dir.path.empty() || dir.path == ".") return name;
-  return dir.path + (dir.path.back() == '/' ? "" : "/") + name;
-}
-
 // "ckpt-3.data-00000-of-00001" and such: a bundle's data file (maybe .zst).
 bool IsDataFile(std::string_view name) {
   return StripZst(name).find(".data-") != std::string_view::npos;
@@ -63,7 +58,7 @@ Result<std::optional<Claim>> DetectNamed(const SourceDir& dir) {
 
 // The prefix a `checkpoint` state file names; a problem if it cannot be read or names none.
 Result<std::optional<Claim>> DetectStateFile(const SourceDir& dir) {
-  const std::string shown = Shown(dir, std::string(kStateFile));
+  const std::string shown = JoinShown(dir.path, std::string(kStateFile));
   Result<StoredFile> file = OpenStored(dir, std::string(kStateFile));
   if (!file.ok()) return MaybeClaim();  // not a regular file: not a TF state file
   MaybeClaim claim = NamedClaim("");
@@ -117,8 +112,8 @@ Result<std::optional<Claim>> DetectTensorflow(const SourceDir& dir) {
     std::string names;
     for (const std::string& i : indexes) names += (names.empty() ? "" : ", ") + i;
     claim->problem =
-        Status::InvalidArgument(Shown(dir, "") + ": several TensorFlow checkpoints (" + names +
-                                "): name one PREFIX, or add a `checkpoint` file");
+        Status::InvalidArgument(JoinShown(dir.path, "") + ": several TensorFlow checkpoints (" +
+                                names + "): name one PREFIX, or add a `checkpoint` file");
   }
   return claim;
 }
@@ -273,7 +268,7 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
                       Checkpoint& ckpt) {
   std::string base;
   CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, DirOf(source, claim.file, base));
-  const std::string shown_prefix = Shown(source, claim.file);
+  const std::string shown_prefix = JoinShown(source.path, claim.file);
   const std::string index_name = shown_prefix + std::string(kIndexSuffix);
   Result<StoredFile> index = OpenStored(dir, base + std::string(kIndexSuffix));
   if (!index.ok()) {

@@ -44,11 +44,6 @@ std::pair<std::string, std::string> SplitPath(const std::string& path) {
   return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
-std::string Joined(const std::string& dir, const std::string& name) {
-  if (dir.empty() || dir == ".") return name;
-  return dir + (dir.back() == '/' ? "" : "/") + name;
-}
-
 // The last path component of a record's path: matched against entries, never resolved.
 std::string LastComponent(std::string path) {
   while (!path.empty() && path.back() == '/') path.pop_back();
@@ -140,7 +135,7 @@ Result<TfState> ReadTfState(const SourceDir& dir, std::vector<std::string>& skip
   TfState state;
   CKPTFS_ASSIGN_OR_RETURN(const bool has, dir.Has(std::string(kTfStateFile)));
   if (!has) return state;
-  const std::string shown = Joined(dir.path, std::string(kTfStateFile));
+  const std::string shown = JoinShown(dir.path, std::string(kTfStateFile));
   auto file = dir.open(std::string(kTfStateFile));
   if (!file.ok()) {
     skipped.push_back(file.status().message());
@@ -203,8 +198,9 @@ Result<std::string> ReadDeepSpeedLatest(const SourceDir& dir, std::vector<std::s
   }
   tag = LastComponent(tag);
   if (!IsEntryName(tag)) {
-    skipped.push_back(Joined(dir.path, name) + ": \"" + EscapeControlChars(text->substr(0, 200)) +
-                      "\" names no tag of " + dir.path + ", skipped");
+    skipped.push_back(JoinShown(dir.path, name) + ": \"" +
+                      EscapeControlChars(text->substr(0, 200)) + "\" names no tag of " + dir.path +
+                      ", skipped");
     return std::string();
   }
   return tag;
@@ -343,7 +339,7 @@ void CheckIndexed(const SourceDir& dir, const std::string& index_name, RunEntry&
     Incomplete(entry, text.status().message());
     return;
   }
-  auto index = ParseHfIndex(*text, Joined(dir.path, index_name));
+  auto index = ParseHfIndex(*text, JoinShown(dir.path, index_name));
   // A bad index is complete but invalid: the mount shows its error.
   if (!index.ok()) return;
   for (const std::string& shard : index->shard_files) {
@@ -459,7 +455,7 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
   auto sub = dir.OpenDir(name);
   if (!sub.ok()) {
     if (sub.status().code() == Status::Code::kIoError) return sub.status();
-    skipped.push_back(Joined(dir.path, EscapeControlChars(sub.status().message())));
+    skipped.push_back(JoinShown(dir.path, EscapeControlChars(sub.status().message())));
     return std::optional<RunEntry>();
   }
   RunEntry entry;
@@ -474,7 +470,7 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
     claim = std::move(top).value();
   }
   if (!claim && entry.problem.empty()) {
-    skipped.push_back(Joined(dir.path, name) + "/: no checkpoint in it, skipped");
+    skipped.push_back(JoinShown(dir.path, name) + "/: no checkpoint in it, skipped");
     return std::optional<RunEntry>();
   }
   entry.complete = true;
@@ -599,7 +595,7 @@ Status BestFromTrainerState(const SourceDir& dir, TrainerStates states, RunListi
   if (!holder_name.empty()) {
     CKPTFS_ASSIGN_OR_RETURN(holder, dir.OpenDir(holder_name));
   }
-  const std::string shown = Joined(holder.path, trainer);
+  const std::string shown = JoinShown(holder.path, trainer);
   auto file = holder.open(trainer);
   if (!file.ok()) return Skip(run.skipped, file.status());
   auto text = ReadWhole(**file, kMaxTrainerStateBytes);
@@ -632,7 +628,7 @@ Status BestFromLightning(const SourceDir& dir, RunListing& run) {
     if (!source || Later(e.mtime, source->mtime)) source = &e;
   }
   if (!source) return Status::Ok();
-  const std::string shown = Joined(dir.path, source->name);
+  const std::string shown = JoinShown(dir.path, source->name);
   auto file = dir.open(source->name);
   if (!file.ok()) return Skip(run.skipped, file.status());
   auto torch = ReadTorchFile(**file);
@@ -765,7 +761,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
   std::string top_format;
   CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, &top_format));
   if (top && top_format != "tensorflow" && !top->file.empty()) {
-    run.skipped.push_back(Joined(dir.path, top->file) +
+    run.skipped.push_back(JoinShown(dir.path, top->file) +
                           ": a checkpoint at the top of the run, not one of its entries");
   }
   CKPTFS_ASSIGN_OR_RETURN(const std::string deepspeed_latest,
@@ -793,7 +789,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
     auto entry = FileEntry(dir, name);
     if (!entry.ok()) {
       if (entry.status().code() == Status::Code::kIoError) return entry.status();
-      run.skipped.push_back(Joined(dir.path, EscapeControlChars(entry.status().message())));
+      run.skipped.push_back(JoinShown(dir.path, EscapeControlChars(entry.status().message())));
       continue;
     }
     run.entries.push_back(std::move(entry).value());
@@ -830,7 +826,7 @@ Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry) {
     if (mine) one.files.push_back(f);
   }
   if (entry.kind == RunEntry::Kind::kFile && one.files.empty()) {
-    return Status::NotFound(Joined(dir.path, entry.name) + ": no such file");
+    return Status::NotFound(JoinShown(dir.path, entry.name) + ": no such file");
   }
   return one;
 }

@@ -80,4 +80,9 @@ Result<SourceDir> ListLocalDir(std::shared_ptr<const LocalDirectory> root) {
   return dir;
 }
 
+std::string JoinShown(std::string_view dir, std::string_view name) {
+  if (dir.empty() || dir == ".") return std::string(name);
+  return std::string(dir) + (dir.back() == '/' ? "" : "/") + std::string(name);
+}
+
 }  // namespace ckptfs

@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/source/byte_source.h"
@@ -34,6 +35,10 @@
 #include "core/status.h"
 
 namespace ckptfs {
+
+// `name` under `dir` as messages show it: "dir/name", or `name` alone when `dir` is empty
+// or ".".
+std::string JoinShown(std::string_view dir, std::string_view name);
 
 // What a listing says of one name: bytes, time, and the store's version tag if any.
 struct ListedInfo {
