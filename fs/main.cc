@@ -73,7 +73,7 @@ struct RemoteArgs {
   void AddTo(CLI::App* cmd) {
     cmd->add_option("--timeout", timeout_s,
                     "seconds a read of a remote source may take, retries included, before it "
-                    "fails with EIO (default 30)")
+                    "fails with EIO, an mmap fault's too (default 30)")
         ->check(CLI::Range(0.1, 3600.0));
     cmd->add_option("--endpoint", options.s3.endpoint,
                     "S3-compatible store for s3:// sources (e.g. http://127.0.0.1:9000); "
@@ -192,7 +192,8 @@ struct RunArgs {
     cmd->add_option("--checkpoint", checkpoint,
                     "SOURCE is a training run: mount one of its checkpoints at the root instead "
                     "of all of them: latest, best or an entry name (latest and best follow the "
-                    "run for new opens; open files keep their checkpoint)");
+                    "run for new opens; open files keep their checkpoint); refused when the run "
+                    "records no such checkpoint");
     cmd->add_option("--idle-close", idle_close_s,
                     "a run's checkpoints unused for SECONDS (no open file) are closed, and "
                     "reopened on next use (default 300)")
