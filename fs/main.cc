@@ -73,7 +73,7 @@ struct RemoteArgs {
   void AddTo(CLI::App* cmd) {
     cmd->add_option("--timeout", timeout_s,
                     "seconds a read of a remote source may take, retries included, before it "
-                    "fails with EIO (default 30)")
+                    "fails with EIO, an mmap fault's too (default 30)")
         ->check(CLI::Range(0.1, 3600.0));
     cmd->add_option("--endpoint", options.s3.endpoint,
                     "S3-compatible store for s3:// sources (e.g. http://127.0.0.1:9000); "
@@ -192,7 +192,8 @@ struct RunArgs {
     cmd->add_option("--checkpoint", checkpoint,
                     "SOURCE is a training run: mount one of its checkpoints at the root instead "
                     "of all of them: latest, best or an entry name (latest and best follow the "
-                    "run for new opens; open files keep their checkpoint)");
+                    "run for new opens; open files keep their checkpoint); refused when the run "
+                    "records no such checkpoint");
     cmd->add_option("--idle-close", idle_close_s,
                     "a run's checkpoints unused for SECONDS (no open file) are closed, and "
                     "reopened on next use (default 300)")
@@ -248,11 +249,19 @@ ckptfs::Result<OpenedSource> OpenSource(const std::string& path, const ckptfs::R
 // option is refused at once and before anything is opened: the mount point, -o, and the
 // paths the daemon will write to, made absolute against the caller's directory (the daemon
 // moves to "/") and kept out of the mount point (the daemon would reach them through its
-// own mount and hang). The log file is opened here, before the mount exists.
-ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::ReadOptions& codec,
+// own mount and hang). A mount point that is, holds or lies inside a local SOURCE, and one
+// that is not empty (unless `allow_non_empty`), are refused: the mount would hide what it
+// serves, or what the directory holds. All before the daemon forks, so the user sees the
+// line. The log file is opened here, before the mount exists.
+ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mount,
+                            bool allow_non_empty, ckptfs::ReadOptions& codec,
                             ckptfs::RemoteOptions& remote) {
   using ckptfs::Status;
   CKPTFS_ASSIGN_OR_RETURN(mount.mountpoint, ckptfs::CheckMountPoint(mount.mountpoint));
+  if (source.find("://") == std::string::npos) {
+    CKPTFS_RETURN_IF_ERROR(ckptfs::CheckSourceOutsideMount(source, mount.mountpoint));
+  }
+  CKPTFS_RETURN_IF_ERROR(ckptfs::CheckEmptyMountPoint(mount.mountpoint, allow_non_empty));
   CKPTFS_RETURN_IF_ERROR(ckptfs::CheckFuseOptions(mount.fuse_options));
   codec.spill_dir = ckptfs::AbsolutePath(codec.spill_dir);
   CKPTFS_RETURN_IF_ERROR(ckptfs::CheckWritableDir("--spill-dir", codec.spill_dir));
@@ -278,16 +287,18 @@ ckptfs::Status PrepareMount(ckptfs::MountOptions& mount, ckptfs::ReadOptions& co
   return Status::Ok();
 }
 
-int Mount(const std::string& source, ckptfs::MountOptions options, ckptfs::ReadOptions codec,
-          ckptfs::ZipCrcMode zip_crc, ckptfs::RemoteOptions remote, const RunArgs& run_args,
-          bool verbose, const std::string& log_level) {
-  if (ckptfs::Status s = PrepareMount(options, codec, remote); !s.ok()) {
+int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_non_empty,
+          ckptfs::ReadOptions codec, ckptfs::ZipCrcMode zip_crc, ckptfs::RemoteOptions remote,
+          const RunArgs& run_args, bool verbose, const std::string& log_level) {
+  const std::string source_path = SourceArg(source);
+  if (ckptfs::Status s = PrepareMount(source_path, options, allow_non_empty, codec, remote);
+      !s.ok()) {
     ckptfs::PrintRefusal(s);
     return 2;
   }
   const std::string log =
       ckptfs::DaemonLogDescription(options.foreground) + " (level " + log_level + ")";
-  auto opened = OpenSource(SourceArg(source), codec, zip_crc, remote, run_args);
+  auto opened = OpenSource(source_path, codec, zip_crc, remote, run_args);
   if (!opened.ok()) {
     ckptfs::PrintRefusal(opened.status());
     return ckptfs::ExitCodeForOpenFailure(opened.status());
@@ -357,11 +368,16 @@ int main(int argc, char** argv) {
                    "http(s):// or s3:// URL of either; or a training-run directory of checkpoints "
                    "(one directory each, plus latest and best)")
       ->required();
-  mount->add_option("MOUNTPOINT", mountpoint, "an existing directory")->required();
+  mount->add_option("MOUNTPOINT", mountpoint, "an existing empty directory outside SOURCE")
+      ->required();
   mount->add_flag("-f,--foreground", mount_options.foreground,
                   "stay in the foreground; unmount to exit");
   mount->add_flag("-d,--debug", mount_options.debug,
                   "log every FUSE request to stderr; implies -f");
+  bool allow_non_empty = false;
+  mount->add_flag("--allow-non-empty", allow_non_empty,
+                  "mount over a MOUNTPOINT that holds files, hiding them while mounted "
+                  "(refused otherwise)");
   std::string cache_size = "512M";
   ckptfs::ReadOptions codec;
   mount->add_option("--cache-size", cache_size,
@@ -514,8 +530,8 @@ int main(int argc, char** argv) {
                          : verbose ? ckptfs::LogLevel::kInfo
                                    : ckptfs::LogLevel::kWarn,
                          *ckptfs::ParseLogLevel(log_level));
-    return Mount(source, mount_options, codec, *ckptfs::ParseZipCrcMode(zip_crc), remote.options,
-                 run_args, verbose, log_level);
+    return Mount(source, mount_options, allow_non_empty, codec, *ckptfs::ParseZipCrcMode(zip_crc),
+                 remote.options, run_args, verbose, log_level);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint, lazy);
   if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, remote.options);

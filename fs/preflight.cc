@@ -36,6 +36,8 @@ std::string ResolveExisting(const std::string& path) {
   while (true) {
     char buf[PATH_MAX];
     if (::realpath(head.c_str(), buf) != nullptr) {
+      // Not `buf / rest` when rest is empty: that would end in a '/'.
+      if (rest.empty()) return buf;
       return (std::filesystem::path(buf) / rest).lexically_normal().string();
     }
     if (!head.has_relative_path()) return path;
@@ -139,6 +141,46 @@ Status CheckOutsideMount(const std::string& option, const std::string& path,
                                    "; choose a path outside it");
   }
   return Status::Ok();
+}
+
+Status CheckSourceOutsideMount(const std::string& source, const std::string& mountpoint) {
+  const std::string real = ResolveExisting(source);
+  if (real == mountpoint) {
+    return Status::InvalidArgument(source + ": SOURCE is the mount point too; the mount would " +
+                                   "hide the checkpoint it serves; mount it on an empty " +
+                                   "directory outside SOURCE");
+  }
+  if (IsSameOrInside(mountpoint, real)) {
+    return Status::InvalidArgument(mountpoint + ": mount point inside SOURCE " + source +
+                                   "; the mount would show up inside the checkpoint it serves; " +
+                                   "choose a mount point outside SOURCE");
+  }
+  if (IsSameOrInside(real, mountpoint)) {
+    return Status::InvalidArgument(source + ": SOURCE inside the mount point " + mountpoint +
+                                   "; the mount would hide the checkpoint it serves; choose a "
+                                   "mount point outside SOURCE");
+  }
+  return Status::Ok();
+}
+
+Status CheckEmptyMountPoint(const std::string& mountpoint, bool allow_non_empty) {
+  if (allow_non_empty) return Status::Ok();
+  std::error_code ec;
+  std::filesystem::directory_iterator it(mountpoint, ec);
+  if (ec) return Status::Ok();
+  // A few names say what it is; a huge directory is not read through for them.
+  constexpr int kNamed = 3;
+  std::string names;
+  int count = 0;
+  for (; it != std::filesystem::directory_iterator() && !ec && count <= kNamed;
+       it.increment(ec), ++count) {
+    if (count < kNamed) names += (names.empty() ? "" : ", ") + it->path().filename().string();
+  }
+  if (count == 0) return Status::Ok();
+  return Status::InvalidArgument(mountpoint + ": mount point not empty (holds " + names +
+                                 (count > kNamed ? ", ..." : "") +
+                                 "); the mount would hide it; use an empty directory, or "
+                                 "--allow-non-empty (-o allow_non_empty) to mount over it");
 }
 
 Status CheckWritableDir(const std::string& option, const std::string& dir) {

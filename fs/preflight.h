@@ -44,6 +44,19 @@ Status CheckFuseOptions(const std::vector<std::string>& options);
 Status CheckOutsideMount(const std::string& option, const std::string& path,
                          const std::string& mountpoint);
 
+// Refuses a mount of the local SOURCE `source` (an absolute path) at the canonical
+// `mountpoint` when either holds the other, or they are one directory, symlinks resolved as
+// far as the paths exist: the mount would hide the files it serves (reads would then fail
+// with EIO, and the daemon reaching SOURCE through its own mount would hang). The line
+// names both and says to choose a mount point outside SOURCE.
+Status CheckSourceOutsideMount(const std::string& source, const std::string& mountpoint);
+
+// Refuses a `mountpoint` that holds any file, unless `allow_non_empty`: the mount would
+// hide them (libfuse 3 mounts over them silently; rclone refuses too). The line names a
+// few of them and the options that allow it (--allow-non-empty, -o allow_non_empty). A
+// directory this process cannot list is left to the mount to judge.
+Status CheckEmptyMountPoint(const std::string& mountpoint, bool allow_non_empty);
+
 // Refuses `dir` (given as `option`) unless it is an existing directory this process may
 // create files in.
 Status CheckWritableDir(const std::string& option, const std::string& dir);

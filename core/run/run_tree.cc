@@ -86,12 +86,25 @@ Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source,
   tree->Apply(listing, /*initial=*/true);
   tree->CheckPointers();
   const std::string& pin = tree->options_.pin;
+  std::string names;
+  for (const std::string& n : tree->EntryNames()) names += (names.empty() ? "" : ", ") + n;
+  if (names.empty()) names = "none";
   if (!pin.empty() && pin != "latest" && pin != "best" && !tree->Shown(pin)) {
-    std::string names;
-    for (const std::string& n : tree->order_) names += (names.empty() ? "" : ", ") + n;
     return Status::InvalidArgument(tree->source_.path + ": --checkpoint " + pin +
-                                   ": no such complete checkpoint in the run (entries: " +
-                                   (names.empty() ? "none" : names) + ")");
+                                   ": no such complete checkpoint in the run (entries: " + names +
+                                   ")");
+  }
+  // A root following a best nobody records would stay empty: say what the run does record.
+  if (pin == "best" && tree->Best().empty()) {
+    const std::string latest = tree->Latest();
+    return Status::InvalidArgument(
+        tree->source_.path +
+        ": --checkpoint best: the run records no best checkpoint (no best_model_checkpoint "
+        "in trainer_state.json, no best_model_path in a Lightning .ckpt); it records latest " +
+        (latest.empty()             ? "none"
+         : latest == listing.latest ? latest + " (" + listing.latest_from + ")"
+                                    : latest) +
+        " and entries " + names + "; use --checkpoint latest or an entry name");
   }
   return tree;
 }

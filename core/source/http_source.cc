@@ -612,8 +612,7 @@ std::optional<HttpSource::RecentFailure> HttpSource::FindRecentFailure(uint64_t 
   return std::nullopt;
 }
 
-void HttpSource::NoteResult(uint64_t offset, uint64_t length, const Status& status,
-                            bool timed_out) const {
+void HttpSource::NoteResult(uint64_t offset, uint64_t length, const Status& status) const {
   constexpr size_t kMaxRemembered = 16;
   const auto now = Clock::now();
   std::lock_guard<std::mutex> lock(failures_mu_);
@@ -622,19 +621,19 @@ void HttpSource::NoteResult(uint64_t offset, uint64_t length, const Status& stat
   });
   if (status.ok()) return;
   if (failures_.size() >= kMaxRemembered) failures_.erase(failures_.begin());
-  failures_.push_back({offset, length, now, timed_out, status});
+  failures_.push_back({offset, length, now, status});
 }
 
 Status HttpSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
   if (out.empty()) return Status::Ok();
   // The same range failed a moment ago: this is most likely the kernel asking again for
-  // the read it was just refused, whose reader has waited for it already.
+  // the read it was just refused, so it gets one try, without retries. (A range that timed
+  // out is not asked for again at all: RemoteSource fails it at once.)
   const std::optional<RecentFailure> recent = FindRecentFailure(offset, out.size());
-  if (recent && recent->timed_out) return recent->status;
   bool timed_out = false;
   Status status = Fetch(offset, out, ReadDeadline(Clock::now()), /*retry=*/!recent, &timed_out);
-  NoteResult(offset, out.size(), status, timed_out);
+  NoteResult(offset, out.size(), status);
   return status;
 }
 
@@ -648,7 +647,8 @@ Status HttpSource::Fetch(uint64_t offset, std::span<uint8_t> out, Clock::time_po
     const auto budget = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (budget.count() <= 0) {
       *timed_out = true;
-      return Status::IoError(failed + "no answer in time" + OpenDeadlineNote(options_, deadline));
+      return Status::IoError(failed + "no answer in time" + OpenDeadlineNote(options_, deadline),
+                             ETIMEDOUT);
     }
     Transfer t;
     t.out = out.data();
@@ -673,7 +673,8 @@ Status HttpSource::Fetch(uint64_t offset, std::span<uint8_t> out, Clock::time_po
     if (!retry || !Retryable(rc, code) || Clock::now() + backoff >= deadline) {
       *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
       return Status::IoError(failed + Describe(rc, code, t, options_) +
-                             (*timed_out ? OpenDeadlineNote(options_, deadline) : ""));
+                                 (*timed_out ? OpenDeadlineNote(options_, deadline) : ""),
+                             *timed_out ? ETIMEDOUT : EIO);
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(2000));

@@ -19,11 +19,13 @@
 //
 // Time limits. A read gives up after HttpOptions::timeout, retries included. While the
 // checkpoint is being opened (until BeginServing) every request also ends by
-// HttpOptions::open_deadline, one deadline for all the objects of a mount. The kernel
-// asks again at once for a read that failed (a failed readahead is retried page by page,
-// an mmap fault twice more), so a range whose read timed out less than
-// kRecentFailureWindow ago fails again at once, and one that failed otherwise (refused,
-// 5xx) is tried once more without retries: a user's read waits for `timeout` once.
+// HttpOptions::open_deadline, one deadline for all the objects of a mount. A read that
+// ran out of time fails with errno ETIMEDOUT (RemoteSource, which reads every object of a
+// mount, remembers it and reports EIO). The kernel asks again at once for a read that
+// failed (a failed readahead is retried page by page, an mmap fault twice more): a range
+// whose read timed out fails again at once in RemoteSource, and one that failed here
+// otherwise (refused, 5xx) less than kRecentFailureWindow ago is tried once more without
+// retries: a user's read waits for `timeout` once.
 //
 // Redirects. Signed requests (S3 with credentials) are never redirected: libcurl would
 // send the session token and x-amz-* headers to wherever the Location points. A 3xx is
@@ -130,6 +132,8 @@ class HttpSource final : public ByteSource {
   }
   // Opening is over: HttpOptions::open_deadline no longer applies.
   void BeginServing() override { opening_.store(false, std::memory_order_release); }
+  // HttpOptions::timeout: how long one read may take, retries included.
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
 
   // How long a failed range is remembered (see the top of this file): the kernel's own
   // retry comes within milliseconds; a reader asking again later asks the server.
@@ -148,7 +152,6 @@ class HttpSource final : public ByteSource {
     uint64_t offset = 0;
     uint64_t length = 0;
     std::chrono::steady_clock::time_point at;
-    bool timed_out = false;
     Status status;
   };
 
@@ -163,7 +166,7 @@ class HttpSource final : public ByteSource {
   Status Fetch(uint64_t offset, std::span<uint8_t> out,
                std::chrono::steady_clock::time_point deadline, bool retry, bool* timed_out) const;
   std::optional<RecentFailure> FindRecentFailure(uint64_t offset, uint64_t length) const;
-  void NoteResult(uint64_t offset, uint64_t length, const Status& status, bool timed_out) const;
+  void NoteResult(uint64_t offset, uint64_t length, const Status& status) const;
 
   std::string url_;
   std::string name_;

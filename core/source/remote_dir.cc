@@ -21,8 +21,9 @@ namespace {
 // mount serves (see RemoteSource).
 std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, ReadContext& codec) {
   std::string identity = object->Identity();
+  const std::chrono::milliseconds timeout = object->timeout();
   return std::make_unique<RemoteSource>(std::move(object), std::move(identity), codec,
-                                        codec.disk_cache());
+                                        codec.disk_cache(), timeout);
 }
 
 // A server decodes what it is sent: "..%2Fx" would be "../x" to it.

@@ -1,20 +1,32 @@
 #include "core/source/remote_source.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "core/cache/disk_cache.h"
 
 namespace ckptfs {
+namespace {
+
+// ETIMEDOUT marks a timeout between the object and this source; readers get EIO, as for
+// any other failed read.
+Status Reported(Status status) {
+  if (status.errno_value() != ETIMEDOUT) return status;
+  return Status::IoError(status.message());
+}
+
+}  // namespace
 
 RemoteSource::RemoteSource(std::unique_ptr<ByteSource> object, std::string identity,
-                           ReadContext& context, DiskCache* disk)
+                           ReadContext& context, DiskCache* disk, std::chrono::milliseconds timeout)
     : object_(std::move(object)),
       identity_(std::move(identity)),
       context_(context),
       disk_(disk),
       blocks_(*this, context, CachedBlocks::Workers::kFetch),
-      readahead_(context.NewReadahead(object_->Size(), /*remote=*/true)) {}
+      readahead_(context.NewReadahead(object_->Size(), /*remote=*/true)),
+      timed_out_window_(TimedOutWindow(timeout)) {}
 
 RemoteSource::~RemoteSource() = default;
 
@@ -44,8 +56,14 @@ Status RemoteSource::LoadBlock(size_t block, std::span<uint8_t> out, bool* from_
     context_.disk_cache_bytes.fetch_add(out.size(), std::memory_order_relaxed);
     return Status::Ok();
   }
+  // A queued prefetch of a block that just timed out would only wait as long again.
+  CKPTFS_RETURN_IF_ERROR(RecentTimeout(block, block));
   *from_server = true;
-  CKPTFS_RETURN_IF_ERROR(object_->ReadAt(block * kBlockSize, out));
+  if (Status s = object_->ReadAt(block * kBlockSize, out); !s.ok()) {
+    if (s.errno_value() == ETIMEDOUT) NoteTimeout(block, block, s);
+    return s;
+  }
+  ClearTimeouts(block);
   context_.remote_requests.fetch_add(1, std::memory_order_relaxed);
   context_.remote_bytes_fetched.fetch_add(out.size(), std::memory_order_relaxed);
   return Status::Ok();
@@ -78,13 +96,52 @@ bool RemoteSource::ReadFromDisk(uint64_t offset, std::span<uint8_t> out) const {
   return true;
 }
 
+Status RemoteSource::RecentTimeout(size_t first, size_t last) const {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(timed_out_mu_);
+  for (const TimedOutRange& r : timed_out_) {
+    if (r.first <= last && first <= r.last && now - r.at < timed_out_window_) return r.status;
+  }
+  return Status::Ok();
+}
+
+void RemoteSource::NoteTimeout(size_t first, size_t last, const Status& status) const {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(timed_out_mu_);
+  std::erase_if(timed_out_, [&](const TimedOutRange& r) {
+    return (r.first == first && r.last == last) || now - r.at >= timed_out_window_;
+  });
+  if (timed_out_.size() >= kMaxTimedOut) timed_out_.erase(timed_out_.begin());
+  timed_out_.push_back({first, last, now, status});
+}
+
+void RemoteSource::ClearTimeouts(size_t block) const {
+  std::lock_guard<std::mutex> lock(timed_out_mu_);
+  std::erase_if(timed_out_,
+                [&](const TimedOutRange& r) { return r.first <= block && block <= r.last; });
+}
+
+template <typename Read>
+Status RemoteSource::ServeBlocks(uint64_t offset, uint64_t length, Read read) const {
+  if (length == 0) return read();
+  const size_t first = BlockAt(offset), last = BlockAt(offset + length - 1);
+  Status status = RecentTimeout(first, last);
+  if (status.ok()) {
+    status = read();
+    // The kernel's retry may ask for any part of this range: the reader has waited for all
+    // of it, including blocks only queued behind the one that stalled.
+    if (status.errno_value() == ETIMEDOUT) NoteTimeout(first, last, status);
+  }
+  return Reported(std::move(status));
+}
+
 Status RemoteSource::ReadWhileOpening(uint64_t offset, std::span<uint8_t> out) const {
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
   if (disk_ && !out.empty() && ReadFromDisk(offset, out)) {
     context_.disk_cache_bytes.fetch_add(out.size(), std::memory_order_relaxed);
     return Status::Ok();
   }
-  CKPTFS_RETURN_IF_ERROR(object_->ReadAt(offset, out));
+  CKPTFS_RETURN_IF_ERROR(Reported(object_->ReadAt(offset, out)));
   context_.remote_requests.fetch_add(1, std::memory_order_relaxed);
   context_.remote_bytes_fetched.fetch_add(out.size(), std::memory_order_relaxed);
   // Whole blocks read here (an index or config file read whole) are kept for next time.
@@ -104,12 +161,12 @@ Status RemoteSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
   const ByteRange ahead = readahead_->OnRead(offset, out.size());
   if (!ahead.empty()) Prefetch(ahead.begin, ahead.size());
-  return blocks_.Read(offset, out);
+  return ServeBlocks(offset, out.size(), [&] { return blocks_.Read(offset, out); });
 }
 
 Status RemoteSource::Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const {
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-  return blocks_.Lend(offset, length, out);
+  return ServeBlocks(offset, length, [&] { return blocks_.Lend(offset, length, out); });
 }
 
 }  // namespace ckptfs

@@ -27,11 +27,24 @@
 // Prefetch never asks for more than ReadContext::AheadBudget() at once, and the fetch
 // queue is bounded: a slow server means waiting, never unbounded memory.
 //
-// Thread-safe. Errors (the server's, with its retries and --timeout) are IoErrors naming
-// the object; a failed block is not cached, so the next read tries again.
+// Timeouts. A read that ran out of time (the object's ReadAt failed with ETIMEDOUT: no
+// answer within --timeout) has made its reader wait --timeout already, and the kernel asks
+// again at once for what it was refused: a failed readahead page by page, an mmap fault
+// once or twice more, each time for a part of the range it asked for first. So the blocks
+// a timed-out Lend or ReadAt spanned (all of them: the kernel's retry may land on a block
+// that was only queued behind a stalled one), and any block whose fetch timed out, fail
+// again at once, with the first error, for TimedOutWindow(timeout); a fault then fails
+// within --timeout plus a little, not a multiple of it. At most kMaxTimedOut ranges are
+// remembered (the oldest go first); a block fetched since clears every range holding it.
+//
+// Thread-safe. Errors (the server's, with its retries and --timeout) are IoErrors (EIO)
+// naming the object; a failed block is not cached, so the next read tries again (after
+// TimedOutWindow, for a timeout).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,10 +63,22 @@ class RemoteSource final : public ByteSource, private BlockSet {
  public:
   static constexpr uint64_t kBlockSize = uint64_t{1} << 20;
 
+  // How long a range that timed out fails at once (see the top of this file): the object's
+  // own --timeout, at least kMinTimedOutWindow (the kernel's retry comes within
+  // milliseconds, but a loaded machine may take longer to send it) and at most
+  // kMaxTimedOutWindow (a reader asking again later asks the server again).
+  static constexpr std::chrono::milliseconds kMinTimedOutWindow{1000};
+  static constexpr std::chrono::milliseconds kMaxTimedOutWindow{5000};
+  static constexpr size_t kMaxTimedOut = 64;
+  static std::chrono::milliseconds TimedOutWindow(std::chrono::milliseconds timeout) {
+    return std::clamp(timeout, kMinTimedOutWindow, kMaxTimedOutWindow);
+  }
+
   // `identity` names this version of the object (see HttpSource::Identity); the disk
-  // cache keys blocks by it. `context` (and `disk`, if not null) must outlive the source.
+  // cache keys blocks by it. `timeout` is how long one read of `object` may take
+  // (HttpOptions::timeout). `context` (and `disk`, if not null) must outlive the source.
   RemoteSource(std::unique_ptr<ByteSource> object, std::string identity, ReadContext& context,
-               DiskCache* disk);
+               DiskCache* disk, std::chrono::milliseconds timeout);
   ~RemoteSource() override;
 
   uint64_t Size() const override { return object_->Size(); }
@@ -83,6 +108,17 @@ class RemoteSource final : public ByteSource, private BlockSet {
   // block the range touches.
   Status ReadWhileOpening(uint64_t offset, std::span<uint8_t> out) const;
   bool ReadFromDisk(uint64_t offset, std::span<uint8_t> out) const;
+  // Timeouts (see the top of this file). The error a block of [first, last] timed out with
+  // less than timed_out_window_ ago, or Ok.
+  Status RecentTimeout(size_t first, size_t last) const;
+  // Remembers that blocks [first, last] timed out with `status`.
+  void NoteTimeout(size_t first, size_t last, const Status& status) const;
+  // Block `block` was fetched: ranges holding it are forgotten.
+  void ClearTimeouts(size_t block) const;
+  // A serving read of [offset, offset + length) through `read`, failing at once for a
+  // range that just timed out and remembering one that times out now.
+  template <typename Read>
+  Status ServeBlocks(uint64_t offset, uint64_t length, Read read) const;
 
   std::unique_ptr<ByteSource> object_;
   const std::string identity_;
@@ -96,6 +132,14 @@ class RemoteSource final : public ByteSource, private BlockSet {
   mutable std::mutex opening_mu_;
   mutable uint64_t opening_block_ = UINT64_MAX;  // guarded by opening_mu_
   mutable std::vector<uint8_t> opening_bytes_;   // guarded by opening_mu_
+  struct TimedOutRange {
+    size_t first = 0, last = 0;  // blocks
+    std::chrono::steady_clock::time_point at;
+    Status status;
+  };
+  const std::chrono::milliseconds timed_out_window_;
+  mutable std::mutex timed_out_mu_;
+  mutable std::vector<TimedOutRange> timed_out_;  // guarded by timed_out_mu_; oldest first
 };
 
 }  // namespace ckptfs

@@ -66,6 +66,74 @@ TEST_F(OptionsMountTest, BadSizesAndTimeoutsAreRefused) {
   }
 }
 
+// (issue 22, item 4) `ckptfs mount X X` used to mount, then fail every read with EIO and
+// leave X unusable; a mount point inside SOURCE, or SOURCE inside the mount point, too.
+// Real paths are compared: a symlink to SOURCE is SOURCE.
+TEST_F(OptionsMountTest, MountPointAndSourceHoldingEachOtherAreRefused) {
+  const std::string inside = source_ + "/sub";
+  fs::create_directories(inside);
+  const std::string link = scratch_->Path("link");
+  fs::create_directory_symlink(source_, link);
+  const std::string outer = scratch_->MakeDir("outer");
+  const std::string nested = outer + "/ckpt";
+  fs::copy(source_, nested, fs::copy_options::recursive);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {source_, source_}, {source_, inside}, {link, inside}, {link, source_}, {nested, outer}};
+  for (const auto& [source, mountpoint] : cases) {
+    SCOPED_TRACE(source + " at " + mountpoint);
+    mounts_.push_back(mountpoint);  // in case a refusal wrongly mounts anyway
+    const ProcessResult r = RunProcess({kCkptfs, "mount", source, mountpoint}, kRefusalTimeout);
+    ExpectRefusal(r, {"SOURCE"});
+    EXPECT_NE(r.err.find("outside SOURCE"), std::string::npos) << r.Describe();
+    EXPECT_FALSE(IsMounted(mountpoint)) << "a refused mount was left mounted";
+  }
+}
+
+// A non-empty mount point used to be mounted over silently (libfuse 3 allows it); it is
+// refused, naming what it holds, unless --allow-non-empty or -o allow_non_empty (the
+// spelling an fstab line uses) says so.
+TEST_F(OptionsMountTest, NonEmptyMountPointIsRefusedUnlessAllowed) {
+  std::ofstream(mountpoint_ + "/notes.txt") << "mine\n";
+  const ProcessResult r = RunProcess({kCkptfs, "mount", source_, mountpoint_}, kRefusalTimeout);
+  ExpectRefusal(r, {"not empty"});
+  EXPECT_NE(r.err.find("notes.txt"), std::string::npos) << r.Describe();
+  EXPECT_NE(r.err.find("--allow-non-empty"), std::string::npos) << r.Describe();
+  EXPECT_FALSE(IsMounted(mountpoint_));
+  // Both spellings mount over it, hiding the file while mounted.
+  for (const std::vector<std::string>& argv :
+       {std::vector<std::string>{kCkptfs, "mount", "--allow-non-empty", source_, mountpoint_},
+        std::vector<std::string>{kCkptfs, source_, mountpoint_, "-o", "ro,allow_non_empty"}}) {
+    SCOPED_TRACE(argv[2]);
+    const ProcessResult mounted = RunProcess(argv, kMountTimeout);
+    ASSERT_EQ(mounted.exit_code, 0) << mounted.Describe();
+    EXPECT_TRUE(IsMounted(mountpoint_));
+    EXPECT_TRUE(fs::exists(mountpoint_ + "/config.json"));
+    EXPECT_FALSE(fs::exists(mountpoint_ + "/notes.txt"));
+    const ProcessResult umount = RunProcess({kCkptfs, "umount", mountpoint_}, kMountTimeout);
+    ASSERT_EQ(umount.exit_code, 0) << umount.Describe();
+  }
+  EXPECT_EQ(ReadTextFile(mountpoint_ + "/notes.txt"), "mine\n");
+}
+
+// `--checkpoint best` of a run that records no best used to mount an empty directory and
+// exit 0; it is refused, naming what the run does record.
+TEST_F(OptionsMountTest, CheckpointBestOfARunWithoutOneIsRefused) {
+  const std::string run = scratch_->Path("run");
+  const ProcessResult made =
+      RunProcess({kPython, ScriptPath("tests/mount/make_run.py"), "many", run, "3"}, kMountTimeout);
+  ASSERT_EQ(made.exit_code, 0) << made.Describe();
+  const ProcessResult r =
+      RunProcess({kCkptfs, "mount", "--checkpoint", "best", run, mountpoint_}, kMountTimeout);
+  ExpectRefusal(r, {"no best"});
+  for (const std::string name : {"latest checkpoint-3", "checkpoint-1, checkpoint-2"}) {
+    EXPECT_NE(r.err.find(name), std::string::npos) << name << "; " << r.Describe();
+  }
+  EXPECT_FALSE(IsMounted(mountpoint_));
+  // latest is there to follow.
+  ASSERT_NO_FATAL_FAILURE(Mount(run, mountpoint_, nullptr, {"--checkpoint", "latest"}));
+  EXPECT_TRUE(fs::exists(mountpoint_ + "/config.json"));
+}
+
 // A second mount used to stack silently over the first.
 TEST_F(OptionsMountTest, MountOntoALiveMountIsRefused) {
   ASSERT_NO_FATAL_FAILURE(Mount(source_, mountpoint_));

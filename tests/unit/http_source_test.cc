@@ -9,9 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <vector>
 
+#include "core/source/remote_source.h"
 #include "core/source/s3.h"
 
 namespace ckptfs {
@@ -129,28 +131,51 @@ TEST(HttpSourceTimeLimits, OpeningEndsByTheOpenDeadline) {
   EXPECT_LT(Clock::now() - start, milliseconds(2000));
 }
 
-// The kernel asks again at once for a read that just failed (and twice more under an
-// mmap fault): a range that timed out a moment ago fails at once, so the reader waits
-// for --timeout once.
-TEST(HttpSourceTimeLimits, ARangeThatJustTimedOutFailsAtOnce) {
+// A read that runs out of time says so (errno ETIMEDOUT), so that RemoteSource, which
+// reads every remote object of a mount, can fail the kernel's retries of it at once; a
+// mount's readers see EIO.
+TEST(HttpSourceTimeLimits, ARangeThatTimedOutFailsWithEtimedout) {
   StalledListener server;
   ASSERT_NE(server.port(), 0);
   HttpOptions options;
   options.timeout = milliseconds(500);
   auto source = HttpSource::FromListing(server.Url("y"), "y", 1000, "\"e\"", options);
   source->BeginServing();
+  EXPECT_EQ(source->timeout(), milliseconds(500));
   std::vector<uint8_t> buf(100);
+  const auto start = Clock::now();
+  const Status s = source->ReadAt(0, buf);
+  EXPECT_GE(Clock::now() - start, milliseconds(400));
+  EXPECT_EQ(s.errno_value(), ETIMEDOUT) << s.message();
+}
+
+// Through RemoteSource, as a mount reads: the kernel asks again at once for a read that
+// just failed (and again under an mmap fault), and a range that timed out a moment ago
+// fails at once, with EIO, so the reader waits for --timeout once.
+TEST(HttpSourceTimeLimits, ARangeThatJustTimedOutFailsAtOnceThroughRemoteSource) {
+  StalledListener server;
+  ASSERT_NE(server.port(), 0);
+  HttpOptions options;
+  options.timeout = milliseconds(500);
+  auto object = HttpSource::FromListing(server.Url("y"), "y", 3 << 20, "\"e\"", options);
+  ReadContext context(ReadOptions{.cache_bytes = 16u << 20});
+  const std::string identity = object->Identity();
+  RemoteSource source(std::move(object), identity, context, nullptr, options.timeout);
+  source.BeginServing();
+  std::vector<LentBytes> lent;
   auto start = Clock::now();
-  EXPECT_FALSE(source->ReadAt(0, buf).ok());
+  Status s = source.Lend(0, 100, &lent);
+  EXPECT_EQ(s.errno_value(), EIO) << s.message();
   EXPECT_GE(Clock::now() - start, milliseconds(400));
   start = Clock::now();
-  EXPECT_FALSE(source->ReadAt(0, buf).ok());
-  EXPECT_FALSE(source->ReadAt(0, buf).ok());
+  EXPECT_FALSE(source.Lend(0, 100, &lent).ok());
+  EXPECT_FALSE(source.Lend(4096, 4096, &lent).ok());
   EXPECT_LT(Clock::now() - start, milliseconds(100)) << "the kernel's retries must fail at once";
-  // Another range is asked for.
+  // Another block is asked for.
   start = Clock::now();
-  EXPECT_FALSE(source->ReadAt(100, buf).ok());
+  EXPECT_FALSE(source.Lend(RemoteSource::kBlockSize, 100, &lent).ok());
   EXPECT_GE(Clock::now() - start, milliseconds(400));
+  context.Shutdown();
 }
 
 // Nothing listening: each retry of the kernel's is one quick attempt, not --timeout of

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -32,6 +34,8 @@ std::string Pattern(size_t n) {
 // can fail reads or stall them.
 class FakeObject final : public ByteSource {
  public:
+  static constexpr uint64_t kBlockSize = RemoteSource::kBlockSize;
+
   explicit FakeObject(std::string bytes) : bytes_(std::move(bytes)) {}
   uint64_t Size() const override { return bytes_.size(); }
   const std::string& Name() const override { return name_; }
@@ -41,13 +45,21 @@ class FakeObject final : public ByteSource {
     for (int seen = max_in_flight_;
          now > seen && !max_in_flight_.compare_exchange_weak(seen, now);) {
     }
-    if (delay_us_) ::usleep(delay_us_);
+    const bool stall =
+        stalled_block_ == UINT64_MAX ? stalling_.load() : offset / kBlockSize == stalled_block_;
+    if (stall) {
+      ::usleep(stall_us_);
+    } else if (delay_us_) {
+      ::usleep(delay_us_);
+    }
     --in_flight_;
     {
       std::lock_guard<std::mutex> lock(mu_);
       ranges_.emplace_back(offset, out.size());
     }
     if (failing_) return Status::IoError(name_ + ": server gone");
+    // What HttpSource says when --timeout passes with no answer.
+    if (stall) return Status::IoError(name_ + ": read failed: no answer in time", ETIMEDOUT);
     std::memcpy(out.data(), bytes_.data() + offset, out.size());
     return Status::Ok();
   }
@@ -64,6 +76,11 @@ class FakeObject final : public ByteSource {
 
   std::atomic<bool> failing_{false};
   uint32_t delay_us_ = 0;
+  // Stalled reads wait stall_us_, then fail as timed out: every read while stalling_, or
+  // only those of block stalled_block_ when it is set.
+  std::atomic<bool> stalling_{false};
+  uint64_t stalled_block_ = UINT64_MAX;
+  uint32_t stall_us_ = 0;
   mutable std::atomic<int> max_in_flight_{0};
 
  private:
@@ -75,12 +92,13 @@ class FakeObject final : public ByteSource {
 };
 
 struct Fixture {
-  explicit Fixture(size_t size, uint64_t cache = 64u << 20, DiskCache* disk = nullptr)
+  explicit Fixture(size_t size, uint64_t cache = 64u << 20, DiskCache* disk = nullptr,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(30))
       : bytes(Pattern(size)), codec(ReadOptions{.cache_bytes = cache}) {
     auto object = std::make_unique<FakeObject>(bytes);
     fake = object.get();
     source = std::make_unique<RemoteSource>(
-        std::move(object), "http://h/m\n\"etag\"\n" + std::to_string(size), codec, disk);
+        std::move(object), "http://h/m\n\"etag\"\n" + std::to_string(size), codec, disk, timeout);
   }
   ~Fixture() { codec.Shutdown(); }
 
@@ -176,6 +194,92 @@ TEST(RemoteSourceTest, FailedBlockIsNotCachedAndTheNextReadRetries) {
   EXPECT_NE(s.message().find("model.safetensors"), std::string::npos) << s.message();
   f.fake->failing_ = false;
   EXPECT_EQ(f.Read(0, 10), f.bytes.substr(0, 10));
+}
+
+// Lends [offset, offset + length); the status, and how long it took in *ms.
+Status TimedLend(const RemoteSource& source, uint64_t offset, uint64_t length, int64_t* ms) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<LentBytes> lent;
+  Status s = source.Lend(offset, length, &lent);
+  *ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                              start)
+            .count();
+  return s;
+}
+
+// The mmap fault of a stalled server: the kernel's read-around spans blocks 1 and 2; block
+// 2 is only queued (the fetch workers are busy: here there are none) while block 1 stalls
+// for the whole timeout. The kernel then asks again for the faulting page, in block 2: it
+// fails at once, with EIO, not after another timeout.
+TEST(RemoteSourceTest, ARangeThatTimedOutFailsAgainAtOnce) {
+  Fixture f(6 * kBlock, 64u << 20, nullptr, std::chrono::milliseconds(1500));
+  f.source->BeginServing();
+  f.fake->stall_us_ = 300'000;
+  f.fake->stalling_ = true;
+  int64_t ms = 0;
+  Status s = TimedLend(*f.source, kBlock + kBlock / 2, kBlock, &ms);
+  EXPECT_EQ(s.code(), Status::Code::kIoError);
+  EXPECT_EQ(s.errno_value(), EIO) << "readers see EIO, not ETIMEDOUT";
+  EXPECT_NE(s.message().find("no answer in time"), std::string::npos) << s.message();
+  EXPECT_GE(ms, 290);
+  for (const uint64_t offset : {2 * kBlock, kBlock + 4096, kBlock + kBlock / 2}) {
+    s = TimedLend(*f.source, offset, 4096, &ms);
+    EXPECT_EQ(s.errno_value(), EIO) << offset;
+    EXPECT_NE(s.message().find("no answer in time"), std::string::npos) << s.message();
+    EXPECT_LT(ms, 150) << "a range that just timed out fails at once; offset " << offset;
+  }
+  std::string out(10, '\0');
+  s = f.source->ReadAt(2 * kBlock + 5, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
+  EXPECT_EQ(s.errno_value(), EIO) << "ReadAt callers (a .zst shard's frames) too";
+  EXPECT_EQ(f.fake->ranges().size(), 1u) << "the server was asked once";
+  // Other blocks are asked for, and the window ends: the server is asked again.
+  f.fake->stalling_ = false;
+  EXPECT_EQ(f.Read(4 * kBlock, 10), f.bytes.substr(4 * kBlock, 10));
+  ::usleep(static_cast<useconds_t>(
+      RemoteSource::TimedOutWindow(std::chrono::milliseconds(1500)).count() * 1000));
+  EXPECT_EQ(f.Read(2 * kBlock, 10), f.bytes.substr(2 * kBlock, 10));
+  EXPECT_EQ(f.Read(kBlock, 10), f.bytes.substr(kBlock, 10));
+}
+
+TEST(RemoteSourceTest, TimedOutWindowFollowsTheTimeoutWithinBounds) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(RemoteSource::TimedOutWindow(milliseconds(100)), RemoteSource::kMinTimedOutWindow);
+  EXPECT_EQ(RemoteSource::TimedOutWindow(milliseconds(3000)), milliseconds(3000));
+  EXPECT_EQ(RemoteSource::TimedOutWindow(milliseconds(30000)), RemoteSource::kMaxTimedOutWindow);
+}
+
+// A block fetched after all (its fetch began before the timeout) is served, not failed.
+TEST(RemoteSourceTest, ABlockFetchedSinceATimeoutIsServed) {
+  Fixture f(4 * kBlock, 64u << 20, nullptr, std::chrono::milliseconds(5000));
+  f.codec.StartWorkers();
+  f.source->BeginServing();
+  f.fake->stalled_block_ = 1;
+  f.fake->stall_us_ = 200'000;
+  f.fake->delay_us_ = 400'000;  // block 2, queued on a worker, arrives after block 1 failed
+  int64_t ms = 0;
+  EXPECT_FALSE(TimedLend(*f.source, kBlock + kBlock / 2, kBlock, &ms).ok());
+  for (int i = 0; i < 200 && f.fake->ranges().size() < 2; ++i) ::usleep(10'000);
+  ::usleep(100'000);  // the worker has published block 2
+  std::vector<LentBytes> lent;
+  EXPECT_TRUE(f.source->Lend(2 * kBlock, 4096, &lent).ok());
+  EXPECT_FALSE(TimedLend(*f.source, kBlock, 4096, &ms).ok());
+  EXPECT_LT(ms, 150) << "block 1 itself still fails at once";
+  EXPECT_EQ(f.fake->ranges().size(), 2u);
+}
+
+// At most kMaxTimedOut ranges are remembered: the oldest is asked for again.
+TEST(RemoteSourceTest, RememberedTimeoutsAreBounded) {
+  constexpr size_t kBlocks = RemoteSource::kMaxTimedOut + 1;
+  Fixture f(kBlocks * kBlock, 64u << 20, nullptr, std::chrono::milliseconds(5000));
+  f.source->BeginServing();
+  f.fake->stalling_ = true;
+  int64_t ms = 0;
+  for (size_t b = 0; b < kBlocks; ++b) EXPECT_FALSE(TimedLend(*f.source, b * kBlock, 1, &ms).ok());
+  ASSERT_EQ(f.fake->ranges().size(), kBlocks);
+  EXPECT_FALSE(TimedLend(*f.source, (kBlocks - 1) * kBlock, 1, &ms).ok());
+  EXPECT_EQ(f.fake->ranges().size(), kBlocks) << "the newest is remembered";
+  EXPECT_FALSE(TimedLend(*f.source, 0, 1, &ms).ok());
+  EXPECT_EQ(f.fake->ranges().size(), kBlocks + 1) << "the oldest was forgotten";
 }
 
 TEST(RemoteSourceTest, LendHandsOutCachedBlocks) {
