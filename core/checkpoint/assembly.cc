@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/codec/zstd_source.h"
+#include "core/format/ordered_json.h"
 
 namespace ckptfs {
 namespace {
@@ -109,13 +110,13 @@ void AddShard(Checkpoint& ckpt, ShardContents& shard, uint32_t shard_no) {
     return;
   }
   // Several shards with state (rare): merge their objects, first shard wins.
-  auto merged = nlohmann::ordered_json::parse(ckpt.state_json);
-  auto more = nlohmann::ordered_json::parse(shard.state_json);
+  auto merged = ParseOrderedJson(ckpt.state_json);
+  auto more = ParseOrderedJson(shard.state_json);
   if (merged.is_object() && more.is_object()) {
-    for (auto& [key, value] : more.items()) {
-      if (!merged.contains(key)) merged[key] = value;
-    }
-    ckpt.state_json = merged.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    OrderedJsonObject object(std::move(merged));
+    for (auto& [key, value] : more.items()) object.SetIfAbsent(key, std::move(value));
+    ckpt.state_json =
+        object.Take().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/checkpoint/formats.h"
+#include "core/format/ordered_json.h"
 #include "core/run/run_listing.h"
 
 namespace ckptfs {
@@ -36,7 +37,8 @@ std::string MetadataJson(const Checkpoint& ckpt) {
   // Formats other than safetensors keep their non-tensor values as state_json.
   if (ckpt.format != CheckpointFormat::kSafetensors) {
     out = ckpt.state_json.empty() ? nlohmann::ordered_json::object()
-                                  : nlohmann::ordered_json::parse(ckpt.state_json);
+                                  : ParseOrderedJson(ckpt.state_json);
+    if (out.is_discarded()) out = nlohmann::ordered_json::object();  // never: ckptfs wrote it
   } else {
     out = nlohmann::ordered_json::object();
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();

@@ -89,8 +89,36 @@ Status ParseSeekTable(const ByteSource& src, FrameIndex& index, bool& found) {
   return Status::Ok();
 }
 
+// Reads small pieces of the file (frame and block headers) through one buffer: a ReadAt
+// per 3-byte block header would be a system call, or a request, per block, and a file of
+// RLE blocks has one every 4 bytes.
+class HeaderReader {
+ public:
+  explicit HeaderReader(const ByteSource& src) : src_(src) {}
+
+  // Reads min(out.size(), bytes left in the file) bytes at `offset`; returns how many.
+  Result<size_t> Read(uint64_t offset, std::span<uint8_t> out) {
+    if (offset >= src_.Size()) return size_t{0};
+    const size_t n = std::min<uint64_t>(out.size(), src_.Size() - offset);
+    if (offset < start_ || offset + n > start_ + buf_.size()) {
+      buf_.resize(std::min<uint64_t>(kChunk, src_.Size() - offset));
+      CKPTFS_RETURN_IF_ERROR(src_.ReadAt(offset, buf_));
+      start_ = offset;
+    }
+    std::copy_n(buf_.begin() + static_cast<ptrdiff_t>(offset - start_), n, out.begin());
+    return n;
+  }
+
+ private:
+  static constexpr uint64_t kChunk = 64 << 10;
+  const ByteSource& src_;
+  std::vector<uint8_t> buf_;
+  uint64_t start_ = 0;
+};
+
 // Streams through one frame to count its decoded bytes, for frames whose header does
-// not say. `limit` bounds the work: more output than that is an error.
+// not say. `limit` bounds the work (see StreamDecodeLimit): more output than that is an
+// error, found after decoding `limit` bytes, not the frame.
 Result<uint64_t> CountDecodedBytes(const ByteSource& src, const Frame& frame, uint64_t limit) {
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   std::vector<uint8_t> in(1 << 20), out(ZSTD_DStreamOutSize());
@@ -109,8 +137,12 @@ Result<uint64_t> CountDecodedBytes(const ByteSource& src, const Frame& frame, ui
       }
       decoded += output.pos;
       if (decoded > limit) {
-        return Status::Corruption(At(src, frame.compressed_offset) + "frame decodes past " +
-                                  std::to_string(limit) + " bytes");
+        return Status::Corruption(
+            At(src, frame.compressed_offset) +
+            "frames without a content size decode to more than " +
+            std::to_string(StreamDecodeLimit(src.Size())) + " bytes, " +
+            std::to_string(kMaxStreamDecodeRatio) +
+            " times the file (a zstd bomb?); decompress it with zstd -d if it is real");
       }
     }
   }
@@ -119,12 +151,13 @@ Result<uint64_t> CountDecodedBytes(const ByteSource& src, const Frame& frame, ui
 }
 
 // Walks one frame's block headers (3 bytes each) to find where it ends, without decoding.
-Result<uint64_t> FrameEnd(const ByteSource& src, uint64_t offset, const ZSTD_frameHeader& h) {
+Result<uint64_t> FrameEnd(const ByteSource& src, HeaderReader& reader, uint64_t offset,
+                          const ZSTD_frameHeader& h) {
   uint64_t pos = offset + h.headerSize;
   while (true) {
     std::array<uint8_t, 3> b;
-    if (pos + 3 > src.Size()) return Status::Corruption(At(src, offset) + "frame is truncated");
-    CKPTFS_RETURN_IF_ERROR(src.ReadAt(pos, b));
+    CKPTFS_ASSIGN_OR_RETURN(const size_t got, reader.Read(pos, b));
+    if (got < b.size()) return Status::Corruption(At(src, offset) + "frame is truncated");
     const uint32_t header = b[0] | b[1] << 8 | b[2] << 16;
     const bool last = header & 1;
     const uint32_t type = (header >> 1) & 3;
@@ -143,11 +176,13 @@ Result<uint64_t> FrameEnd(const ByteSource& src, uint64_t offset, const ZSTD_fra
 
 Result<FrameIndex> ScanFrames(const ByteSource& src) {
   FrameIndex index;
+  HeaderReader reader(src);
+  // Decoded bytes left to learn the sizes of frames without a content size, all together.
+  uint64_t decode_budget = StreamDecodeLimit(src.Size());
   uint64_t offset = 0;
   while (offset < src.Size()) {
     std::array<uint8_t, ZSTD_FRAMEHEADERSIZE_MAX> buf;
-    const size_t n = std::min<uint64_t>(buf.size(), src.Size() - offset);
-    CKPTFS_RETURN_IF_ERROR(src.ReadAt(offset, {buf.data(), n}));
+    CKPTFS_ASSIGN_OR_RETURN(const size_t n, reader.Read(offset, buf));
     ZSTD_frameHeader h;
     const size_t r = ZSTD_getFrameHeader(&h, buf.data(), n);
     if (ZSTD_isError(r)) return Status::Corruption(At(src, offset) + "not a zstd frame");
@@ -164,14 +199,15 @@ Result<FrameIndex> ScanFrames(const ByteSource& src) {
         return Status::Corruption(src.Name() + ": skippable frame is truncated");
       continue;
     }
-    CKPTFS_ASSIGN_OR_RETURN(uint64_t end, FrameEnd(src, offset, h));
+    CKPTFS_ASSIGN_OR_RETURN(uint64_t end, FrameEnd(src, reader, offset, h));
     Frame f;
     f.compressed_offset = offset;
     f.compressed_size = end - offset;
     f.decoded_offset = index.decoded_size;
     if (h.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN) {
       // A streamed frame: its size is known only by decoding it, once, now.
-      CKPTFS_ASSIGN_OR_RETURN(f.decoded_size, CountDecodedBytes(src, f, UINT64_MAX / 2));
+      CKPTFS_ASSIGN_OR_RETURN(f.decoded_size, CountDecodedBytes(src, f, decode_budget));
+      decode_budget -= f.decoded_size;
     } else {
       f.decoded_size = h.frameContentSize;
     }

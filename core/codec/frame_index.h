@@ -3,7 +3,8 @@
 // Read from the zstd seekable format's seek table when the file ends with one (a
 // skippable frame with the 0x8F92EAB1 footer), else by walking frame and block headers
 // from the start (plain multi-frame or single-frame zstd, as `zstd` writes by default).
-// A frame whose header lacks its content size is decoded once, here, to learn it.
+// A frame whose header lacks its content size is decoded once, here, to learn it, within
+// StreamDecodeLimit (below): a bomb of such frames is refused, not decoded for minutes.
 // Both paths treat the file as untrusted: every size is checked against the file, frames
 // must tile the file exactly, and sizes are bounded. A seekable shard packed with
 // --byte-group ends its frames with a byte-group record (core/codec/byte_group.h), the
@@ -52,6 +53,24 @@ struct FrameIndex {
   // Index of the frame holding decoded byte `offset` (offset < decoded_size).
   size_t FrameAt(uint64_t offset) const;
 };
+
+// What a decode without a seek table may produce: learning the sizes of the frames whose
+// headers lack them (ReadFrameIndex, all such frames of a file together) and decoding a shard
+// whole (ZstdSource's spill file). At most kMaxStreamDecodeRatio times the .zst file's size,
+// and kMinStreamDecodeLimit whatever its size. Real checkpoints compress far less than
+// 128-fold (bf16 weights ~1.2, a half-zero optimizer state a few-fold); a file that does is
+// nearly all one byte value, while zstd's RLE blocks reach 32768-fold: an 8 MiB file would
+// decode to 256 GiB, minutes of work at mount before anything could be said of it. With the
+// bound such a file is refused after at most ~1 GiB of decoding (a fraction of a second).
+inline constexpr uint64_t kMaxStreamDecodeRatio = 128;
+inline constexpr uint64_t kMinStreamDecodeLimit = 256ull << 20;
+inline constexpr uint64_t StreamDecodeLimit(uint64_t compressed_size) {
+  return compressed_size > kMinStreamDecodeLimit / kMaxStreamDecodeRatio
+             ? (compressed_size > UINT64_MAX / kMaxStreamDecodeRatio
+                    ? UINT64_MAX
+                    : compressed_size * kMaxStreamDecodeRatio)
+             : kMinStreamDecodeLimit;
+}
 
 inline constexpr uint32_t kSeekableMagic = 0x8F92EAB1;
 inline constexpr uint32_t kSeekTableSkippableMagic = 0x184D2A5E;

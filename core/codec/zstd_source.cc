@@ -256,6 +256,15 @@ Status ZstdSource::ReadPrefix(uint64_t offset, std::span<uint8_t> out) const {
 Status ZstdSource::EnsureSpilled() const {
   std::lock_guard<std::mutex> lock(spill_mu_);
   if (spill_fd_ >= 0) return Status::Ok();
+  // Frame headers may declare any size: decoding a bomb whole is refused up front, as
+  // learning the size of a frame without one is (frame_index.h).
+  if (Size() > StreamDecodeLimit(compressed_->Size())) {
+    return Status::Corruption(Name() + ": decoding this shard whole would give " +
+                              std::to_string(Size()) + " bytes, more than " +
+                              std::to_string(kMaxStreamDecodeRatio) +
+                              " times its compressed size (a zstd bomb?); decompress it with "
+                              "zstd -d, or pack it with a seek table, if it is real");
+  }
   const std::string& dir = context_.options().spill_dir;
   struct statvfs vfs;
   if (::statvfs(dir.c_str(), &vfs) == 0 &&

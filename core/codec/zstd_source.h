@@ -11,6 +11,8 @@
 // cache, at most 64 MiB: single-frame zstd as the `zstd` command writes it, or frames too
 // big for a small --cache-size) is decoded once, on first touch, into an unlinked
 // temporary file in the spill directory, then read from there (and spliced, via Fd()).
+// A shard that would decode whole to more than StreamDecodeLimit of its compressed size
+// (frame_index.h) is refused instead (Corruption): its frame headers may claim any size.
 // Until then, reads near the start (the safetensors header at mount) stream-decode just
 // that prefix. Stream decodes run one at a time per mount in fixed buffers (256 KiB in,
 // 128 KiB out) plus the frame's zstd window: that, not the frame, is what they cost in

@@ -10,6 +10,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "core/format/metadata_budget.h"
+
 namespace ckptfs {
 namespace {
 
@@ -185,7 +187,11 @@ struct KeyLess {
 class Unpickler {
  public:
   Unpickler(std::string_view data, const std::string& file, PickleGlobals globals)
-      : data_(data), file_(file), globals_(globals), keys_(KeyLess{&values_}) {}
+      : data_(data),
+        file_(file),
+        globals_(globals),
+        budget_(data.size()),
+        keys_(KeyLess{&values_}) {}
 
   Result<PickleTree> Run() {
     if (data_.size() >= UINT32_MAX / 2) return Refuse("record too large to index");
@@ -193,6 +199,7 @@ class Unpickler {
       op_pos_ = pos_;
       const auto op = static_cast<uint8_t>(data_[pos_++]);
       if (op != kStop) {
+        CKPTFS_RETURN_IF_ERROR(RoomForOneMore());
         CKPTFS_RETURN_IF_ERROR(Step(op));
         if (values_.size() > kMaxPickleValues) return Error("more than 4M values");
         continue;
@@ -218,6 +225,32 @@ class Unpickler {
   }
   Status Error(std::string_view what) const { return Fail(&Status::Corruption, what); }
   Status Refuse(std::string_view what) const { return Fail(&Status::Unsupported, what); }
+
+  // Charges `bytes` to the budget (metadata_budget.h), before they are allocated.
+  Status Charge(uint64_t bytes) {
+    if (budget_.Charge(bytes)) return Status::Ok();
+    return Refuse("unpickling " + budget_.Exceeded());
+  }
+  // A step adds at most one value, one stack slot and one memo entry: room for them is
+  // made here, charged first, so no vector grows uncounted inside a step. Growth is
+  // geometric (half the capacity), as push_back's would be; the new buffer is charged
+  // while the old one is still held, which is then given back.
+  template <typename T>
+  Status Grow(std::vector<T>& v, uint64_t extra_per_item = 0) {
+    if (v.size() < v.capacity()) return Status::Ok();
+    const uint64_t item = sizeof(T) + extra_per_item;
+    const size_t old = v.capacity(), grown = old + std::max<size_t>(old / 2, 256);
+    CKPTFS_RETURN_IF_ERROR(Charge(grown * item));
+    v.reserve(grown);
+    budget_.Release(old * item);
+    return Status::Ok();
+  }
+  Status RoomForOneMore() {
+    // canonical_ (KeyOf) grows with values_, up to twice over: charged with it.
+    CKPTFS_RETURN_IF_ERROR(Grow(values_, 2 * sizeof(uint32_t)));
+    CKPTFS_RETURN_IF_ERROR(Grow(stack_));
+    return Grow(memo_);
+  }
 
   // Every length comes from the file: compared with what is left, never added to pos_ first.
   Result<std::string_view> Take(uint64_t n) {
@@ -263,10 +296,12 @@ class Unpickler {
     return Status::Ok();
   }
   Status PushText(PickleKind kind, std::string text) {
+    if (text.capacity() > std::string().capacity()) CKPTFS_RETURN_IF_ERROR(Charge(text.capacity()));
     PushNew(kind).text = std::move(text);
     return Status::Ok();
   }
   Status PushItems(PickleKind kind, std::vector<uint32_t> items) {
+    CKPTFS_RETURN_IF_ERROR(Charge(items.capacity() * sizeof(uint32_t)));
     PushNew(kind).items = std::move(items);
     return Status::Ok();
   }
@@ -438,6 +473,11 @@ class Unpickler {
   // Puts `items` into `container` (list, tuple: appended; dict: key/value pairs; set: keys).
   Status Fill(uint32_t container, std::span<const uint32_t> items) {
     const PickleKind kind = values_[container].kind;
+    // An item slot, with its vector's growth (up to twice over); a dict or set entry also
+    // its key's tree node and hash slot (kKeyBytes).
+    constexpr uint64_t kItemBytes = 2 * sizeof(uint32_t), kKeyBytes = 96;
+    const bool keyed = kind != PickleKind::kList && kind != PickleKind::kTuple;
+    CKPTFS_RETURN_IF_ERROR(Charge(items.size() * (kItemBytes + (keyed ? kKeyBytes : 0))));
     if (kind == PickleKind::kList || kind == PickleKind::kTuple) {
       values_[container].items.insert(values_[container].items.end(), items.begin(), items.end());
     } else if (kind == PickleKind::kDict) {
@@ -472,6 +512,7 @@ class Unpickler {
     } else if (index == memo_.size() && !sparse_memo_.contains(index)) {
       memo_.push_back(top);
     } else {
+      CKPTFS_RETURN_IF_ERROR(Charge(64));  // a map node
       sparse_memo_[index] = top;
     }
     return Status::Ok();
@@ -489,6 +530,7 @@ class Unpickler {
   std::string_view data_;
   const std::string& file_;
   PickleGlobals globals_;
+  MetadataBudget budget_;
   size_t pos_ = 0;
   size_t op_pos_ = 0;
   std::vector<PickleValue> values_;

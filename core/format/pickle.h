@@ -12,9 +12,14 @@
 // Limits, so hostile input cannot exhaust the machine: the input is what the caller read
 // (it caps the record size); values, container items and the memo are each capped by the
 // input length (every opcode consumes at least one byte), and values also by
-// kMaxPickleValues; strings are slices of the input; MARK nesting is capped at
-// kMaxPickleDepth. Cycles (a list appended to itself) are representable; walkers must
-// bound their recursion.
+// kMaxPickleValues; strings are copies of slices of the input; MARK nesting is capped at
+// kMaxPickleDepth. The memory the tree and the parser's own tables take is charged as it
+// is allocated to a MetadataBudget (core/format/metadata_budget.h) of the input's size:
+// past 32 times the pickle plus 64 MiB the pickle is refused (Unsupported, "unpickling
+// would take more than N bytes of memory"). A value costs ~100 bytes however small its
+// opcode, so millions of 2-byte ints (~50 times) are what reaches that; torch state dicts
+// (~20 times their pickle) do not. Cycles (a list appended to itself) are representable; walkers
+// must bound their recursion.
 //
 // DeepSpeed mode (PickleGlobals::kDeepSpeed) additionally admits the few classes DeepSpeed's
 // rank files and a user's client_state pickle (kDeepSpeedGlobals), still as inert kGlobal and

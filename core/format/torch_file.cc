@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "core/format/ordered_json.h"
 #include "core/format/pickle.h"
 #include "core/format/zip.h"
 
@@ -292,7 +293,7 @@ class Interpreter {
         *state = p.text;
         return Status::Ok();
       case PickleKind::kDict: {
-        *state = json::object();
+        OrderedJsonObject object;  // json's operator[] would be quadratic in the keys
         bool any_tensor = false;
         for (size_t i = 0; i + 1 < p.items.size(); i += 2) {
           CKPTFS_ASSIGN_OR_RETURN(std::string key, KeyText(p.items[i]));
@@ -306,9 +307,10 @@ class Interpreter {
           CKPTFS_RETURN_IF_ERROR(
               Visit(p.items[i + 1], Join(name, key), depth + 1, &child, &child_state));
           any_tensor |= out_.tensors.size() != before;
-          if (child_state) (*state)[key] = std::move(child);
+          if (child_state) object.Set(std::move(key), std::move(child));
         }
-        *has_state = !state->empty() || !any_tensor;
+        *has_state = !object.empty() || !any_tensor;
+        *state = object.Take();
         return Status::Ok();
       }
       case PickleKind::kTuple:

@@ -429,6 +429,34 @@ TEST_P(ZstHostileTest, VerifyReportsShard) {
       << "verify should name " << kDamagedShard << "; " << r.Describe();
 }
 
+// A zstd bomb: 8 MiB of RLE blocks (4 bytes for 128 KiB of zeros each) in one frame
+// whose header states no content size, 256 GiB decoded: learning its size took inspect
+// 16-21 s and mount 16-18 s. Both now refuse within the refusal budget (1 s; frame_index.h
+// bounds what a frame without a content size may decode), naming the file, as safetensors
+// and as torch (whose zip directory is at the end of the decoded bytes).
+TEST_F(ZstdMountTest, BombWithoutContentSizeIsRefusedQuickly) {
+  std::string bomb = {'\x28', '\xb5', '\x2f', '\xfd', '\x00', '\x38'};  // no size, 128 KiB window
+  constexpr uint32_t kRle = (128 << 10) << 3 | 1 << 1;
+  const std::string block = {static_cast<char>(kRle), static_cast<char>(kRle >> 8),
+                             static_cast<char>(kRle >> 16), '\0'};
+  for (int i = 0; i < (2 << 20); ++i) bomb += block;
+  bomb[bomb.size() - 4] |= 1;  // the last block
+  for (const char* name : {"model.safetensors.zst", "pytorch_model.bin.zst"}) {
+    SCOPED_TRACE(name);
+    const std::string source = scratch_->MakeDir(std::string("bomb-") + name);
+    {
+      std::ofstream out(source + "/" + name, std::ios::binary);
+      out << bomb;
+    }
+    ExpectRefusal(Ckptfs({"inspect", source}, kRefusalTimeout), {name});
+    const std::string mountpoint = scratch_->MakeDir(std::string("mnt-") + name);
+    mounts_.push_back(mountpoint);
+    ExpectRefusal(RunProcess({kCkptfs, "mount", source, mountpoint}, kRefusalTimeout), {name});
+    EXPECT_FALSE(IsMounted(mountpoint));
+    fs::remove_all(source);
+  }
+}
+
 // verify reports all the damage, not just the first: two shards damaged differently
 // (a corrupt frame in shard 2, a checksum mismatch in shard 3) are both named. A mount
 // of it fails reads of both damaged tensors and serves the rest.

@@ -5,7 +5,9 @@
 #include <zstd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -134,6 +136,61 @@ TEST(FrameIndex, RefusesDamage) {
   EXPECT_FALSE(Index("").ok());
 }
 
+// A zstd bomb: one frame of `blocks` RLE blocks of 128 KiB of zeros, 4 bytes each, whose
+// header declares `content_size` (or none). 2M blocks: 8 MiB that decode to 256 GiB.
+std::string RleFrame(uint64_t blocks, std::optional<uint64_t> content_size) {
+  std::string out = {'\x28', '\xb5', '\x2f', '\xfd'};
+  out += content_size ? '\xc0' : '\x00';     // 8-byte content size, or none; a window byte
+  out += static_cast<char>((17 - 10) << 3);  // 128 KiB window
+  for (int i = 0; content_size && i < 8; ++i) out += static_cast<char>(*content_size >> (8 * i));
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint32_t header = (ZSTD_BLOCKSIZE_MAX << 3) | (1 << 1) | (b + 1 == blocks ? 1 : 0);
+    out += {static_cast<char>(header), static_cast<char>(header >> 8),
+            static_cast<char>(header >> 16), '\0'};
+  }
+  return out;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Learning the size of a frame that does not state it is decoding it: an 8 MiB bomb is
+// refused after StreamDecodeLimit (1 GiB here), in well under the 16 s its 256 GiB took,
+// naming the file.
+TEST(FrameIndex, BombWithoutContentSizeIsRefusedQuickly) {
+  const std::string bomb = RleFrame(2 << 20, std::nullopt);
+  const auto start = std::chrono::steady_clock::now();
+  auto index = Index(bomb);
+  const double took = SecondsSince(start);
+  ASSERT_FALSE(index.ok()) << "a 256 GiB frame was indexed";
+  EXPECT_NE(index.status().message().find("x.zst: at compressed offset 0: frames without a "
+                                          "content size decode to more than " +
+                                          std::to_string(StreamDecodeLimit(bomb.size()))),
+            std::string::npos)
+      << index.status().message();
+  EXPECT_LT(took, 2.0);
+  EXPECT_EQ(StreamDecodeLimit(bomb.size()), bomb.size() * kMaxStreamDecodeRatio);
+}
+
+// Below the bound nothing changes: a tiny file of zeros without content size decodes
+// within kMinStreamDecodeLimit (here 64 MiB from 2 KiB), and frames of real data far
+// below the ratio (UnknownContentSizeIsCountedOnce).
+TEST(FrameIndex, CompressibleFramesWithinTheBoundAreCounted) {
+  const std::string zeros = RleFrame(512, std::nullopt);
+  auto index = Index(zeros + zeros);
+  ASSERT_TRUE(index.ok()) << index.status().message();
+  EXPECT_EQ(index->decoded_size, 2 * 512 * uint64_t{ZSTD_BLOCKSIZE_MAX});
+  EXPECT_EQ(StreamDecodeLimit(zeros.size()), kMinStreamDecodeLimit);
+  // The budget is the file's, not each frame's: 3 frames of 128 MiB from 12 KiB pass
+  // 256 MiB together.
+  const std::string big = RleFrame(1024, std::nullopt);
+  auto over = Index(big + big + big);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("zstd bomb"), std::string::npos)
+      << over.status().message();
+}
+
 class ZstdSourceTest : public ::testing::Test {
  protected:
   std::unique_ptr<ZstdSource> Open(const std::string& bytes, ReadContext& codec) {
@@ -235,6 +292,30 @@ TEST_F(ZstdSourceTest, LargeSingleFrameIsSpilledOnceAndPrefixReadWithoutIt) {
   EXPECT_GE(src->Fd(), 0);  // spilled once, then served from the spill file
   EXPECT_EQ(Read(*src, 1'000'000, 10), big.substr(1'000'000, 10));
   EXPECT_EQ(codec.bytes_decoded.load(), big.size());
+}
+
+// A single frame that declares 256 GiB in 8 MiB is indexed without decoding (its size is
+// stated, block headers are walked through one buffer), its prefix reads as at mount, but
+// decoding it whole (what reading its end, a zip directory, takes) is refused at once
+// rather than writing 256 GiB to the spill directory.
+TEST_F(ZstdSourceTest, DecodingABombWholeIsRefused) {
+  const uint64_t blocks = 2 << 20;
+  const std::string bomb = RleFrame(blocks, blocks * ZSTD_BLOCKSIZE_MAX);
+  ReadContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  const auto start = std::chrono::steady_clock::now();
+  auto src = Open(bomb, codec);
+  ASSERT_TRUE(src);
+  EXPECT_TRUE(src->decodes_whole());
+  EXPECT_EQ(Read(*src, 0, 8), std::string(8, '\0'));
+  Status s;
+  Read(*src, src->Size() - 22, 22, &s);
+  EXPECT_LT(SecondsSince(start), 2.0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("s.safetensors.zst: decoding this shard whole would give " +
+                             std::to_string(src->Size()) + " bytes"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(src->Fd(), -1);
 }
 
 // A shard that can be "rewritten in place" under a mounted source: after `changed` is set

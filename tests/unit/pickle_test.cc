@@ -8,6 +8,9 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "core/format/torch_file.h"
 
 namespace ckptfs {
 namespace {
@@ -608,6 +611,51 @@ TEST(PickleSemantics, NoOpcodeCopiesWithoutBound) {
   const PickleTree t = LoadOk(bytes);
   ExpectSane(t, bytes.size());
   EXPECT_EQ(t.at(t.root).items.size(), 2u);
+}
+
+// A list of `n` small ints, as pickle writes [i % 200 for i in range(n)]: BININT1 (2 bytes
+// each), APPENDS in batches of 1000.
+std::string SmallInts(size_t n) {
+  std::string p = "\x80\x02]";
+  for (size_t i = 0; i < n; ++i) {
+    if (i % 1000 == 0) p += '(';
+    p += 'K';
+    p += static_cast<char>(i % 200);
+    if (i % 1000 == 999 || i + 1 == n) p += 'e';
+  }
+  return p + ".";
+}
+
+// The tree's memory is charged to a MetadataBudget as it is built: 32 times the pickle plus
+// 64 MiB. 7.8 MiB of pickled ints (4M values of ~100 bytes) took 485 MiB; 4M ints (7.6 MiB)
+// are refused once the tree would pass 32 x 7.6 MiB + 64 MiB, in one line naming the file.
+TEST(PickleMemory, MillionsOfSmallIntsAreRefusedPastTheBudget) {
+  const std::string ints = SmallInts(4'000'000);
+  const std::string error = RefusalOf(ints);
+  EXPECT_NE(error.find("ckpt.bin: data.pkl: unpickling would take more than " +
+                       std::to_string(32 * ints.size() + (64 << 20)) + " bytes of memory (32 " +
+                       "times its " + std::to_string(ints.size()) + " bytes plus 64 MiB)"),
+            std::string::npos)
+      << error;
+}
+
+// What the budget leaves alone: a list of 200k ints (0.4 MiB of pickle, ~20 MiB of tree,
+// within the fixed 64 MiB), and torch state dicts, ~20 times their pickle: 100k tensors in
+// the most compact pickle there is (ckptfs's own merged pytorch_model.bin, memo references
+// for every repeated value: 85 bytes a tensor; torch.save writes more).
+TEST(PickleMemory, OrdinaryPicklesAreUnaffected) {
+  EXPECT_EQ(LoadOk(SmallInts(200'000)).values.size(), 200'001u);
+  const std::vector<uint64_t> shape{64, 64}, stride{64, 1};
+  std::vector<std::string> names;
+  std::vector<TorchPickleEntry> entries;
+  for (int i = 0; i < 100'000; ++i) names.push_back("model.layers." + std::to_string(i) + ".w");
+  for (int i = 0; i < 100'000; ++i) {
+    entries.push_back({names[i], Dtype::kF32, static_cast<uint64_t>(i), 4096, 0, shape, stride});
+  }
+  const std::string state_dict = BuildTorchPickle(entries);
+  EXPECT_GT(state_dict.size(), 8'000'000u);  // the fixed part is small beside 32 x this
+  const PickleTree tree = LoadOk(state_dict);
+  EXPECT_EQ(tree.at(tree.root).items.size(), 2 * entries.size());
 }
 
 // DeepSpeed mode. Captured with /usr/bin/python3 (3.11), numpy 1.24 and the stand-in package

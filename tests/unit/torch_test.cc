@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "core/format/pickle.h"
@@ -391,6 +392,61 @@ TEST(TorchLayout, TorchSourceGetsEveryViewAndStridedTensorsOnlyInTheBin) {
 
   const uint64_t meta = layout.Lookup(layout.Lookup(Layout::kRoot, ".ckptfs"), "metadata.json");
   ASSERT_NE(meta, 0u);
+}
+
+// torch.save({"w": <f32[6]>, "d": {"k0": 0, "k1": 1, ...}}) with `keys` keys in "d", as
+// pickle writes a dict: SETITEMS in batches of 1000.
+std::string TorchFileWithBigDict(size_t keys) {
+  const std::vector<uint64_t> shape{6}, stride{1};
+  const std::vector<TorchPickleEntry> w{{"w", Dtype::kF32, 0, 6, 0, shape, stride}};
+  std::string p = BuildTorchPickle(w);
+  p.resize(p.size() - 2);  // SETITEMS, STOP: "d" joins the root's items
+  auto unicode = [&](const std::string& text) {
+    p += 'X';
+    for (int i = 0; i < 4; ++i) p += static_cast<char>(text.size() >> (8 * i));
+    p += text;
+  };
+  unicode("d");
+  p += '}';
+  for (size_t i = 0; i < keys; ++i) {
+    if (i % 1000 == 0) p += '(';
+    unicode("k" + std::to_string(i));
+    p += 'J';  // BININT
+    for (int b = 0; b < 4; ++b) p += static_cast<char>(i >> (8 * b));
+    if (i % 1000 == 999 || i + 1 == keys) p += 'u';
+  }
+  p += "u.";
+  return MakeZip(
+      {{"archive/data.pkl", p}, {"archive/data/0", Repeat('\1', 24)}, {"archive/version", "3\n"}});
+}
+
+// A dict of 200,000 keys (3.4 MB of pickle) goes through the reader, the merged layout
+// and .ckptfs/metadata.json in linear time: ordered_json's own member lookup made it
+// quadratic (100,000 keys took inspect 29 s; 200,000 would take ~2 min).
+TEST(TorchFile, BigDictStaysLinear) {
+  constexpr size_t kKeys = 200'000;
+  const std::string zip = TorchFileWithBigDict(kKeys);
+  // CPU time, not wall time: the bound is on the work, whatever else the machine runs.
+  const std::clock_t start = std::clock();
+  auto ckpt =
+      OpenCheckpointIn(testing::MemoryDir({{"pytorch_model.bin", zip}}), testing::TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  const double cpu_seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
+  EXPECT_LT(cpu_seconds, 3.0);
+  const Layout& layout = volume->layout();
+  const uint64_t meta = layout.Lookup(layout.Lookup(Layout::kRoot, ".ckptfs"), "metadata.json");
+  ASSERT_NE(meta, 0u);
+  const std::string text = ReadWholeFile(*volume, meta);
+  const auto json = nlohmann::json::parse(text);  // sorted keys: linear to parse
+  ASSERT_EQ(json["d"].size(), kKeys);
+  EXPECT_EQ(json["d"]["k0"], 0);
+  EXPECT_EQ(json["d"]["k199999"], 199999);
+  // Member order is the pickle's.
+  const size_t k1 = text.find("\"k1\": 1,"), k2 = text.find("\"k2\": 2,");
+  EXPECT_LT(text.find("\"k0\": 0,"), k1);
+  EXPECT_LT(k1, k2);
+  EXPECT_LT(k2, text.find("\"k10\": 10,"));
 }
 
 TEST(TorchLayout, SafetensorsSourceGetsAMergedBin) {

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "core/format/ordered_json.h"
+
 namespace ckptfs::deepspeed {
 namespace {
 
@@ -34,7 +36,7 @@ class FileView {
   explicit FileView(const RankFile& rf) : rf_(rf) {
     for (const TorchTensor& t : rf.file->tensors) by_name_.emplace(t.name, &t);
     if (!rf.file->state_json.empty()) {
-      state_ = json::parse(rf.file->state_json, nullptr, /*allow_exceptions=*/false);
+      state_ = ParseOrderedJson(rf.file->state_json);
     }
     if (!state_.is_object()) state_ = json::object();
   }
@@ -776,7 +778,7 @@ std::string TwoDigits(uint32_t n) {
 }
 
 std::string WithPipeline(const std::string& state_json, const TagInfo& tag, size_t layer_files) {
-  json state = json::parse(state_json, nullptr, /*allow_exceptions=*/false);
+  json state = ParseOrderedJson(state_json);
   if (!state.is_object()) state = json::object();
   json& zero = state["zero"];
   if (!zero.is_object()) zero = json::object();
@@ -791,7 +793,7 @@ std::string WithPipeline(const std::string& state_json, const TagInfo& tag, size
 }
 
 std::string ZeroSummary(const std::string& state_json) {
-  const json state = json::parse(state_json, nullptr, /*allow_exceptions=*/false);
+  const json state = ParseOrderedJson(state_json);
   const json& zero = Get(state, "zero");
   if (!zero.is_object()) return "";
   const json& config = Get(state, "ds_config");
