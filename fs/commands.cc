@@ -12,6 +12,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/formats.h"
@@ -430,18 +432,47 @@ int ExitCodeForOpenFailure(const Status& status) {
   return status.code() == Status::Code::kIoError ? 1 : 2;
 }
 
-int RunInspect(const std::string& source, bool json, const ReadOptions& codec,
+int RunInspect(const std::string& source, bool json, const ReadOptions& options,
                const RemoteOptions& remote) {
-  if (std::optional<int> run_rc = InspectIfRun(source, json, codec, remote)) return *run_rc;
+  // What opening warns about (a server that gives nothing to tell a replaced object by) is
+  // part of what inspect reports: `warning` lines after the table, "warnings" in JSON.
+  auto warnings = std::make_shared<std::vector<std::string>>();
+  auto warnings_mu = std::make_shared<std::mutex>();
+  ReadOptions codec = options;
+  codec.warn = [warnings, warnings_mu](const std::string& line) {
+    std::lock_guard<std::mutex> lock(*warnings_mu);
+    warnings->push_back(line);
+  };
+  auto print_warnings = [&] {
+    std::lock_guard<std::mutex> lock(*warnings_mu);
+    for (const std::string& line : *warnings) {
+      std::printf("warning  %s\n", EscapeControlChars(line).c_str());
+    }
+  };
+  if (std::optional<int> run_rc = InspectIfRun(source, json, codec, remote)) {
+    if (json) {  // the run's JSON is printed already: warnings go beside it
+      std::lock_guard<std::mutex> lock(*warnings_mu);
+      for (const std::string& line : *warnings) {
+        std::fprintf(stderr, "ckptfs: warning: %s\n", EscapeControlChars(line).c_str());
+      }
+    } else {
+      print_warnings();
+    }
+    return *run_rc;
+  }
   int rc = 0;
   auto volume = OpenOrReport(source, codec, remote, &rc);
   if (!volume.ok()) return rc;
   if (json) {
-    std::puts(InspectJson((*volume)->checkpoint(), (*volume)->zip_crcs())
-                  .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-                  .c_str());
+    nlohmann::json out = InspectJson((*volume)->checkpoint(), (*volume)->zip_crcs());
+    {
+      std::lock_guard<std::mutex> lock(*warnings_mu);
+      if (!warnings->empty()) out["warnings"] = *warnings;
+    }
+    std::puts(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     PrintInspectTable((*volume)->checkpoint(), (*volume)->zip_crcs());
+    print_warnings();
   }
   return 0;
 }

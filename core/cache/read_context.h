@@ -103,6 +103,9 @@ class ReadContext {
   std::atomic<uint64_t> remote_requests{0};       // range requests sent
   std::atomic<uint64_t> remote_prefetches{0};     // blocks queued ahead of readers
   std::atomic<uint64_t> disk_cache_bytes{0};      // bytes served from the disk cache
+  // Remote objects whose server gave no ETag or Last-Modified (a same-size replacement
+  // cannot be told): the first one opened warns (options().warn), the rest count here.
+  std::atomic<uint64_t> unvalidated_objects{0};
 
   // A buffer of at least `bytes` for transient work (un-grouping a frame), returned to the
   // context when the lease dies. Waits while other leases hold the scratch budget.

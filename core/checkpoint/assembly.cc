@@ -77,7 +77,18 @@ Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
       plain = !have_zst;
     }
   }
-  if (plain) return OpenStored(dir, name);
+  if (plain) {
+    auto stored = OpenStored(dir, name);
+    // A complete listing (no probe) holds regular files only: NAME.zst may still be there
+    // as a FIFO or device, whose refusal says so where NotFound would say "missing".
+    if (stored.ok() || stored.status().code() != Status::Code::kNotFound || dir.probe ||
+        dir.Lists(name)) {
+      return stored;
+    }
+    auto special = dir.open(zst);
+    if (special.ok() || special.status().code() == Status::Code::kNotFound) return stored;
+    return special.status();
+  }
   CKPTFS_ASSIGN_OR_RETURN(auto compressed, dir.open(zst));
   const uint32_t mode = compressed->Mode();
   const struct timespec mtime = compressed->MTime();

@@ -37,7 +37,10 @@ Result<StoredFile> OpenStored(const SourceDir& dir, const std::string& name);
 
 // A weight file as stored: NAME itself, or NAME.zst decoded on read (plain wins when both
 // exist: same bytes, no decoding). `dir.files` decides first; a name it does not list is
-// asked for (SourceDir::Has), so names learnt from an index work on a server too.
+// asked for (SourceDir::Has), so names learnt from an index work on a server too. A
+// listing leaves out what is no regular file: where neither name is listed, NAME.zst is
+// still opened, so that a FIFO, socket or device there is refused as what it is ("a FIFO,
+// not served"), not as missing.
 Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
                                   ReadContext& codec);
 

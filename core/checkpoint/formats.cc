@@ -4,17 +4,14 @@
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/model.h"
+#include "core/layout/escape.h"
 
 namespace ckptfs {
 
 std::span<const FormatReader> Formats() {
   // Order is precedence among equal ranks (see formats.h).
   static const FormatReader kTable[] = {
-      SafetensorsFormat(),
-      TorchFormat(),
-      TensorflowFormat(),
-      SplitFormat(),
-      DeepSpeedFormat(),
+      SafetensorsFormat(), TorchFormat(), TensorflowFormat(), SplitFormat(), DeepSpeedFormat(),
   };
   return kTable;
 }
@@ -60,6 +57,30 @@ Status NothingClaimed(const SourceDir& dir, const std::string& shown) {
   return Status::InvalidArgument(shown + ": no checkpoint found (" + LooksFor() + ")");
 }
 
+// Every name a checkpoint gives, whatever its format, under the one rule of
+// TensorNameProblem: parsers differ in what their names may hold (a TF key is any bytes),
+// the paths they become do not.
+// The refusal names the file the name came from: a tensor's shard, a TF key's index.
+Status CheckTensorNames(const Checkpoint& ckpt, const std::string& shown) {
+  auto refuse = [&](const std::vector<StoredFile>& files, size_t file, std::string_view name,
+                    const std::string& problem) {
+    const std::string where = file < files.size() ? shown + ": " + files[file].stored_name : shown;
+    return Status::Corruption(where + ": tensor \"" + std::string(name.substr(0, 200)) +
+                              "\": " + problem + " (names become paths)");
+  };
+  for (const std::string& key : ckpt.tensor_keys) {
+    if (std::string problem = TensorNameProblem(key); !problem.empty()) {
+      return refuse(ckpt.index, 0, key, problem);
+    }
+  }
+  for (const Tensor& t : ckpt.tensors) {
+    if (std::string problem = TensorNameProblem(t.name); !problem.empty()) {
+      return refuse(ckpt.shards, t.shard, t.name, problem);
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status NotACheckpointFile(const std::string& shown) {
@@ -90,6 +111,7 @@ Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, ReadContext& codec,
   ckpt.remote = dir.remote;
   ckpt.format = winner->format;
   CKPTFS_RETURN_IF_ERROR(winner->read(dir, *best, codec, ckpt));
+  CKPTFS_RETURN_IF_ERROR(CheckTensorNames(ckpt, shown));
   CKPTFS_RETURN_IF_ERROR(SelectModel(ckpt, codec.options().model_key, shown));
   // A SOURCE naming one file or prefix is that checkpoint alone.
   if (dir.named.empty()) {

@@ -32,8 +32,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/checkpoint/checkpoint.h"
 #include "core/cache/read_context.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/source/source_dir.h"
 #include "core/status.h"
 
@@ -95,9 +95,11 @@ bool AnyFormatAcceptsFile(std::string_view name);
 // The refusal of a regular file SOURCE no entry accepts (accepts_file).
 Status NotACheckpointFile(const std::string& shown);
 
-// Walks the table over `dir` and reads what wins, chooses its model view (SelectModel,
-// core/checkpoint/model.h, with codec.options().model_key), then (for a directory SOURCE)
-// reads the other files. `shown` names SOURCE in refusals that concern it as a whole.
+// Walks the table over `dir` and reads what wins, refuses it if a tensor name or TF key
+// breaks the one rule for names of every format (TensorNameProblem, core/layout/escape.h),
+// chooses its model view (SelectModel, core/checkpoint/model.h, with
+// codec.options().model_key), then (for a directory SOURCE) reads the other files. `shown`
+// names SOURCE in refusals that concern it as a whole.
 Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, ReadContext& codec,
                                   const std::string& shown);
 

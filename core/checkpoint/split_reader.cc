@@ -64,8 +64,9 @@ Status CheckKeys(const std::vector<std::string>& keys, const std::string& shown,
   std::unordered_set<std::string_view> seen_keys, seen_names;
   names.reserve(keys.size());
   for (const std::string& key : keys) {
-    if (key.find('\0') != std::string::npos) {
-      return Status::Corruption(shown + ": a key contains a NUL byte");
+    if (const std::string problem = TensorNameProblem(key); !problem.empty()) {
+      return Status::Corruption(shown + ": key \"" + key.substr(0, 200) + "\": " + problem +
+                                " (names become paths)");
     }
     if (!seen_keys.insert(key).second) {
       return Status::Corruption(shown + ": key \"" + key + "\" is listed twice");

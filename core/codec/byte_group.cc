@@ -199,6 +199,14 @@ Status ParseByteGroupRecord(std::span<const uint8_t> payload, const std::string&
                                 " regions: none, or more than the record holds");
     }
     Frame& f = index.frames[frame];
+    // Only the checksum of the original bytes tells a lying record from a sound one (see the
+    // header); `pack --byte-group` always writes checksums, so a grouped frame without one
+    // is refused rather than un-grouped blind.
+    if (!f.checksum) {
+      return Status::Corruption(at +
+                                "grouped, but the seek table has no checksums to check "
+                                "un-grouping against");
+    }
     f.first_region = static_cast<uint32_t>(regions.size());
     f.region_count = count;
     uint64_t end = 0;

@@ -21,7 +21,8 @@
 // (a region over bytes that were never grouped, a wrong element size) fails the checksum
 // instead of serving wrong bytes, and a reader that ignores the record (an older ckptfs, the
 // contrib seekable decoder) reports a checksum mismatch on grouped frames rather than
-// handing out grouped bytes as the shard's.
+// handing out grouped bytes as the shard's. The checksums are therefore required: a grouped
+// frame in a seek table without them is refused at open.
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -80,9 +81,9 @@ std::string BuildByteGroupRecord(std::span<const std::vector<GroupRegion>> regio
 // checking it against `index`'s data frames, and attaches the regions to them
 // (Frame::first_region/region_count, FrameIndex::regions). Corruption naming the shard and,
 // where one is to blame, the frame: a frame that does not exist or comes twice or out of
-// order, a region past the frame or overlapping the previous one, an element size not 2, 4
-// or 8, a length not a multiple of it or zero, a truncated or overlong payload, an unknown
-// version.
+// order, a grouped frame without a checksum, a region past the frame or overlapping the
+// previous one, an element size not 2, 4 or 8, a length not a multiple of it or zero, a
+// truncated or overlong payload, an unknown version.
 Status ParseByteGroupRecord(std::span<const uint8_t> payload, const std::string& name,
                             FrameIndex& index);
 

@@ -24,6 +24,11 @@ std::string PercentSlash(std::string_view text) {
 
 }  // namespace
 
+std::string TensorNameProblem(std::string_view name) {
+  if (name.find('\0') != std::string_view::npos) return "it holds a NUL byte";
+  return "";
+}
+
 std::string EscapeComponent(std::string_view component) {
   if (component.empty()) return "%";
   if (component == ".") return "%2E";

@@ -4,7 +4,7 @@
 // and each component is escaped so that no name can leave tensors/ or collide with
 // another: '%' -> "%25", '/' -> "%2F", a component "." or ".." -> "%2E" / "%2E%2E", an
 // empty component (from "a..b") -> "%". The mapping is injective. NUL bytes are refused
-// earlier, by the parser.
+// before, by TensorNameProblem, for every format.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,12 @@
 #include <vector>
 
 namespace ckptfs {
+
+// Empty if `name` (a tensor name or raw key, from any format's parser) may name files,
+// else why not: it holds a NUL byte, which every path, listing and xattr would cut short,
+// so that two tensors could meet. One rule for every format: ReadCheckpoint
+// (core/checkpoint/formats.h) refuses a checkpoint with such a name, whatever its format.
+std::string TensorNameProblem(std::string_view name);
 
 std::string EscapeComponent(std::string_view component);
 
@@ -30,7 +36,7 @@ std::vector<std::string> TfTensorPathComponents(std::string_view key);
 // is its first kSplitPrefixBytes bytes, '~', the 16 lowercase hex digits of the key's
 // FNV-1a 64 and ".pt" (kSplitHashedSize bytes). Short names are injective; hashed ones
 // are told apart by the hash, so two keys meeting there is a refusal (reader) or a note
-// (view). NUL bytes are refused earlier, by the parsers.
+// (view). NUL bytes are refused earlier (TensorNameProblem).
 inline constexpr size_t kMaxFileName = 255;
 inline constexpr size_t kSplitPrefixBytes = 200;
 inline constexpr size_t kSplitHashedSize = kSplitPrefixBytes + 1 + 16 + 3;

@@ -408,15 +408,20 @@ CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
 }  // namespace
 
 void HttpSource::SetValidator(const std::string& etag, const std::string& last_modified) {
-  // A weak ETag cannot be matched strongly; fall back on the modification time.
   if (!etag.empty() && etag.rfind("W/", 0) != 0) {
     validator_ = etag;
     validator_header_ = "If-Match: " + etag;
     validator_is_etag_ = true;
-  } else if (!last_modified.empty()) {
-    validator_ = last_modified;
-    validator_header_ = "If-Unmodified-Since: " + last_modified;
+    return;
   }
+  // A weak ETag cannot be sent as If-Match (which compares strongly: it would never
+  // match), and neither it nor a time to the second proves the bytes alone: every one the
+  // server gives is compared on every answer, so a change of any of them is seen.
+  weak_etag_ = etag;
+  last_modified_ = last_modified;
+  if (!last_modified.empty()) validator_header_ = "If-Unmodified-Since: " + last_modified;
+  validator_ = weak_etag_;
+  if (!last_modified_.empty()) validator_ += (validator_.empty() ? "" : " ") + last_modified_;
 }
 
 namespace {
@@ -499,11 +504,21 @@ std::unique_ptr<HttpSource> HttpSource::FromListing(std::string url, std::string
   source->size_ = size;
   source->mtime_ = mtime;
   source->SetValidator(etag, "");
+  if (!source->validator_is_etag_ && mtime.tv_sec > 0) {
+    // S3 always lists a LastModified; in ISO 8601, where answers give an HTTP date: the two
+    // are compared as times, to the second.
+    source->listed_mtime_ = mtime.tv_sec;
+    const std::string listed = "listed " + std::to_string(mtime.tv_sec);
+    source->validator_ += (source->validator_.empty() ? "" : " ") + listed;
+  }
   return source;
 }
 
 std::string HttpSource::Identity() const {
-  return RedactedUrl(url_) + "\n" + validator_ + "\n" + std::to_string(size_);
+  // A weak ETag (or a listing's time) is compared on every answer but names no bytes for
+  // caches to keep across mounts: only a strong ETag or a Last-Modified does, as before.
+  return RedactedUrl(url_) + "\n" + (validator_is_etag_ ? validator_ : last_modified_) + "\n" +
+         std::to_string(size_);
 }
 
 Result<HttpResponse> HttpGet(const std::string& url, const std::string& name,
@@ -550,12 +565,42 @@ Result<HttpResponse> HttpGet(const std::string& url, const std::string& name,
 
 namespace {
 
+// What the answers for one object must repeat (HttpSource's members of the same names).
+struct Validators {
+  const std::string& strong_etag;  // empty: none
+  const std::string& weak_etag;
+  const std::string& last_modified;
+  time_t listed_mtime = 0;
+};
+
+// Why the validators `t` carries are not those of the mounted version, or empty.
+std::string ValidatorChange(const Validators& v, const Transfer& t) {
+  auto changed = [](const char* header, const std::string& said, const std::string& was) {
+    return std::string(header) + " " + (said.empty() ? "missing" : said.substr(0, 100)) + ", was " +
+           was.substr(0, 100);
+  };
+  if (!v.strong_etag.empty()) {
+    return t.etag == v.strong_etag ? "" : changed("ETag", t.etag, v.strong_etag);
+  }
+  if (!v.weak_etag.empty() && t.etag != v.weak_etag) return changed("ETag", t.etag, v.weak_etag);
+  if (!v.last_modified.empty() && t.last_modified != v.last_modified) {
+    return changed("Last-Modified", t.last_modified, v.last_modified);
+  }
+  if (v.listed_mtime > 0 && !t.last_modified.empty()) {
+    const time_t said = curl_getdate(t.last_modified.c_str(), nullptr);
+    if (said != v.listed_mtime) {
+      return changed("Last-Modified", t.last_modified,
+                     "the listing's " + std::to_string(v.listed_mtime) + " s since 1970");
+    }
+  }
+  return "";
+}
+
 // Whether a 200 or 206 answer is the bytes [offset, offset + length) of the version of the
-// object that was mounted (`validator`: its ETag, else Last-Modified). Every check is on
-// what the server said about the bytes, before any of them is used.
-Status CheckAnswer(const std::string& name, uint64_t size, const std::string& validator,
-                   bool validator_is_etag, long code, const Transfer& t, uint64_t offset,
-                   uint64_t length) {
+// object that was mounted (its size and `validators`). Every check is on what the server
+// said about the bytes, before any of them is used.
+Status CheckAnswer(const std::string& name, uint64_t size, const Validators& validators, long code,
+                   const Transfer& t, uint64_t offset, uint64_t length) {
   const std::string asked = std::to_string(offset) + "-" + std::to_string(offset + length - 1) +
                             "/" + std::to_string(size);
   auto mismatch = [&](const std::string& what) {
@@ -582,14 +627,9 @@ Status CheckAnswer(const std::string& name, uint64_t size, const std::string& va
   if (t.got != length) {
     return mismatch("is short (" + std::to_string(t.got) + " bytes)");
   }
-  if (!validator.empty()) {
-    const std::string& said = validator_is_etag ? t.etag : t.last_modified;
-    if (said != validator) {
-      const char* header = validator_is_etag ? "ETag" : "Last-Modified";
-      return Status::IoError(name + ": changed on the server since it was mounted (" + header +
-                             " " + (said.empty() ? "missing" : said.substr(0, 100)) + ", was " +
-                             validator.substr(0, 100) + "); not served");
-    }
+  if (const std::string change = ValidatorChange(validators, t); !change.empty()) {
+    return Status::IoError(name + ": changed on the server since it was mounted (" + change +
+                           "); not served");
   }
   return Status::Ok();
 }
@@ -668,7 +708,10 @@ Status HttpSource::Fetch(uint64_t offset, std::span<uint8_t> out, Clock::time_po
       return Status::IoError(name_ + ": the server does not honour range requests");
     }
     if (rc == CURLE_OK && (code == 206 || code == 200)) {
-      return CheckAnswer(name_, size_, validator_, validator_is_etag_, code, t, offset, out.size());
+      static const std::string kNone;
+      const Validators validators{validator_is_etag_ ? validator_ : kNone, weak_etag_,
+                                  last_modified_, listed_mtime_};
+      return CheckAnswer(name_, size_, validators, code, t, offset, out.size());
     }
     if (!retry || !Retryable(rc, code) || Clock::now() + backoff >= deadline) {
       *timed_out = rc == CURLE_OPERATION_TIMEDOUT;

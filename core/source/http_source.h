@@ -1,14 +1,18 @@
 // HttpSource: one object on an HTTP(S) server, read with range GETs (libcurl).
 //
-// Open() asks for the object's size and validator (ETag, else Last-Modified) with one
-// HEAD. Every ReadAt is then one `Range:` GET carrying `If-Match` (or
-// `If-Unmodified-Since`), and the answer is checked whole before a byte of it is used: a
-// 206 whose Content-Range is exactly the bytes asked for out of the object's size (or a
-// 200 for a read of the whole object), of exactly that length, whose ETag (or
-// Last-Modified) is the one seen at mount. Servers that ignore If-Match exist (s3rver),
-// so the answer's own validator is what proves the bytes are of the mounted version. Any
-// mismatch is an IoError (EIO) naming the object, never bytes: an object replaced after
-// mount, or a server answering from the wrong offset, is never served.
+// Open() asks for the object's size and validators (ETag, Last-Modified) with one HEAD.
+// Every ReadAt is then one `Range:` GET carrying `If-Match` for a strong ETag (else
+// `If-Unmodified-Since` for a Last-Modified), and the answer is checked whole before a
+// byte of it is used: a 206 whose Content-Range is exactly the bytes asked for out of the
+// object's size (or a 200 for a read of the whole object), of exactly that length, and
+// whose validators are the ones seen at mount: the strong ETag where there is one, else
+// every one the server gave (a weak ETag, Last-Modified; both where it gave both). Servers
+// that ignore If-Match exist (s3rver), so the answer's own validators are what prove the
+// bytes are of the mounted version. Any mismatch is an IoError (EIO) naming the object,
+// never bytes: an object replaced after mount, or a server answering from the wrong
+// offset, is never served. A server that gives neither ETag nor Last-Modified leaves the
+// size as the only thing to compare (HasValidator() false): a replacement of the same
+// size cannot be told, which the mount says in a warning (docs/remote.md).
 //
 // Connections are kept alive: finished handles go back to one pool shared by every
 // source of the process, and the next read of any object reuses one, so a stream of
@@ -117,7 +121,9 @@ class HttpSource final : public ByteSource {
                                                   HttpOptions options = {},
                                                   std::string shown_url = {});
   // An object whose size, ETag and modification time are already known (from an S3
-  // listing): makes no request. An empty or weak `etag` leaves reads unconditional.
+  // listing): makes no request. An empty or weak `etag` leaves reads unconditional; each
+  // answer's ETag (a weak one) and Last-Modified (to the second, against `mtime`) are then
+  // compared with the listing's.
   static std::unique_ptr<HttpSource> FromListing(std::string url, std::string name, uint64_t size,
                                                  const std::string& etag, HttpOptions options = {},
                                                  struct timespec mtime = {});
@@ -139,10 +145,15 @@ class HttpSource final : public ByteSource {
   // retry comes within milliseconds; a reader asking again later asks the server.
   static constexpr std::chrono::milliseconds kRecentFailureWindow{2000};
 
-  // "URL\nVALIDATOR\nSIZE": the URL without credentials, the ETag (else Last-Modified,
-  // else empty) and the size in bytes. Equal identities mean the same bytes: a key for
-  // caches of fetched bytes.
+  // "URL\nVALIDATOR\nSIZE": the URL without credentials, the strong ETag (else
+  // Last-Modified, else empty: a weak ETag is compared on reads but names no bytes) and
+  // the size in bytes. Equal identities mean the same bytes: a key for caches of fetched
+  // bytes.
   std::string Identity() const override;
+
+  // Whether the server gave anything besides the size to tell a replaced object from the
+  // mounted one (an ETag, strong or weak, or a Last-Modified).
+  bool HasValidator() const { return !validator_.empty(); }
 
  private:
   class Handle;
@@ -172,9 +183,15 @@ class HttpSource final : public ByteSource {
   std::string name_;
   HttpOptions options_;
   uint64_t size_ = 0;
-  std::string validator_;         // the ETag or Last-Modified value, or empty
-  std::string validator_header_;  // "If-Match: ..." or "If-Unmodified-Since: ...", or empty
-  bool validator_is_etag_ = false;
+  // What each answer must repeat (see the top of this file). Without a strong ETag,
+  // `weak_etag_` and `last_modified_` are each compared when the server gave them, and
+  // `listed_mtime_` (from an S3 listing) against the answer's Last-Modified.
+  std::string validator_;           // the strong ETag; else all that is compared, for HasValidator
+  std::string validator_header_;    // "If-Match: ..." or "If-Unmodified-Since: ...", or empty
+  bool validator_is_etag_ = false;  // validator_ is a strong ETag
+  std::string weak_etag_;
+  std::string last_modified_;
+  time_t listed_mtime_ = 0;
   struct timespec mtime_ = {};
   std::atomic<bool> opening_{true};
   mutable std::mutex failures_mu_;

@@ -18,8 +18,18 @@ namespace ckptfs {
 namespace {
 
 // An object read through the block cache, the disk cache and parallel fetches once the
-// mount serves (see RemoteSource).
+// mount serves (see RemoteSource). The first object of a mount whose server gives nothing
+// but its size to compare is said once (a warning), for the mount and for `inspect`.
 std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, ReadContext& codec) {
+  if (!object->HasValidator() &&
+      codec.unvalidated_objects.fetch_add(1, std::memory_order_relaxed) == 0 &&
+      codec.options().warn) {
+    const std::string url = object->Identity().substr(0, object->Identity().find('\n'));
+    codec.options().warn(object->Name() + ": " + url +
+                         ": the server gives no ETag or Last-Modified, so an object replaced "
+                         "by one of the same size cannot be detected (only sizes are "
+                         "compared; see docs/remote.md)");
+  }
   std::string identity = object->Identity();
   const std::chrono::milliseconds timeout = object->timeout();
   return std::make_unique<RemoteSource>(std::move(object), std::move(identity), codec,

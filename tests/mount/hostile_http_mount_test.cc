@@ -254,6 +254,84 @@ TEST_F(HostileHttpTest, ObjectChangedBehindIgnoredIfMatchGivesEio) {
   EXPECT_NE(r.err.find("Input/output error"), std::string::npos) << r.Describe();
   r = RunProcess({"cat", mountpoint + "/config.json"}, seconds(30));
   EXPECT_EQ(r.exit_code, 0) << "the daemon must stay up; " << r.Describe();
+  // The strong ETag went out as If-Match on every range GET (the server ignored it).
+  size_t gets = 0;
+  for (const std::string& line : Requests()) {
+    if (line.find("\"method\": \"GET\"") == std::string::npos ||
+        line.find("\"Range\"") == std::string::npos) {
+      continue;
+    }
+    ++gets;
+    EXPECT_NE(line.find("\"If-Match\": \"\\\""), std::string::npos) << line;
+  }
+  EXPECT_GT(gets, 0u);
+}
+
+// (issue 22) Servers with no strong ETag: a weak ETag (and a Last-Modified that never
+// changes), or no validator at all. A read, then the object replaced (same size under a
+// weak ETag; a new size without validators, where the size is all there is), then a read
+// of a range not read before: EIO with a log line naming the file, never the new bytes.
+// Without validators the mount says so on stderr, and inspect in its output.
+TEST_F(HostileHttpTest, ObjectReplacedWithoutAStrongValidatorGivesEio) {
+  const std::vector<std::string> shards = GenerateShards(2);
+  ASSERT_EQ(shards.size(), 2u);
+  const std::string& shard = shards[0];
+  const std::string path = www_ + "/ckpt/" + shard;
+  const std::string original = ReadTextFile(path);
+  for (const std::string mode : {"weak-etag", "no-validators"}) {
+    SCOPED_TRACE(mode);
+    { std::ofstream(path, std::ios::binary | std::ios::trunc) << original; }
+    SetMode(mode);
+    const ProcessResult inspect = RunProcess({kCkptfs, "inspect", Url("ckpt/")}, seconds(30));
+    EXPECT_EQ(inspect.exit_code, 0) << inspect.Describe();
+    const bool warned = inspect.out.find("warning  ") != std::string::npos &&
+                        inspect.out.find("no ETag or Last-Modified") != std::string::npos;
+    EXPECT_EQ(warned, mode == "no-validators") << inspect.Describe();
+
+    const std::string mountpoint = scratch_->MakeDir("mnt-" + mode);
+    const std::string log = scratch_->Path("daemon-" + mode + ".log");
+    mounts_.push_back(mountpoint);
+    const ProcessResult r = RunProcess(
+        {kCkptfs, "mount", "--timeout", "2", "--log-file", log, Url("ckpt/"), mountpoint},
+        kMountTimeout);
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    const std::string served = mountpoint + "/shards/" + shard;
+    // The header's first 4 KiB, read while the object is the mounted one.
+    ProcessResult first = RunProcess(
+        {"dd", "if=" + served, "of=/dev/null", "bs=4k", "count=1", "iflag=direct"}, seconds(30));
+    EXPECT_EQ(first.exit_code, 0) << first.Describe();
+    constexpr size_t kLater = 3u << 20;  // the last MiB block: not read before
+    ASSERT_GT(original.size(), kLater + 4096);
+    {
+      std::string replaced = original;
+      for (size_t i = kLater; i < replaced.size(); ++i) {
+        replaced[i] = static_cast<char>(~replaced[i]);
+      }
+      if (mode == "no-validators") replaced += "grown";
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << replaced;
+    }
+    // Only the replaced object's bytes could answer this range.
+    const std::string later_out = scratch_->Path("later-" + mode);
+    ProcessResult later =
+        RunProcess({"dd", "if=" + served, "of=" + later_out, "bs=4k",
+                    "skip=" + std::to_string(kLater / 4096), "count=16", "iflag=direct"},
+                   seconds(30));
+    EXPECT_NE(later.exit_code, 0) << "the new bytes must not be served; " << later.Describe();
+    EXPECT_NE(later.err.find("Input/output error"), std::string::npos) << later.Describe();
+    const std::string got = ReadTextFile(later_out);
+    EXPECT_EQ(got, original.substr(kLater, got.size())) << "bytes of the new object were served";
+    EXPECT_EQ(Ckptfs({"umount", mountpoint}, seconds(10)).exit_code, 0);
+    const std::string daemon_log = ReadTextFile(log);
+    // The warning goes to the terminal while the mount starts, or to the log once detached.
+    EXPECT_EQ((r.err + daemon_log).find("no ETag or Last-Modified") != std::string::npos,
+              mode == "no-validators")
+        << r.Describe() << daemon_log;
+    EXPECT_NE(daemon_log.find(shard), std::string::npos) << daemon_log;
+    EXPECT_NE(daemon_log.find(mode == "weak-etag" ? "changed on the server" : "is bytes"),
+              std::string::npos)
+        << daemon_log;
+  }
+  { std::ofstream(path, std::ios::binary | std::ios::trunc) << original; }
 }
 
 // (item 7) A 206 of the right length from the wrong offset, or with a Content-Range whose

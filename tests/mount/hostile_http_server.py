@@ -16,6 +16,9 @@ a test can mount against a sound server and then turn it hostile:
   redirect      answer everything with 307 to the same path on --redirect-port
   auth          serve correctly, but only requests with basic auth someone:hunter2
                 (401 to the rest)
+  no-validators serve correctly, but with neither ETag nor Last-Modified
+  weak-etag     serve correctly, with a weak ETag from each file's content and a
+                Last-Modified that never changes (so only the ETag tells a new file)
 
 The --redirect-port listener (same process) answers 404 to everything. Every request on
 either port is appended to LOG as one JSON object a line: port, method, raw path, the
@@ -113,9 +116,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with open(file_path, "rb") as f:
             data = f.read()
         size = len(data)
-        headers = [("ETag", '"%s"' % hashlib.md5(data).hexdigest()),
+        etag = '"%s"' % hashlib.md5(data).hexdigest()
+        headers = [("ETag", "W/" + etag if mode == "weak-etag" else etag),
                    ("Last-Modified", "Thu, 01 Jan 2015 00:00:00 GMT"),
                    ("Accept-Ranges", "bytes")]
+        if mode == "no-validators":
+            headers = headers[2:]
         match = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
         if not match or self.command == "HEAD":
             self.Answer(200, headers + [("Content-Length", str(size))], data)

@@ -70,7 +70,7 @@ TEST(ByteGroupTest, RegionsKeepWholeElementsOfTheirRun) {
 // table.
 std::string BuildShard(const std::vector<std::vector<uint8_t>>& frames,
                        const std::vector<std::vector<uint8_t>>& originals,
-                       const std::string& record) {
+                       const std::string& record, bool with_checksums = true) {
   std::string out;
   std::vector<Frame> table;
   for (size_t i = 0; i < frames.size(); ++i) {
@@ -90,7 +90,7 @@ std::string BuildShard(const std::vector<std::vector<uint8_t>>& frames,
     table.push_back(f);
     out += record;
   }
-  return out + BuildSeekTable(table, true);
+  return out + BuildSeekTable(table, with_checksums);
 }
 
 Result<std::unique_ptr<ZstdSource>> OpenShard(const std::string& bytes) {
@@ -205,6 +205,29 @@ TEST_F(HostileRecordTest, ARecordThatLiesFailsTheChecksumOnRead) {
   EXPECT_NE(mismatched.status().message().find("does not match its seek table entry"),
             std::string::npos)
       << mismatched.status().message();
+}
+
+TEST_F(HostileRecordTest, RefusesAGroupedFrameWithoutAChecksum) {
+  // Without checksums a record that lies (BF16 recorded where F32 was grouped) could not be
+  // caught on read: the open refuses it, naming the shard and the frame.
+  for (const uint8_t element : {uint8_t{2}, uint8_t{4}}) {
+    auto src = OpenShard(
+        BuildShard(grouped_, originals_,
+                   RawRecord(Le32(1) + Le32(1) + Le32(1) + Le32(1) + Region(96, 4000, element)),
+                   /*with_checksums=*/false));
+    ASSERT_FALSE(src.ok());
+    EXPECT_EQ(src.status().code(), Status::Code::kCorruption);
+    EXPECT_NE(src.status().message().find("s.safetensors.zst: byte-group record: frame 1: "
+                                          "grouped, but the seek table has no checksums"),
+              std::string::npos)
+        << src.status().message();
+  }
+  // The same shard without a record, and so nothing grouped, needs no checksums.
+  auto plain = OpenShard(BuildShard(originals_, originals_, "", /*with_checksums=*/false));
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  std::vector<uint8_t> out(8192);
+  ASSERT_TRUE((*plain)->ReadAt(0, out).ok());
+  EXPECT_TRUE(std::equal(originals_[1].begin(), originals_[1].end(), out.begin() + 4096));
 }
 
 TEST_F(HostileRecordTest, RefusesAGroupedFrameTheStreamPathWouldDecode) {

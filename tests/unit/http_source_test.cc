@@ -1,16 +1,21 @@
 // HttpSource without a server worth the name: how names become URL segments, how a
 // Content-Range is read, and the time limits against a listener that never answers.
-// Answers checked against the request (wrong offset, ETag) are covered end to end by
-// tests/mount/hostile_http_mount_test.cc.
+// Answers checked against the mounted version (validators, size) against a small
+// loopback server here; wrong offsets end to end in tests/mount/hostile_http_mount_test.cc.
 #include "core/source/http_source.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/source/remote_source.h"
@@ -198,6 +203,205 @@ TEST(HttpSourceTimeLimits, ARefusedRangeIsTriedOnceMoreWithoutRetries) {
   start = Clock::now();
   EXPECT_FALSE(source->ReadAt(0, buf).ok());
   EXPECT_LT(Clock::now() - start, milliseconds(200));
+}
+
+// A loopback HTTP server serving one object whose bytes and validator headers a test may
+// change at any time; one request per connection (Connection: close). Ranges are
+// honoured; If-Match is ignored, as s3rver does, so only the answer's own headers can
+// tell a replaced object. Every request's head is kept.
+class ObjectServer {
+ public:
+  ObjectServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::listen(fd_, 64) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+      thread_ = std::thread([this] { Serve(); });
+    }
+  }
+  ~ObjectServer() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  std::string Url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/obj"; }
+  int port() const { return port_; }
+  // The object from now on: its bytes and its validator header lines ("ETag: W/\"1\"\r\n").
+  void Set(std::string body, std::string headers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    body_ = std::move(body);
+    headers_ = std::move(headers);
+  }
+  std::vector<std::string> Requests() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      std::string request;
+      char buf[4096];
+      while (request.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        request.append(buf, static_cast<size_t>(n));
+      }
+      const std::string answer = Answer(request);
+      for (size_t done = 0; done < answer.size();) {
+        const ssize_t n = ::send(c, answer.data() + done, answer.size() - done, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        done += static_cast<size_t>(n);
+      }
+      ::close(c);
+    }
+  }
+  std::string Answer(const std::string& request) {
+    std::lock_guard<std::mutex> lock(mu_);
+    requests_.push_back(request);
+    const bool head = request.rfind("HEAD ", 0) == 0;
+    std::string status = "200 OK", range_header, body = body_;
+    unsigned long long first = 0, last = 0;
+    const size_t r = request.find("Range: bytes=");
+    if (!head && r != std::string::npos &&
+        std::sscanf(request.c_str() + r, "Range: bytes=%llu-%llu", &first, &last) == 2 &&
+        first <= last && first < body_.size()) {
+      last = std::min<unsigned long long>(last, body_.size() - 1);
+      status = "206 Partial Content";
+      range_header = "Content-Range: bytes " + std::to_string(first) + "-" + std::to_string(last) +
+                     "/" + std::to_string(body_.size()) + "\r\n";
+      body = body_.substr(first, last - first + 1);
+    }
+    return "HTTP/1.1 " + status + "\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\nConnection: close\r\n" + range_header + headers_ + "\r\n" + (head ? "" : body);
+  }
+
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::string body_, headers_;         // guarded by mu_
+  std::vector<std::string> requests_;  // guarded by mu_
+};
+
+constexpr char kLastModified[] = "Last-Modified: Thu, 01 Jan 2015 00:00:00 GMT\r\n";
+
+// Reads bytes [0, 100) of `source`: their status, and the bytes in `out`.
+Status ReadHead(const HttpSource& source, std::string* out) {
+  std::vector<uint8_t> buf(100);
+  Status s = source.ReadAt(0, buf);
+  out->assign(buf.begin(), buf.end());
+  return s;
+}
+
+// Without a strong ETag, every validator the server gave at open is compared on every
+// answer: a weak ETag that changes is EIO even where Last-Modified stays the same (it was
+// the only one compared before, so the new bytes were served), and a Last-Modified that
+// changes is EIO even where the weak ETag stays.
+TEST(HttpSourceValidators, WithoutAStrongETagEveryValidatorGivenIsCompared) {
+  struct Case {
+    const char* what;
+    std::string before, after, expect;
+  } cases[] = {
+      {"weak ETag alone", "ETag: W/\"1\"\r\n", "ETag: W/\"2\"\r\n", "ETag W/\"2\", was W/\"1\""},
+      {"weak ETag, same Last-Modified", std::string("ETag: W/\"1\"\r\n") + kLastModified,
+       std::string("ETag: W/\"2\"\r\n") + kLastModified, "ETag W/\"2\", was W/\"1\""},
+      {"Last-Modified, same weak ETag", std::string("ETag: W/\"1\"\r\n") + kLastModified,
+       "ETag: W/\"1\"\r\nLast-Modified: Fri, 02 Jan 2015 00:00:00 GMT\r\n",
+       "Last-Modified Fri, 02 Jan 2015 00:00:00 GMT, was Thu, 01 Jan 2015"},
+      {"weak ETag dropped", "ETag: W/\"1\"\r\n", "", "ETag missing, was W/\"1\""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ObjectServer server;
+    ASSERT_NE(server.port(), 0);
+    const std::string v1(4096, 'a'), v2(4096, 'b');  // same size: only validators tell
+    server.Set(v1, c.before);
+    auto source = HttpSource::Open(server.Url(), "obj", HttpOptions{});
+    ASSERT_TRUE(source.ok()) << source.status().message();
+    EXPECT_TRUE((*source)->HasValidator());
+    (*source)->BeginServing();
+    std::string got;
+    ASSERT_TRUE(ReadHead(**source, &got).ok());
+    EXPECT_EQ(got, v1.substr(0, 100));
+    server.Set(v2, c.after);
+    const Status s = ReadHead(**source, &got);
+    EXPECT_EQ(s.code(), Status::Code::kIoError);
+    EXPECT_EQ(s.errno_value(), EIO);
+    EXPECT_NE(s.message().find("obj: changed on the server since it was mounted (" + c.expect),
+              std::string::npos)
+        << s.message();
+    // A weak ETag is never sent as If-Match, which compares strongly and never matches.
+    for (const std::string& request : server.Requests()) {
+      EXPECT_EQ(request.find("If-Match"), std::string::npos) << request;
+    }
+  }
+}
+
+// A strong ETag is sent as If-Match, and compared on the answer as well, for servers that
+// ignore If-Match.
+TEST(HttpSourceValidators, AStrongETagIsSentAsIfMatchAndCompared) {
+  ObjectServer server;
+  ASSERT_NE(server.port(), 0);
+  server.Set(std::string(4096, 'a'), std::string("ETag: \"v1\"\r\n") + kLastModified);
+  auto source = HttpSource::Open(server.Url(), "obj", HttpOptions{});
+  ASSERT_TRUE(source.ok()) << source.status().message();
+  std::string got;
+  ASSERT_TRUE(ReadHead(**source, &got).ok());
+  const std::vector<std::string> requests = server.Requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_NE(requests[1].find("If-Match: \"v1\"\r\n"), std::string::npos) << requests[1];
+  server.Set(std::string(4096, 'b'), std::string("ETag: \"v2\"\r\n") + kLastModified);
+  const Status s = ReadHead(**source, &got);
+  EXPECT_EQ(s.code(), Status::Code::kIoError);
+  EXPECT_NE(s.message().find("(ETag \"v2\", was \"v1\")"), std::string::npos) << s.message();
+}
+
+// A server that gives neither ETag nor Last-Modified: HasValidator says so (the mount
+// warns), and the size is still compared on every answer.
+TEST(HttpSourceValidators, WithoutValidatorsTheSizeIsStillCompared) {
+  ObjectServer server;
+  ASSERT_NE(server.port(), 0);
+  server.Set(std::string(4096, 'a'), "");
+  auto source = HttpSource::Open(server.Url(), "obj", HttpOptions{});
+  ASSERT_TRUE(source.ok()) << source.status().message();
+  EXPECT_FALSE((*source)->HasValidator());
+  EXPECT_EQ((*source)->Identity(), server.Url() + "\n\n4096");
+  std::string got;
+  ASSERT_TRUE(ReadHead(**source, &got).ok());
+  server.Set(std::string(5000, 'b'), "");
+  const Status s = ReadHead(**source, &got);
+  EXPECT_EQ(s.code(), Status::Code::kIoError);
+  EXPECT_NE(s.message().find("is bytes 0-99/5000"), std::string::npos) << s.message();
+}
+
+// An S3 listing without a strong ETag: each answer's Last-Modified is compared with the
+// listing's time, to the second.
+TEST(HttpSourceValidators, AListedObjectWithoutStrongETagComparesItsTime) {
+  ObjectServer server;
+  ASSERT_NE(server.port(), 0);
+  server.Set(std::string(4096, 'a'), kLastModified);  // 1420070400
+  auto source = HttpSource::FromListing(server.Url(), "obj", 4096, "", HttpOptions{},
+                                        timespec{1420070400, 0});
+  EXPECT_TRUE(source->HasValidator());
+  std::string got;
+  ASSERT_TRUE(ReadHead(*source, &got).ok());
+  server.Set(std::string(4096, 'b'), "Last-Modified: Thu, 01 Jan 2015 00:01:00 GMT\r\n");
+  const Status s = ReadHead(*source, &got);
+  EXPECT_EQ(s.code(), Status::Code::kIoError);
+  EXPECT_NE(s.message().find("changed on the server since it was mounted (Last-Modified"),
+            std::string::npos)
+      << s.message();
 }
 
 TEST(UrlPasswordProblem, RefusesPasswordsNeverShowsThem) {

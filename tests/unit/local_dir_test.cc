@@ -213,6 +213,30 @@ TEST_F(LocalDirTest, FifoIsRefusedWithoutBlocking) {
       << ckpt.status().message();
 }
 
+// A shard stored compressed is looked for as NAME.zst: a FIFO there is refused as a FIFO,
+// as under its plain name, never as a missing shard.
+TEST_F(LocalDirTest, FifoZstShardIsRefusedAsAFifo) {
+  const std::string fifo = src_ + "/model-00001-of-00001.safetensors.zst";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  WriteIndex(src_, "model-00001-of-00001.safetensors");
+  const auto start = std::chrono::steady_clock::now();
+  auto ckpt = OpenCheckpoint(src_, TestCodec());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  ASSERT_FALSE(ckpt.ok());
+  EXPECT_EQ(ckpt.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(
+      ckpt.status().message().find("model-00001-of-00001.safetensors.zst: a FIFO, not served"),
+      std::string::npos)
+      << ckpt.status().message();
+  EXPECT_EQ(ckpt.status().message().find("missing"), std::string::npos) << ckpt.status().message();
+  // A shard that is simply absent is still missing.
+  ASSERT_EQ(::unlink(fifo.c_str()), 0);
+  auto absent = OpenCheckpoint(src_, TestCodec());
+  ASSERT_FALSE(absent.ok());
+  EXPECT_NE(absent.status().message().find("is missing"), std::string::npos)
+      << absent.status().message();
+}
+
 TEST_F(LocalDirTest, HubCacheSnapshotLinksIntoItsBlobs) {
   // ~/.cache/huggingface/hub/models--org--name/{blobs,snapshots/REV}
   const std::string repo = root_ + "/hub/models--org--name";

@@ -231,7 +231,8 @@ TEST(SplitReader, Refusals) {
 
   auto nul = files;
   nul["map.pt"] = MapFile({"a", std::string("b\0c", 3)});
-  EXPECT_THAT(Refusal(nul), HasSubstr("map.pt: a key contains a NUL byte"));
+  EXPECT_THAT(Refusal(nul),
+              HasSubstr("map.pt: key \"b\\x00c\": it holds a NUL byte (names become paths)"));
 
   // A list holding something else than str.
   auto ints = files;

@@ -571,5 +571,27 @@ TEST(TfReaderTest, TwoKeysOneNameRefusedNamingBoth) {
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
+// A TF key is any bytes, but names become paths: a key holding NUL is refused as a
+// safetensors or torch name holding one is (TensorNameProblem), naming the index.
+TEST(TfReaderTest, KeyHoldingNulRefusedAsInEveryFormat) {
+  const fs::path dir = kScratch.dir / "nul";
+  const std::string cmd =
+      "cd " CKPTFS_SOURCE_DIR
+      "/scripts && /usr/bin/python3 -c 'import make_tf_checkpoint as m; "
+      "b = m.Bundle(); b.add(b\"a\\x00b\", \"F32\", [2]); b.add(b\"c\", \"F32\", [2]); "
+      "b.write(\"" +
+      dir.string() + "\", \"ckpt\")'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestCodec());
+  ASSERT_FALSE(ckpt.ok());
+  const std::string& message = ckpt.status().message();
+  EXPECT_EQ(ckpt.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(message.find("ckpt.index: tensor \"a\\x00b\": it holds a NUL byte (names become "
+                         "paths)"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace ckptfs::tf
