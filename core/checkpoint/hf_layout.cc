@@ -118,6 +118,26 @@ std::string TorchWeightName(std::string_view file) {
   return std::string();
 }
 
+std::optional<HfShardNumber> HfShardOf(std::string_view name) {
+  name = StripZst(name);
+  const size_t of = name.rfind("-of-");
+  if (of == std::string_view::npos) return std::nullopt;
+  auto digits = [](std::string_view s) {
+    return !s.empty() && s.size() <= 6 &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const size_t k_at = name.rfind('-', of == 0 ? 0 : of - 1);
+  const size_t dot = name.find('.', of + 4);
+  if (k_at == std::string_view::npos || k_at >= of || dot == std::string_view::npos) {
+    return std::nullopt;
+  }
+  const std::string_view k = name.substr(k_at + 1, of - k_at - 1);
+  const std::string_view n = name.substr(of + 4, dot - of - 4);
+  if (!digits(k) || !digits(n)) return std::nullopt;
+  return HfShardNumber{static_cast<uint32_t>(std::stoul(std::string(k))),
+                       static_cast<uint32_t>(std::stoul(std::string(n)))};
+}
+
 std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout) {
   std::vector<std::string> indexes;
   for (const std::string& f : dir.files) {
@@ -142,7 +162,16 @@ std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout) {
     }
   }
   if (weights.empty()) return std::nullopt;
-  if (weights.size() == 1) return Claim{Claim::Rank::kLoneFile, weights[0]};
+  if (weights.size() == 1) {
+    // save_pretrained writes shard 1, then the others (big ones take seconds each), then
+    // the index: shard 1 alone is a save in progress, not a model missing most tensors.
+    const std::optional<HfShardNumber> shard = HfShardOf(weights[0]);
+    if (!shard || shard->n <= 1) return Claim{Claim::Rank::kLoneFile, weights[0]};
+    return Claim{Claim::Rank::kLoneFile, "",
+                 Status::InvalidArgument(
+                     JoinShown(dir.path, weights[0]) + ": shard " + std::to_string(shard->k) +
+                     " of " + std::to_string(shard->n) + " without its siblings and index json")};
+  }
   if (!layout.preferred_file.empty() &&
       std::binary_search(weights.begin(), weights.end(), layout.preferred_file)) {
     return Claim{Claim::Rank::kLoneFile, std::string(layout.preferred_file)};

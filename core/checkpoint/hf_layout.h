@@ -48,8 +48,18 @@ constexpr std::array<std::string_view, N + std::size(kHfCompanionFiles)> WithHfC
   return all;
 }
 
+// K and N of an HF shard name (`model-00001-of-00002.safetensors`, `.zst` included): one
+// of the N files PreTrainedModel.save_pretrained writes, in order, before the index that
+// joins them. nullopt for any other name (and for K or N of more than 6 digits).
+struct HfShardNumber {
+  uint32_t k = 0, n = 0;
+};
+std::optional<HfShardNumber> HfShardOf(std::string_view name);
+
 // This format's index (Claim::Rank::kNamed; several without the preferred one: a
-// problem), else its lone weights file (kLoneFile; several: a problem), else none.
+// problem), else its lone weights file (kLoneFile; several: a problem), else none. A lone
+// file that is shard K of N > 1 is a problem too: it is a sharded save in progress (or
+// what is left of one), never a checkpoint on its own.
 std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout);
 
 // Reads the claimed index and its shards, or the claimed lone file, into `ckpt`.

@@ -60,6 +60,14 @@ bool IsEntryName(std::string_view name) {
   });
 }
 
+// Files only Trainer._save_checkpoint writes, always before trainer_state.json (training_args.bin
+// is left out: Trainer.save_model writes it too, with no state after it).
+bool IsTrainerStatePart(const std::string& name) {
+  const std::string_view plain = StripZst(name);
+  return plain == "optimizer.pt" || plain == "scheduler.pt" || plain == "scaler.pt" ||
+         (plain.starts_with("rng_state") && plain.ends_with(".pth"));
+}
+
 bool IsTrainerCompanion(std::string_view name) {
   name = StripZst(name);
   if (name.starts_with("rng_state") && name.ends_with(".pth")) return true;
@@ -483,6 +491,8 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
     if (auto info = sub->Info(std::string(kTrainerState)); info.ok()) {
       states.emplace_back(name, info->mtime);
     }
+  } else if (std::any_of(sub->files.begin(), sub->files.end(), IsTrainerStatePart)) {
+    Incomplete(entry, "HF Trainer files without trainer_state.json (written last)");
   }
   if (entry.bytes == 0 && entry.mtime.tv_sec == 0) {
     if (auto info = dir.Info(name); info.ok()) entry.mtime = info->mtime;
@@ -647,6 +657,37 @@ Status BestFromLightning(const SourceDir& dir, RunListing& run) {
   return Status::Ok();
 }
 
+// Saves in progress that the files of each entry alone cannot tell (docs/run-discovery.md,
+// "Saves in progress"), from the order the writers write:
+// - HF Trainer (Trainer._save_checkpoint): the model (save_pretrained), optimizer,
+//   scheduler, RNG state, then trainer_state.json. Where the run's checkpoints carry one, a
+//   `checkpoint-N` directory without it is still being written.
+// - DeepSpeed (DeepSpeedEngine.save_checkpoint): every rank writes its files into the tag
+//   directory, a barrier, then rank 0 writes `latest`. A tag of a higher step than the one
+//   `latest` names is still being written.
+void AwaitSaves(RunListing& run, const TrainerStates& states, const std::string& deepspeed_latest) {
+  static const std::regex kTrainerCheckpoint(R"(checkpoint-\d+)");
+  const bool trainer_run =
+      std::any_of(states.begin(), states.end(), [](const auto& s) { return !s.first.empty(); });
+  for (RunEntry& e : run.entries) {
+    if (!trainer_run || e.kind != RunEntry::Kind::kDirectory ||
+        !std::regex_match(e.name, kTrainerCheckpoint)) {
+      continue;
+    }
+    const bool has_state =
+        std::any_of(states.begin(), states.end(), [&](const auto& s) { return s.first == e.name; });
+    if (!has_state) Incomplete(e, "no trainer_state.json yet (HF Trainer writes it last)");
+  }
+  const RunEntry* named = deepspeed_latest.empty() ? nullptr : Find(run, deepspeed_latest);
+  if (!named || !named->step) return;
+  const uint64_t latest_step = *named->step;
+  for (RunEntry& e : run.entries) {
+    if (e.kind == RunEntry::Kind::kDirectory && e.step && *e.step > latest_step) {
+      Incomplete(e, "being written: the DeepSpeed latest file still names " + deepspeed_latest);
+    }
+  }
+}
+
 void ChooseLatest(RunListing& run, const TfState& tf, const std::string& deepspeed_latest) {
   if (!deepspeed_latest.empty()) {
     if (Usable(Find(run, deepspeed_latest))) {
@@ -780,6 +821,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
                             DirectoryEntry(dir, name, run.skipped, trainer_states));
     if (entry) run.entries.push_back(std::move(*entry));
   }
+  AwaitSaves(run, trainer_states, deepspeed_latest);
   for (const std::string& name : TorchEntryFiles(dir)) {
     if (!IsEntryName(name)) {
       run.skipped.push_back(dir.path + ": \"" + EscapeControlChars(name.substr(0, 200)) +

@@ -80,9 +80,8 @@ class LocalFileSource final : public ByteSource {
   // Fails if it is not a regular file.
   static Result<std::unique_ptr<LocalFileSource>> Open(const std::string& path, std::string name);
   // Takes ownership of `fd`, an open regular file (O_NONBLOCK is cleared), which `path`
-  // (absolute) names: later
-  // CheckUnchanged calls compare the file `path` names with this one. Closes `fd` on
-  // failure.
+  // (absolute) named when it was opened; `path` goes into Identity() only, never into a
+  // later check. Closes `fd` on failure.
   static Result<std::unique_ptr<LocalFileSource>> Adopt(int fd, std::string path, std::string name);
   ~LocalFileSource() override;
 
@@ -90,11 +89,15 @@ class LocalFileSource final : public ByteSource {
   Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
   const std::string& Name() const override { return name_; }
   int Fd() const override { return fd_; }
-  // Compares size and modification time of the open file with those seen at Open (an
-  // in-place rewrite), and the device and inode `path` names now with the open file's (a
-  // new file renamed over the old one, or the old one deleted): one fstat and one stat.
-  // The descriptor still reads the old bytes in that case, but they are no longer what
-  // SOURCE holds, so a read fails rather than serve a file that is gone.
+  // Compares the size and modification time of the held descriptor (one fstat) with those
+  // seen at Open: a change means the very bytes this source serves were rewritten or
+  // truncated in place. What happens to the path does not matter: a file deleted,
+  // renamed, or replaced by a new file of the same name (training's retention and its
+  // save-then-rename) still reads, through the descriptor, the bytes it opened, as an
+  // open file does in POSIX. ctime is not compared: it changes on rename, unlink, link
+  // and chmod of the open inode too (seen on ext4), so it would fail exactly the reads
+  // this rule keeps. A rewrite in place that restores size and mtime (touch -r) is
+  // therefore not seen; nothing short of rereading the bytes could see it.
   Status CheckUnchanged() const override;
   // The source's read and execute bits as the mount shows them, owned by this process's
   // user and group (what the FUSE front end reports): the owner class always reads (the

@@ -245,8 +245,8 @@ Result<std::unique_ptr<LocalFileSource>> LocalDirectory::OpenFile(const std::str
     const int err = errno;
     return Status::IoError(name + ": cannot open: " + std::strerror(err), err);
   }
-  // Later checks find the file by the name SOURCE gives it, so a link re-pointed or a
-  // file renamed over it after mount is noticed.
+  // The path is for Identity() (caches kept across mounts) only: reads check the held
+  // descriptor, so the file keeps serving its bytes whatever later happens to the name.
   return LocalFileSource::Adopt(fd, real_ + (real_ == "/" ? "" : "/") + name, name);
 }
 

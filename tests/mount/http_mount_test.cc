@@ -135,6 +135,27 @@ TEST_F(HttpMountTest, ObjectReplacedAfterMountGivesEio) {
   EXPECT_EQ(r.exit_code, 0) << "the daemon must stay up; " << r.Describe();
 }
 
+// A shard deleted on the server after mount (retention over HTTP): its bytes are gone, so
+// reads of them fail with EIO and a log line naming the shard and the answer (issue 22);
+// the rest still serves.
+TEST_F(HttpMountTest, ObjectDeletedAfterMountGivesEioWithALogLine) {
+  const std::string source = www_ + "/mixed";
+  ASSERT_NO_FATAL_FAILURE(Generate(source));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  const std::string log = scratch_->Path("daemon.log");
+  ASSERT_NO_FATAL_FAILURE(Mount(Url("mixed/"), mountpoint, nullptr, {"--log-file", log}));
+  const std::string shard = "model-00002-of-00008.safetensors";
+  fs::remove(source + "/" + shard);
+  ProcessResult r = RunProcess({"cat", mountpoint + "/shards/" + shard}, seconds(60));
+  EXPECT_NE(r.exit_code, 0) << "read of a deleted object must fail; " << r.Describe();
+  EXPECT_NE(r.err.find("Input/output error"), std::string::npos) << r.Describe();
+  const std::string said = ReadTextFile(log);
+  EXPECT_NE(said.find(shard), std::string::npos) << said;
+  EXPECT_NE(said.find("404"), std::string::npos) << said;
+  r = RunProcess({"cat", mountpoint + "/config.json"}, seconds(60));
+  EXPECT_EQ(r.exit_code, 0) << "the daemon must stay up; " << r.Describe();
+}
+
 // The server lost mid-mount: a read fails with EIO once --timeout has passed, the
 // daemon stays up, and the same read succeeds once the server is back.
 TEST_F(HttpMountTest, ServerLostThenBack) {

@@ -89,6 +89,9 @@ TEST_F(RunInspectTest, InvalidCheckpointIsNamedWithItsReason) {
     // Whole (the header is as long as it says), but not JSON.
     bad << std::string("\x10\0\0\0\0\0\0\0{bad json}      ", 24);
   }
+  // Written last by the Trainer, as in the run's other checkpoints: without it the entry
+  // is a save in progress, not an invalid checkpoint.
+  std::ofstream(run_ + "/checkpoint-400/trainer_state.json") << "{\"global_step\": 400}";
   const ProcessResult r = RunProcess({kCkptfs, "inspect", run_}, seconds(60));
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   const size_t line = r.out.find("\ncheckpoint-400 ");

@@ -33,6 +33,22 @@ class RunMountTest : public MountFixture {
     }
   }
 
+  void MakeLive(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {kPython, ScriptPath("tests/mount/check_live_run.py")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const ProcessResult r = RunProcess(argv, kGenerateTimeout);
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  }
+
+  // The daemon never failed a read because a file changed or went (its log says so).
+  static void ExpectNoChangeLines(const std::string& log) {
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const char* line : {"since mount", "Input/output error"}) {
+      EXPECT_EQ(text.find(line), std::string::npos) << text;
+    }
+  }
+
   std::string run_, mountpoint_;
 };
 
@@ -76,6 +92,36 @@ TEST_F(RunMountTest, TrainingLoopSavingAndDeletingWhileReadersRead) {
   ASSERT_NO_FATAL_FAILURE(SaveTorch(2));
   ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_));
   RunCheck("check_run.py", {"live", run_, mountpoint_, "12"});
+}
+
+// Retention never breaks a reader (issue 22): a torch.save loop (model_NNNNN.pt every 0.4 s,
+// the newest 3 kept), then an HF loop (checkpoint-N/ pruned with rmtree), each for 12 s
+// (not 30, to fit the suite's budget) while two mmap and two read() readers read
+// latest/model.safetensors slowly: no SIGBUS, no EIO, every read one step's model, latest
+// only forward (tests/mount/check_live_run.py).
+TEST_F(RunMountTest, RetentionNeverBreaksOpenFilesTorchSaves) {
+  ASSERT_NO_FATAL_FAILURE(MakeLive({"seed", "torch", run_}));
+  const std::string log = scratch_->Path("daemon.log");
+  ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_, nullptr, {"--log-file", log}));
+  RunCheck("check_live_run.py", {"retention", "torch", run_, mountpoint_, "12"});
+  ExpectNoChangeLines(log);
+}
+
+TEST_F(RunMountTest, RetentionNeverBreaksOpenFilesHfDirectories) {
+  ASSERT_NO_FATAL_FAILURE(MakeLive({"seed", "hf", run_}));
+  const std::string log = scratch_->Path("daemon.log");
+  ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_, nullptr, {"--log-file", log}));
+  RunCheck("check_live_run.py", {"retention", "hf", run_, mountpoint_, "12"});
+  ExpectNoChangeLines(log);
+}
+
+// Saves that pause between files (HF save_pretrained's shards then index, Trainer's parts
+// then trainer_state.json, a torch.save file half written): never shown early, and latest
+// never moves back.
+TEST_F(RunMountTest, SavesInProgressAreNeverShown) {
+  ASSERT_NO_FATAL_FAILURE(MakeLive({"seed", "hf", run_}));
+  ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_));
+  RunCheck("check_live_run.py", {"slowsave", run_, mountpoint_});
 }
 
 TEST_F(RunMountTest, PinnedLatestFollowsNewSavesWhileOpenFilesKeepTheirBytes) {

@@ -322,14 +322,24 @@ TEST_F(LocalDirTest, ShardOutsideFailsTheCheckpointOtherFilesAreSkipped) {
   EXPECT_TRUE(OpenCheckpoint(src_ + "/alias.safetensors", codec).ok());
 }
 
-TEST_F(LocalDirTest, ReplacedFileIsNoticedEvenWithSameSizeAndMtime) {
+// Whatever happens to the path, an open file keeps reading the bytes it opened (issue 22:
+// retention deleted a checkpoint a reader had open and its reads failed): deleted, renamed
+// away, replaced by a new file of the same name (even one with the same size and mtime).
+TEST_F(LocalDirTest, OpenFileKeepsItsBytesWhateverHappensToThePath) {
   const std::string path = src_ + "/shard.safetensors";
   Write(path, "0123456789");
   auto dir = OpenSrc();
   ASSERT_TRUE(dir);
   auto file = dir->OpenFile("shard.safetensors");
   ASSERT_TRUE(file.ok());
-  EXPECT_TRUE((*file)->CheckUnchanged().ok());
+  auto expect_old_bytes = [&](const char* after) {
+    SCOPED_TRACE(after);
+    EXPECT_TRUE((*file)->CheckUnchanged().ok()) << (*file)->CheckUnchanged().message();
+    std::string got(10, '\0');
+    ASSERT_TRUE((*file)->ReadAt(0, {reinterpret_cast<uint8_t*>(got.data()), got.size()}).ok());
+    EXPECT_EQ(got, "0123456789");
+  };
+  expect_old_bytes("opened");
   // A new file with the same size and mtime renamed over the old one (cp -p; mv).
   Write(src_ + "/new", "abcdefghij");
   struct stat old_st;
@@ -337,12 +347,46 @@ TEST_F(LocalDirTest, ReplacedFileIsNoticedEvenWithSameSizeAndMtime) {
   const struct timespec times[2] = {old_st.st_atim, old_st.st_mtim};
   ASSERT_EQ(::utimensat(AT_FDCWD, (src_ + "/new").c_str(), times, 0), 0);
   ASSERT_EQ(::rename((src_ + "/new").c_str(), path.c_str()), 0);
-  const Status s = (*file)->CheckUnchanged();
-  EXPECT_EQ(s.code(), Status::Code::kIoError);
-  EXPECT_EQ(s.message(), "shard.safetensors: file replaced since mount (another inode)");
-  // Gone altogether.
+  expect_old_bytes("replaced by rename");
   ASSERT_EQ(::unlink(path.c_str()), 0);
-  EXPECT_EQ((*file)->CheckUnchanged().code(), Status::Code::kIoError);
+  expect_old_bytes("deleted");
+
+  // Renamed away, then deleted: the held descriptor still reads.
+  Write(src_ + "/other.safetensors", "0123456789");
+  file = dir->OpenFile("other.safetensors");
+  ASSERT_TRUE(file.ok());
+  ASSERT_EQ(::rename((src_ + "/other.safetensors").c_str(), (src_ + "/moved").c_str()), 0);
+  expect_old_bytes("renamed away");
+  ASSERT_EQ(::unlink((src_ + "/moved").c_str()), 0);
+  expect_old_bytes("renamed away, then deleted");
+}
+
+// The very bytes being served changed in place: EIO naming the file, never other bytes.
+TEST_F(LocalDirTest, RewriteInPlaceOfTheOpenFileFails) {
+  const std::string path = src_ + "/shard.safetensors";
+  Write(path, "0123456789");
+  auto dir = OpenSrc();
+  ASSERT_TRUE(dir);
+  auto file = dir->OpenFile("shard.safetensors");
+  ASSERT_TRUE(file.ok());
+  // Same size, new mtime (a writer opening it O_WRONLY without O_TRUNC).
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  {
+    std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary);
+    out << "abcdefghij";
+  }
+  const struct timespec later[2] = {st.st_atim, {st.st_mtim.tv_sec + 1, st.st_mtim.tv_nsec}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), later, 0), 0);
+  Status s = (*file)->CheckUnchanged();
+  EXPECT_EQ(s.code(), Status::Code::kIoError);
+  EXPECT_EQ(s.message(), "shard.safetensors: file modified since mount");
+  // Truncated, then deleted: still the change in place that counts.
+  ASSERT_EQ(::truncate(path.c_str(), 4), 0);
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  s = (*file)->CheckUnchanged();
+  EXPECT_EQ(s.code(), Status::Code::kIoError);
+  EXPECT_EQ(s.message(), "shard.safetensors: file changed since mount (size 4, was 10)");
 }
 
 TEST_F(LocalDirTest, ModesFollowTheSources) {

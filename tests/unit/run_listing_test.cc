@@ -191,6 +191,100 @@ TEST_F(RunListingTest, IndexedCheckpointIsCompleteOnlyWithEveryShard) {
   EXPECT_EQ(OpenEntry(run, "checkpoint-1"), (std::vector<std::string>{"a.weight", "b.weight"}));
 }
 
+// A file named -0000K-of-0000N is never a checkpoint on its own: save_pretrained writes
+// the shards one by one, then the index (issue 22: shard 1 of 2 was shown as a complete
+// single-file checkpoint).
+TEST_F(RunListingTest, ALoneShardIsASaveInProgress) {
+  Write(run_ / "checkpoint-1" / "model.safetensors", Weights("a"));
+  Write(run_ / "checkpoint-2" / "config.json", "{}");
+  Write(run_ / "checkpoint-2" / "model-00001-of-00002.safetensors", Weights("a"));
+  Write(run_ / "checkpoint-3" / "pytorch_model-00001-of-00003.bin.zst", "not read");
+  // Shard 1 of 1 is the whole model: nothing is missing.
+  Write(run_ / "checkpoint-4" / "model-00001-of-00001.safetensors", Weights("a"));
+  RunListing run = List();
+  EXPECT_TRUE(Entry(run, "checkpoint-1")->complete);
+  EXPECT_FALSE(Entry(run, "checkpoint-2")->complete);
+  EXPECT_NE(Entry(run, "checkpoint-2")->why_incomplete.find("model-00001-of-00002.safetensors"),
+            std::string::npos)
+      << Entry(run, "checkpoint-2")->why_incomplete;
+  ASSERT_NE(Entry(run, "checkpoint-3"), nullptr) << Names(run);
+  EXPECT_FALSE(Entry(run, "checkpoint-3")->complete);
+  EXPECT_TRUE(Entry(run, "checkpoint-4")->complete);
+  EXPECT_EQ(run.latest, "checkpoint-4");
+
+  // Every sibling but no index yet: still in progress; then the index: complete.
+  std::filesystem::remove_all(run_ / "checkpoint-4");
+  Write(run_ / "checkpoint-2" / "model-00002-of-00002.safetensors", Weights("b"));
+  run = List();
+  EXPECT_FALSE(Entry(run, "checkpoint-2")->complete);
+  EXPECT_EQ(run.latest, "checkpoint-1");
+  Write(run_ / "checkpoint-2" / "model.safetensors.index.json",
+        testing::IndexJson({{"a.weight", "model-00001-of-00002.safetensors"},
+                            {"b.weight", "model-00002-of-00002.safetensors"}}));
+  run = List();
+  EXPECT_TRUE(Entry(run, "checkpoint-2")->complete) << Entry(run, "checkpoint-2")->why_incomplete;
+  EXPECT_EQ(run.latest, "checkpoint-2");
+
+  // Mounted on its own, a lone shard is refused, naming it.
+  Write(run_ / "lone" / "model-00002-of-00005.safetensors", Weights("a"));
+  auto lone = OpenSourceDir((run_ / "lone").string(), TestCodec(), {});
+  ASSERT_TRUE(lone.ok());
+  auto ckpt = ReadCheckpoint(*lone, TestCodec(), lone->path);
+  ASSERT_FALSE(ckpt.ok());
+  EXPECT_NE(ckpt.status().message().find("model-00002-of-00005.safetensors: shard 2 of 5"),
+            std::string::npos)
+      << ckpt.status().message();
+}
+
+// Trainer._save_checkpoint writes trainer_state.json last: where the run's checkpoints
+// have one, a checkpoint-N without it is being written; so is any directory holding
+// optimizer.pt, scheduler.pt or rng_state*.pth (only that function writes them) without it.
+TEST_F(RunListingTest, TrainerCheckpointIsCompleteOnceTrainerStateIsThere) {
+  Write(run_ / "checkpoint-100" / "model.safetensors", Weights("a"));
+  Write(run_ / "checkpoint-100" / "trainer_state.json", "{}");
+  Write(run_ / "checkpoint-200" / "model.safetensors", Weights("a"));
+  Write(run_ / "final" / "model.safetensors", Weights("a"));  // save_model: no state
+  RunListing run = List();
+  EXPECT_FALSE(Entry(run, "checkpoint-200")->complete);
+  EXPECT_NE(Entry(run, "checkpoint-200")->why_incomplete.find("trainer_state.json"),
+            std::string::npos);
+  EXPECT_TRUE(Entry(run, "final")->complete);
+  EXPECT_EQ(run.latest, "checkpoint-100");
+  Write(run_ / "checkpoint-200" / "trainer_state.json", "{}");
+  run = List();
+  EXPECT_TRUE(Entry(run, "checkpoint-200")->complete);
+  EXPECT_EQ(run.latest, "checkpoint-200");
+
+  // A run of plain checkpoint-N directories (no Trainer) needs none...
+  std::filesystem::remove_all(run_);
+  Write(run_ / "checkpoint-1" / "model.safetensors", Weights("a"));
+  Write(run_ / "checkpoint-2" / "model.safetensors", Weights("a"));
+  run = List();
+  EXPECT_TRUE(Entry(run, "checkpoint-2")->complete);
+  // ...unless Trainer's parts say a Trainer is writing it.
+  Write(run_ / "checkpoint-2" / "optimizer.pt", "not read");
+  run = List();
+  EXPECT_FALSE(Entry(run, "checkpoint-2")->complete);
+  EXPECT_EQ(run.latest, "checkpoint-1");
+}
+
+// DeepSpeedEngine.save_checkpoint: all ranks write the tag, then rank 0 writes `latest`; a
+// tag of a higher step than `latest` names is being written.
+TEST_F(RunListingTest, DeepSpeedTagPastTheLatestFileIsBeingWritten) {
+  Write(run_ / "global_step10" / "model.safetensors", Weights("a"));
+  Write(run_ / "global_step20" / "model.safetensors", Weights("b"));
+  Write(run_ / "latest", "global_step10");
+  RunListing run = List();
+  EXPECT_TRUE(Entry(run, "global_step10")->complete);
+  EXPECT_FALSE(Entry(run, "global_step20")->complete);
+  EXPECT_NE(Entry(run, "global_step20")->why_incomplete.find("latest file still names"),
+            std::string::npos);
+  Write(run_ / "latest", "global_step20");
+  run = List();
+  EXPECT_TRUE(Entry(run, "global_step20")->complete);
+  EXPECT_EQ(run.latest, "global_step20");
+}
+
 TEST_F(RunListingTest, TorchTrainingFilesAreARunAndATruncatedOneIsIncomplete) {
   Python(R"PY(
 import torch

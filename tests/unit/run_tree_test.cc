@@ -3,8 +3,11 @@
 #include "core/run/run_tree.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -381,6 +384,108 @@ TEST_F(RunTreeTest, ReadersAndRelistsRaceSafely) {
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(mismatches.load(), 0);
   EXPECT_GT(files_seen.load(), 0);
+}
+
+// Saves in progress over a real run directory (run discovery, then RunTree), written one
+// file at a time in each writer's own order with more than `stable` between files, as big
+// saves take: the entry appears only once its last file is there, and `latest` only ever
+// moves forward (issue 22: shard 1 of 2 was shown as a whole checkpoint, latest moved to
+// it and back).
+class RunTreeSaveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ckptfs_runtree_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  void Write(const std::string& rel, const std::string& bytes) {
+    const std::filesystem::path path = dir_ / rel;
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << bytes;
+  }
+  static std::string Weights(const std::string& name) {
+    return MakeSafetensors({{name, Dtype::kF32, {2}}});
+  }
+  void Open() {
+    auto first = OpenSourceDir(dir_.string(), *codec_, {});
+    ASSERT_TRUE(first.ok()) << first.status().message();
+    RunTreeOptions options;
+    options.now = [this] { return now_; };
+    auto tree = RunTree::Open(RunSourceOf(std::move(first).value(), dir_.string(), codec_, {}, ""),
+                              codec_, options);
+    ASSERT_TRUE(tree.ok()) << tree.status().message();
+    tree_ = std::move(tree).value();
+  }
+  // Writes `files` in order, listing twice (more than `stable` apart) after each: `entry`
+  // must stay hidden until the last file, and latest may never move back.
+  void SaveSlowly(const std::string& entry,
+                  const std::vector<std::pair<std::string, std::string>>& files) {
+    for (size_t i = 0; i < files.size(); ++i) {
+      Write(entry + "/" + files[i].first, files[i].second);
+      for (int round = 0; round < 2; ++round) {
+        now_ += 2s;
+        ASSERT_TRUE(tree_->Relist().ok());
+        const std::vector<std::string> names = tree_->EntryNames();
+        const bool shown = std::find(names.begin(), names.end(), entry) != names.end();
+        const bool last = i + 1 == files.size();
+        EXPECT_EQ(shown, last && round == 1)
+            << entry << " after " << files[i].first << " (listing " << round << ")";
+        const std::string latest = tree_->Latest();
+        const std::optional<uint64_t> step = StepInName(latest);
+        ASSERT_TRUE(step) << "latest: " << latest;
+        EXPECT_GE(*step, latest_step_)
+            << "latest moved back to " << latest << " after " << entry << "/" << files[i].first;
+        latest_step_ = *step;
+      }
+    }
+    EXPECT_EQ(tree_->Latest(), entry);
+  }
+
+  std::filesystem::path dir_;
+  std::shared_ptr<ReadContext> codec_ = std::make_shared<ReadContext>(ReadOptions{});
+  RunClock::time_point now_ = RunClock::time_point{} + 1000s;
+  std::unique_ptr<RunTree> tree_;
+  uint64_t latest_step_ = 0;
+};
+
+// PreTrainedModel.save_pretrained: config.json, shard 1, shard 2, then the index.
+TEST_F(RunTreeSaveTest, ShardedSaveIsShownOnlyWithItsIndexAndLatestNeverMovesBack) {
+  Write("checkpoint-1/config.json", "{}");
+  Write("checkpoint-1/model.safetensors", Weights("a"));
+  Write("checkpoint-2/config.json", "{}");
+  Write("checkpoint-2/model.safetensors", Weights("a"));
+  ASSERT_NO_FATAL_FAILURE(Open());
+  ASSERT_EQ(tree_->Latest(), "checkpoint-2");
+  latest_step_ = 2;
+  SaveSlowly("checkpoint-3", {{"config.json", "{}"},
+                              {"model-00001-of-00002.safetensors", Weights("a")},
+                              {"model-00002-of-00002.safetensors", Weights("b")},
+                              {"model.safetensors.index.json",
+                               testing::IndexJson({{"a", "model-00001-of-00002.safetensors"},
+                                                   {"b", "model-00002-of-00002.safetensors"}})}});
+}
+
+// Trainer._save_checkpoint: the model, optimizer, scheduler, RNG state, then
+// trainer_state.json, which the run's other checkpoints have.
+TEST_F(RunTreeSaveTest, TrainerCheckpointIsShownOnceTrainerStateIsThere) {
+  for (const char* d : {"checkpoint-100", "checkpoint-200"}) {
+    Write(std::string(d) + "/config.json", "{}");
+    Write(std::string(d) + "/model.safetensors", Weights("a"));
+    Write(std::string(d) + "/trainer_state.json", "{\"global_step\": 1}");
+  }
+  ASSERT_NO_FATAL_FAILURE(Open());
+  ASSERT_EQ(tree_->Latest(), "checkpoint-200");
+  latest_step_ = 200;
+  SaveSlowly("checkpoint-300", {{"config.json", "{}"},
+                                {"model.safetensors", Weights("a")},
+                                {"optimizer.pt", "not read by the listing"},
+                                {"scheduler.pt", "not read by the listing"},
+                                {"rng_state.pth", "not read by the listing"},
+                                {"trainer_state.json", "{\"global_step\": 300}"}});
 }
 
 }  // namespace
