@@ -174,9 +174,11 @@ Result<TfState> ReadTfState(const SourceDir& dir, std::vector<std::string>& skip
   return state;
 }
 
-// The tag a DeepSpeed `latest` file names, by its last component ("" when there is no
-// such file, or it names nothing a run may show: then with a line in `skipped`). A
-// directory named `latest` is an entry of its own, not this record.
+// The tag a DeepSpeed `latest` file names ("" when there is no such file, or it names
+// nothing a run may show: then with a line in `skipped`). DeepSpeed writes the tag alone,
+// a directory of the save dir: anything but a plain name (`../secret_tag`, `a/b`) is
+// refused, never reduced to a name nor asked for. A directory named `latest` is an entry
+// of its own, not this record.
 Result<std::string> ReadDeepSpeedLatest(const SourceDir& dir, std::vector<std::string>& skipped) {
   const std::string name(kDeepSpeedLatest);
   if (std::find(dir.dirs.begin(), dir.dirs.end(), name) != dir.dirs.end()) return std::string();
@@ -196,11 +198,10 @@ Result<std::string> ReadDeepSpeedLatest(const SourceDir& dir, std::vector<std::s
   while (!tag.empty() && (tag.back() == '\n' || tag.back() == '\r' || tag.back() == ' ')) {
     tag.pop_back();
   }
-  tag = LastComponent(tag);
   if (!IsEntryName(tag)) {
     skipped.push_back(JoinShown(dir.path, name) + ": \"" +
                       EscapeControlChars(text->substr(0, 200)) + "\" names no tag of " + dir.path +
-                      ", skipped");
+                      " (a tag is a plain directory name), skipped");
     return std::string();
   }
   return tag;

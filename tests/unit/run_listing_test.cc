@@ -363,14 +363,19 @@ TEST_F(RunListingTest, DeepSpeedLatestFileNamesTheTag) {
   EXPECT_NE(Skipped(run).find("tag \"global_step30\" is no complete entry"), std::string::npos)
       << Skipped(run);
 
-  // Taken by its last component: never a path out of SOURCE.
-  Write(run_ / "latest", "../../etc/global_step10");
-  run = List();
-  EXPECT_EQ(run.latest, "global_step10");
-  Write(run_ / "latest", "..");
-  run = List();
-  EXPECT_EQ(run.latest_from, "highest step");
-  EXPECT_NE(Skipped(run).find("names no tag"), std::string::npos) << Skipped(run);
+  // (issue 22) A tag is a plain name: a path is refused with a line naming the file,
+  // never reduced to its last component (which would name another directory of SOURCE).
+  for (const char* hostile : {"../../etc/global_step10", "../global_step10", "..", ".",
+                              "global_step10/", "./global_step10"}) {
+    SCOPED_TRACE(hostile);
+    Write(run_ / "latest", hostile);
+    run = List();
+    EXPECT_EQ(run.latest, "global_step20");
+    EXPECT_EQ(run.latest_from, "highest step");
+    EXPECT_NE(Skipped(run).find("latest: \"" + std::string(hostile) + "\" names no tag of"),
+              std::string::npos)
+        << Skipped(run);
+  }
 }
 
 const fs::path kFixtures = fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "tf";
