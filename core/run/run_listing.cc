@@ -201,7 +201,7 @@ Result<std::string> ReadDeepSpeedLatest(const SourceDir& dir, std::vector<std::s
   if (!IsEntryName(tag)) {
     skipped.push_back(JoinShown(dir.path, name) + ": \"" +
                       EscapeControlChars(text->substr(0, 200)) + "\" names no tag of " + dir.path +
-                      " (a tag is a plain directory name), skipped");
+                      " (a tag is a plain directory name)");
     return std::string();
   }
   return tag;
@@ -739,7 +739,8 @@ Result<bool> IsRun(const SourceDir& dir) {
   if (top_format != "deepspeed" && TorchEntryFiles(dir).size() >= 2) return true;
   std::vector<std::string> ignored;
   // A DeepSpeed save dir: `latest` names a tag directory holding a checkpoint.
-  CKPTFS_ASSIGN_OR_RETURN(const std::string tag, ReadDeepSpeedLatest(dir, ignored));
+  std::vector<std::string> latest_problems;
+  CKPTFS_ASSIGN_OR_RETURN(const std::string tag, ReadDeepSpeedLatest(dir, latest_problems));
   if (!tag.empty() && !PartOfTopCheckpoint(top, tag)) {
     if (auto sub = dir.OpenDir(tag); sub.ok()) {
       CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> claim, TopClaim(*sub, nullptr));
@@ -751,6 +752,11 @@ Result<bool> IsRun(const SourceDir& dir) {
   for (const std::string& prefix : tf.prefixes) {
     CKPTFS_ASSIGN_OR_RETURN(const bool there, StoredOrAsked(dir, prefix + ".index"));
     listed += there ? 1 : 0;
+  }
+  // Nothing but a `latest` file that names no tag (`../secret_tag`): that line says more
+  // than "no checkpoint found" would.
+  if (listed < 2 && !top && !latest_problems.empty()) {
+    return Status::InvalidArgument(latest_problems.front());
   }
   return listed >= 2;
 }

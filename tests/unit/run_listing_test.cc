@@ -376,6 +376,20 @@ TEST_F(RunListingTest, DeepSpeedLatestFileNamesTheTag) {
               std::string::npos)
         << Skipped(run);
   }
+  // A save dir with nothing but such a `latest`: refused in one line naming it, and the
+  // directory it would name is never looked at.
+  const fs::path lone = root_ / "lone";
+  Write(lone / "latest", "../global_step10");
+  fs::create_directories(root_ / "global_step10");
+  fs::copy(run_ / "global_step10", root_ / "global_step10", fs::copy_options::recursive);
+  auto dir = OpenSourceDir(lone.string(), TestCodec(), {});
+  ASSERT_TRUE(dir.ok()) << dir.status().message();
+  auto is_run = IsRun(*dir);
+  ASSERT_FALSE(is_run.ok());
+  EXPECT_EQ(is_run.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(is_run.status().message().find("latest: \"../global_step10\" names no tag"),
+            std::string::npos)
+      << is_run.status().message();
 }
 
 const fs::path kFixtures = fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "tf";
