@@ -162,6 +162,12 @@ std::optional<int> InspectIfRun(const std::string& source, bool json, const Read
   // Not openable here: the checkpoint path reports the refusal.
   if (!dir.ok()) return std::nullopt;
   auto is_run = IsRun(*dir);
+  // A refusal of what makes it a run (a DeepSpeed `latest` naming no tag) says more than
+  // the checkpoint path's "no checkpoint found" would.
+  if (!is_run.ok() && is_run.status().code() == Status::Code::kInvalidArgument) {
+    PrintRefusal(is_run.status());
+    return ExitCodeForOpenFailure(is_run.status());
+  }
   if (!is_run.ok() || !*is_run) return std::nullopt;
   auto run = ListRun(*dir);
   if (!run.ok()) {

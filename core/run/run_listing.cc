@@ -182,9 +182,11 @@ Result<TfState> ReadTfState(const SourceDir& dir, std::vector<std::string>& skip
   return state;
 }
 
-// The tag a DeepSpeed `latest` file names, by its last component ("" when there is no
-// such file, or it names nothing a run may show: then with a line in `skipped`). A
-// directory named `latest` is an entry of its own, not this record.
+// The tag a DeepSpeed `latest` file names ("" when there is no such file, or it names
+// nothing a run may show: then with a line in `skipped`). DeepSpeed writes the tag alone,
+// a directory of the save dir: anything but a plain name (`../secret_tag`, `a/b`) is
+// refused, never reduced to a name nor asked for. A directory named `latest` is an entry
+// of its own, not this record.
 Result<std::string> ReadDeepSpeedLatest(const SourceDir& dir, std::vector<std::string>& skipped) {
   const std::string name(kDeepSpeedLatest);
   if (std::find(dir.dirs.begin(), dir.dirs.end(), name) != dir.dirs.end()) return std::string();
@@ -204,11 +206,10 @@ Result<std::string> ReadDeepSpeedLatest(const SourceDir& dir, std::vector<std::s
   while (!tag.empty() && (tag.back() == '\n' || tag.back() == '\r' || tag.back() == ' ')) {
     tag.pop_back();
   }
-  tag = LastComponent(tag);
   if (!IsEntryName(tag)) {
     skipped.push_back(JoinShown(dir.path, name) + ": \"" +
                       EscapeControlChars(text->substr(0, 200)) + "\" names no tag of " + dir.path +
-                      ", skipped");
+                      " (a tag is a plain directory name)");
     return std::string();
   }
   return tag;
@@ -779,7 +780,8 @@ Result<bool> IsRun(const SourceDir& dir) {
   if (top_format != "deepspeed" && TorchEntryFiles(dir).size() >= 2) return true;
   std::vector<std::string> ignored;
   // A DeepSpeed save dir: `latest` names a tag directory holding a checkpoint.
-  CKPTFS_ASSIGN_OR_RETURN(const std::string tag, ReadDeepSpeedLatest(dir, ignored));
+  std::vector<std::string> latest_problems;
+  CKPTFS_ASSIGN_OR_RETURN(const std::string tag, ReadDeepSpeedLatest(dir, latest_problems));
   if (!tag.empty() && !PartOfTopCheckpoint(top, tag)) {
     if (auto sub = dir.OpenDir(tag); sub.ok()) {
       CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> claim, TopClaim(*sub, nullptr));
@@ -791,6 +793,11 @@ Result<bool> IsRun(const SourceDir& dir) {
   for (const std::string& prefix : tf.prefixes) {
     CKPTFS_ASSIGN_OR_RETURN(const bool there, StoredOrAsked(dir, prefix + ".index"));
     listed += there ? 1 : 0;
+  }
+  // Nothing but a `latest` file that names no tag (`../secret_tag`): that line says more
+  // than "no checkpoint found" would.
+  if (listed < 2 && !top && !latest_problems.empty()) {
+    return Status::InvalidArgument(latest_problems.front());
   }
   return listed >= 2;
 }

@@ -88,7 +88,9 @@ struct RunListing {
 Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
                                 const RemoteOptions& remote);
 
-// Whether `dir` is a run by the rule above (not a checkpoint itself).
+// Whether `dir` is a run by the rule above (not a checkpoint itself). InvalidArgument,
+// naming the file, when `dir` holds no checkpoint and nothing else makes it a run but a
+// DeepSpeed `latest` file that names no tag (`../secret_tag`): never asked for.
 Result<bool> IsRun(const SourceDir& dir);
 
 // The entries of run `dir`, with `latest` and `best`.

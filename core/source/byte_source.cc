@@ -41,7 +41,7 @@ Result<std::unique_ptr<LocalFileSource>> LocalFileSource::Open(const std::string
 }
 
 Result<std::unique_ptr<LocalFileSource>> LocalFileSource::Adopt(int fd, std::string path,
-                                                                std::string name) {
+                                                                std::string name, uint32_t reach) {
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -55,28 +55,30 @@ Result<std::unique_ptr<LocalFileSource>> LocalFileSource::Adopt(int fd, std::str
   // Checkpoint readers mostly stream: ask for the larger sequential readahead window.
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   return std::unique_ptr<LocalFileSource>(
-      new LocalFileSource(fd, st, std::move(path), std::move(name)));
+      new LocalFileSource(fd, st, reach, std::move(path), std::move(name)));
 }
 
 namespace {
 
 // See LocalFileSource::Mode in the header.
-uint32_t ShownMode(const struct stat& st) {
+uint32_t ShownMode(const struct stat& st, uint32_t reach) {
   const uint32_t other = st.st_mode & 05;
   uint32_t group = (st.st_mode >> 3) & 05;
   if (st.st_gid != ::getgid()) group &= other;
-  return 0400 | (st.st_mode & 0100) | group << 3 | other;
+  // The owner class is the mounting user, who reached the file: `reach` never narrows it.
+  return (0400 | (st.st_mode & 0100) | group << 3 | other) & (reach | 0500);
 }
 
 }  // namespace
 
-LocalFileSource::LocalFileSource(int fd, const struct stat& st, std::string path, std::string name)
+LocalFileSource::LocalFileSource(int fd, const struct stat& st, uint32_t reach, std::string path,
+                                 std::string name)
     : fd_(fd),
       size_(static_cast<uint64_t>(st.st_size)),
       mtime_(st.st_mtim),
       dev_(st.st_dev),
       ino_(st.st_ino),
-      mode_(ShownMode(st)),
+      mode_(ShownMode(st, reach)),
       path_(std::move(path)),
       name_(std::move(name)) {}
 

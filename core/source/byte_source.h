@@ -81,8 +81,11 @@ class LocalFileSource final : public ByteSource {
   static Result<std::unique_ptr<LocalFileSource>> Open(const std::string& path, std::string name);
   // Takes ownership of `fd`, an open regular file (O_NONBLOCK is cleared), which `path`
   // (absolute) named when it was opened; `path` goes into Identity() only, never into a
-  // later check. Closes `fd` on failure.
-  static Result<std::unique_ptr<LocalFileSource>> Adopt(int fd, std::string path, std::string name);
+  // later check. `reach`: the most the directories on the way to the file let each class
+  // do (LocalDirectory works it out from their search bits); Mode() never shows more.
+  // Closes `fd` on failure.
+  static Result<std::unique_ptr<LocalFileSource>> Adopt(int fd, std::string path, std::string name,
+                                                        uint32_t reach = 0555);
   ~LocalFileSource() override;
 
   uint64_t Size() const override { return size_; }
@@ -103,8 +106,9 @@ class LocalFileSource final : public ByteSource {
   // user and group (what the FUSE front end reports): the owner class always reads (the
   // mounting user opened the file); the group class keeps its bits only if the file's
   // group is this process's group, else only those others have too; the other class
-  // keeps its bits. So no one reads through the mount a file they could not read in
-  // SOURCE.
+  // keeps its bits; then each class keeps them only where `reach` (Adopt) does, so a
+  // class that cannot search a directory on the way in SOURCE reads nothing through the
+  // mount either. So no one reads through the mount a file they could not read in SOURCE.
   uint32_t Mode() const override;
   // The mtime seen at open (CheckUnchanged fails a read once it differs).
   struct timespec MTime() const override {
@@ -119,7 +123,8 @@ class LocalFileSource final : public ByteSource {
   std::string Identity() const override;
 
  private:
-  LocalFileSource(int fd, const struct stat& st, std::string path, std::string name);
+  LocalFileSource(int fd, const struct stat& st, uint32_t reach, std::string path,
+                  std::string name);
 
   int fd_;
   uint64_t size_;

@@ -67,9 +67,42 @@ std::string HubBlobsFor(const std::string& real) {
   const bool hub = std::any_of(std::begin(kHubRepoPrefixes), std::end(kHubRepoPrefixes),
                                [&](const char* p) { return repo_name.starts_with(p); });
   if (!hub) return "";
+  // The repo's own blobs/ directory only (`real` has no links, so neither has `repo`): a
+  // blobs/ that is itself a link, to `/` or another repo, would let whatever it points
+  // at count as inside SOURCE.
+  const std::string blobs = std::string(repo) + "/blobs";
+  struct stat st;
+  if (::lstat(blobs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "";
   char buf[PATH_MAX];
-  if (::realpath((std::string(repo) + "/blobs").c_str(), buf) == nullptr) return "";
-  return buf;
+  if (::realpath(blobs.c_str(), buf) == nullptr || blobs != buf) return "";
+  return blobs;
+}
+
+// The permission bits the directories from `top` down to `dir` (real paths, `dir` at or
+// beneath `top`, both included) let a file beneath them show, as the kernel would allow a
+// path through them: group and other keep r-x only if every one of these directories
+// lets that class search it (x). A directory of another group lets the mount's group
+// only what it lets others, as LocalFileSource::Mode counts a file's group. The owner
+// class, the mounting user, got there: always r-x. A directory that cannot be stat'ed
+// leaves the owner only.
+uint32_t ReachThrough(const std::string& top, std::string_view dir) {
+  uint32_t reach = 0555;
+  std::string at = top;
+  std::string_view rest = dir.substr(std::min(top.size(), dir.size()));
+  while (true) {
+    struct stat st;
+    if (::lstat(at.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0500;
+    const bool other = (st.st_mode & S_IXOTH) != 0;
+    const bool group = (st.st_mode & S_IXGRP) != 0 && (st.st_gid == ::getgid() || other);
+    if (!other) reach &= ~05u;
+    if (!group) reach &= ~050u;
+    while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
+    if (rest.empty()) return reach;
+    const size_t slash = rest.find('/');
+    const std::string_view component = rest.substr(0, slash);
+    at += (at.ends_with('/') ? "" : "/") + std::string(component);
+    rest.remove_prefix(component.size());
+  }
 }
 
 const char* TypeName(mode_t mode) {
@@ -79,6 +112,14 @@ const char* TypeName(mode_t mode) {
   if (S_ISCHR(mode)) return "a character device";
   if (S_ISBLK(mode)) return "a block device";
   return "not a regular file";
+}
+
+// Whether real path `real` lies beneath directory `dir` (never when `dir` is empty).
+bool Under(const std::string& real, const std::string& dir) {
+  if (dir.empty()) return false;
+  if (dir == "/") return true;
+  return real.size() > dir.size() && real.compare(0, dir.size(), dir) == 0 &&
+         real[dir.size()] == '/';
 }
 
 bool IsPlainName(const std::string& name) {
@@ -108,13 +149,14 @@ Result<std::shared_ptr<const LocalDirectory>> LocalDirectory::Open(const std::st
 LocalDirectory::~LocalDirectory() { ::close(fd_); }
 
 bool LocalDirectory::Inside(const std::string& real) const {
-  auto under = [&](const std::string& dir) {
-    if (dir.empty()) return false;
-    if (dir == "/") return true;
-    return real.size() > dir.size() && real.compare(0, dir.size(), dir) == 0 &&
-           real[dir.size()] == '/';
-  };
-  return under(boundary_) || under(blobs_);
+  return Under(real, boundary_) || Under(real, blobs_);
+}
+
+uint32_t LocalDirectory::Reach(const std::string& real) const {
+  for (const std::string* top : {&boundary_, &blobs_}) {
+    if (!top->empty() && Under(real, *top)) return ReachThrough(*top, DirName(real));
+  }
+  return 0500u;
 }
 
 Status LocalDirectory::Resolve(const std::string& name, Resolved* out) const {
@@ -239,6 +281,11 @@ Result<std::unique_ptr<LocalFileSource>> LocalDirectory::OpenFile(const std::str
   if (!S_ISREG(r.type)) {
     return Status::InvalidArgument(name + ": " + TypeName(r.type) + ", not served");
   }
+  // Who may read it is decided by the directories of its real path (a link's target's,
+  // a hub blob's), from SOURCE's or the blobs/ directory down.
+  auto real = r.real.empty() ? RealPathOf(path_fd) : Result<std::string>(r.real);
+  if (!real.ok()) return Status::IoError(name + ": " + real.status().message());
+  const uint32_t reach = Reach(*real);
   // Reopening the O_PATH descriptor opens exactly the inode just checked.
   const int fd = ::open(ProcFdPath(path_fd).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
@@ -247,7 +294,7 @@ Result<std::unique_ptr<LocalFileSource>> LocalDirectory::OpenFile(const std::str
   }
   // The path is for Identity() (caches kept across mounts) only: reads check the held
   // descriptor, so the file keeps serving its bytes whatever later happens to the name.
-  return LocalFileSource::Adopt(fd, real_ + (real_ == "/" ? "" : "/") + name, name);
+  return LocalFileSource::Adopt(fd, real_ + (real_ == "/" ? "" : "/") + name, name, reach);
 }
 
 }  // namespace ckptfs

@@ -10,6 +10,14 @@
 // - One exception: a Hugging Face hub cache snapshot
 //   (`.../models--ORG--NAME/snapshots/REV/`, likewise `datasets--` and `spaces--`) links
 //   every file to `../../blobs/HASH`; files in that same repo's `blobs/` count as inside.
+//   That is the repo's own blobs/ directory only: a blobs/ that is a symlink (to `/`,
+//   to another repo) gets no exception.
+// - No file is shown more readable than in SOURCE, the directories on its way included:
+//   the group or other class keeps its read bits only where it may search every
+//   directory from SOURCE's root (or the hub repo's blobs/) down to the file's real path,
+//   as the kernel would require of it there (OpenFile passes that to LocalFileSource).
+//   Directories above SOURCE are not counted: mounting SOURCE is the user's choice to
+//   share it.
 //
 // Resolution first tries openat2(RESOLVE_BENEATH), which cannot leave the directory;
 // when that refuses (an absolute link, `..`, the hub's blobs) the name is resolved
@@ -95,6 +103,9 @@ class LocalDirectory {
   // The refusal of `name`, which resolved to `r` outside the boundary.
   Status LeadsOutside(const std::string& name, const Resolved& r) const;
   bool Inside(const std::string& real) const;
+  // The most a file at real path `real` (inside) may show, by the directories on its way
+  // from SOURCE's root, or from the hub repo's blobs/ for a blob (LocalFileSource::Adopt).
+  uint32_t Reach(const std::string& real) const;
 
   int fd_;                // O_PATH descriptor of the directory
   std::string path_;      // as given

@@ -5,6 +5,8 @@
 
 #include <sys/stat.h>
 
+#include <cstring>
+
 #include "mount_harness.h"
 
 namespace ckptfs::mount_test {
@@ -130,6 +132,89 @@ TEST_F(BoundaryMountTest, OwnerOnlyFilesStayOwnerOnlyWithAllowOther) {
   }
 }
 
+// (issue 22) A file in a directory others cannot search (0700 in SOURCE) is no more
+// readable through the mount than there: every view drawn from it shows no group or
+// other bits, `nobody` gets EACCES even with -o allow_other, and the directories holding
+// only such files are the owner's too. A run's checkpoint directory that is 0700 alike.
+TEST_F(BoundaryMountTest, FilesInAnOwnerOnlyDirectoryStayOwnerOnly) {
+  // nobody must reach the mount points: a world-searchable scratch directory.
+  ASSERT_EQ(chmod(scratch_->path().c_str(), 0755), 0);
+  const std::string source = scratch_->Path("src");
+  ASSERT_NO_FATAL_FAILURE(GenerateLlama(source));
+  const std::string tensor = TensorFileIn(source, kShard1);
+  ASSERT_FALSE(tensor.empty());
+  // Every file lives in vault/files/, linked from SOURCE: the directories of the real
+  // path count (vault/ holds no files itself, so SOURCE is no run of it).
+  const std::string vault = source + "/vault";
+  ASSERT_TRUE(fs::create_directories(vault + "/files"));
+  for (const fs::directory_entry& e : fs::directory_iterator(source)) {
+    if (!e.is_regular_file()) continue;
+    const std::string name = e.path().filename().string();
+    fs::rename(e.path(), vault + "/files/" + name);
+    fs::create_symlink("vault/files/" + name, source + "/" + name);
+  }
+  ASSERT_EQ(chmod(vault.c_str(), 0700), 0);
+  const std::vector<std::string> files = {"config.json",
+                                          "model.safetensors",
+                                          "pytorch_model.bin",
+                                          "pytorch_model/map.pt",
+                                          tensor,
+                                          "shards/" + std::string(kShard1),
+                                          "shards/model.safetensors.index.json"};
+  const auto mode_of = [](const std::string& path) {
+    struct stat st;
+    EXPECT_EQ(stat(path.c_str(), &st), 0) << path << ": " << std::strerror(errno);
+    return st.st_mode & 07777;
+  };
+  const std::string mountpoint = scratch_->MakeDir("mnt_vault");
+  ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, nullptr, {"-o", "allow_other"}));
+  for (const std::string& file : files) {
+    SCOPED_TRACE(file);
+    EXPECT_EQ(mode_of(mountpoint + "/" + file) & 077, 0u);
+    EXPECT_EQ(Cat(mountpoint + "/" + file).exit_code, 0) << "root reads " << file;
+    if (getuid() == 0) {
+      const ProcessResult nobody = CatAsNobody(mountpoint + "/" + file);
+      EXPECT_NE(nobody.exit_code, 0) << nobody.Describe();
+      EXPECT_NE(nobody.err.find("Permission denied"), std::string::npos) << nobody.Describe();
+    }
+  }
+  for (const char* dir : {"", "/tensors", "/shards", "/pytorch_model"}) {
+    SCOPED_TRACE(dir);
+    EXPECT_EQ(mode_of(mountpoint + dir) & 077, 0u);
+  }
+
+  // vault/ searchable by all (0711, no listing needed): the same files are everyone's.
+  ASSERT_EQ(chmod(vault.c_str(), 0711), 0);
+  const std::string open_mountpoint = scratch_->MakeDir("mnt_open");
+  ASSERT_NO_FATAL_FAILURE(Mount(source, open_mountpoint, nullptr, {"-o", "allow_other"}));
+  for (const std::string& file : files) {
+    SCOPED_TRACE(file);
+    EXPECT_EQ(mode_of(open_mountpoint + "/" + file) & 044, 044u);
+    if (getuid() == 0) {
+      EXPECT_EQ(CatAsNobody(open_mountpoint + "/" + file).exit_code, 0);
+    }
+  }
+
+  // A run whose checkpoint-1/ is 0700: its files show the owner's bits only, checkpoint-2/
+  // (0755) stays readable.
+  const std::string run = scratch_->Path("run");
+  ASSERT_NO_FATAL_FAILURE(GenerateLlama(run + "/checkpoint-1"));
+  ASSERT_NO_FATAL_FAILURE(GenerateLlama(run + "/checkpoint-2"));
+  ASSERT_EQ(chmod((run + "/checkpoint-1").c_str(), 0700), 0);
+  const std::string run_mountpoint = scratch_->MakeDir("mnt_run");
+  ASSERT_NO_FATAL_FAILURE(Mount(run, run_mountpoint, nullptr, {"-o", "allow_other"}));
+  for (const char* file : {"model.safetensors", "config.json"}) {
+    SCOPED_TRACE(file);
+    const std::string closed = run_mountpoint + "/checkpoint-1/" + file;
+    EXPECT_EQ(mode_of(closed) & 077, 0u);
+    EXPECT_EQ(mode_of(run_mountpoint + "/checkpoint-2/" + file) & 044, 044u);
+    if (getuid() == 0) {
+      EXPECT_NE(CatAsNobody(closed).exit_code, 0);
+      EXPECT_EQ(CatAsNobody(run_mountpoint + "/checkpoint-2/" + file).exit_code, 0);
+    }
+  }
+}
+
 // An index naming a shard that is a FIFO: mount, inspect and verify each refuse at once,
 // naming it, instead of waiting for a writer forever.
 TEST_F(BoundaryMountTest, FifoShardIsRefusedWithoutBlocking) {
@@ -177,6 +262,43 @@ TEST_F(BoundaryMountTest, HubCacheSnapshotMounts) {
 // broke every reader of a live run). Only a change in place of the held file gives EIO
 // (MountTest.ShardChangedAfterMountGivesEio). Remount to see the new file.
 TEST_F(BoundaryMountTest, ShardReplacedUnderItsNameKeepsServingTheBytesItOpened) {
+// (issue 22) A snapshot whose repo's blobs/ is itself a link to `/`: the hub exception
+// covers the repo's own blobs/ directory only, so a file outside is never served as
+// config.json (it is skipped with a line), while the weights, real blobs, still mount.
+TEST_F(BoundaryMountTest, HubBlobsLinkedToRootServesNothingOutside) {
+  const std::string plain = scratch_->Path("plain");
+  ASSERT_NO_FATAL_FAILURE(GenerateLlama(plain));
+  const std::string secret = scratch_->Path("secret.json");
+  std::ofstream(secret) << "{\"secret\": \"outside SOURCE\"}\n";
+  const std::string repo = scratch_->Path("hub/models--org--llama");
+  const std::string snapshot = repo + "/snapshots/0123456789abcdef";
+  fs::create_directories(snapshot);
+  fs::create_directory_symlink("/", repo + "/blobs");
+  int n = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(plain)) {
+    const std::string name = e.path().filename().string();
+    if (name == "config.json") continue;
+    fs::copy_file(e.path(), snapshot + "/" + "blob" + std::to_string(n));
+    fs::create_symlink("blob" + std::to_string(n++), snapshot + "/" + name);
+  }
+  fs::create_symlink("../../blobs" + secret, snapshot + "/config.json");
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  const std::string log = scratch_->Path("ckptfs.log");
+  ProcessResult mount;
+  ASSERT_NO_FATAL_FAILURE(Mount(snapshot, mountpoint, &mount, {"--log-file", log}));
+  EXPECT_NE(Cat(mountpoint + "/config.json").exit_code, 0);
+  EXPECT_FALSE(fs::exists(mountpoint + "/config.json"));
+  const std::string said = mount.err + ReadTextFile(log);
+  EXPECT_NE(said.find("config.json: symbolic link leads outside"), std::string::npos) << said;
+  const ProcessResult merged = Cat(mountpoint + "/model.safetensors");
+  EXPECT_EQ(merged.exit_code, 0) << merged.Describe();
+}
+
+// A shard replaced under its name by a file of the same size and mtime (a new inode
+// renamed over it): ckptfs still holds the old file open, whose bytes would even match
+// the headers it parsed, but that is no longer what SOURCE holds. Reads give EIO
+// (remount to see the new file); other shards still read.
+TEST_F(BoundaryMountTest, ShardReplacedWithSameSizeAndMtimeGivesEio) {
   const std::string source = scratch_->Path("src");
   ASSERT_NO_FATAL_FAILURE(GenerateLlama(source));
   const std::string mountpoint = scratch_->MakeDir("mnt");

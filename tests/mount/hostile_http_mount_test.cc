@@ -118,6 +118,34 @@ TEST_F(HostileHttpTest, IndexNamesDecodingOutOfTheDirectoryAreRefused) {
   }
 }
 
+// (issue 22) A DeepSpeed save dir whose `latest` names `../secret_tag`: mount and inspect
+// refuse in one line naming the `latest` file, and nothing named after the tag is ever
+// asked for, neither beside SOURCE nor reduced to a name inside it.
+TEST_F(HostileHttpTest, DeepSpeedLatestNamingAPathIsRefusedUnasked) {
+  const std::string save_dir = www_ + "/run2/ds";
+  ASSERT_NO_FATAL_FAILURE(GenerateShards(1));  // www/ckpt: a checkpoint to serve as a tag
+  fs::create_directories(save_dir);
+  fs::copy(www_ + "/ckpt", www_ + "/run2/secret_tag", fs::copy_options::recursive);
+  fs::copy(www_ + "/ckpt", save_dir + "/secret_tag", fs::copy_options::recursive);
+  std::ofstream(save_dir + "/latest") << "../secret_tag";
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  mounts_.push_back(mountpoint);
+  const ProcessResult mount =
+      RunProcess({kCkptfs, "mount", "--timeout", "2", Url("run2/ds/"), mountpoint}, seconds(30));
+  ExpectRefusal(mount, {"run2/ds/latest"});
+  EXPECT_NE(mount.err.find("names no tag"), std::string::npos) << mount.Describe();
+  EXPECT_FALSE(IsMounted(mountpoint));
+  ExpectRefusal(Ckptfs({"inspect", "--timeout", "2", Url("run2/ds/")}, seconds(30)),
+                {"run2/ds/latest"});
+  const std::vector<std::string> requests = Requests();
+  EXPECT_FALSE(requests.empty());
+  for (const std::string& line : requests) {
+    EXPECT_NE(line.find("\"resolved\": \"/run2/ds"), std::string::npos)
+        << "a request outside SOURCE: " << line;
+    EXPECT_EQ(line.find("secret_tag"), std::string::npos) << "the tag was asked for: " << line;
+  }
+}
+
 // (item 3) An S3 endpoint answering 307 to another port: signed requests are never
 // redirected, so the other listener never sees the session token or a signature, and
 // the mount fails with one line saying where the redirect pointed.

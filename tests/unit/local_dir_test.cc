@@ -433,5 +433,125 @@ TEST_F(LocalDirTest, ModesFollowTheSources) {
   }
 }
 
+// (issue 22) A file in a directory others cannot search is no more readable through the
+// mount than in SOURCE: every view of it drops the group and other bits the directories
+// on the way (of its real path, from SOURCE's root down) do not let through.
+TEST_F(LocalDirTest, ModesCountTheDirectoriesOnTheWay) {
+  const auto mode_of = [](const std::shared_ptr<const LocalDirectory>& dir,
+                          const std::string& name) {
+    auto file = dir->OpenFile(name);
+    EXPECT_TRUE(file.ok()) << file.status().message();
+    return file.ok() ? static_cast<int>((*file)->Mode()) : -1;
+  };
+  Write(src_ + "/open.json", "{}", 0644);
+  Write(src_ + "/private/secret.json", "{}", 0644);
+  Write(src_ + "/searchable/x.json", "{}", 0644);
+  Write(src_ + "/group/y.json", "{}", 0644);
+  Write(src_ + "/a/b/deep.json", "{}", 0644);
+  ASSERT_EQ(::chmod((src_ + "/private").c_str(), 0700), 0);
+  ASSERT_EQ(::chmod((src_ + "/searchable").c_str(), 0711), 0);  // x is all a path needs
+  ASSERT_EQ(::chmod((src_ + "/group").c_str(), 0710), 0);
+  ASSERT_EQ(::chown((src_ + "/group").c_str(), -1, ::getgid()), 0);
+  ASSERT_EQ(::chmod((src_ + "/a").c_str(), 0750), 0);  // one level up closes it too
+  Link("private/secret.json", src_ + "/linked.json");  // the target's directories count
+  auto src = OpenSrc();
+  ASSERT_TRUE(src);
+  EXPECT_EQ(mode_of(src, "open.json"), 0444);
+  EXPECT_EQ(mode_of(src, "linked.json"), 0400);
+  auto sub = [&](const std::string& name) {
+    auto dir = src->OpenSubdirectory(name);
+    EXPECT_TRUE(dir.ok()) << dir.status().message();
+    return dir.ok() ? *dir : nullptr;
+  };
+  EXPECT_EQ(mode_of(sub("private"), "secret.json"), 0400);
+  EXPECT_EQ(mode_of(sub("searchable"), "x.json"), 0444);
+  EXPECT_EQ(mode_of(sub("group"), "y.json"), 0440);
+  auto a = sub("a");
+  ASSERT_TRUE(a);
+  auto b = a->OpenSubdirectory("b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(mode_of(*b, "deep.json"), 0440);
+  // A directory of another group lets the mount's group through only as it lets others.
+  if (::getuid() == 0 && ::chown((src_ + "/group").c_str(), -1, ::getgid() + 1) == 0) {
+    EXPECT_EQ(mode_of(sub("group"), "y.json"), 0400);
+  }
+
+  // SOURCE's own directory counts: a checkpoint in a 0700 directory shows every view as
+  // its owner's only, and its directories r-x for the owner only.
+  const std::string ckpt_dir = src_ + "/ckpt";
+  Write(ckpt_dir + "/model.safetensors.index.json",
+        IndexJson({{"w", "a.safetensors"}, {"v", "b.safetensors"}}));
+  Write(ckpt_dir + "/a.safetensors", MakeSafetensors({{"w", Dtype::kF32, {4}}}), 0644);
+  Write(ckpt_dir + "/b.safetensors", MakeSafetensors({{"v", Dtype::kF32, {4}}}), 0644);
+  Write(ckpt_dir + "/config.json", "{}", 0644);
+  ASSERT_EQ(::chmod(ckpt_dir.c_str(), 0700), 0);
+  auto ckpt = OpenCheckpoint(ckpt_dir, TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  Layout layout = Layout::Build(*ckpt);
+  auto node_mode = [&](std::initializer_list<const char*> path) {
+    uint64_t ino = Layout::kRoot;
+    for (const char* name : path) ino = layout.Lookup(ino, name);
+    const Node* node = layout.Find(ino);
+    return node ? static_cast<int>(node->mode) : -1;
+  };
+  for (auto path : {std::initializer_list<const char*>{"config.json"},
+                    {"model.safetensors"},
+                    {"pytorch_model.bin"},
+                    {"pytorch_model", "map.pt"},
+                    {"tensors", "w.npy"},
+                    {"shards", "a.safetensors"},
+                    {"shards", "model.safetensors.index.json"}}) {
+    SCOPED_TRACE(*path.begin());
+    EXPECT_EQ(node_mode(path), 0400);
+  }
+  EXPECT_EQ(node_mode({}), 0500);
+  EXPECT_EQ(node_mode({"tensors"}), 0500);
+  EXPECT_EQ(node_mode({"shards"}), 0500);
+  // Opened again once others may search it, the same files show their own bits.
+  ASSERT_EQ(::chmod(ckpt_dir.c_str(), 0755), 0);
+  auto open = OpenCheckpoint(ckpt_dir, TestCodec());
+  ASSERT_TRUE(open.ok());
+  EXPECT_EQ(Layout::Build(*open).Find(Layout::kRoot)->mode, 0555);
+}
+
+// (issue 22) The hub exception is the repo's own blobs/ directory: a blobs/ that is a
+// link (to `/`, or to another repo's blobs) makes nothing outside count as inside; the
+// directories on a blob's way are blobs/ itself.
+TEST_F(LocalDirTest, HubBlobsThatAreALinkGetNoException) {
+  Write(outside_ + "/config.json", "{\"secret\": 1}");
+  for (const std::string& target : {std::string("/"), outside_}) {
+    SCOPED_TRACE(target);
+    const std::string repo = root_ + "/hub" + std::to_string(target.size()) + "/models--org--name";
+    const std::string snapshot = repo + "/snapshots/rev";
+    fs::create_directories(repo);
+    Link(target, repo + "/blobs");
+    const std::string relative = target == "/" ? fs::path(outside_).relative_path().string() : "";
+    Link("../../blobs/" + (relative.empty() ? "" : relative + "/") + "config.json",
+         snapshot + "/config.json");
+    auto dir = OpenSrc(snapshot);
+    ASSERT_TRUE(dir);
+    auto config = dir->OpenFile("config.json");
+    ASSERT_FALSE(config.ok());
+    EXPECT_EQ(config.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(config.status().message().find("leads outside"), std::string::npos)
+        << config.status().message();
+  }
+
+  // A real blobs/ that only its owner may search: its blobs are the owner's only.
+  const std::string repo = root_ + "/hub/models--org--private";
+  Write(repo + "/blobs/aaaa", "{}", 0644);
+  Link("../../blobs/aaaa", repo + "/snapshots/rev/config.json");
+  ASSERT_EQ(::chmod((repo + "/blobs").c_str(), 0700), 0);
+  auto dir = OpenSrc(repo + "/snapshots/rev");
+  ASSERT_TRUE(dir);
+  auto config = dir->OpenFile("config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ((*config)->Mode(), 0400u);
+  ASSERT_EQ(::chmod((repo + "/blobs").c_str(), 0755), 0);
+  config = OpenSrc(repo + "/snapshots/rev")->OpenFile("config.json");
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ((*config)->Mode(), 0444u);
+}
+
 }  // namespace
 }  // namespace ckptfs

@@ -457,14 +457,33 @@ TEST_F(RunListingTest, DeepSpeedLatestFileNamesTheTag) {
   EXPECT_NE(Skipped(run).find("tag \"global_step30\" is no complete entry"), std::string::npos)
       << Skipped(run);
 
-  // Taken by its last component: never a path out of SOURCE.
-  Write(run_ / "latest", "../../etc/global_step10");
-  run = List();
-  EXPECT_EQ(run.latest, "global_step10");
-  Write(run_ / "latest", "..");
-  run = List();
-  EXPECT_EQ(run.latest_from, "highest step");
-  EXPECT_NE(Skipped(run).find("names no tag"), std::string::npos) << Skipped(run);
+  // (issue 22) A tag is a plain name: a path is refused with a line naming the file,
+  // never reduced to its last component (which would name another directory of SOURCE).
+  for (const char* hostile : {"../../etc/global_step10", "../global_step10", "..", ".",
+                              "global_step10/", "./global_step10"}) {
+    SCOPED_TRACE(hostile);
+    Write(run_ / "latest", hostile);
+    run = List();
+    EXPECT_EQ(run.latest, "global_step20");
+    EXPECT_EQ(run.latest_from, "highest step");
+    EXPECT_NE(Skipped(run).find("latest: \"" + std::string(hostile) + "\" names no tag of"),
+              std::string::npos)
+        << Skipped(run);
+  }
+  // A save dir with nothing but such a `latest`: refused in one line naming it, and the
+  // directory it would name is never looked at.
+  const fs::path lone = root_ / "lone";
+  Write(lone / "latest", "../global_step10");
+  fs::create_directories(root_ / "global_step10");
+  fs::copy(run_ / "global_step10", root_ / "global_step10", fs::copy_options::recursive);
+  auto dir = OpenSourceDir(lone.string(), TestCodec(), {});
+  ASSERT_TRUE(dir.ok()) << dir.status().message();
+  auto is_run = IsRun(*dir);
+  ASSERT_FALSE(is_run.ok());
+  EXPECT_EQ(is_run.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(is_run.status().message().find("latest: \"../global_step10\" names no tag"),
+            std::string::npos)
+      << is_run.status().message();
 }
 
 const fs::path kFixtures = fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "tf";
