@@ -9,12 +9,20 @@
 // variable one storage made of several stored ranges (Checkpoint::ranges). Strings, the
 // object graph and the entries ckptfs does not serve go to state_json. Raw keys are kept in
 // Checkpoint::tensor_keys for tensors/ paths, the xattr and inspect.
+//
+// Memory: one MetadataBudget (core/format/metadata_budget.h) per bundle counts what
+// reading it holds: the index bytes, the parsed entries (bundle.h), each tensor's
+// Checkpoint entry, each string tensor's bytes while they are decoded and the JSON text
+// written for metadata.json. Its stored bytes are the index's and each decoded string
+// tensor's; past 32 x those + 32 MiB the checkpoint is refused, one line naming the index.
 #include <algorithm>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
+#include "core/format/metadata_budget.h"
 #include "core/format/tf/bundle.h"
 #include "core/format/tf/checkpoint_state.h"
 #include "core/format/tf/names.h"
@@ -133,54 +141,108 @@ Result<SourceDir> DirOf(const SourceDir& dir, const std::string& path, std::stri
   return at;
 }
 
-// What goes to metadata.json for the entries that are not tensor files.
+// What goes to metadata.json for the entries that are not tensor files, written as JSON
+// text as it comes (charged to the budget), never as a tree of JSON values.
 class Extras {
  public:
-  void Skip(const tf::TfTensor& t, std::string_view why) {
-    skipped_.push_back({{"key", t.key},
-                        {"dtype", std::string(t.type.name)},
-                        {"shape", t.shape},
-                        {"why", std::string(why)}});
+  explicit Extras(MetadataBudget& budget) : budget_(budget) {}
+
+  Status Skip(const tf::TfTensor& t, std::string_view why) {
+    // nlohmann::json's key order (sorted), as before: dtype, key, shape, why.
+    return budget_.Append(skipped_, std::string(skipped_.empty() ? "" : ",") +
+                                        "{\"dtype\":" + tf::JsonQuoted(t.type.name) +
+                                        ",\"key\":" + tf::JsonQuoted(t.key) +
+                                        ",\"shape\":" + nlohmann::json(t.shape).dump() +
+                                        ",\"why\":" + tf::JsonQuoted(why) + "}");
   }
   Status String(const Checkpoint& ckpt, const tf::TfTensor& t, const std::string& what) {
     if (t.partitioned() || t.where.size > kMaxStringTensorBytes) {
-      Skip(t, t.partitioned() ? "partitioned string tensor" : "string tensor over 16 MiB");
-      return Status::Ok();
+      return Skip(t, t.partitioned() ? "partitioned string tensor" : "string tensor over 16 MiB");
     }
+    // The tensor's bytes are stored metadata: they raise the limit, and are held (charged)
+    // only while decoded.
+    budget_.AddStored(t.where.size);
+    CKPTFS_RETURN_IF_ERROR(budget_.Charge(t.where.size));
     std::string bytes(t.where.size, '\0');
-    CKPTFS_RETURN_IF_ERROR(ckpt.shards[t.where.shard_id].source->ReadAt(
-        t.where.offset, {reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()}));
-    const uint64_t elements =
-        std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1}, std::multiplies<uint64_t>());
-    CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> strings,
-                            tf::DecodeStringTensor(bytes, elements, t.where, what));
-    if (t.key == tf::kObjectGraphKey && strings.size() == 1) {
-      CKPTFS_ASSIGN_OR_RETURN(object_graph_, tf::ObjectGraphToJson(strings[0], what));
-      return Status::Ok();
-    }
-    nlohmann::json value = t.shape.empty() && strings.size() == 1 ? nlohmann::json(strings[0])
-                                                                  : nlohmann::json(strings);
-    strings_[t.key] = {{"shape", t.shape}, {"value", std::move(value)}};
-    return Status::Ok();
+    Status s = ckpt.shards[t.where.shard_id].source->ReadAt(
+        t.where.offset, {reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()});
+    if (s.ok()) s = Decode(t, bytes, what);
+    budget_.Release(t.where.size);
+    return s;
   }
-  std::string Json(const std::string& prefix, const tf::TensorBundle& bundle) const {
-    nlohmann::ordered_json out = {{"tensorflow",
-                                   {{"prefix", prefix},
-                                    {"num_shards", bundle.header.num_shards},
-                                    {"producer", bundle.header.producer},
-                                    {"index_blocks", bundle.index_blocks},
-                                    {"snappy_blocks", bundle.snappy_blocks}}}};
-    if (!strings_.empty()) out["strings"] = strings_;
-    if (!object_graph_.is_null()) out["object_graph"] = object_graph_;
-    if (!skipped_.empty()) out["skipped"] = skipped_;
-    return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // The state_json: {"tensorflow": {...}, "strings": {...}, "object_graph": {...},
+  // "skipped": [...]}, the last three only where they hold something.
+  Result<std::string> Json(const std::string& prefix, const tf::TensorBundle& bundle) {
+    nlohmann::ordered_json head = {{"tensorflow",
+                                    {{"prefix", prefix},
+                                     {"num_shards", bundle.header.num_shards},
+                                     {"producer", bundle.header.producer},
+                                     {"index_blocks", bundle.index_blocks},
+                                     {"snappy_blocks", bundle.snappy_blocks}}}};
+    std::string out = head.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out.pop_back();  // the closing brace: the other members follow
+    CKPTFS_RETURN_IF_ERROR(budget_.Charge(out.capacity()));
+    // Each part is moved into `out` and freed: at most one part and `out` live at once.
+    auto member = [&](std::string& text, std::string_view open, std::string_view close) {
+      if (text.empty()) return Status::Ok();
+      Status s = budget_.Append(out, open);
+      if (s.ok()) s = budget_.Append(out, text);
+      if (s.ok()) s = budget_.Append(out, close);
+      budget_.Release(text.capacity());
+      std::string().swap(text);
+      return s;
+    };
+    CKPTFS_RETURN_IF_ERROR(member(strings_, ",\"strings\":{", "}"));
+    CKPTFS_RETURN_IF_ERROR(member(object_graph_, ",\"object_graph\":", ""));
+    CKPTFS_RETURN_IF_ERROR(member(skipped_, ",\"skipped\":[", "]"));
+    CKPTFS_RETURN_IF_ERROR(budget_.Append(out, "}"));
+    return out;
   }
 
  private:
-  nlohmann::ordered_json strings_ = nlohmann::ordered_json::object();
-  nlohmann::json object_graph_;
-  nlohmann::json skipped_ = nlohmann::json::array();
+  Status Decode(const tf::TfTensor& t, std::string_view bytes, const std::string& what) {
+    const uint64_t elements =
+        std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1}, std::multiplies<uint64_t>());
+    if (t.key == tf::kObjectGraphKey && elements == 1) {
+      std::string_view graph;
+      CKPTFS_RETURN_IF_ERROR(
+          tf::WalkStringTensor(bytes, elements, t.where, what, [&](std::string_view s) {
+            graph = s;
+            return Status::Ok();
+          }));
+      budget_.Release(object_graph_.capacity());
+      object_graph_.clear();
+      object_graph_.shrink_to_fit();
+      return tf::AppendObjectGraphJson(graph, what, budget_, object_graph_);
+    }
+    // "key":{"shape":[...],"value":...}: a scalar's value is its string, else a list.
+    const bool scalar = t.shape.empty();
+    CKPTFS_RETURN_IF_ERROR(
+        budget_.Append(strings_, std::string(strings_.empty() ? "" : ",") + tf::JsonQuoted(t.key) +
+                                     ":{\"shape\":" + nlohmann::json(t.shape).dump() +
+                                     ",\"value\":" + (scalar ? "" : "[")));
+    bool first = true;
+    CKPTFS_RETURN_IF_ERROR(
+        tf::WalkStringTensor(bytes, elements, t.where, what, [&](std::string_view s) {
+          const std::string quoted = (first ? "" : ",") + tf::JsonQuoted(s);
+          first = false;
+          return budget_.Append(strings_, quoted);
+        }));
+    return budget_.Append(strings_, scalar ? "}" : "]}");
+  }
+
+  MetadataBudget& budget_;
+  std::string strings_;       // the members of "strings", comma-separated
+  std::string object_graph_;  // the graph's JSON object
+  std::string skipped_;       // the items of "skipped", comma-separated
 };
+
+// What a tensor's Checkpoint entry holds: the Tensor, its Storage and key slot (each twice:
+// the vectors grow by doubling, and SortByName builds them again), name, key and shape.
+uint64_t CheckpointTensorBytes(const tf::TfTensor& t, const std::string& name) {
+  return 2 * (sizeof(Tensor) + sizeof(Storage) + sizeof(std::string)) + name.size() + 1 +
+         t.key.size() + 1 + t.shape.size() * sizeof(uint64_t);
+}
 
 // One numeric tensor as a storage (one range, or Checkpoint::ranges) and a tensor over it.
 Status AddNumeric(const tf::TfTensor& t, const std::string& index_name, Checkpoint& ckpt,
@@ -276,16 +338,23 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
     return Status::NotFound(index_name + ": missing (the TensorFlow checkpoint's index)");
   }
   CKPTFS_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(*index->source));
-  CKPTFS_ASSIGN_OR_RETURN(tf::TensorBundle bundle, tf::ParseTensorBundle(bytes, index_name));
+  MetadataBudget budget(index_name);
+  budget.AddStored(bytes.size());
+  CKPTFS_RETURN_IF_ERROR(budget.Charge(bytes.size()));
+  CKPTFS_ASSIGN_OR_RETURN(tf::TensorBundle bundle,
+                          tf::ParseTensorBundle(bytes, index_name, budget));
   CKPTFS_RETURN_IF_ERROR(OpenDataFiles(dir, bundle, base, shown_prefix, codec, ckpt));
   ckpt.index.push_back(std::move(index).value());
 
-  Extras extras;
+  Extras extras(budget);
   for (const tf::TfTensor& t : bundle.tensors) {
     switch (t.type.kind) {
-      case tf::TfKind::kNumeric:
-        CKPTFS_RETURN_IF_ERROR(AddNumeric(t, index_name, ckpt, tf::TfKeyToName(t.key).dotted));
+      case tf::TfKind::kNumeric: {
+        std::string name = tf::TfKeyToName(t.key).dotted;
+        CKPTFS_RETURN_IF_ERROR(budget.Charge(CheckpointTensorBytes(t, name)));
+        CKPTFS_RETURN_IF_ERROR(AddNumeric(t, index_name, ckpt, std::move(name)));
         break;
+      }
       case tf::TfKind::kString:
         CKPTFS_RETURN_IF_ERROR(extras.String(
             ckpt, t,
@@ -293,19 +362,19 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
                 t.key + "\""));
         break;
       case tf::TfKind::kVariant:
-        extras.Skip(t, "variant");
+        CKPTFS_RETURN_IF_ERROR(extras.Skip(t, "variant"));
         break;
       case tf::TfKind::kResource:
-        extras.Skip(t, "resource");
+        CKPTFS_RETURN_IF_ERROR(extras.Skip(t, "resource"));
         break;
       case tf::TfKind::kUnsupported:
-        extras.Skip(t, "dtype ckptfs does not serve");
+        CKPTFS_RETURN_IF_ERROR(extras.Skip(t, "dtype ckptfs does not serve"));
         break;
     }
   }
   CKPTFS_RETURN_IF_ERROR(SortByName(index_name, ckpt));
   ckpt.ranges.shrink_to_fit();
-  ckpt.state_json = extras.Json(claim.file, bundle);
+  CKPTFS_ASSIGN_OR_RETURN(ckpt.state_json, extras.Json(claim.file, bundle));
   // The merged safetensors says where its tensors come from (transformers reads "format").
   ckpt.metadata = {{"format", "tf"}};
   return Status::Ok();
@@ -340,9 +409,9 @@ Status VerifyTensorflow(const Checkpoint& ckpt, const std::function<void(const S
     if (t.type.kind == tf::TfKind::kString) {
       const uint64_t elements =
           std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1}, std::multiplies<uint64_t>());
-      Result<std::vector<std::string>> s =
-          tf::DecodeStringTensor(buf, elements, where, shard.name + ": \"" + t.key + "\"");
-      if (!s.ok()) report(s.status());
+      Status s = tf::WalkStringTensor(buf, elements, where, shard.name + ": \"" + t.key + "\"",
+                                      [](std::string_view) { return Status::Ok(); });
+      if (!s.ok()) report(s);
     } else if (!tf::TensorCrcMatches(where, buf)) {
       report(Status::Corruption(shard.name + ": \"" + t.key + "\" at offset " +
                                 std::to_string(where.offset) + " (" + std::to_string(where.size) +

@@ -425,18 +425,27 @@ TEST(TfBundleTest, HostileBundlesRefusedInOneLine) {
   }
 }
 
+// True if the table walks to its end (every block read and checked).
+bool SstWalks(std::string_view bytes) {
+  MetadataBudget budget("i");
+  budget.AddStored(bytes.size());
+  return WalkSstable(bytes, "i", budget,
+                     [](std::string_view, std::string_view) { return Status::Ok(); })
+      .ok();
+}
+
 TEST(TfBundleTest, VerifyReportsEachBadBlock) {
   // Corrupt two data blocks of the 50k-entry-style table: both are reported.
   const fs::path dir = Generated("many", "--count 3000");
   std::string bytes = ReadFile(dir / "ckpt-1.index");
-  ASSERT_TRUE(ReadSstable(bytes, "i").ok());
+  ASSERT_TRUE(SstWalks(bytes));
   bytes[10] ^= 1;     // first block
   bytes[20000] ^= 1;  // a later block
   const auto problems = CheckSstableBlocks(bytes, "ckpt-1.index");
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_NE(problems[0].find("ckpt-1.index: block at offset 0: block checksum mismatch"),
             std::string::npos);
-  EXPECT_FALSE(ReadSstable(bytes, "i").ok());
+  EXPECT_FALSE(SstWalks(bytes));
 }
 
 long RssKib() {
