@@ -141,100 +141,139 @@ Result<SourceDir> DirOf(const SourceDir& dir, const std::string& path, std::stri
   return at;
 }
 
-// What goes to metadata.json for the entries that are not tensor files, written as JSON
-// text as it comes (charged to the budget), never as a tree of JSON values.
-class Extras {
- public:
-  explicit Extras(MetadataBudget& budget) : budget_(budget) {}
+// Why a non-numeric entry is listed under "skipped" rather than decoded; empty for a
+// string tensor that is decoded.
+std::string_view SkipReason(const tf::TfTensor& t) {
+  switch (t.type.kind) {
+    case tf::TfKind::kNumeric:
+      return {};
+    case tf::TfKind::kString:
+      if (t.partitioned()) return "partitioned string tensor";
+      return t.where.size > kMaxStringTensorBytes ? "string tensor over 16 MiB" : "";
+    case tf::TfKind::kVariant:
+      return "variant";
+    case tf::TfKind::kResource:
+      return "resource";
+    case tf::TfKind::kUnsupported:
+      return "dtype ckptfs does not serve";
+  }
+  return {};
+}
 
-  Status Skip(const tf::TfTensor& t, std::string_view why) {
-    // nlohmann::json's key order (sorted), as before: dtype, key, shape, why.
-    return budget_.Append(skipped_, std::string(skipped_.empty() ? "" : ",") +
-                                        "{\"dtype\":" + tf::JsonQuoted(t.type.name) +
-                                        ",\"key\":" + tf::JsonQuoted(t.key) +
-                                        ",\"shape\":" + nlohmann::json(t.shape).dump() +
-                                        ",\"why\":" + tf::JsonQuoted(why) + "}");
-  }
-  Status String(const Checkpoint& ckpt, const tf::TfTensor& t, const std::string& what) {
-    if (t.partitioned() || t.where.size > kMaxStringTensorBytes) {
-      return Skip(t, t.partitioned() ? "partitioned string tensor" : "string tensor over 16 MiB");
-    }
-    // The tensor's bytes are stored metadata: they raise the limit, and are held (charged)
-    // only while decoded.
-    budget_.AddStored(t.where.size);
-    CKPTFS_RETURN_IF_ERROR(budget_.Charge(t.where.size));
-    std::string bytes(t.where.size, '\0');
-    Status s = ckpt.shards[t.where.shard_id].source->ReadAt(
-        t.where.offset, {reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()});
-    if (s.ok()) s = Decode(t, bytes, what);
-    budget_.Release(t.where.size);
-    return s;
-  }
-  // The state_json: {"tensorflow": {...}, "strings": {...}, "object_graph": {...},
-  // "skipped": [...]}, the last three only where they hold something.
-  Result<std::string> Json(const std::string& prefix, const tf::TensorBundle& bundle) {
+uint64_t Elements(const tf::TfTensor& t) {
+  return std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1}, std::multiplies<uint64_t>());
+}
+
+bool IsObjectGraph(const tf::TfTensor& t) {
+  return t.key == tf::kObjectGraphKey && Elements(t) == 1;
+}
+
+// The metadata.json text for the entries that are not tensor files: {"tensorflow": {...},
+// "strings": {...}, "object_graph": {...}, "skipped": [...]}, the last three only where
+// they hold something. Written straight into one string (one pass over the entries per
+// member, each in key order), charged to the budget as it grows: no tree of JSON values
+// and no second copy of the text.
+class MetadataWriter {
+ public:
+  MetadataWriter(const Checkpoint& ckpt, const tf::TensorBundle& bundle,
+                 const std::string& shown_prefix, MetadataBudget& budget)
+      : ckpt_(ckpt), bundle_(bundle), shown_prefix_(shown_prefix), budget_(budget) {}
+
+  Result<std::string> Write(const std::string& prefix) {
     nlohmann::ordered_json head = {{"tensorflow",
                                     {{"prefix", prefix},
-                                     {"num_shards", bundle.header.num_shards},
-                                     {"producer", bundle.header.producer},
-                                     {"index_blocks", bundle.index_blocks},
-                                     {"snappy_blocks", bundle.snappy_blocks}}}};
-    std::string out = head.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    out.pop_back();  // the closing brace: the other members follow
-    CKPTFS_RETURN_IF_ERROR(budget_.Charge(out.capacity()));
-    // Each part is moved into `out` and freed: at most one part and `out` live at once.
-    auto member = [&](std::string& text, std::string_view open, std::string_view close) {
-      if (text.empty()) return Status::Ok();
-      Status s = budget_.Append(out, open);
-      if (s.ok()) s = budget_.Append(out, text);
-      if (s.ok()) s = budget_.Append(out, close);
-      budget_.Release(text.capacity());
-      std::string().swap(text);
-      return s;
-    };
-    CKPTFS_RETURN_IF_ERROR(member(strings_, ",\"strings\":{", "}"));
-    CKPTFS_RETURN_IF_ERROR(member(object_graph_, ",\"object_graph\":", ""));
-    CKPTFS_RETURN_IF_ERROR(member(skipped_, ",\"skipped\":[", "]"));
-    CKPTFS_RETURN_IF_ERROR(budget_.Append(out, "}"));
-    return out;
+                                     {"num_shards", bundle_.header.num_shards},
+                                     {"producer", bundle_.header.producer},
+                                     {"index_blocks", bundle_.index_blocks},
+                                     {"snappy_blocks", bundle_.snappy_blocks}}}};
+    std::string text = head.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    text.pop_back();  // the closing brace: the other members follow
+    CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, text));
+    bool any = false;
+    for (const tf::TfTensor& t : bundle_.tensors) {
+      if (t.type.kind != tf::TfKind::kString || !SkipReason(t).empty() || IsObjectGraph(t)) {
+        continue;
+      }
+      CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, any ? "," : ",\"strings\":{"));
+      any = true;
+      CKPTFS_RETURN_IF_ERROR(
+          WithBytes(t, [&](std::string_view bytes) { return Strings(t, bytes); }));
+    }
+    if (any) CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, "}"));
+    for (const tf::TfTensor& t : bundle_.tensors) {
+      if (t.type.kind != tf::TfKind::kString || !SkipReason(t).empty() || !IsObjectGraph(t)) {
+        continue;
+      }
+      CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, ",\"object_graph\":"));
+      CKPTFS_RETURN_IF_ERROR(WithBytes(t, [&](std::string_view bytes) { return Graph(t, bytes); }));
+    }
+    any = false;
+    for (const tf::TfTensor& t : bundle_.tensors) {
+      const std::string_view why = SkipReason(t);
+      if (why.empty()) continue;
+      // nlohmann::json's key order (sorted): dtype, key, shape, why.
+      CKPTFS_RETURN_IF_ERROR(budget_.Append(
+          out_,
+          std::string(any ? "," : ",\"skipped\":[") + "{\"dtype\":" + tf::JsonQuoted(t.type.name) +
+              ",\"key\":" + tf::JsonQuoted(t.key) + ",\"shape\":" + nlohmann::json(t.shape).dump() +
+              ",\"why\":" + tf::JsonQuoted(why) + "}"));
+      any = true;
+    }
+    if (any) CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, "]"));
+    CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, "}"));
+    return std::move(out_);
   }
 
  private:
-  Status Decode(const tf::TfTensor& t, std::string_view bytes, const std::string& what) {
-    const uint64_t elements =
-        std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1}, std::multiplies<uint64_t>());
-    if (t.key == tf::kObjectGraphKey && elements == 1) {
-      std::string_view graph;
-      CKPTFS_RETURN_IF_ERROR(
-          tf::WalkStringTensor(bytes, elements, t.where, what, [&](std::string_view s) {
-            graph = s;
-            return Status::Ok();
-          }));
-      budget_.Release(object_graph_.capacity());
-      object_graph_.clear();
-      object_graph_.shrink_to_fit();
-      return tf::AppendObjectGraphJson(graph, what, budget_, object_graph_);
-    }
-    // "key":{"shape":[...],"value":...}: a scalar's value is its string, else a list.
-    const bool scalar = t.shape.empty();
-    CKPTFS_RETURN_IF_ERROR(
-        budget_.Append(strings_, std::string(strings_.empty() ? "" : ",") + tf::JsonQuoted(t.key) +
-                                     ":{\"shape\":" + nlohmann::json(t.shape).dump() +
-                                     ",\"value\":" + (scalar ? "" : "[")));
-    bool first = true;
-    CKPTFS_RETURN_IF_ERROR(
-        tf::WalkStringTensor(bytes, elements, t.where, what, [&](std::string_view s) {
-          const std::string quoted = (first ? "" : ",") + tf::JsonQuoted(s);
-          first = false;
-          return budget_.Append(strings_, quoted);
-        }));
-    return budget_.Append(strings_, scalar ? "}" : "]}");
+  std::string What(const tf::TfTensor& t) const {
+    return tf::DataFileName(shown_prefix_, t.where.shard_id, bundle_.header.num_shards) + ": \"" +
+           t.key + "\"";
   }
 
+  // Calls fn with a string tensor's stored bytes. They are stored metadata: they raise the
+  // limit, and are held (charged) only while fn runs.
+  Status WithBytes(const tf::TfTensor& t, const std::function<Status(std::string_view)>& fn) {
+    budget_.AddStored(t.where.size);
+    CKPTFS_RETURN_IF_ERROR(budget_.Charge(t.where.size));
+    std::string bytes(t.where.size, '\0');
+    Status s = ckpt_.shards[t.where.shard_id].source->ReadAt(
+        t.where.offset, {reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()});
+    if (s.ok()) s = fn(bytes);
+    budget_.Release(t.where.size);
+    return s;
+  }
+
+  Status Graph(const tf::TfTensor& t, std::string_view bytes) {
+    std::string_view graph;
+    CKPTFS_RETURN_IF_ERROR(
+        tf::WalkStringTensor(bytes, 1, t.where, What(t), [&](std::string_view s) {
+          graph = s;
+          return Status::Ok();
+        }));
+    return tf::AppendObjectGraphJson(graph, What(t), budget_, out_);
+  }
+
+  // "key":{"shape":[...],"value":...}: a scalar's value is its string, else a list.
+  Status Strings(const tf::TfTensor& t, std::string_view bytes) {
+    const bool scalar = t.shape.empty();
+    CKPTFS_RETURN_IF_ERROR(budget_.Append(
+        out_, tf::JsonQuoted(t.key) + ":{\"shape\":" + nlohmann::json(t.shape).dump() +
+                  ",\"value\":" + (scalar ? "" : "[")));
+    bool first = true;
+    CKPTFS_RETURN_IF_ERROR(
+        tf::WalkStringTensor(bytes, Elements(t), t.where, What(t), [&](std::string_view s) {
+          const std::string quoted = (first ? "" : ",") + tf::JsonQuoted(s);
+          first = false;
+          return budget_.Append(out_, quoted);
+        }));
+    return budget_.Append(out_, scalar ? "}" : "]}");
+  }
+
+  const Checkpoint& ckpt_;
+  const tf::TensorBundle& bundle_;
+  const std::string& shown_prefix_;
   MetadataBudget& budget_;
-  std::string strings_;       // the members of "strings", comma-separated
-  std::string object_graph_;  // the graph's JSON object
-  std::string skipped_;       // the items of "skipped", comma-separated
+  std::string out_;
 };
 
 // What a tensor's Checkpoint entry holds: the Tensor, its Storage and key slot (each twice:
@@ -346,35 +385,16 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
   CKPTFS_RETURN_IF_ERROR(OpenDataFiles(dir, bundle, base, shown_prefix, codec, ckpt));
   ckpt.index.push_back(std::move(index).value());
 
-  Extras extras(budget);
   for (const tf::TfTensor& t : bundle.tensors) {
-    switch (t.type.kind) {
-      case tf::TfKind::kNumeric: {
-        std::string name = tf::TfKeyToName(t.key).dotted;
-        CKPTFS_RETURN_IF_ERROR(budget.Charge(CheckpointTensorBytes(t, name)));
-        CKPTFS_RETURN_IF_ERROR(AddNumeric(t, index_name, ckpt, std::move(name)));
-        break;
-      }
-      case tf::TfKind::kString:
-        CKPTFS_RETURN_IF_ERROR(extras.String(
-            ckpt, t,
-            tf::DataFileName(shown_prefix, t.where.shard_id, bundle.header.num_shards) + ": \"" +
-                t.key + "\""));
-        break;
-      case tf::TfKind::kVariant:
-        CKPTFS_RETURN_IF_ERROR(extras.Skip(t, "variant"));
-        break;
-      case tf::TfKind::kResource:
-        CKPTFS_RETURN_IF_ERROR(extras.Skip(t, "resource"));
-        break;
-      case tf::TfKind::kUnsupported:
-        CKPTFS_RETURN_IF_ERROR(extras.Skip(t, "dtype ckptfs does not serve"));
-        break;
-    }
+    if (t.type.kind != tf::TfKind::kNumeric) continue;  // metadata.json's, below
+    std::string name = tf::TfKeyToName(t.key).dotted;
+    CKPTFS_RETURN_IF_ERROR(budget.Charge(CheckpointTensorBytes(t, name)));
+    CKPTFS_RETURN_IF_ERROR(AddNumeric(t, index_name, ckpt, std::move(name)));
   }
   CKPTFS_RETURN_IF_ERROR(SortByName(index_name, ckpt));
   ckpt.ranges.shrink_to_fit();
-  CKPTFS_ASSIGN_OR_RETURN(ckpt.state_json, extras.Json(claim.file, bundle));
+  CKPTFS_ASSIGN_OR_RETURN(ckpt.state_json,
+                          MetadataWriter(ckpt, bundle, shown_prefix, budget).Write(claim.file));
   // The merged safetensors says where its tensors come from (transformers reads "format").
   ckpt.metadata = {{"format", "tf"}};
   return Status::Ok();

@@ -27,7 +27,9 @@ void MetadataBudget::Release(uint64_t bytes) { used_ -= std::min(bytes, used_); 
 Status MetadataBudget::Append(std::string& out, std::string_view piece) {
   if (out.size() + piece.size() > out.capacity()) {
     const uint64_t old_capacity = out.capacity();
-    const uint64_t capacity = std::max<uint64_t>(2 * old_capacity, out.size() + piece.size());
+    // Growth by half: while the text moves, old and new buffers live together (2.5x).
+    const uint64_t capacity =
+        std::max<uint64_t>(old_capacity + old_capacity / 2, out.size() + piece.size());
     CKPTFS_RETURN_IF_ERROR(Charge(capacity));
     out.reserve(capacity);
     Release(old_capacity);

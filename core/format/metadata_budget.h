@@ -40,8 +40,8 @@ class MetadataBudget {
   // Counts `bytes` more held; refused (and not counted) when the total would pass the limit.
   Status Charge(uint64_t bytes);
   void Release(uint64_t bytes);
-  // Appends `piece` to `out`, charging the growth of out's capacity before it happens (a
-  // string doubles as it grows: the old buffer is released once the new one is charged).
+  // Appends `piece` to `out`, charging the growth of out's capacity before it happens (it
+  // grows by half; the old buffer is released once the new one is charged and filled).
   Status Append(std::string& out, std::string_view piece);
 
   uint64_t limit() const;
