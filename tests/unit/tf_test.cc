@@ -798,6 +798,31 @@ TEST(TfMemoryTest, ObjectGraphNodesCostTheirText) {
   EXPECT_LT(grown, 80 * 1024);
 }
 
+// metadata.json is state_json laid out as dump(2) would, without parsing it into a tree:
+// the same bytes, for TF's text and for nlohmann-written JSON with every kind of token
+// (what every format's state_json is).
+TEST(TfMemoryTest, MetadataJsonLaidOutWithoutParsing) {
+  auto standard = OpenCheckpoint(Generated("standard").string(), testing::TestCodec());
+  ASSERT_TRUE(standard.ok()) << standard.status().message();
+  const std::vector<std::string> texts = {
+      standard->state_json,
+      R"({"a":[],"b":{},"c":[1,-2.5e-07,true,false,null,"x\"y\\",{"d":[[],[{}],[[1]]]}],)"
+      R"("e":"\u0001é","f:,{[":"]}"})",
+      R"([])",
+      R"("scalar")",
+      R"({ "spaced" : [ 1 , 2 ] , "x" : { } })",
+  };
+  for (const std::string& text : texts) {
+    Checkpoint ckpt;
+    ckpt.format = CheckpointFormat::kTensorflow;
+    ckpt.state_json = text;
+    EXPECT_EQ(MetadataJson(ckpt), nlohmann::ordered_json::parse(text).dump(2) + "\n") << text;
+  }
+  Checkpoint empty;
+  empty.format = CheckpointFormat::kTorch;
+  EXPECT_EQ(MetadataJson(empty), "{}\n");
+}
+
 // Real-shaped bundles sit far below the bound: 50k variables, and every real fixture.
 TEST(TfMemoryTest, NormalBundlesWellUnderTheBound) {
   const std::string bytes = ReadFile(Generated("many") / "ckpt-1.index");
