@@ -38,14 +38,16 @@ namespace {
 // read as dump would write them), whitespace outside strings is dropped, and "{", "[",
 // "," and ":" get dump's newlines, indents and spaces. The same bytes as parse + dump(2)
 // without the tree, whose JSON value per string, number or node costs 50 to 100 times its
-// text (1M empty TF strings: 3 MB of state_json, 70 MiB of tree).
-std::string IndentJson(std::string_view in) {
-  std::string out;
-  out.reserve(in.size() + in.size() / 2);
+// text (1M empty TF strings: 3 MB of state_json, 70 MiB of tree). `emit(text)` or
+// `emit(n, ' ')` receives the output; run once to count and once to write, the output is
+// allocated once, at its size.
+template <typename Emit>
+void IndentJson(std::string_view in, Emit&& emit) {
   size_t depth = 0;
+  char last = '\0';  // the last byte emitted outside a string
   auto newline = [&] {
-    out += '\n';
-    out.append(2 * depth, ' ');
+    emit(std::string_view("\n"));
+    emit(2 * depth, ' ');
   };
   auto next_token = [&](size_t i) {
     while (i < in.size() && (in[i] == ' ' || in[i] == '\n' || in[i] == '\t' || in[i] == '\r')) ++i;
@@ -57,31 +59,36 @@ std::string IndentJson(std::string_view in) {
       case '"': {
         size_t j = i + 1;
         while (j < in.size() && in[j] != '"') j += in[j] == '\\' ? 2 : 1;
-        out.append(in.substr(i, j + 1 - i));
+        emit(in.substr(i, j + 1 - i));
         i = j;
+        last = '"';
         break;
       }
       case '{':
       case '[':
-        out += c;
+        emit(in.substr(i, 1));
+        last = c;
         if (next_token(i + 1) == (c == '{' ? '}' : ']')) break;  // "{}" and "[]" stay so
         ++depth;
         newline();
         break;
       case '}':
       case ']':
-        if (out.back() != (c == '}' ? '{' : '[')) {
+        if (last != (c == '}' ? '{' : '[')) {
           depth -= depth > 0 ? 1 : 0;
           newline();
         }
-        out += c;
+        emit(in.substr(i, 1));
+        last = c;
         break;
       case ',':
-        out += ',';
+        emit(std::string_view(","));
         newline();
+        last = c;
         break;
       case ':':
-        out += ": ";
+        emit(std::string_view(": "));
+        last = c;
         break;
       case ' ':
       case '\n':
@@ -89,19 +96,42 @@ std::string IndentJson(std::string_view in) {
       case '\r':
         break;
       default:
-        out += c;
+        emit(in.substr(i, 1));
+        last = c;
     }
   }
-  return out;
 }
 
+// IndentJson's two outputs: a count of its bytes, and the bytes.
+struct CountBytes {
+  uint64_t& n;
+  void operator()(std::string_view text) { n += text.size(); }
+  void operator()(size_t count, char) { n += count; }
+};
+struct AppendBytes {
+  std::string& out;
+  void operator()(std::string_view text) { out.append(text); }
+  void operator()(size_t count, char c) { out.append(count, c); }
+};
+
 }  // namespace
+
+uint64_t MetadataJsonSize(const Checkpoint& ckpt) {
+  if (ckpt.format == CheckpointFormat::kSafetensors) return MetadataJson(ckpt).size();
+  if (ckpt.state_json.empty()) return 3;
+  uint64_t size = 1;  // the final newline
+  IndentJson(ckpt.state_json, CountBytes{size});
+  return size;
+}
 
 std::string MetadataJson(const Checkpoint& ckpt) {
   // Formats other than safetensors keep their non-tensor values as state_json: laid out,
   // never parsed again (see IndentJson).
   if (ckpt.format != CheckpointFormat::kSafetensors) {
-    std::string out = ckpt.state_json.empty() ? std::string("{}") : IndentJson(ckpt.state_json);
+    if (ckpt.state_json.empty()) return "{}\n";
+    std::string out;
+    out.reserve(MetadataJsonSize(ckpt));
+    IndentJson(ckpt.state_json, AppendBytes{out});
     out += '\n';
     return out;
   }

@@ -395,6 +395,8 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
   ckpt.ranges.shrink_to_fit();
   CKPTFS_ASSIGN_OR_RETURN(ckpt.state_json,
                           MetadataWriter(ckpt, bundle, shown_prefix, budget).Write(claim.file));
+  // The mount keeps metadata.json laid out (MetadataJson) beside it: charged too.
+  CKPTFS_RETURN_IF_ERROR(budget.Charge(MetadataJsonSize(ckpt)));
   // The merged safetensors says where its tensors come from (transformers reads "format").
   ckpt.metadata = {{"format", "tf"}};
   return Status::Ok();
