@@ -14,7 +14,7 @@
 // reading it holds: the index bytes, the parsed entries (bundle.h), each tensor's
 // Checkpoint entry, each string tensor's bytes while they are decoded and the JSON text
 // written for metadata.json. Its stored bytes are the index's and each decoded string
-// tensor's; past 32 x those + 32 MiB the checkpoint is refused, one line naming the index.
+// tensor's; past 32 x those + 64 MiB the checkpoint is refused, one line naming the index.
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -234,7 +234,7 @@ class MetadataWriter {
   // limit, and are held (charged) only while fn runs.
   Status WithBytes(const tf::TfTensor& t, const std::function<Status(std::string_view)>& fn) {
     budget_.AddStored(t.where.size);
-    CKPTFS_RETURN_IF_ERROR(budget_.Charge(t.where.size));
+    CKPTFS_RETURN_IF_ERROR(budget_.ChargeOrRefuse(t.where.size));
     std::string bytes(t.where.size, '\0');
     Status s = ckpt_.shards[t.where.shard_id].source->ReadAt(
         t.where.offset, {reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()});
@@ -379,7 +379,7 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
   CKPTFS_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(*index->source));
   MetadataBudget budget(index_name);
   budget.AddStored(bytes.size());
-  CKPTFS_RETURN_IF_ERROR(budget.Charge(bytes.size()));
+  CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(bytes.size()));
   CKPTFS_ASSIGN_OR_RETURN(tf::TensorBundle bundle,
                           tf::ParseTensorBundle(bytes, index_name, budget));
   CKPTFS_RETURN_IF_ERROR(OpenDataFiles(dir, bundle, base, shown_prefix, codec, ckpt));
@@ -388,7 +388,7 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
   for (const tf::TfTensor& t : bundle.tensors) {
     if (t.type.kind != tf::TfKind::kNumeric) continue;  // metadata.json's, below
     std::string name = tf::TfKeyToName(t.key).dotted;
-    CKPTFS_RETURN_IF_ERROR(budget.Charge(CheckpointTensorBytes(t, name)));
+    CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(CheckpointTensorBytes(t, name)));
     CKPTFS_RETURN_IF_ERROR(AddNumeric(t, index_name, ckpt, std::move(name)));
   }
   CKPTFS_RETURN_IF_ERROR(SortByName(index_name, ckpt));
@@ -396,7 +396,7 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
   CKPTFS_ASSIGN_OR_RETURN(ckpt.state_json,
                           MetadataWriter(ckpt, bundle, shown_prefix, budget).Write(claim.file));
   // The mount keeps metadata.json laid out (MetadataJson) beside it: charged too.
-  CKPTFS_RETURN_IF_ERROR(budget.Charge(MetadataJsonSize(ckpt)));
+  CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(MetadataJsonSize(ckpt)));
   // The merged safetensors says where its tensors come from (transformers reads "format").
   ckpt.metadata = {{"format", "tf"}};
   return Status::Ok();

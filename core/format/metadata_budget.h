@@ -1,22 +1,25 @@
-// metadata_budget: the memory a parser may hold for a checkpoint's metadata, counted while
-// it parses, so that hostile metadata (a compression bomb, a million empty strings, keys
-// that prefix compression makes long) is refused at a stated bound instead of growing the
-// daemon without one.
+// MetadataBudget: the memory a parser may spend building one checkpoint's metadata (a
+// torch pickle, a TensorFlow bundle; any parser whose output can outgrow its input),
+// counted as it builds, so that hostile metadata (a compression bomb, a million empty
+// strings, keys that prefix compression makes long, millions of small ints) is refused at
+// a stated bound instead of growing the daemon without one.
 //
-// The bound: kMetadataBytesPerStoredByte (32) times the metadata's stored bytes, plus
-// kMetadataFixedBytes (32 MiB). The parser says how many stored bytes it read
-// (AddStored: an index file, a string tensor) and charges what it builds from them
-// (Charge: decoded blocks while they live, keys, entries, the JSON it writes for
-// metadata.json); Release gives back what it freed. A Charge past the limit fails, one
-// line naming the file:
-//   "ckpt-1.index: metadata needs over 40123456 bytes of memory (32 x its 123456 stored
-//    bytes + 32 MiB): refused"
-// Charges are the parser's own estimate of heap it holds (sizes and element counts, not
-// malloc's figures): close to the RSS it costs, never far below it.
+// The limit is kMetadataMemoryRatio times the metadata's stored bytes plus
+// kMetadataMemoryFixed: 32 x + 64 MiB. Stored bytes are given at construction and may
+// grow (AddStored: a TF string tensor read for metadata.json). A parser charges what it
+// allocates *before* it allocates (a growing vector's new capacity while the old one is
+// still held, a heap string, a decoded block), releases only what it has freed, and
+// refuses the record once a charge fails, so its own peak stays within the limit. Why 32:
+// a torch state dict's tree costs ~20 times its pickle, a TF index's entries and
+// Checkpoint ~6 times (50k variables), so 16 would refuse ordinary checkpoints.
 //
-// One budget per checkpoint being opened; not thread-safe.
+// Two ways to charge: Charge (bool: counted even past the limit, false from then on; for
+// the pickle's own Refuse) and ChargeOrRefuse (a Status: refused and not counted, one line
+// naming the file given at construction: "ckpt-1.index: metadata would take more than L
+// bytes of memory (32 times its S bytes plus 64 MiB)"). Not thread-safe: one per parse.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -25,34 +28,72 @@
 
 namespace ckptfs {
 
-inline constexpr uint64_t kMetadataBytesPerStoredByte = 32;
-inline constexpr uint64_t kMetadataFixedBytes = 32ull << 20;
+inline constexpr uint64_t kMetadataMemoryRatio = 32;
+inline constexpr uint64_t kMetadataMemoryFixed = 64ull << 20;
 
 class MetadataBudget {
  public:
-  explicit MetadataBudget(std::string file_name,
-                          uint64_t per_stored_byte = kMetadataBytesPerStoredByte,
-                          uint64_t fixed_bytes = kMetadataFixedBytes)
-      : file_name_(std::move(file_name)), per_stored_byte_(per_stored_byte), fixed_(fixed_bytes) {}
+  explicit MetadataBudget(uint64_t stored_bytes) { AddStored(stored_bytes); }
+  // `file_name` starts ChargeOrRefuse's refusal; `fixed_bytes` replaces the 64 MiB (tests).
+  explicit MetadataBudget(std::string file_name, uint64_t stored_bytes = 0,
+                          uint64_t fixed_bytes = kMetadataMemoryFixed)
+      : file_name_(std::move(file_name)), fixed_(fixed_bytes) {
+    AddStored(stored_bytes);
+  }
 
-  // `bytes` more of stored metadata were read: the limit grows by per_stored_byte x bytes.
-  void AddStored(uint64_t bytes);
+  // `bytes` more of stored metadata were read: the limit grows by 32 x bytes.
+  void AddStored(uint64_t bytes) {
+    stored_ = std::min(stored_ + std::min(bytes, kMaxStored), kMaxStored);
+  }
+  // Adds `bytes` to what was spent; false once that is past the limit (and from then on).
+  bool Charge(uint64_t bytes) {
+    used_ = bytes > UINT64_MAX - used_ ? UINT64_MAX : used_ + bytes;
+    peak_ = std::max(peak_, used_);
+    return used_ <= limit();
+  }
   // Counts `bytes` more held; refused (and not counted) when the total would pass the limit.
-  Status Charge(uint64_t bytes);
-  void Release(uint64_t bytes);
+  Status ChargeOrRefuse(uint64_t bytes) {
+    if (bytes > limit() || used_ > limit() - bytes) {
+      return Status::Unsupported(file_name_ + ": metadata " + Exceeded());
+    }
+    Charge(bytes);
+    return Status::Ok();
+  }
+  // Gives back `bytes` charged earlier and since freed.
+  void Release(uint64_t bytes) { used_ -= bytes < used_ ? bytes : used_; }
   // Appends `piece` to `out`, charging the growth of out's capacity before it happens (it
   // grows by half; the old buffer is released once the new one is charged and filled).
-  Status Append(std::string& out, std::string_view piece);
+  Status Append(std::string& out, std::string_view piece) {
+    if (out.size() + piece.size() > out.capacity()) {
+      const uint64_t old_capacity = out.capacity();
+      const uint64_t capacity =
+          std::max<uint64_t>(old_capacity + old_capacity / 2, out.size() + piece.size());
+      CKPTFS_RETURN_IF_ERROR(ChargeOrRefuse(capacity));
+      out.reserve(capacity);
+      Release(old_capacity);
+    }
+    out.append(piece);
+    return Status::Ok();
+  }
 
-  uint64_t limit() const;
   uint64_t used() const { return used_; }
   uint64_t peak() const { return peak_; }
   uint64_t stored() const { return stored_; }
+  uint64_t limit() const { return stored_ * kMetadataMemoryRatio + fixed_; }
+
+  // What a refusal says: "would take more than L bytes of memory (32 times its S bytes
+  // plus 64 MiB)".
+  std::string Exceeded() const {
+    return "would take more than " + std::to_string(limit()) + " bytes of memory (" +
+           std::to_string(kMetadataMemoryRatio) + " times its " + std::to_string(stored_) +
+           " bytes plus " + std::to_string(fixed_ >> 20) + " MiB)";
+  }
 
  private:
+  static constexpr uint64_t kMaxStored = UINT64_MAX / 64;  // 32 x it + fixed cannot wrap
+
   std::string file_name_;
-  uint64_t per_stored_byte_;
-  uint64_t fixed_;
+  uint64_t fixed_ = kMetadataMemoryFixed;
   uint64_t stored_ = 0;
   uint64_t used_ = 0;
   uint64_t peak_ = 0;

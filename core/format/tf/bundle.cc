@@ -238,14 +238,14 @@ Result<TensorBundle> ParseTensorBundle(std::string_view bytes, const std::string
     }
     if (key[0] == '\0') {
       const uint64_t cost = 2 * sizeof(SliceEntry) + key.size() + value.size() + 2;
-      CKPTFS_RETURN_IF_ERROR(budget.Charge(cost));
+      CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(cost));
       slices_charge.bytes += cost;
       slice_entries.push_back({std::string(key), std::string(value)});
       return Status::Ok();
     }
     CKPTFS_ASSIGN_OR_RETURN(
         TfTensor t, ParseEntry(key, value, slice_entries, bundle.header.num_shards, file_name));
-    CKPTFS_RETURN_IF_ERROR(budget.Charge(TfTensorBytes(t)));
+    CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(TfTensorBytes(t)));
     bundle.tensors.push_back(std::move(t));
     return Status::Ok();
   };

@@ -22,9 +22,9 @@
 // Memory: the index is walked once (sstable.h), never held as a table. What the parse
 // keeps (each tensor with its key, shape and slices; the slice entries, until the walk
 // ends) and the decoded block being walked are charged to a MetadataBudget
-// (core/format/metadata_budget.h): 32 x the index's bytes + 32 MiB unless the caller's
+// (core/format/metadata_budget.h): 32 x the index's bytes + 64 MiB unless the caller's
 // budget says otherwise. Past it the index is refused, one line naming it ("metadata
-// needs over N bytes of memory"); an entry listing more slices than the table has slice
+// would take more than N bytes of memory"); an entry listing more slices than the table has slice
 // entries is refused before its slices are decoded.
 #pragma once
 

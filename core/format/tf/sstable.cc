@@ -78,7 +78,7 @@ class DecodedBlock {
 
   Result<char*> Allocate(uint64_t length) {
     Reset();
-    CKPTFS_RETURN_IF_ERROR(budget_.Charge(length));
+    CKPTFS_RETURN_IF_ERROR(budget_.ChargeOrRefuse(length));
     charged_ = length;
     data_ = std::make_unique<char[]>(length ? length : 1);
     return data_.get();
@@ -216,7 +216,7 @@ Result<std::vector<IndexEntry>> ReadIndex(std::string_view bytes, const Footer& 
         }
         // Twice the entry: the vector holds up to double its size while it grows.
         const uint64_t cost = 2 * sizeof(IndexEntry) + (key.size() > 15 ? key.size() + 1 : 0);
-        Status charge = budget.Charge(cost);
+        Status charge = budget.ChargeOrRefuse(cost);
         if (!charge.ok()) return charge;
         *charged += cost;
         out.push_back({key, h});

@@ -54,7 +54,7 @@ Result<std::vector<std::string>> DecodeStringTensor(std::string_view bytes, uint
 Status AppendObjectGraphJson(std::string_view bytes, const std::string& what,
                              MetadataBudget& budget, std::string& out);
 
-// The same, parsed (with a budget of 32 x the graph's bytes + 32 MiB).
+// The same, parsed (with a budget of 32 x the graph's bytes + 64 MiB).
 Result<nlohmann::json> ObjectGraphToJson(std::string_view bytes, const std::string& what);
 
 // `s` as a JSON string (quoted, escaped; bytes that are not UTF-8 replaced by U+FFFD).
