@@ -137,6 +137,8 @@ std::span<const StoredRange> RangesOf(const Checkpoint& ckpt, const Tensor& t, S
 // What /.ckptfs/metadata.json shows: the non-tensor values of a torch checkpoint, or the
 // safetensors __metadata__ as {"__metadata__": {...}}. Pretty-printed, newline-terminated.
 std::string MetadataJson(const Checkpoint& ckpt);
+// MetadataJson(ckpt).size(), counted without making it (for a metadata memory budget).
+uint64_t MetadataJsonSize(const Checkpoint& ckpt);
 
 // Computes the CRC-32 of every storage that lacks one by reading it through its shard,
 // in parallel; zip testers check them in the merged pytorch_model.bin.

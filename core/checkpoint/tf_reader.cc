@@ -9,12 +9,20 @@
 // variable one storage made of several stored ranges (Checkpoint::ranges). Strings, the
 // object graph and the entries ckptfs does not serve go to state_json. Raw keys are kept in
 // Checkpoint::tensor_keys for tensors/ paths, the xattr and inspect.
+//
+// Memory: one MetadataBudget (core/format/metadata_budget.h) per bundle counts what
+// reading it holds: the index bytes, the parsed entries (bundle.h), each tensor's
+// Checkpoint entry, each string tensor's bytes while they are decoded and the JSON text
+// written for metadata.json. Its stored bytes are the index's and each decoded string
+// tensor's; past 32 x those + 64 MiB the checkpoint is refused, one line naming the index.
 #include <algorithm>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
+#include "core/format/metadata_budget.h"
 #include "core/format/tf/bundle.h"
 #include "core/format/tf/checkpoint_state.h"
 #include "core/format/tf/names.h"
@@ -133,54 +141,147 @@ Result<SourceDir> DirOf(const SourceDir& dir, const std::string& path, std::stri
   return at;
 }
 
-// What goes to metadata.json for the entries that are not tensor files.
-class Extras {
+// Why a non-numeric entry is listed under "skipped" rather than decoded; empty for a
+// string tensor that is decoded.
+std::string_view SkipReason(const tf::TfTensor& t) {
+  switch (t.type.kind) {
+    case tf::TfKind::kNumeric:
+      return {};
+    case tf::TfKind::kString:
+      if (t.partitioned()) return "partitioned string tensor";
+      return t.where.size > kMaxStringTensorBytes ? "string tensor over 16 MiB" : "";
+    case tf::TfKind::kVariant:
+      return "variant";
+    case tf::TfKind::kResource:
+      return "resource";
+    case tf::TfKind::kUnsupported:
+      return "dtype ckptfs does not serve";
+  }
+  return {};
+}
+
+uint64_t Elements(const tf::TfTensor& t) {
+  return std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1}, std::multiplies<uint64_t>());
+}
+
+bool IsObjectGraph(const tf::TfTensor& t) {
+  return t.key == tf::kObjectGraphKey && Elements(t) == 1;
+}
+
+// The metadata.json text for the entries that are not tensor files: {"tensorflow": {...},
+// "strings": {...}, "object_graph": {...}, "skipped": [...]}, the last three only where
+// they hold something. Written straight into one string (one pass over the entries per
+// member, each in key order), charged to the budget as it grows: no tree of JSON values
+// and no second copy of the text.
+class MetadataWriter {
  public:
-  void Skip(const tf::TfTensor& t, std::string_view why) {
-    skipped_.push_back({{"key", t.key},
-                        {"dtype", std::string(t.type.name)},
-                        {"shape", t.shape},
-                        {"why", std::string(why)}});
-  }
-  Status String(const Checkpoint& ckpt, const tf::TfTensor& t, const std::string& what) {
-    if (t.partitioned() || t.where.size > kMaxStringTensorBytes) {
-      Skip(t, t.partitioned() ? "partitioned string tensor" : "string tensor over 16 MiB");
-      return Status::Ok();
+  MetadataWriter(const Checkpoint& ckpt, const tf::TensorBundle& bundle,
+                 const std::string& shown_prefix, MetadataBudget& budget)
+      : ckpt_(ckpt), bundle_(bundle), shown_prefix_(shown_prefix), budget_(budget) {}
+
+  Result<std::string> Write(const std::string& prefix) {
+    nlohmann::ordered_json head = {{"tensorflow",
+                                    {{"prefix", prefix},
+                                     {"num_shards", bundle_.header.num_shards},
+                                     {"producer", bundle_.header.producer},
+                                     {"index_blocks", bundle_.index_blocks},
+                                     {"snappy_blocks", bundle_.snappy_blocks}}}};
+    std::string text = head.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    text.pop_back();  // the closing brace: the other members follow
+    CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, text));
+    bool any = false;
+    for (const tf::TfTensor& t : bundle_.tensors) {
+      if (t.type.kind != tf::TfKind::kString || !SkipReason(t).empty() || IsObjectGraph(t)) {
+        continue;
+      }
+      CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, any ? "," : ",\"strings\":{"));
+      any = true;
+      CKPTFS_RETURN_IF_ERROR(
+          WithBytes(t, [&](std::string_view bytes) { return Strings(t, bytes); }));
     }
-    std::string bytes(t.where.size, '\0');
-    CKPTFS_RETURN_IF_ERROR(ckpt.shards[t.where.shard_id].source->ReadAt(
-        t.where.offset, {reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()}));
-    const uint64_t elements =
-        std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1}, std::multiplies<uint64_t>());
-    CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> strings,
-                            tf::DecodeStringTensor(bytes, elements, t.where, what));
-    if (t.key == tf::kObjectGraphKey && strings.size() == 1) {
-      CKPTFS_ASSIGN_OR_RETURN(object_graph_, tf::ObjectGraphToJson(strings[0], what));
-      return Status::Ok();
+    if (any) CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, "}"));
+    for (const tf::TfTensor& t : bundle_.tensors) {
+      if (t.type.kind != tf::TfKind::kString || !SkipReason(t).empty() || !IsObjectGraph(t)) {
+        continue;
+      }
+      CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, ",\"object_graph\":"));
+      CKPTFS_RETURN_IF_ERROR(WithBytes(t, [&](std::string_view bytes) { return Graph(t, bytes); }));
     }
-    nlohmann::json value = t.shape.empty() && strings.size() == 1 ? nlohmann::json(strings[0])
-                                                                  : nlohmann::json(strings);
-    strings_[t.key] = {{"shape", t.shape}, {"value", std::move(value)}};
-    return Status::Ok();
-  }
-  std::string Json(const std::string& prefix, const tf::TensorBundle& bundle) const {
-    nlohmann::ordered_json out = {{"tensorflow",
-                                   {{"prefix", prefix},
-                                    {"num_shards", bundle.header.num_shards},
-                                    {"producer", bundle.header.producer},
-                                    {"index_blocks", bundle.index_blocks},
-                                    {"snappy_blocks", bundle.snappy_blocks}}}};
-    if (!strings_.empty()) out["strings"] = strings_;
-    if (!object_graph_.is_null()) out["object_graph"] = object_graph_;
-    if (!skipped_.empty()) out["skipped"] = skipped_;
-    return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    any = false;
+    for (const tf::TfTensor& t : bundle_.tensors) {
+      const std::string_view why = SkipReason(t);
+      if (why.empty()) continue;
+      // nlohmann::json's key order (sorted): dtype, key, shape, why.
+      CKPTFS_RETURN_IF_ERROR(budget_.Append(
+          out_,
+          std::string(any ? "," : ",\"skipped\":[") + "{\"dtype\":" + tf::JsonQuoted(t.type.name) +
+              ",\"key\":" + tf::JsonQuoted(t.key) + ",\"shape\":" + nlohmann::json(t.shape).dump() +
+              ",\"why\":" + tf::JsonQuoted(why) + "}"));
+      any = true;
+    }
+    if (any) CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, "]"));
+    CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, "}"));
+    return std::move(out_);
   }
 
  private:
-  nlohmann::ordered_json strings_ = nlohmann::ordered_json::object();
-  nlohmann::json object_graph_;
-  nlohmann::json skipped_ = nlohmann::json::array();
+  std::string What(const tf::TfTensor& t) const {
+    return tf::DataFileName(shown_prefix_, t.where.shard_id, bundle_.header.num_shards) + ": \"" +
+           t.key + "\"";
+  }
+
+  // Calls fn with a string tensor's stored bytes. They are stored metadata: they raise the
+  // limit, and are held (charged) only while fn runs.
+  Status WithBytes(const tf::TfTensor& t, const std::function<Status(std::string_view)>& fn) {
+    budget_.AddStored(t.where.size);
+    CKPTFS_RETURN_IF_ERROR(budget_.ChargeOrRefuse(t.where.size));
+    std::string bytes(t.where.size, '\0');
+    Status s = ckpt_.shards[t.where.shard_id].source->ReadAt(
+        t.where.offset, {reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()});
+    if (s.ok()) s = fn(bytes);
+    budget_.Release(t.where.size);
+    return s;
+  }
+
+  Status Graph(const tf::TfTensor& t, std::string_view bytes) {
+    std::string_view graph;
+    CKPTFS_RETURN_IF_ERROR(
+        tf::WalkStringTensor(bytes, 1, t.where, What(t), [&](std::string_view s) {
+          graph = s;
+          return Status::Ok();
+        }));
+    return tf::AppendObjectGraphJson(graph, What(t), budget_, out_);
+  }
+
+  // "key":{"shape":[...],"value":...}: a scalar's value is its string, else a list.
+  Status Strings(const tf::TfTensor& t, std::string_view bytes) {
+    const bool scalar = t.shape.empty();
+    CKPTFS_RETURN_IF_ERROR(budget_.Append(
+        out_, tf::JsonQuoted(t.key) + ":{\"shape\":" + nlohmann::json(t.shape).dump() +
+                  ",\"value\":" + (scalar ? "" : "[")));
+    bool first = true;
+    CKPTFS_RETURN_IF_ERROR(
+        tf::WalkStringTensor(bytes, Elements(t), t.where, What(t), [&](std::string_view s) {
+          const std::string quoted = (first ? "" : ",") + tf::JsonQuoted(s);
+          first = false;
+          return budget_.Append(out_, quoted);
+        }));
+    return budget_.Append(out_, scalar ? "}" : "]}");
+  }
+
+  const Checkpoint& ckpt_;
+  const tf::TensorBundle& bundle_;
+  const std::string& shown_prefix_;
+  MetadataBudget& budget_;
+  std::string out_;
 };
+
+// What a tensor's Checkpoint entry holds: the Tensor, its Storage and key slot (each twice:
+// the vectors grow by doubling, and SortByName builds them again), name, key and shape.
+uint64_t CheckpointTensorBytes(const tf::TfTensor& t, const std::string& name) {
+  return 2 * (sizeof(Tensor) + sizeof(Storage) + sizeof(std::string)) + name.size() + 1 +
+         t.key.size() + 1 + t.shape.size() * sizeof(uint64_t);
+}
 
 // One numeric tensor as a storage (one range, or Checkpoint::ranges) and a tensor over it.
 Status AddNumeric(const tf::TfTensor& t, const std::string& index_name, Checkpoint& ckpt,
@@ -276,36 +377,26 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
     return Status::NotFound(index_name + ": missing (the TensorFlow checkpoint's index)");
   }
   CKPTFS_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(*index->source));
-  CKPTFS_ASSIGN_OR_RETURN(tf::TensorBundle bundle, tf::ParseTensorBundle(bytes, index_name));
+  MetadataBudget budget(index_name);
+  budget.AddStored(bytes.size());
+  CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(bytes.size()));
+  CKPTFS_ASSIGN_OR_RETURN(tf::TensorBundle bundle,
+                          tf::ParseTensorBundle(bytes, index_name, budget));
   CKPTFS_RETURN_IF_ERROR(OpenDataFiles(dir, bundle, base, shown_prefix, codec, ckpt));
   ckpt.index.push_back(std::move(index).value());
 
-  Extras extras;
   for (const tf::TfTensor& t : bundle.tensors) {
-    switch (t.type.kind) {
-      case tf::TfKind::kNumeric:
-        CKPTFS_RETURN_IF_ERROR(AddNumeric(t, index_name, ckpt, tf::TfKeyToName(t.key).dotted));
-        break;
-      case tf::TfKind::kString:
-        CKPTFS_RETURN_IF_ERROR(extras.String(
-            ckpt, t,
-            tf::DataFileName(shown_prefix, t.where.shard_id, bundle.header.num_shards) + ": \"" +
-                t.key + "\""));
-        break;
-      case tf::TfKind::kVariant:
-        extras.Skip(t, "variant");
-        break;
-      case tf::TfKind::kResource:
-        extras.Skip(t, "resource");
-        break;
-      case tf::TfKind::kUnsupported:
-        extras.Skip(t, "dtype ckptfs does not serve");
-        break;
-    }
+    if (t.type.kind != tf::TfKind::kNumeric) continue;  // metadata.json's, below
+    std::string name = tf::TfKeyToName(t.key).dotted;
+    CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(CheckpointTensorBytes(t, name)));
+    CKPTFS_RETURN_IF_ERROR(AddNumeric(t, index_name, ckpt, std::move(name)));
   }
   CKPTFS_RETURN_IF_ERROR(SortByName(index_name, ckpt));
   ckpt.ranges.shrink_to_fit();
-  ckpt.state_json = extras.Json(claim.file, bundle);
+  CKPTFS_ASSIGN_OR_RETURN(ckpt.state_json,
+                          MetadataWriter(ckpt, bundle, shown_prefix, budget).Write(claim.file));
+  // The mount keeps metadata.json laid out (MetadataJson) beside it: charged too.
+  CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(MetadataJsonSize(ckpt)));
   // The merged safetensors says where its tensors come from (transformers reads "format").
   ckpt.metadata = {{"format", "tf"}};
   return Status::Ok();
@@ -340,9 +431,9 @@ Status VerifyTensorflow(const Checkpoint& ckpt, const std::function<void(const S
     if (t.type.kind == tf::TfKind::kString) {
       const uint64_t elements =
           std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1}, std::multiplies<uint64_t>());
-      Result<std::vector<std::string>> s =
-          tf::DecodeStringTensor(buf, elements, where, shard.name + ": \"" + t.key + "\"");
-      if (!s.ok()) report(s.status());
+      Status s = tf::WalkStringTensor(buf, elements, where, shard.name + ": \"" + t.key + "\"",
+                                      [](std::string_view) { return Status::Ok(); });
+      if (!s.ok()) report(s);
     } else if (!tf::TensorCrcMatches(where, buf)) {
       report(Status::Corruption(shard.name + ": \"" + t.key + "\" at offset " +
                                 std::to_string(where.offset) + " (" + std::to_string(where.size) +

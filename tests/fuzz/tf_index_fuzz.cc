@@ -15,7 +15,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   // The verify walk must agree with the reader on a sound table.
   const bool blocks_sound = ckptfs::tf::CheckSstableBlocks(bytes, "fuzz.index").empty();
-  auto table = ckptfs::tf::ReadSstable(bytes, "fuzz.index");
+  ckptfs::MetadataBudget budget("fuzz.index");
+  budget.AddStored(bytes.size());
+  auto table = ckptfs::tf::WalkSstable(
+      bytes, "fuzz.index", budget,
+      [](std::string_view, std::string_view) { return ckptfs::Status::Ok(); });
   if (table.ok() && !blocks_sound) std::abort();
   auto bundle = ckptfs::tf::ParseTensorBundle(bytes, "fuzz.index");
   if (!bundle.ok()) return 0;

@@ -4,6 +4,7 @@
 // real TensorFlow-written files in ../shared/fixtures/tf (skipped when absent).
 
 #include <gtest/gtest.h>
+#include <snappy-c.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "core/checkpoint/checkpoint.h"
+#include "core/format/metadata_budget.h"
 #include "core/format/tf/bundle.h"
 #include "core/format/tf/checkpoint_state.h"
 #include "core/format/tf/crc32c.h"
@@ -425,18 +427,27 @@ TEST(TfBundleTest, HostileBundlesRefusedInOneLine) {
   }
 }
 
+// True if the table walks to its end (every block read and checked).
+bool SstWalks(std::string_view bytes) {
+  MetadataBudget budget("i");
+  budget.AddStored(bytes.size());
+  return WalkSstable(bytes, "i", budget,
+                     [](std::string_view, std::string_view) { return Status::Ok(); })
+      .ok();
+}
+
 TEST(TfBundleTest, VerifyReportsEachBadBlock) {
   // Corrupt two data blocks of the 50k-entry-style table: both are reported.
   const fs::path dir = Generated("many", "--count 3000");
   std::string bytes = ReadFile(dir / "ckpt-1.index");
-  ASSERT_TRUE(ReadSstable(bytes, "i").ok());
+  ASSERT_TRUE(SstWalks(bytes));
   bytes[10] ^= 1;     // first block
   bytes[20000] ^= 1;  // a later block
   const auto problems = CheckSstableBlocks(bytes, "ckpt-1.index");
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_NE(problems[0].find("ckpt-1.index: block at offset 0: block checksum mismatch"),
             std::string::npos);
-  EXPECT_FALSE(ReadSstable(bytes, "i").ok());
+  EXPECT_FALSE(SstWalks(bytes));
 }
 
 long RssKib() {
@@ -471,6 +482,364 @@ TEST(TfBundleTest, FiftyThousandVariables) {
   std::memcpy(v, Gather(*o, last).data(), 8);
   EXPECT_EQ(v[0], 49999.0f);
   EXPECT_EQ(v[1], -49999.0f);
+}
+
+// --- metadata memory: hostile indexes, strings and object graphs ----------------------------
+// Each case is built here byte by byte (a table, its blocks, the protos) so that its size is
+// exact. CKPTFS_TF_MEMORY_CASES=DIR also writes the full-size cases the attack campaign
+// reported into DIR (for `/usr/bin/time -v ckptfs inspect DIR/<case>`).
+
+void PutVarint(std::string& out, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) out += static_cast<char>((v & 0x7f) | 0x80);
+  out += static_cast<char>(v);
+}
+
+std::string VarintField(uint32_t number, uint64_t v) {
+  std::string out;
+  PutVarint(out, uint64_t{number} << 3);
+  PutVarint(out, v);
+  return out;
+}
+
+std::string BytesField(uint32_t number, std::string_view bytes) {
+  std::string out;
+  PutVarint(out, (uint64_t{number} << 3) | 2);
+  PutVarint(out, bytes.size());
+  out += bytes;
+  return out;
+}
+
+std::string Le32(uint32_t v) {
+  std::string out(4, '\0');
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(v >> (8 * i));
+  return out;
+}
+
+// One entry of a block: `shared` bytes of the previous key, then `suffix`.
+struct RawEntry {
+  uint32_t shared = 0;
+  std::string suffix;
+  std::string value;
+};
+
+// A block's contents: the entries, a restart point at the first only, the count.
+std::string BlockOf(const std::vector<RawEntry>& entries) {
+  std::string out;
+  for (const RawEntry& e : entries) {
+    PutVarint(out, e.shared);
+    PutVarint(out, e.suffix.size());
+    PutVarint(out, e.value.size());
+    out += e.suffix;
+    out += e.value;
+  }
+  return out + Le32(0) + Le32(1);
+}
+
+struct RawBlock {
+  std::string contents;
+  std::string last_key;
+  bool snappy = false;
+};
+
+// A whole table: the data blocks (snappy-compressed where asked), an empty metaindex, an
+// index block with a separator (the last key) per data block, the footer.
+std::string TableOf(const std::vector<RawBlock>& blocks) {
+  std::string out;
+  auto emit = [&](std::string_view contents, bool snappy) {
+    std::string stored(contents);
+    if (snappy) {
+      size_t n = snappy_max_compressed_length(contents.size());
+      stored.assign(n, '\0');
+      EXPECT_EQ(snappy_compress(contents.data(), contents.size(), stored.data(), &n), SNAPPY_OK);
+      stored.resize(n);
+    }
+    std::string handle;
+    PutVarint(handle, out.size());
+    PutVarint(handle, stored.size());
+    const char type = snappy ? 1 : 0;
+    out += stored;
+    out += type;
+    out += Le32(MaskCrc(Crc32cExtend(Crc32c(stored), std::string_view(&type, 1))));
+    return handle;
+  };
+  std::string index;
+  std::vector<uint32_t> restarts;
+  for (const RawBlock& b : blocks) {
+    restarts.push_back(static_cast<uint32_t>(index.size()));
+    const std::string handle = emit(b.contents, b.snappy);
+    PutVarint(index, 0);
+    PutVarint(index, b.last_key.size());
+    PutVarint(index, handle.size());
+    index += b.last_key + handle;
+  }
+  for (uint32_t r : restarts) index += Le32(r);
+  index += Le32(static_cast<uint32_t>(restarts.size()));
+  std::string footer = emit(Le32(0) + Le32(1), false);
+  footer += emit(index, false);
+  footer.resize(40, '\0');
+  for (int i = 0; i < 8; ++i) footer += static_cast<char>(kSstMagic >> (8 * i));
+  return out + footer;
+}
+
+std::string HeaderValue() { return VarintField(1, 1) + BytesField(3, VarintField(1, 1)); }
+
+std::string ShapeValue(std::initializer_list<uint64_t> dims) {
+  std::string shape;
+  for (uint64_t d : dims) shape += BytesField(2, VarintField(1, d));
+  return BytesField(2, shape);
+}
+
+// A scalar F32 at offset 0 whose entry carries `padding` zero bytes in an unknown field
+// (protobuf skips it): TF would never write it, but it is a valid entry.
+std::string PaddedEntry(uint64_t padding) {
+  return VarintField(1, 1) + VarintField(5, 4) + BytesField(15, std::string(padding, '\0'));
+}
+
+// `blocks` snappy blocks, each one entry that decodes to about `block_bytes`.
+std::string SnappyBombIndex(int blocks, uint64_t block_bytes) {
+  std::vector<RawBlock> raw;
+  raw.push_back({BlockOf({{0, "", HeaderValue()}}), "", false});
+  for (int i = 0; i < blocks; ++i) {
+    const std::string key = "t" + std::to_string(100 + i);
+    raw.push_back({BlockOf({{0, key, PaddedEntry(block_bytes - 64)}}), key, true});
+  }
+  return TableOf(raw);
+}
+
+// `n` entries in one block whose keys grow by a byte each: "a", "aa", "aaa", ... (4 stored
+// bytes an entry, n * n / 2 bytes of keys).
+std::string GrowingKeysIndex(uint32_t n) {
+  std::vector<RawEntry> entries = {{0, "", HeaderValue()}};
+  for (uint32_t i = 0; i < n; ++i) entries.push_back({i, "a", ""});
+  return TableOf({{BlockOf(entries), std::string(n, 'a'), false}});
+}
+
+// `n` entries of one unknown dtype (skipped, listed in metadata.json), 6 stored bytes each.
+std::string TinyEntriesIndex(uint32_t n) {
+  std::vector<RawEntry> entries = {{0, "", HeaderValue()}};
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string key(3, '\0');
+    key[0] = static_cast<char>('a' + (i >> 16));
+    key[1] = static_cast<char>((i >> 8) & 0xff);
+    key[2] = static_cast<char>(i & 0xff);
+    entries.push_back({0, key, ""});
+  }
+  return TableOf({{BlockOf(entries), entries.back().suffix, false}});
+}
+
+// A bundle of one DT_STRING tensor `key` of shape `dims` holding `strings`, as TF stores it.
+void WriteStringBundle(const fs::path& dir, const std::string& key,
+                       std::initializer_list<uint64_t> dims, uint64_t count,
+                       std::string_view each) {
+  fs::create_directories(dir);
+  std::string lengths;
+  uint32_t crc = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    PutVarint(lengths, each.size());
+    crc = Crc32cExtend(crc, Le32(static_cast<uint32_t>(each.size())));
+  }
+  std::string data = lengths + Le32(MaskCrc(crc));
+  for (uint64_t i = 0; i < count; ++i) data += each;
+  const std::string entry = VarintField(1, 7) + ShapeValue(dims) + VarintField(5, data.size());
+  std::ofstream(dir / "ckpt.index", std::ios::binary)
+      << TableOf({{BlockOf({{0, "", HeaderValue()}, {0, key, entry}}), key, false}});
+  std::ofstream(dir / "ckpt.data-00000-of-00001", std::ios::binary) << data;
+}
+
+// An object graph of `n` nodes, each with no fields (2 bytes a node).
+std::string EmptyNodesGraph(uint64_t n) {
+  std::string graph;
+  for (uint64_t i = 0; i < n; ++i) graph += BytesField(1, "");
+  return graph;
+}
+
+// Peak RSS (KiB) since the last ResetPeakRss(), from VmHWM.
+long PeakRssKib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// Writes the campaign's full-size cases into $CKPTFS_TF_MEMORY_CASES, if set.
+TEST(TfMemoryTest, WriteCampaignCasesWhenAsked) {
+  const char* dir = std::getenv("CKPTFS_TF_MEMORY_CASES");
+  if (!dir) GTEST_SKIP() << "CKPTFS_TF_MEMORY_CASES not set: no cases to write";
+  const fs::path out(dir);
+  fs::create_directories(out / "snappy_bomb");
+  std::ofstream(out / "snappy_bomb" / "ckpt.index", std::ios::binary)
+      << SnappyBombIndex(8, 60u << 20);
+  std::ofstream(out / "snappy_bomb" / "ckpt.data-00000-of-00001", std::ios::binary)
+      << std::string(4, '\0');
+  WriteStringBundle(out / "empty_strings", "s", {1000000}, 1000000, "");
+  const std::string graph = EmptyNodesGraph(300000);
+  WriteStringBundle(out / "graph_nodes", std::string(kObjectGraphKey), {}, 1, graph);
+  fs::create_directories(out / "growing_keys");
+  std::ofstream(out / "growing_keys" / "ckpt.index", std::ios::binary) << GrowingKeysIndex(200000);
+  std::ofstream(out / "growing_keys" / "ckpt.data-00000-of-00001", std::ios::binary) << "";
+  fs::create_directories(out / "tiny_entries");
+  std::ofstream(out / "tiny_entries" / "ckpt.index", std::ios::binary) << TinyEntriesIndex(2000000);
+  std::ofstream(out / "tiny_entries" / "ckpt.data-00000-of-00001", std::ios::binary) << "";
+}
+
+// Snappy blocks that decode to far more than they store: only one decoded block is held
+// at a time (the campaign's 23 MiB index held all of them: 514 MiB).
+TEST(TfMemoryTest, SnappyBlocksAreHeldOneAtATime) {
+  constexpr uint64_t kBlock = 16u << 20;
+  const std::string bytes = SnappyBombIndex(6, kBlock);
+  ASSERT_LT(bytes.size(), 6 * kBlock / 16) << "snappy should shrink the zeros ~21x";
+  MetadataBudget budget("bomb.index");
+  budget.AddStored(bytes.size());
+  ResetPeakRss();
+  const long before = PeakRssKib();
+  auto bundle = ParseTensorBundle(bytes, "bomb.index", budget);
+  const long grown = PeakRssKib() - before;
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  EXPECT_EQ(bundle->tensors.size(), 6u);
+  EXPECT_EQ(bundle->snappy_blocks, 6u);
+  std::cout << "6 snappy blocks of 16 MiB from " << bytes.size() << " bytes: charged peak "
+            << budget.peak() << ", peak RSS +" << grown / 1024 << " MiB\n";
+  EXPECT_LT(budget.peak(), kBlock + (1u << 20));
+  EXPECT_LT(grown, 2 * static_cast<long>(kBlock >> 10));  // not 6 blocks (96 MiB)
+}
+
+// Prefix compression lets 4 stored bytes make a key as long as the previous one plus one:
+// n entries hold n*n/2 bytes of keys (200k entries, 0.8 MB: 20 GB). Refused, at once.
+TEST(TfMemoryTest, KeysThatGrowByPrefixAreRefusedAtTheLimit) {
+  const std::string bytes = GrowingKeysIndex(200000);
+  ResetPeakRss();
+  const long before = PeakRssKib();
+  const auto start = std::chrono::steady_clock::now();
+  auto bundle = ParseTensorBundle(bytes, "keys.index");
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(bundle.ok());
+  const std::string& msg = bundle.status().message();
+  std::cout << msg << " (" << secs << " s, peak RSS +" << (PeakRssKib() - before) / 1024
+            << " MiB)\n";
+  EXPECT_EQ(msg.rfind("keys.index: metadata would take more than ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("32 times its " + std::to_string(bytes.size()) + " bytes plus 64 MiB"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+  EXPECT_LT(secs, 2.0);
+  // The parse's peak stays within its limit (plus a few MiB of the test's own).
+  EXPECT_LT(PeakRssKib() - before,
+            static_cast<long>(MetadataBudget(bytes.size()).limit() >> 10) + 8 * 1024);
+}
+
+// Many tiny entries: the budget counts every parsed entry; a small one refuses them, the
+// default takes them (2 MiB of index: under 32 x + 64 MiB).
+TEST(TfMemoryTest, TinyEntriesCountedAgainstTheBudget) {
+  const std::string bytes = TinyEntriesIndex(300000);
+  MetadataBudget small("tiny.index", 0, 1u << 20);
+  small.AddStored(bytes.size());
+  auto refused = ParseTensorBundle(bytes, "tiny.index", small);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("tiny.index: metadata would take more than"),
+            std::string::npos)
+      << refused.status().message();
+  MetadataBudget budget("tiny.index");
+  budget.AddStored(bytes.size());
+  auto bundle = ParseTensorBundle(bytes, "tiny.index", budget);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  EXPECT_EQ(bundle->tensors.size(), 300000u);
+  EXPECT_LE(budget.used(), budget.limit());
+  EXPECT_GE(budget.used(), 300000 * 2 * sizeof(TfTensor)) << "every entry is charged";
+}
+
+// An entry that lists more slices than the table has slice entries is refused before its
+// slices are decoded (each would be a vector).
+TEST(TfMemoryTest, MoreSlicesThanSliceEntriesRefused) {
+  std::string value = VarintField(1, 1) + ShapeValue({4});
+  for (int i = 0; i < 100000; ++i) value += BytesField(7, "");
+  const std::string bytes =
+      TableOf({{BlockOf({{0, "", HeaderValue()}, {0, "p", value}}), "p", false}});
+  auto bundle = ParseTensorBundle(bytes, "slices.index");
+  ASSERT_FALSE(bundle.ok());
+  EXPECT_NE(bundle.status().message().find("\"p\": more than 0 slices"), std::string::npos)
+      << bundle.status().message();
+}
+
+// 1M empty strings (1 MB stored): metadata.json lists them all, and the reader's peak is a
+// few bytes a string (the campaign saw 180 MiB: a JSON value and a std::string each).
+TEST(TfMemoryTest, MillionEmptyStringsCostTheirText) {
+  const fs::path dir = kScratch.dir / "empty_strings";
+  WriteStringBundle(dir, "s", {1000000}, 1000000, "");
+  ResetPeakRss();
+  const long before = PeakRssKib();
+  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestCodec());
+  const long grown = PeakRssKib() - before;
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  std::cout << "1M empty strings: peak RSS +" << grown / 1024 << " MiB, state_json "
+            << ckpt->state_json.size() << " bytes\n";
+  const auto meta = nlohmann::json::parse(ckpt->state_json);
+  ASSERT_EQ(meta["strings"]["s"]["value"].size(), 1000000u);
+  EXPECT_EQ(meta["strings"]["s"]["value"][999999], "");
+  EXPECT_EQ(meta["strings"]["s"]["shape"], nlohmann::json::array({1000000}));
+  EXPECT_LT(grown, 24 * 1024);
+}
+
+// 300k empty object-graph nodes (0.6 MB): written as text, no JSON tree (303 MiB before).
+TEST(TfMemoryTest, ObjectGraphNodesCostTheirText) {
+  const fs::path dir = kScratch.dir / "graph_nodes";
+  WriteStringBundle(dir, std::string(kObjectGraphKey), {}, 1, EmptyNodesGraph(300000));
+  ResetPeakRss();
+  const long before = PeakRssKib();
+  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestCodec());
+  const long grown = PeakRssKib() - before;
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  std::cout << "300k object-graph nodes: peak RSS +" << grown / 1024 << " MiB, state_json "
+            << ckpt->state_json.size() << " bytes\n";
+  const auto meta = nlohmann::json::parse(ckpt->state_json);
+  ASSERT_EQ(meta["object_graph"]["nodes"].size(), 300000u);
+  EXPECT_EQ(meta["object_graph"]["nodes"][299999]["id"], 299999);
+  EXPECT_LT(grown, 80 * 1024);
+}
+
+// metadata.json is state_json laid out as dump(2) would, without parsing it into a tree:
+// the same bytes, for TF's text and for nlohmann-written JSON with every kind of token
+// (what every format's state_json is).
+TEST(TfMemoryTest, MetadataJsonLaidOutWithoutParsing) {
+  auto standard = OpenCheckpoint(Generated("standard").string(), testing::TestCodec());
+  ASSERT_TRUE(standard.ok()) << standard.status().message();
+  const std::vector<std::string> texts = {
+      standard->state_json,
+      R"({"a":[],"b":{},"c":[1,-2.5e-07,true,false,null,"x\"y\\",{"d":[[],[{}],[[1]]]}],)"
+      R"("e":"\u0001é","f:,{[":"]}"})",
+      R"([])",
+      R"("scalar")",
+      R"({ "spaced" : [ 1 , 2 ] , "x" : { } })",
+  };
+  for (const std::string& text : texts) {
+    Checkpoint ckpt;
+    ckpt.format = CheckpointFormat::kTensorflow;
+    ckpt.state_json = text;
+    EXPECT_EQ(MetadataJson(ckpt), nlohmann::ordered_json::parse(text).dump(2) + "\n") << text;
+  }
+  Checkpoint empty;
+  empty.format = CheckpointFormat::kTorch;
+  EXPECT_EQ(MetadataJson(empty), "{}\n");
+}
+
+// Real-shaped bundles sit far below the bound: 50k variables, and every real fixture.
+TEST(TfMemoryTest, NormalBundlesWellUnderTheBound) {
+  const std::string bytes = ReadFile(Generated("many") / "ckpt-1.index");
+  MetadataBudget budget("ckpt-1.index");
+  budget.AddStored(bytes.size());
+  auto bundle = ParseTensorBundle(bytes, "ckpt-1.index", budget);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  const double ratio = static_cast<double>(budget.peak()) / static_cast<double>(bytes.size());
+  std::cout << "50k variables: parse charged " << budget.peak() << " bytes, " << ratio
+            << " x the index's " << bytes.size() << "\n";
+  EXPECT_LT(ratio, 8.0);
+  auto ckpt = OpenCheckpoint(Generated("many").string(), testing::TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  EXPECT_EQ(ckpt->tensors.size(), 50000u);
 }
 
 // --- real TensorFlow-written files -----------------------------------------------------------

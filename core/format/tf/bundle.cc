@@ -80,8 +80,14 @@ Status CheckSize(const TfDtype& type, std::span<const uint64_t> shape, uint64_t 
   return Status::Ok();
 }
 
-Status AddSlices(const BundleEntry& e, std::span<const SstEntry> slice_entries, int64_t num_shards,
-                 const std::string& file_name, TfTensor& t) {
+// A slice entry (its key starts with "\x00"), kept until every tensor entry is parsed.
+struct SliceEntry {
+  std::string key;
+  std::string value;
+};
+
+Status AddSlices(const BundleEntry& e, std::span<const SliceEntry> slice_entries,
+                 int64_t num_shards, const std::string& file_name, TfTensor& t) {
   for (const TensorSlice& s : e.slices) {
     TfSlicePiece piece{s, {}};
     if (s.size() != t.shape.size()) return KeyError(file_name, t.key, "slice rank differs");
@@ -99,7 +105,7 @@ Status AddSlices(const BundleEntry& e, std::span<const SstEntry> slice_entries, 
     const std::string slice_key = EncodeSliceKey(t.key, s);
     const auto it =
         std::lower_bound(slice_entries.begin(), slice_entries.end(), slice_key,
-                         [](const SstEntry& x, const std::string& k) { return x.key < k; });
+                         [](const SliceEntry& x, const std::string& k) { return x.key < k; });
     if (it == slice_entries.end() || it->key != slice_key) {
       return KeyError(file_name, t.key, "slice entry missing for slice " + ShapeText(lengths));
     }
@@ -116,12 +122,13 @@ Status AddSlices(const BundleEntry& e, std::span<const SstEntry> slice_entries, 
   return TensorRuns(t, DtypeSize(*t.type.dtype), file_name).status();
 }
 
-Result<TfTensor> ParseEntry(const SstEntry& raw, std::span<const SstEntry> slice_entries,
-                            int64_t num_shards, const std::string& file_name) {
-  auto e = DecodeBundleEntry(raw.value);
-  if (!e.ok()) return KeyError(file_name, raw.key, e.status().message());
+Result<TfTensor> ParseEntry(std::string_view key, std::string_view value,
+                            std::span<const SliceEntry> slice_entries, int64_t num_shards,
+                            const std::string& file_name) {
+  auto e = DecodeBundleEntry(value, slice_entries.size());
+  if (!e.ok()) return KeyError(file_name, key, e.status().message());
   TfTensor t;
-  t.key = raw.key;
+  t.key = key;
   t.dtype_code = e->dtype;
   t.type = DescribeTfDtype(e->dtype);
   t.shape = std::move(e->shape);
@@ -138,11 +145,12 @@ Result<TfTensor> ParseEntry(const SstEntry& raw, std::span<const SstEntry> slice
   return t;
 }
 
-Result<BundleHeader> ParseHeader(const SstTable& table, const std::string& file_name) {
-  if (table.entries.empty() || !table.entries[0].key.empty()) {
-    return Status::Corruption(file_name + ": no bundle header (key \"\")");
-  }
-  auto h = DecodeBundleHeader(table.entries[0].value);
+Status NoHeader(const std::string& file_name) {
+  return Status::Corruption(file_name + ": no bundle header (key \"\")");
+}
+
+Result<BundleHeader> ParseHeader(std::string_view value, const std::string& file_name) {
+  auto h = DecodeBundleHeader(value);
   if (!h.ok()) return Status::Corruption(file_name + ": header: " + h.status().message());
   if (h->big_endian) {
     return Status::Unsupported(file_name +
@@ -196,23 +204,55 @@ std::string EncodeSliceKey(std::string_view key, const TensorSlice& slice) {
   return out;
 }
 
+uint64_t TfTensorBytes(const TfTensor& t) {
+  uint64_t bytes = 2 * sizeof(TfTensor) + HeapBytes(t.key) + t.shape.capacity() * sizeof(uint64_t) +
+                   t.slices.capacity() * sizeof(TfSlicePiece);
+  for (const TfSlicePiece& p : t.slices) bytes += p.slice.capacity() * sizeof(SliceExtent);
+  return bytes;
+}
+
 Result<TensorBundle> ParseTensorBundle(std::string_view bytes, const std::string& file_name) {
-  CKPTFS_ASSIGN_OR_RETURN(SstTable table, ReadSstable(bytes, file_name));
+  MetadataBudget budget(file_name);
+  budget.AddStored(bytes.size());
+  return ParseTensorBundle(bytes, file_name, budget);
+}
+
+Result<TensorBundle> ParseTensorBundle(std::string_view bytes, const std::string& file_name,
+                                       MetadataBudget& budget) {
   TensorBundle bundle;
-  CKPTFS_ASSIGN_OR_RETURN(bundle.header, ParseHeader(table, file_name));
-  bundle.index_blocks = table.data_blocks;
-  bundle.snappy_blocks = table.snappy_blocks;
-  // Slice keys start with "\x00", so they sort right after the header.
-  const std::span<const SstEntry> all(table.entries);
-  size_t first_tensor = 1;
-  while (first_tensor < all.size() && all[first_tensor].key[0] == '\0') ++first_tensor;
-  const auto slice_entries = all.subspan(1, first_tensor - 1);
-  bundle.tensors.reserve(all.size() - first_tensor);
-  for (const SstEntry& raw : all.subspan(first_tensor)) {
-    CKPTFS_ASSIGN_OR_RETURN(TfTensor t,
-                            ParseEntry(raw, slice_entries, bundle.header.num_shards, file_name));
+  bool have_header = false;
+  // Slice keys start with "\x00", so they sort right after the header and are all kept by
+  // the time the first tensor entry (which may need them) comes.
+  std::vector<SliceEntry> slice_entries;
+  struct Charged {
+    MetadataBudget& budget;
+    uint64_t bytes = 0;
+    ~Charged() { budget.Release(bytes); }
+  } slices_charge{budget};
+  auto on_entry = [&](std::string_view key, std::string_view value) -> Status {
+    if (!have_header) {
+      if (!key.empty()) return NoHeader(file_name);
+      CKPTFS_ASSIGN_OR_RETURN(bundle.header, ParseHeader(value, file_name));
+      have_header = true;
+      return Status::Ok();
+    }
+    if (key[0] == '\0') {
+      const uint64_t cost = 2 * sizeof(SliceEntry) + key.size() + value.size() + 2;
+      CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(cost));
+      slices_charge.bytes += cost;
+      slice_entries.push_back({std::string(key), std::string(value)});
+      return Status::Ok();
+    }
+    CKPTFS_ASSIGN_OR_RETURN(
+        TfTensor t, ParseEntry(key, value, slice_entries, bundle.header.num_shards, file_name));
+    CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(TfTensorBytes(t)));
     bundle.tensors.push_back(std::move(t));
-  }
+    return Status::Ok();
+  };
+  CKPTFS_ASSIGN_OR_RETURN(SstStats stats, WalkSstable(bytes, file_name, budget, on_entry));
+  if (!have_header) return NoHeader(file_name);
+  bundle.index_blocks = stats.data_blocks;
+  bundle.snappy_blocks = stats.snappy_blocks;
   return bundle;
 }
 

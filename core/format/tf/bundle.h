@@ -18,6 +18,14 @@
 // serve (string, variant, resource, complex, quantized, 4-bit) are kept with their kind,
 // for the reader to list in metadata and skip. Offsets against the data files' sizes are checked
 // by CheckDataFileExtents, once the caller knows the sizes. Pure functions; thread-safe.
+//
+// Memory: the index is walked once (sstable.h), never held as a table. What the parse
+// keeps (each tensor with its key, shape and slices; the slice entries, until the walk
+// ends) and the decoded block being walked are charged to a MetadataBudget
+// (core/format/metadata_budget.h): 32 x the index's bytes + 64 MiB unless the caller's
+// budget says otherwise. Past it the index is refused, one line naming it ("metadata
+// would take more than N bytes of memory"); an entry listing more slices than the table has slice
+// entries is refused before its slices are decoded.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/format/metadata_budget.h"
 #include "core/format/tf/bundle_proto.h"
 #include "core/status.h"
 
@@ -68,8 +77,17 @@ struct TensorBundle {
   uint64_t snappy_blocks = 0;
 };
 
-// Parses and checks the index `bytes`; `file_name` (PREFIX.index) starts every error.
+// Parses and checks the index `bytes`; `file_name` (PREFIX.index) starts every error. The
+// first form charges a budget of its own (the index's bytes stored); the second charges
+// the caller's, which must already count the index's bytes as stored, and leaves the
+// tensors charged to it (TfTensorBytes each).
 Result<TensorBundle> ParseTensorBundle(std::string_view bytes, const std::string& file_name);
+Result<TensorBundle> ParseTensorBundle(std::string_view bytes, const std::string& file_name,
+                                       MetadataBudget& budget);
+
+// What one parsed tensor holds in memory, as ParseTensorBundle charges it: the object
+// (twice: a growing vector holds up to double), its key, shape and slices.
+uint64_t TfTensorBytes(const TfTensor& t);
 
 // "PREFIX.data-00001-of-00004" for shard 1 of 4.
 std::string DataFileName(std::string_view prefix, uint32_t shard_id, int64_t num_shards);

@@ -156,7 +156,7 @@ Result<TensorSlice> DecodeSlice(std::string_view bytes) {
   return slice;
 }
 
-Status DecodeEntryField(const Field& f, BundleEntry& e) {
+Status DecodeEntryField(const Field& f, size_t max_slices, BundleEntry& e) {
   switch (f.number) {
     case 1:
       if (f.wire_type != 0) return WrongType(f, "dtype");
@@ -185,6 +185,10 @@ Status DecodeEntryField(const Field& f, BundleEntry& e) {
       return Status::Ok();
     case 7: {
       if (f.wire_type != 2) return WrongType(f, "slices");
+      if (e.slices.size() >= max_slices) {
+        return Status::Corruption("more than " + std::to_string(max_slices) +
+                                  " slices (one per slice entry of the index)");
+      }
       CKPTFS_ASSIGN_OR_RETURN(TensorSlice s, DecodeSlice(f.bytes));
       e.slices.push_back(std::move(s));
       return Status::Ok();
@@ -218,12 +222,12 @@ Result<BundleHeader> DecodeBundleHeader(std::string_view bytes) {
   return h;
 }
 
-Result<BundleEntry> DecodeBundleEntry(std::string_view bytes) {
+Result<BundleEntry> DecodeBundleEntry(std::string_view bytes, size_t max_slices) {
   BundleEntry e;
   WireReader r(bytes);
   while (!r.done()) {
     CKPTFS_ASSIGN_OR_RETURN(Field f, r.Next());
-    CKPTFS_RETURN_IF_ERROR(DecodeEntryField(f, e));
+    CKPTFS_RETURN_IF_ERROR(DecodeEntryField(f, max_slices, e));
   }
   return e;
 }

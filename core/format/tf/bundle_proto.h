@@ -17,6 +17,7 @@
 // key): the caller adds them. Pure functions, thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -53,7 +54,9 @@ struct BundleEntry {
 };
 
 Result<BundleHeader> DecodeBundleHeader(std::string_view bytes);
-Result<BundleEntry> DecodeBundleEntry(std::string_view bytes);
+// `max_slices`: more slices than this are refused as they are met ("more than N slices"),
+// so a hostile entry cannot make a vector per empty slice field.
+Result<BundleEntry> DecodeBundleEntry(std::string_view bytes, size_t max_slices = SIZE_MAX);
 
 // What a TF DataType is to ckptfs.
 enum class TfKind { kNumeric, kString, kVariant, kResource, kUnsupported };

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <memory>
 
 #include "core/format/tf/crc32c.h"
 #include "core/format/tf/varint.h"
@@ -67,11 +68,38 @@ std::string BlockName(const BlockHandle& h) {
   return "block at offset " + std::to_string(h.offset);
 }
 
-// The block's contents after its trailer is checked and snappy undone; a decoded block is
-// kept in `decoded`.
+// A decoded snappy block, charged to the budget for as long as it lives.
+class DecodedBlock {
+ public:
+  explicit DecodedBlock(MetadataBudget& budget) : budget_(budget) {}
+  DecodedBlock(const DecodedBlock&) = delete;
+  DecodedBlock& operator=(const DecodedBlock&) = delete;
+  ~DecodedBlock() { Reset(); }
+
+  Result<char*> Allocate(uint64_t length) {
+    Reset();
+    CKPTFS_RETURN_IF_ERROR(budget_.ChargeOrRefuse(length));
+    charged_ = length;
+    data_ = std::make_unique<char[]>(length ? length : 1);
+    return data_.get();
+  }
+  void Reset() {
+    data_.reset();
+    budget_.Release(charged_);
+    charged_ = 0;
+  }
+
+ private:
+  MetadataBudget& budget_;
+  std::unique_ptr<char[]> data_;
+  uint64_t charged_ = 0;
+};
+
+// The block's contents after its trailer is checked and snappy undone; a decoded block
+// lives in `decoded` (until its next use).
 Result<std::string_view> ReadBlock(std::string_view bytes, const BlockHandle& h,
                                    const std::string& file_name, bool verify,
-                                   std::vector<std::unique_ptr<char[]>>& decoded) {
+                                   DecodedBlock& decoded) {
   const std::string_view stored = bytes.substr(h.offset, h.size);
   const char* trailer = bytes.data() + h.offset + h.size;
   const auto type = static_cast<uint8_t>(trailer[0]);
@@ -96,15 +124,14 @@ Result<std::string_view> ReadBlock(std::string_view bytes, const BlockHandle& h,
                                   " bytes, over the " + std::to_string(kMaxSstBlock) +
                                   "-byte limit");
   }
-  auto out = std::make_unique<char[]>(length ? length : 1);
+  CKPTFS_ASSIGN_OR_RETURN(char* out, decoded.Allocate(length));
   size_t out_length = length;
-  if (snappy_uncompress(stored.data(), stored.size(), out.get(), &out_length) != SNAPPY_OK ||
+  if (snappy_uncompress(stored.data(), stored.size(), out, &out_length) != SNAPPY_OK ||
       out_length != length) {
     return Corrupt(file_name, BlockName(h) + ": snappy block does not decode to its stated " +
                                   std::to_string(length) + " bytes");
   }
-  decoded.push_back(std::move(out));
-  return std::string_view(decoded.back().get(), length);
+  return std::string_view(out, length);
 }
 
 using EntryFn = std::function<Status(const std::string& key, std::string_view value)>;
@@ -167,10 +194,12 @@ struct IndexEntry {
   BlockHandle handle;
 };
 
+// The index block's separators, charged to `budget` (the caller releases `*charged`).
 Result<std::vector<IndexEntry>> ReadIndex(std::string_view bytes, const Footer& footer,
                                           const std::string& file_name, bool verify,
-                                          std::vector<std::unique_ptr<char[]>>& decoded) {
+                                          MetadataBudget& budget, uint64_t* charged) {
   const uint64_t limit = bytes.size() - kSstFooterSize;
+  DecodedBlock decoded(budget);
   // The metaindex is read for its checksum and shape; TF writes it empty (no filters).
   CKPTFS_ASSIGN_OR_RETURN(std::string_view meta,
                           ReadBlock(bytes, footer.metaindex, file_name, verify, decoded));
@@ -185,55 +214,74 @@ Result<std::vector<IndexEntry>> ReadIndex(std::string_view bytes, const Footer& 
         if (!out.empty() && key <= out.back().separator) {
           return Corrupt(file_name, "index block: separators not strictly ascending");
         }
+        // Twice the entry: the vector holds up to double its size while it grows.
+        const uint64_t cost = 2 * sizeof(IndexEntry) + (key.size() > 15 ? key.size() + 1 : 0);
+        Status charge = budget.ChargeOrRefuse(cost);
+        if (!charge.ok()) return charge;
+        *charged += cost;
         out.push_back({key, h});
         return Status::Ok();
       }));
   return out;
 }
 
+// Releases what ReadIndex charged when the walk ends, however it ends.
+struct IndexCharge {
+  MetadataBudget& budget;
+  uint64_t bytes = 0;
+  ~IndexCharge() { budget.Release(bytes); }
+};
+
 }  // namespace
 
-Result<SstTable> ReadSstable(std::string_view bytes, const std::string& file_name,
-                             bool verify_checksums) {
+Result<SstStats> WalkSstable(std::string_view bytes, const std::string& file_name,
+                             MetadataBudget& budget, const SstEntryFn& fn, bool verify_checksums) {
   CKPTFS_ASSIGN_OR_RETURN(Footer footer, ReadFooter(bytes, file_name));
-  SstTable table;
-  CKPTFS_ASSIGN_OR_RETURN(std::vector<IndexEntry> index,
-                          ReadIndex(bytes, footer, file_name, verify_checksums, table.decoded));
+  IndexCharge index_charge{budget};
+  CKPTFS_ASSIGN_OR_RETURN(
+      std::vector<IndexEntry> index,
+      ReadIndex(bytes, footer, file_name, verify_checksums, budget, &index_charge.bytes));
+  SstStats stats;
+  std::string last_key;  // the previous entry's, for the strictly-ascending check
+  DecodedBlock decoded(budget);
   for (const IndexEntry& ie : index) {
-    CKPTFS_ASSIGN_OR_RETURN(std::string_view block, ReadBlock(bytes, ie.handle, file_name,
-                                                              verify_checksums, table.decoded));
-    const size_t before = table.entries.size();
+    CKPTFS_ASSIGN_OR_RETURN(std::string_view block,
+                            ReadBlock(bytes, ie.handle, file_name, verify_checksums, decoded));
+    const uint64_t before = stats.entries;
     CKPTFS_RETURN_IF_ERROR(
         WalkBlock(block, ie.handle, file_name, [&](const std::string& key, std::string_view v) {
-          if (!table.entries.empty() && key <= table.entries.back().key) {
+          if (stats.entries > 0 && key <= last_key) {
             return Corrupt(file_name, "keys not strictly ascending: \"" + key + "\" after \"" +
-                                          table.entries.back().key + "\"");
+                                          last_key + "\"");
           }
-          table.entries.push_back({key, v});
-          return Status::Ok();
+          ++stats.entries;
+          last_key.assign(key);
+          return fn(key, v);
         }));
-    if (table.entries.size() == before) {
+    if (stats.entries == before) {
       return Corrupt(file_name, BlockName(ie.handle) + ": empty data block");
     }
-    if (table.entries.back().key > ie.separator) {
-      return Corrupt(file_name, BlockName(ie.handle) + ": key \"" + table.entries.back().key +
+    if (last_key > ie.separator) {
+      return Corrupt(file_name, BlockName(ie.handle) + ": key \"" + last_key +
                                     "\" is past its index separator");
     }
-    table.data_blocks++;
-    table.snappy_blocks += bytes[ie.handle.offset + ie.handle.size] == 1 ? 1 : 0;
+    stats.data_blocks++;
+    stats.snappy_blocks += bytes[ie.handle.offset + ie.handle.size] == 1 ? 1 : 0;
   }
-  return table;
+  return stats;
 }
 
 std::vector<std::string> CheckSstableBlocks(std::string_view bytes, const std::string& file_name) {
   auto footer = ReadFooter(bytes, file_name);
   if (!footer.ok()) return {footer.status().message()};
-  std::vector<std::unique_ptr<char[]>> decoded;
-  auto index = ReadIndex(bytes, *footer, file_name, true, decoded);
+  MetadataBudget budget(file_name);
+  budget.AddStored(bytes.size());
+  IndexCharge index_charge{budget};
+  auto index = ReadIndex(bytes, *footer, file_name, true, budget, &index_charge.bytes);
   if (!index.ok()) return {index.status().message()};
   std::vector<std::string> problems;
+  DecodedBlock decoded(budget);
   for (const IndexEntry& ie : *index) {
-    decoded.clear();
     auto block = ReadBlock(bytes, ie.handle, file_name, true, decoded);
     Status s = block.status();
     if (s.ok()) {

@@ -19,14 +19,20 @@
 // kMaxSstBlock), keys must be strictly ascending across the whole table, and each index
 // separator must lie between its block's last key and the next block's first. Every error
 // is one line starting with the file's name. Pure functions over bytes; thread-safe.
+//
+// Memory: the table is walked, not kept. One decoded snappy block lives at a time, while
+// its entries are handed to the caller, and is charged to the caller's MetadataBudget
+// (metadata_budget.h) meanwhile, as are the index block's separators; a table whose
+// blocks decode to more than its budget allows is refused before the block is allocated.
 #pragma once
 
 #include <cstdint>
-#include <memory>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/format/metadata_budget.h"
 #include "core/status.h"
 
 namespace ckptfs::tf {
@@ -36,22 +42,21 @@ inline constexpr size_t kSstFooterSize = 48;
 inline constexpr size_t kSstTrailerSize = 5;
 inline constexpr uint64_t kMaxSstBlock = 64ull << 20;  // decoded bytes of one block
 
-struct SstEntry {
-  std::string key;
-  std::string_view value;  // into the table's bytes, or a decoded block the table owns
-};
+// One entry as the walk hands it over: `key` and `value` are valid during the call only
+// (value points into the table's bytes or the decoded block being walked).
+using SstEntryFn = std::function<Status(std::string_view key, std::string_view value)>;
 
-struct SstTable {
-  std::vector<SstEntry> entries;  // in key order (strictly ascending)
+struct SstStats {
+  uint64_t entries = 0;
   uint64_t data_blocks = 0;
   uint64_t snappy_blocks = 0;
-  // Decoded snappy blocks that values point into.
-  std::vector<std::unique_ptr<char[]>> decoded;
 };
 
-// Reads every entry of the table in `bytes` (which must outlive the result). Checks every
-// block's CRC unless `verify_checksums` is false.
-Result<SstTable> ReadSstable(std::string_view bytes, const std::string& file_name,
+// Walks every entry of the table in `bytes` in key order, calling `fn` for each; the
+// first error (the table's or fn's) ends the walk. Checks every block's CRC unless
+// `verify_checksums` is false.
+Result<SstStats> WalkSstable(std::string_view bytes, const std::string& file_name,
+                             MetadataBudget& budget, const SstEntryFn& fn,
                              bool verify_checksums = true);
 
 // For `verify`: checks the footer, the index block and then every data block's trailer
