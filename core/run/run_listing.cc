@@ -21,6 +21,7 @@
 #include "core/format/torch_file.h"
 #include "core/source/remote_dir.h"
 #include "core/source/s3.h"
+#include "core/transient.h"
 
 namespace ckptfs {
 namespace {
@@ -252,9 +253,19 @@ bool Later(const timespec& a, const timespec& b) {
 
 // Adds `name`'s listed size and time to `entry` (bytes, newest time, signature).
 // `prefix`: the subdirectory `dir` is of the entry ("pytorch_model/"), for the signature.
+// A file the store refuses (a link out of SOURCE, a FIFO) is the entry's own problem, for
+// its mount to name (ERROR, or a non-weight file skipped with a line), never the run's: it
+// signs the entry as refused, so that mending it makes a new checkpoint. Only a transient
+// failure (out of descriptors, a timeout) fails, and with it the listing: tried again later.
 Status AddFile(const SourceDir& dir, const std::string& name, RunEntry& entry,
                const std::string& prefix = "") {
-  CKPTFS_ASSIGN_OR_RETURN(ListedInfo info, dir.Info(name));
+  Result<ListedInfo> listed = dir.Info(name);
+  if (!listed.ok()) {
+    if (IsTransient(listed.status())) return listed.status();
+    entry.signature += prefix + name + ":refused;";
+    return Status::Ok();
+  }
+  const ListedInfo& info = *listed;
   entry.bytes += info.size;
   if (Later(info.mtime, entry.mtime)) entry.mtime = info.mtime;
   entry.signature += prefix + name + ":" + std::to_string(info.size) + ":" +
@@ -336,27 +347,37 @@ Result<std::string> FileProblem(const SourceDir& dir, const std::string& name) {
   const bool safetensors = !SafetensorsWeightName(name).empty();
   if (!torch && !safetensors) return std::string();
   auto file = dir.open(name);
-  if (!file.ok()) return file.status().message();
+  if (!file.ok()) {
+    // Gone since listed: not whole. Refused (a link out of SOURCE): whole but bad, and the
+    // mount's ERROR says why. A transient failure fails the listing, which is tried again.
+    if (IsTransient(file.status())) return file.status();
+    if (file.status().code() == Status::Code::kNotFound) return file.status().message();
+    return std::string();
+  }
   return torch ? ZipTailProblem(**file) : SafetensorsTailProblem(**file);
 }
 
 // HF index claim: every shard the index names is there.
-void CheckIndexed(const SourceDir& dir, const std::string& index_name, RunEntry& entry) {
+Status CheckIndexed(const SourceDir& dir, const std::string& index_name, RunEntry& entry) {
   auto file = dir.open(index_name);
   auto text = file.ok() ? ReadWhole(**file, kMaxTrainerStateBytes) : file.status();
   if (!text.ok()) {
-    Incomplete(entry, text.status().message());
-    return;
+    // As FileProblem: transient fails the listing, gone is incomplete, refused is the
+    // mount's ERROR.
+    if (IsTransient(text.status())) return text.status();
+    if (text.status().code() == Status::Code::kNotFound) Incomplete(entry, text.status().message());
+    return Status::Ok();
   }
   auto index = ParseHfIndex(*text, JoinShown(dir.path, index_name));
   // A bad index is complete but invalid: the mount shows its error.
-  if (!index.ok()) return;
+  if (!index.ok()) return Status::Ok();
   for (const std::string& shard : index->shard_files) {
     if (!Stored(dir, shard)) {
       Incomplete(entry, "shard " + shard + " named in " + index_name + " is missing");
-      return;
+      return Status::Ok();
     }
   }
+  return Status::Ok();
 }
 
 // TF prefix `prefix` of `dir`: PREFIX.index and every PREFIX.data-K-of-N there. A store
@@ -401,10 +422,7 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
   if (entry.name.starts_with("tmp-checkpoint-")) {
     Incomplete(entry, "being written (HF Trainer renames tmp-checkpoint-* when done)");
   }
-  if (EndsWith(claim.file, ".index.json")) {
-    CheckIndexed(sub, claim.file, entry);
-    return Status::Ok();
-  }
+  if (EndsWith(claim.file, ".index.json")) return CheckIndexed(sub, claim.file, entry);
   if (entry.format == "tensorflow") {
     // A SavedModel's variables/ or a prefix named by the state file: the bundle's files.
     const size_t slash = claim.file.rfind('/');
@@ -412,6 +430,8 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
     auto inner = sub.OpenDir(claim.file.substr(0, slash));
     if (inner.ok()) {
       CKPTFS_RETURN_IF_ERROR(CheckTfPrefix(*inner, claim.file.substr(slash + 1), entry));
+    } else if (IsTransient(inner.status())) {
+      return inner.status();
     } else {
       Incomplete(entry, inner.status().message());
     }
@@ -434,6 +454,7 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
     const std::string inner_name = claim.file.substr(0, slash);
     auto opened = sub.OpenDir(inner_name);
     if (!opened.ok()) {
+      if (IsTransient(opened.status())) return opened.status();
       Incomplete(entry, opened.status().message());
       return Status::Ok();
     }
@@ -463,7 +484,7 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
                                                TrainerStates& states) {
   auto sub = dir.OpenDir(name);
   if (!sub.ok()) {
-    if (sub.status().code() == Status::Code::kIoError) return sub.status();
+    if (IsTransient(sub.status())) return sub.status();
     skipped.push_back(JoinShown(dir.path, EscapeControlChars(sub.status().message())));
     return std::optional<RunEntry>();
   }
@@ -474,6 +495,8 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
   std::optional<Claim> claim;
   auto top = TopClaim(*sub, &entry.format);
   if (!top.ok()) {
+    // Remembered until the entry changes: never for a failure that may pass.
+    if (IsTransient(top.status())) return top.status();
     entry.problem = top.status().message();
   } else {
     claim = std::move(top).value();
@@ -508,6 +531,8 @@ Result<RunEntry> FileEntry(const SourceDir& dir, const std::string& name) {
   entry.step = StepInName(name);
   entry.format = "torch";
   entry.complete = true;
+  // The entry is this one file: one the store refuses (a link out) is no entry, with a line.
+  CKPTFS_RETURN_IF_ERROR(dir.Info(name).status());
   CKPTFS_RETURN_IF_ERROR(AddFile(dir, name, entry));
   CKPTFS_ASSIGN_OR_RETURN(std::string problem, FileProblem(dir, name));
   if (!problem.empty()) Incomplete(entry, problem);
@@ -772,9 +797,13 @@ Result<bool> IsRun(const SourceDir& dir) {
   for (const std::string& name : dir.dirs) {
     if (!IsEntryName(name) || PartOfTopCheckpoint(top, name)) continue;
     auto sub = dir.OpenDir(name);
-    if (!sub.ok()) continue;  // a link out of SOURCE, not a directory: not an entry
-    CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> claim, TopClaim(*sub, nullptr));
-    if (claim) return true;  // the table claims split (map.pt) directories too
+    // A link out of SOURCE, not a directory: not an entry. A transient failure is said.
+    if (!sub.ok() && IsTransient(sub.status())) return sub.status();
+    if (!sub.ok()) continue;
+    auto claim = TopClaim(*sub, nullptr);
+    // One entry the table refuses (a file linking out) is no reason to refuse the run.
+    if (!claim.ok() && IsTransient(claim.status())) return claim.status();
+    if (claim.ok() && *claim) return true;  // the table claims split (map.pt) directories too
   }
   // A DeepSpeed tag's rank files are one checkpoint, not torch entries of a run.
   if (top_format != "deepspeed" && TorchEntryFiles(dir).size() >= 2) return true;
@@ -784,8 +813,9 @@ Result<bool> IsRun(const SourceDir& dir) {
   CKPTFS_ASSIGN_OR_RETURN(const std::string tag, ReadDeepSpeedLatest(dir, latest_problems));
   if (!tag.empty() && !PartOfTopCheckpoint(top, tag)) {
     if (auto sub = dir.OpenDir(tag); sub.ok()) {
-      CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> claim, TopClaim(*sub, nullptr));
-      if (claim) return true;
+      auto claim = TopClaim(*sub, nullptr);
+      if (!claim.ok() && IsTransient(claim.status())) return claim.status();
+      if (claim.ok() && *claim) return true;
     }
   }
   CKPTFS_ASSIGN_OR_RETURN(TfState tf, ReadTfState(dir, ignored));
@@ -837,7 +867,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
     }
     auto entry = FileEntry(dir, name);
     if (!entry.ok()) {
-      if (entry.status().code() == Status::Code::kIoError) return entry.status();
+      if (IsTransient(entry.status())) return entry.status();
       run.skipped.push_back(JoinShown(dir.path, EscapeControlChars(entry.status().message())));
       continue;
     }

@@ -1,5 +1,6 @@
 // RunSourceOf: a RunTree's view of a real run, through run discovery (run_listing.h).
 // Apart from run_tree.cc so that RunTree builds and links without the listing code.
+#include <chrono>
 #include <mutex>
 
 #include "core/checkpoint/formats.h"
@@ -15,9 +16,18 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
   // serves one opening at a time, so listings and entry lookups take turns, and so do
   // remote entries' openings (they share the store's client); local ones, each through
   // its own directory, open in parallel.
+  //
+  // A remote listing's requests, and those of whatever is opened through it, end by one
+  // deadline (--timeout after the listing began: HttpOptions::open_deadline). An entry
+  // opened later than kFreshFor after its listing (on first use, again after an idle
+  // close, or on a try after a timeout) is opened through a listing made for it, so that
+  // it has a whole --timeout of its own rather than none.
+  using Clock = std::chrono::steady_clock;
+  static constexpr auto kFreshFor = std::chrono::seconds(1);
   struct Shared {
     std::mutex mu;
     SourceDir dir;
+    Clock::time_point listed_at = Clock::now();
     bool fresh = true;  // `dir` is the listing main just made: use it for the first list
     std::string source;
     std::shared_ptr<ReadContext> codec;
@@ -34,14 +44,22 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
   run.list = [shared]() -> Result<RunListing> {
     std::lock_guard<std::mutex> lock(shared->mu);
     if (!shared->fresh) {
+      const Clock::time_point began = Clock::now();
       CKPTFS_ASSIGN_OR_RETURN(shared->dir,
                               OpenSourceDir(shared->source, *shared->codec, shared->remote));
+      shared->listed_at = began;
     }
     shared->fresh = false;
     return ListRun(shared->dir);
   };
   run.open = [shared](const RunEntry& entry, ReadContext& context) -> Result<Checkpoint> {
     std::unique_lock<std::mutex> lock(shared->mu);
+    if (shared->dir.remote && Clock::now() - shared->listed_at > kFreshFor) {
+      const Clock::time_point began = Clock::now();
+      CKPTFS_ASSIGN_OR_RETURN(shared->dir,
+                              OpenSourceDir(shared->source, *shared->codec, shared->remote));
+      shared->listed_at = began;
+    }
     CKPTFS_ASSIGN_OR_RETURN(SourceDir entry_dir, EntrySourceDir(shared->dir, entry));
     const std::string shown = shared->dir.path + "/" + entry.name;
     if (!shared->dir.remote) lock.unlock();

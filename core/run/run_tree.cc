@@ -4,12 +4,14 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/transient.h"
 #include "core/volume/stats.h"
 
 namespace ckptfs {
@@ -20,7 +22,9 @@ constexpr uint64_t kLatestIno = 2;
 constexpr uint64_t kBestIno = 3;
 constexpr uint64_t kMetaDirIno = 4;
 constexpr uint64_t kStatsIno = 5;
-constexpr uint64_t kErrorLocal = 2;  // a failed entry's ERROR file
+// A failed entry's ERROR file: beyond any Layout inode, so that an entry that opens on a
+// later try never serves one of its files under the inode the kernel knew as ERROR.
+constexpr uint64_t kErrorLocal = 0xffffffffu;
 constexpr uint64_t kLocalMask = 0xffffffffu;
 constexpr char kMetaDir[] = ".ckptfs";
 
@@ -29,6 +33,27 @@ constexpr char kMetaDir[] = ".ckptfs";
 constexpr auto kDebounce = std::chrono::milliseconds(200);
 constexpr auto kDebounceMax = std::chrono::seconds(1);
 constexpr size_t kMaxWatches = 4096;
+
+// A transient failure is tried again after kRetryFirst, then after twice as long each
+// time it fails again, up to kRetryMost.
+constexpr RunClock::duration kRetryFirst = std::chrono::seconds(1);
+constexpr RunClock::duration kRetryMost = std::chrono::seconds(30);
+// Entries opened at once: each holds its files (and a sharded one reads them on threads)
+// before it counts in the bound on held descriptors.
+constexpr int kMaxOpening = 4;
+constexpr size_t kMinHeldFiles = 64;
+
+// Descriptors an open checkpoint holds: one per stored local file.
+size_t FilesHeld(const Checkpoint& ckpt) {
+  if (ckpt.remote) return 0;
+  return ckpt.shards.size() + ckpt.index.size() + ckpt.others.size() + (ckpt.packed_crcs ? 1 : 0);
+}
+
+size_t DefaultMaxHeldFiles() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 1u << 20;
+  return std::max<size_t>(kMinHeldFiles, static_cast<size_t>(lim.rlim_cur / 2));
+}
 
 int64_t Ticks(RunClock::time_point t) { return t.time_since_epoch().count(); }
 
@@ -58,7 +83,11 @@ struct RunTree::Slot {
   std::mutex mu;                   // guards what follows; held while opening
   std::shared_ptr<Volume> volume;  // null: not open yet, closed idle, or failed
   std::string error;               // why it failed to open ("" unless it did)
-  uint64_t shape = 0;              // of the first Layout (0: never opened)
+  bool transient = false;          // `error` may pass: tried again from `retry_at` on
+  RunClock::time_point retry_at;
+  RunClock::duration backoff{};  // the wait after the last transient failure
+  size_t files = 0;              // descriptors `volume` holds (counted in held_files_)
+  uint64_t shape = 0;            // of the first Layout (0: never opened)
 
   uint64_t base() const { return static_cast<uint64_t>(id) << 32; }
 };
@@ -75,11 +104,11 @@ RunNode RunNode::Single(std::shared_ptr<Volume> volume) {
 RunTree::RunTree(RunSource source, std::shared_ptr<ReadContext> codec, RunTreeOptions options)
     : source_(std::move(source)), context_(std::move(codec)), options_(std::move(options)) {
   ::clock_gettime(CLOCK_REALTIME, &started_);
+  if (options_.max_held_files == 0) options_.max_held_files = DefaultMaxHeldFiles();
   slots_.emplace_back();  // slot 0 is the run's own
 }
 
-Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source,
-                                               std::shared_ptr<ReadContext> codec,
+Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source, std::shared_ptr<ReadContext> codec,
                                                RunTreeOptions options) {
   CKPTFS_ASSIGN_OR_RETURN(RunListing listing, source.list());
   std::unique_ptr<RunTree> tree(new RunTree(std::move(source), std::move(codec), options));
@@ -193,7 +222,7 @@ std::vector<std::string> RunTree::Apply(const RunListing& listing, bool initial)
   for (const auto& slot : retired) {
     std::shared_ptr<Volume> closing;
     std::lock_guard<std::mutex> lock(slot->mu);
-    closing.swap(slot->volume);
+    closing = TakeVolume(*slot);
   }
   return changed;
 }
@@ -242,35 +271,113 @@ RunNode RunTree::EntryDir(const Slot& slot, uint64_t root_ino) const {
 
 RunNode RunTree::OpenEntry(Slot& slot, uint64_t root_ino) {
   std::lock_guard<std::mutex> lock(slot.mu);
-  slot.last_used = Ticks(options_.now());
-  if (!slot.volume && slot.error.empty() && !slot.retired) {
-    Result<Checkpoint> ckpt = source_.open(slot.entry, *context_);
-    if (!ckpt.ok()) {
-      // One line naming the entry: the reader's message may name only a file inside it.
-      slot.error = ckpt.status().message();
-      if (slot.error.find(slot.entry.name) == std::string::npos) {
-        slot.error = slot.entry.name + ": " + slot.error;
-      }
-    } else {
-      std::shared_ptr<Volume> volume =
-          Volume::FromCheckpoint(std::move(ckpt.value()), context_, ContextUse::kShared);
-      const uint64_t shape = Shape(volume->layout());
-      if (slot.shape != 0 && slot.shape != shape) {
-        // Its files changed since the first open, before a listing noticed: these inodes
-        // must not show the new bytes. The next listing gives it a new slot.
-        slot.retired = true;
-        slot.error = slot.entry.name + ": changed since first opened";
-      } else {
-        slot.shape = shape;
-        slot.volume = std::move(volume);
-      }
-    }
-  }
+  const RunClock::time_point now = options_.now();
+  slot.last_used = Ticks(now);
+  const bool due = slot.error.empty() || (slot.transient && now >= slot.retry_at);
+  if (!slot.volume && due && !slot.retired) OpenLocked(slot);
   return EntryDir(slot, root_ino);
+}
+
+void RunTree::OpenLocked(Slot& slot) {
+  {
+    std::unique_lock<std::mutex> lock(opening_mu_);
+    opening_cv_.wait(lock, [this] { return opening_ < kMaxOpening; });
+    ++opening_;
+  }
+  MakeRoom(slot);
+  Result<Checkpoint> ckpt = source_.open(slot.entry, *context_);
+  {
+    std::lock_guard<std::mutex> lock(opening_mu_);
+    --opening_;
+  }
+  opening_cv_.notify_one();
+  if (!ckpt.ok()) {
+    // One line naming the entry: the reader's message may name only a file inside it.
+    slot.error = ckpt.status().message();
+    if (slot.error.find(slot.entry.name) == std::string::npos) {
+      slot.error = slot.entry.name + ": " + slot.error;
+    }
+    slot.transient = IsTransient(ckpt.status());
+    if (slot.transient) {
+      slot.backoff = std::clamp(slot.backoff * 2, kRetryFirst, kRetryMost);
+      // From when it failed: an open that waits out a timeout is not tried back to back.
+      slot.retry_at = options_.now() + slot.backoff;
+      slot.error += " (tried again on the next use)";
+    }
+    return;
+  }
+  const size_t files = FilesHeld(ckpt.value());
+  std::shared_ptr<Volume> volume =
+      Volume::FromCheckpoint(std::move(ckpt.value()), context_, ContextUse::kShared);
+  const uint64_t shape = Shape(volume->layout());
+  if (slot.shape != 0 && slot.shape != shape) {
+    // Its files changed since the first open, before a listing noticed: these inodes
+    // must not show the new bytes. The next listing gives it a new slot.
+    slot.retired = true;
+    slot.error = slot.entry.name + ": changed since first opened";
+    slot.transient = false;
+    return;
+  }
+  slot.error.clear();
+  slot.transient = false;
+  slot.backoff = {};
+  slot.shape = shape;
+  slot.volume = std::move(volume);
+  slot.files = files;
+  held_files_ += files;
+}
+
+std::shared_ptr<Volume> RunTree::TakeVolume(Slot& slot) {
+  held_files_ -= slot.files;
+  slot.files = 0;
+  return std::move(slot.volume);
+}
+
+void RunTree::MakeRoom(const Slot& opening) {
+  if (held_files_ < options_.max_held_files) return;
+  std::vector<std::shared_ptr<Slot>> slots;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, id] : shown_) slots.push_back(slots_[id]);
+  }
+  std::sort(slots.begin(), slots.end(),
+            [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
+  for (const auto& slot : slots) {
+    if (held_files_ < options_.max_held_files) return;
+    if (slot.get() == &opening) continue;
+    std::shared_ptr<Volume> closing;
+    // try_lock: a slot busy opening (its thread may be here too) is not idle anyway.
+    std::unique_lock<std::mutex> lock(slot->mu, std::try_to_lock);
+    // use_count 1: only the slot holds it, no open file or request in flight.
+    if (!lock.owns_lock() || !slot->volume || slot->volume.use_count() > 1) continue;
+    closing = TakeVolume(*slot);
+  }
 }
 
 std::vector<std::string> RunTree::CheckPointers() {
   std::vector<std::string> changed;
+  // A checkpoint that failed for a while (a server away, descriptors out) may be latest or
+  // best again once it opens: tried again when due, and the next listing may pick it.
+  std::vector<std::shared_ptr<Slot>> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint32_t id : failed_) failed.push_back(slots_[id]);
+  }
+  for (const std::shared_ptr<Slot>& slot : failed) {
+    {
+      std::lock_guard<std::mutex> lock(slot->mu);
+      if (!slot->transient || slot->retired) continue;
+    }
+    OpenEntry(*slot, slot->base() | Layout::kRoot);
+    bool opened = false;
+    {
+      std::lock_guard<std::mutex> lock(slot->mu);
+      opened = slot->error.empty() && slot->shape != 0;
+    }
+    if (!opened) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_.erase(slot->id);
+  }
   // Each round opens one more checkpoint (headers only, kept as a first use would keep
   // them); a run whose every checkpoint fails ends with no latest after as many rounds.
   size_t rounds = 0;
@@ -362,6 +469,8 @@ Result<RunNode> RunTree::Resolve(uint64_t ino, bool open_entry) {
   }
   RunNode node = OpenEntry(*slot, root_ino);  // reopens one closed while idle
   if (node.kind == RunNode::Kind::kVolume) {
+    // It opened on a later try: its ERROR file is gone.
+    if (local == kErrorLocal) return Status::NotFound("inode " + std::to_string(ino) + ": gone");
     if (local != Layout::kRoot) node.ino = ino, node.short_lived = false;
     return node;
   }
@@ -465,7 +574,7 @@ size_t RunTree::CloseIdle() {
     std::lock_guard<std::mutex> lock(slot->mu);
     // use_count 1: only the slot holds it, no open file or request in flight.
     if (!slot->volume || slot->volume.use_count() > 1 || slot->last_used > cutoff) continue;
-    closing.swap(slot->volume);
+    closing = TakeVolume(*slot);
     ++closed;
   }
   return closed;
@@ -525,6 +634,8 @@ std::string RunTree::StatsJson() const {
          {"skipped", skipped_}};
   }
   j["checkpoints_open"] = OpenVolumes();
+  j["files_held"] = HeldFiles();
+  j["files_held_max"] = options_.max_held_files;
   j["rss_bytes"] = CurrentRssBytes();
   j["cache"] = {{"capacity_bytes", c.capacity_bytes},
                 {"charged_bytes", c.charged_bytes},

@@ -9,10 +9,26 @@
 // a checkpoint that fails to open is a directory holding one file, `ERROR`, with the
 // one-line reason. All Volumes share one ReadContext: one byte-bounded cache for the run.
 //
+// Failures: one entry's failure is that entry's alone. A refusal (a bad format, a file
+// linking out of SOURCE) is kept until the entry's signature changes. A failure that may
+// pass (IsTransient, core/transient.h: out of descriptors, a timeout, a server error) is
+// tried again by the next lookup or listing inside the entry, at most once per backoff
+// (1 s, doubling to 30 s), so that a lookup storm does not hammer a server
+// that is down; once it opens, the entry is its Volume (the ERROR inode answers NotFound).
+//
+// Descriptors: an open local checkpoint holds one descriptor per stored file (POSIX: a
+// file that is open keeps its bytes). The Volumes the run keeps open together hold at most
+// `max_held_files`: before opening another, the least recently used Volumes nobody holds
+// are closed (reopened unchanged on their next use). Volumes held by open files are never
+// closed, so readers holding more checkpoints than that can still exhaust the limit; an
+// open that then fails with EMFILE is transient, tried again. At most 4 entries are
+// opened at once.
+//
 // Inodes: global = (slot << 32) | local. Slot 0 is the run's own nodes (kRootIno, the
 // symlinks, .ckptfs); every other slot belongs to one (entry name, signature) and is never
 // reused. Inside a slot, local inodes are the Volume's Layout inodes (the entry directory
-// is the Layout root, 1) or, for a failed entry, 1 (the directory) and 2 (ERROR). A
+// is the Layout root, 1) or, for a failed entry, 1 (the directory) and 2^32 - 1 (ERROR, which
+// no Layout inode reaches). A
 // checkpoint rewritten or deleted is a new slot or none: its old inodes answer NotFound,
 // never another checkpoint's bytes. A Volume unused for `idle_close` (nobody holds it: the
 // front end keeps a reference per open file) is closed; reopening an unchanged entry
@@ -76,6 +92,10 @@ struct RunTreeOptions {
   RunClock::duration idle_close = std::chrono::seconds(300);
   RunClock::duration relist = std::chrono::seconds(5);
   RunClock::duration stable = std::chrono::seconds(1);
+  // Descriptors the run's open Volumes may hold together (see Descriptors above); 0: half
+  // of the soft RLIMIT_NOFILE when the tree opens (the rest is for the session, readers'
+  // checkpoints that are held, opens in progress, remote connections).
+  size_t max_held_files = 0;
   std::function<RunClock::time_point()> now = [] { return RunClock::now(); };
 };
 
@@ -110,8 +130,7 @@ class RunTree {
 
   // Lists the run once (the mount's view at start). A `pin` naming no entry is refused
   // with one line listing the entries.
-  static Result<std::unique_ptr<RunTree>> Open(RunSource source,
-                                               std::shared_ptr<ReadContext> codec,
+  static Result<std::unique_ptr<RunTree>> Open(RunSource source, std::shared_ptr<ReadContext> codec,
                                                RunTreeOptions options = {});
   ~RunTree();
 
@@ -147,8 +166,10 @@ class RunTree {
   const std::string& pin() const { return options_.pin; }
   // What the last listing left out, one line each.
   std::vector<std::string> Skipped() const;
-  // Volumes open now.
+  // Volumes open now, and the descriptors they hold (local stored files).
   size_t OpenVolumes() const;
+  size_t HeldFiles() const { return held_files_.load(); }
+  size_t max_held_files() const { return options_.max_held_files; }
   // The root's .ckptfs/stats.json.
   std::string StatsJson() const;
 
@@ -167,8 +188,17 @@ class RunTree {
   std::shared_ptr<Slot> Shown(const std::string& name) const;
   // The slot the pinned root shows now, or null.
   std::shared_ptr<Slot> PinnedSlot() const;
-  // Opens `slot`'s Volume unless open or failed; returns its node (root, or ERROR dir).
+  // Opens `slot`'s Volume unless open, or failed for good, or failed for a while and not
+  // due again; returns its node (root, or ERROR dir).
   RunNode OpenEntry(Slot& slot, uint64_t root_ino);
+  // OpenEntry's work, with slot.mu held.
+  void OpenLocked(Slot& slot);
+  // Takes `slot`'s Volume out of it (to be closed by the caller, outside slot.mu), with
+  // its descriptors. Call with slot.mu held.
+  std::shared_ptr<Volume> TakeVolume(Slot& slot);
+  // Closes least recently used Volumes nobody holds, other than `opening`'s, until the
+  // held descriptors are under max_held_files. Call with opening.mu held.
+  void MakeRoom(const Slot& opening);
   RunNode EntryDir(const Slot& slot, uint64_t root_ino) const;
   RunNode RootNode() const;
   // `latest` and `best` name valid checkpoints only: opens the ones they name, and when
@@ -192,6 +222,11 @@ class RunTree {
   std::set<uint32_t> failed_;  // slots whose checkpoint failed to open (CheckPointers)
   RunClock::time_point last_list_;
   std::vector<std::string> skipped_;
+
+  std::atomic<size_t> held_files_{0};  // by the Volumes slots hold
+  std::mutex opening_mu_;              // guards opening_
+  std::condition_variable opening_cv_;
+  int opening_ = 0;  // entries being opened now (at most kMaxOpening)
 
   std::mutex relist_mu_;  // one Relist at a time
   std::function<void(const std::string&)> changed_;

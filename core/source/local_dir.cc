@@ -14,6 +14,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/transient.h"
+
 namespace ckptfs {
 namespace {
 
@@ -221,8 +223,15 @@ Result<LocalDirectory::Listing> LocalDirectory::List() const {
     if (name == "." || name == "..") continue;
     Resolved r;
     // An entry that cannot be resolved (dangling link, loop) is not part of a checkpoint;
-    // a run's listing says why it left it out.
+    // a run's listing says why it left it out. One that could not be resolved *now* (out
+    // of descriptors: EMFILE, ENFILE; out of memory) may well be there: the listing fails,
+    // rather than tell its caller the file is missing.
     if (Status resolved = Resolve(name, &r); !resolved.ok()) {
+      if (IsTransient(resolved)) {
+        ::closedir(d);
+        return Status::IoError(path_ + ": cannot list directory: " + resolved.message(),
+                               resolved.errno_value());
+      }
       listing.unresolved.push_back(resolved.message());
       continue;
     }

@@ -59,7 +59,10 @@ class LocalDirectory {
   // boundary to a regular file; `dirs` the subdirectories (links to directories inside
   // included) and `outside_dirs` the links to directories out of the boundary. Dangling
   // links, link loops and special files are in none: they are not part of a checkpoint
-  // (`unresolved` says, one line each, which names could not be resolved and why).
+  // (`unresolved` says, one line each, which names could not be resolved and why). A
+  // name that cannot be resolved for a reason that may pass (EMFILE, ENFILE, ENOMEM:
+  // IsTransient) fails the whole listing with that IoError: a file is never reported
+  // missing because descriptors ran out.
   struct Listing {
     std::vector<std::string> files;
     std::vector<std::string> outside;

@@ -1,8 +1,11 @@
 // Training runs mounted with the real binary (issue 13; core/run/run_tree.h): an HF
 // Trainer-shaped run read with ls, readlink, numpy and torch; a torch.save training loop
 // with retention read while it runs; `--checkpoint latest` following new saves; a broken
-// checkpoint shown as ERROR; a 200-checkpoint run mounted quickly. Runs are written by
-// tests/mount/make_run.py and checked by tests/mount/check_run.py.
+// checkpoint shown as ERROR; a 200-checkpoint run mounted quickly; entries linking out of
+// SOURCE or failing for a while (issue 22). Runs are written by tests/mount/make_run.py and
+// checked by tests/mount/check_run.py and check_run_faults.py.
+#include <thread>
+
 #include "remote_harness.h"
 
 namespace ckptfs::mount_test {
@@ -156,6 +159,57 @@ TEST_F(RunMountTest, TwoHundredCheckpointRunMountsQuickly) {
   const ProcessResult one =
       RunProcess({"cat", mountpoint_ + "/checkpoint-137/config.json"}, kCheckTimeout);
   EXPECT_NE(one.out.find("\"step\": 137"), std::string::npos) << one.Describe();
+}
+
+// Issue 22: one entry linking out of SOURCE is that entry's ERROR (or, a non-weight file,
+// left out of it), never the whole run's refusal; `inspect` lists the run too.
+TEST_F(RunMountTest, EntriesLinkingOutsideSourceAreTheirOwnErrorTheRunMounts) {
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"hf", run_, "3"}));
+  const std::string outside = scratch_->MakeDir("outside");
+  RunCheck("check_run_faults.py",
+           {"add-outside", run_, outside, "checkpoint-400", "400", "weights"});
+  RunCheck("check_run_faults.py",
+           {"add-outside", run_, outside, "checkpoint-250", "250", "config"});
+  const ProcessResult inspect = RunProcess({kCkptfs, "inspect", run_}, kCheckTimeout);
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.Describe();
+  EXPECT_NE(inspect.out.find("checkpoint-400"), std::string::npos) << inspect.out;
+  ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_));
+  RunCheck("check_run_faults.py", {"outside", mountpoint_});
+}
+
+TEST_F(RunMountTest, LiveRunKeepsFollowingAfterAnEntryLinkingOutsideAppears) {
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"hf", run_, "2"}));
+  ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_));
+  RunCheck("check_run_faults.py", {"follows", run_, mountpoint_, scratch_->MakeDir("outside")});
+}
+
+// A 4 s server stall (nginx stopped with SIGSTOP: connections are accepted, never
+// answered) while an entry is first opened: it shows ERROR by timeout, and serves once
+// the server is back, without any change to its files.
+TEST_F(RunMountTest, HttpEntryThatTimedOutServesOnceTheServerIsBack) {
+  const std::string unavailable = NginxServer::UnavailableReason();
+  if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+  const std::string www = scratch_->MakeDir("www");
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"hf", www + "/run", "3"}));
+  const std::string state = scratch_->Path("nginx");
+  NginxServer server(www, state);
+  ASSERT_EQ(server.Start(), "");
+  ASSERT_EQ(server.Reload("location / { autoindex on; autoindex_format json; }"), "");
+  ASSERT_NO_FATAL_FAILURE(
+      Mount(server.Url("run/"), mountpoint_, nullptr, {"--relist", "1", "--timeout", "1"}));
+  const pid_t nginx = static_cast<pid_t>(std::stol(ReadTextFile(state + "/nginx.pid")));
+  ASSERT_GT(nginx, 1);
+  struct Resume {  // the server runs again whatever the test does
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{nginx};
+  ASSERT_EQ(::kill(nginx, SIGSTOP), 0);
+  const auto stalled = std::chrono::steady_clock::now();
+  RunCheck("check_run_faults.py", {"error", mountpoint_, "checkpoint-100", "tried again"});
+  std::this_thread::sleep_until(stalled + std::chrono::seconds(4));
+  ASSERT_EQ(::kill(nginx, SIGCONT), 0);
+  RunCheck("check_run_faults.py", {"recovers", mountpoint_, "checkpoint-100", "100"});
+  RunCheck("check_run.py", {"remote", www + "/run", mountpoint_, "--no-save"});
 }
 
 TEST_F(RunMountTest, HttpRunFromNginxJsonAutoindexIsListedAgainOnAccess) {

@@ -16,6 +16,8 @@
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/layout/layout.h"
+#include "core/transient.h"
+#include "tests/unit/descriptors_left.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -320,6 +322,41 @@ TEST_F(LocalDirTest, ShardOutsideFailsTheCheckpointOtherFilesAreSkipped) {
   Write(src_ + "/inside.safetensors", Shard());
   Link("inside.safetensors", src_ + "/alias.safetensors");
   EXPECT_TRUE(OpenCheckpoint(src_ + "/alias.safetensors", codec).ok());
+}
+
+// Out of descriptors, a listing fails with EMFILE (to be tried again), never lists the
+// directory as if the names it could not resolve were missing or dangling.
+TEST_F(LocalDirTest, ListingOutOfDescriptorsFailsNeverDropsNames) {
+  for (const char* name : {"a.safetensors", "b.json", "c.txt"}) Write(src_ + "/" + name, "x");
+  fs::create_directories(src_ + "/sub");
+  auto dir = OpenSrc();
+  ASSERT_NE(dir, nullptr);
+  for (int free = 0; free <= 3; ++free) {
+    Result<LocalDirectory::Listing> listing = Status::Ok();
+    Result<std::unique_ptr<LocalFileSource>> file = Status::Ok();
+    {
+      testing::DescriptorsLeft left(free);
+      listing = dir->List();
+      file = dir->OpenFile("a.safetensors");
+    }
+    if (listing.ok()) {
+      EXPECT_EQ(listing->files, (std::vector<std::string>{"a.safetensors", "b.json", "c.txt"}))
+          << free << " left";
+      EXPECT_EQ(listing->dirs, std::vector<std::string>{"sub"});
+      EXPECT_TRUE(listing->unresolved.empty()) << listing->unresolved[0];
+    } else {
+      EXPECT_TRUE(IsTransient(listing.status())) << listing.status().message();
+      EXPECT_EQ(listing.status().errno_value(), EMFILE) << listing.status().message();
+    }
+    if (!file.ok()) {
+      EXPECT_NE(file.status().code(), Status::Code::kNotFound) << file.status().message();
+      EXPECT_EQ(file.status().errno_value(), EMFILE) << file.status().message();
+    }
+  }
+  // With descriptors back, the same directory lists whole.
+  auto again = dir->List();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->files.size(), 3u);
 }
 
 // Whatever happens to the path, an open file keeps reading the bytes it opened (issue 22:

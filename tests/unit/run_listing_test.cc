@@ -15,7 +15,9 @@
 #include "core/checkpoint/formats.h"
 #include "core/source/remote_dir.h"
 #include "core/source/s3.h"
+#include "core/transient.h"
 #include "test_util.h"
+#include "tests/unit/descriptors_left.h"
 
 namespace ckptfs {
 namespace {
@@ -551,6 +553,87 @@ TEST_F(RunListingTest, RecordsAndLinksLeavingSourceAreSkippedNeverFollowed) {
   RunEntry tricky;
   tricky.name = "../secret";
   EXPECT_FALSE(EntrySourceDir(*dir, tricky).ok());
+}
+
+// One entry whose files link outside SOURCE is that entry's problem, never the run's: a
+// weight file out is shown complete (the mount's ERROR says why), a non-weight file out is
+// signed but left to the mount (which skips it with a line), an index out likewise.
+TEST_F(RunListingTest, EntryWithFilesLinkingOutsideIsThatEntrysProblemOnly) {
+  Write(root_ / "secret" / "config.json", "{\"secret\": 1}");
+  Write(root_ / "secret" / "model.safetensors", Weights("secret"));
+  Write(root_ / "secret" / "model.safetensors.index.json",
+        testing::IndexJson({{"a.weight", "model-00001-of-00001.safetensors"}}));
+  for (const char* d : {"checkpoint-1", "checkpoint-2", "checkpoint-3", "checkpoint-4"}) {
+    Write(run_ / d / "config.json", "{}");
+  }
+  Write(run_ / "checkpoint-1" / "model.safetensors", Weights("one"));
+  // checkpoint-2: its config.json links out; its weights are its own.
+  Write(run_ / "checkpoint-2" / "model.safetensors", Weights("two"));
+  fs::remove(run_ / "checkpoint-2" / "config.json");
+  fs::create_symlink(root_ / "secret" / "config.json", run_ / "checkpoint-2" / "config.json");
+  // checkpoint-3: its weights link out.
+  fs::create_symlink(root_ / "secret" / "model.safetensors",
+                     run_ / "checkpoint-3" / "model.safetensors");
+  // checkpoint-4: its index links out, its shard is its own.
+  Write(run_ / "checkpoint-4" / "model-00001-of-00001.safetensors", Weights("a"));
+  fs::create_symlink(root_ / "secret" / "model.safetensors.index.json",
+                     run_ / "checkpoint-4" / "model.safetensors.index.json");
+  // A torch file entry linking out is left out of the run, as before.
+  Write(root_ / "secret.pt", "PK not really");
+  fs::create_symlink(root_ / "secret.pt", run_ / "model_00005.pt");
+
+  EXPECT_TRUE(IsRunAt(run_));
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "checkpoint-1 checkpoint-2 checkpoint-3 checkpoint-4");
+  for (const RunEntry& e : run.entries) {
+    EXPECT_TRUE(e.complete) << e.name << ": " << e.why_incomplete;
+  }
+  EXPECT_EQ(run.latest, "checkpoint-4");  // the mount moves it off an entry that fails
+  EXPECT_NE(Skipped(run).find("model_00005.pt: symbolic link leads outside"), std::string::npos)
+      << Skipped(run);
+  // The entries open as the mount opens them: checkpoint-2 without its config.json,
+  // checkpoint-3 and -4 refused naming the link, nothing read from outside.
+  EXPECT_EQ(OpenEntry(run, "checkpoint-2"), std::vector<std::string>{"two.weight"});
+  auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+  ASSERT_TRUE(dir.ok());
+  for (const char* name : {"checkpoint-3", "checkpoint-4"}) {
+    auto sub = EntrySourceDir(*dir, *Entry(run, name));
+    ASSERT_TRUE(sub.ok()) << sub.status().message();
+    auto ckpt = ReadCheckpoint(*sub, TestCodec(), sub->path);
+    ASSERT_FALSE(ckpt.ok()) << name;
+    EXPECT_NE(ckpt.status().message().find("leads outside"), std::string::npos)
+        << ckpt.status().message();
+  }
+  // A link that appears later changes the entry's signature: a new checkpoint.
+  const std::string before = Entry(run, "checkpoint-1")->signature;
+  fs::create_symlink(root_ / "secret" / "config.json", run_ / "checkpoint-1" / "extra.json");
+  EXPECT_NE(Entry(List(), "checkpoint-1")->signature, before);
+}
+
+// A listing that runs out of descriptors fails as a whole (the mount keeps what it shows
+// and lists again), never drops or hides entries whose files it could not open.
+TEST_F(RunListingTest, ListingOutOfDescriptorsFailsNeverDropsEntries) {
+  for (const char* d : {"checkpoint-1", "checkpoint-2", "checkpoint-3"}) {
+    Write(run_ / d / "model.safetensors", Weights(d));
+    Write(run_ / d / "config.json", "{}");
+  }
+  auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+  ASSERT_TRUE(dir.ok());
+  for (int free = 0; free <= 6; ++free) {
+    Result<RunListing> run = Status::Ok();
+    {
+      testing::DescriptorsLeft left(free);
+      run = ListRun(*dir);
+    }
+    if (!run.ok()) {
+      EXPECT_TRUE(IsTransient(run.status())) << free << " left: " << run.status().message();
+      continue;
+    }
+    EXPECT_EQ(Names(*run), "checkpoint-1 checkpoint-2 checkpoint-3") << free << " left";
+    for (const RunEntry& e : run->entries) {
+      EXPECT_TRUE(e.complete) << free << " left: " << e.name << ": " << e.why_incomplete;
+    }
+  }
 }
 
 TEST_F(RunListingTest, EntriesNamedLatestAndBestAreEntries) {

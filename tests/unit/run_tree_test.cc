@@ -26,6 +26,7 @@ struct FakeRun {
   std::mutex mu;
   RunListing listing;
   std::map<std::string, std::map<std::string, std::string>> files;
+  std::map<std::string, Status> failures;  // entries whose next opens fail so
   std::atomic<int> opens{0};
 
   void Put(const std::string& name, const std::string& signature, bool complete = true,
@@ -63,6 +64,9 @@ struct FakeRun {
       std::map<std::string, std::string> entry_files;
       {
         std::lock_guard<std::mutex> lock(mu);
+        if (auto failure = failures.find(entry.name); failure != failures.end()) {
+          return failure->second;
+        }
         auto it = files.find(entry.name);
         if (it == files.end()) return Status::NotFound(entry.name + ": gone");
         entry_files = it->second;
@@ -284,6 +288,101 @@ TEST_F(RunTreeTest, AFailedCheckpointIsAnErrorDirectoryRetriedWhenItChanges) {
   Relist();
   EXPECT_NE(InnerIno(*tree_, "bad", "model.safetensors"), 0u);
   EXPECT_FALSE(tree_->Resolve(kids[0].second.ino, false).ok());
+}
+
+// The text of entry `name`'s ERROR file, or "" when it opens.
+std::string ErrorText(RunTree& tree, const RunNode& entry) {
+  auto dir = tree.Resolve(entry.ino, true);
+  if (!dir.ok() || dir->kind == RunNode::Kind::kVolume) return "";
+  auto kids = tree.List(*dir);
+  return kids.size() == 1 && kids[0].first == "ERROR" ? kids[0].second.text : "?";
+}
+
+TEST_F(RunTreeTest, ATransientFailureIsTriedAgainAfterABackoffARefusalIsNot) {
+  run_.Put("flaky", "s1");
+  run_.Put("outside", "s1");
+  run_.failures["flaky"] =
+      Status::IoError("flaky/model.safetensors: cannot open: Too many open files", EMFILE);
+  run_.failures["outside"] = Status::InvalidArgument(
+      "config.json: symbolic link leads outside run/outside (to /etc/passwd), not served");
+  tree_ = Open();
+  const RunNode flaky = Child(*tree_, "flaky");
+  const RunNode outside = Child(*tree_, "outside");
+  std::string text = ErrorText(*tree_, flaky);
+  EXPECT_NE(text.find("Too many open files"), std::string::npos) << text;
+  EXPECT_NE(text.find("tried again"), std::string::npos) << text;
+  const uint64_t error_ino = tree_->List(*tree_->Resolve(flaky.ino, true))[0].second.ino;
+  EXPECT_NE(ErrorText(*tree_, outside).find("leads outside"), std::string::npos);
+  const int opens = run_.opens;
+
+  // A lookup storm within the backoff opens nothing.
+  for (int i = 0; i < 50; ++i) (void)ErrorText(*tree_, flaky);
+  EXPECT_EQ(run_.opens, opens);
+  // It fails again when due: the next wait is twice as long.
+  now_ += 1s;
+  EXPECT_NE(ErrorText(*tree_, flaky), "");
+  EXPECT_EQ(run_.opens, opens + 1);
+  run_.failures.erase("flaky");
+  now_ += 1s;
+  EXPECT_NE(ErrorText(*tree_, flaky), "");
+  EXPECT_EQ(run_.opens, opens + 1);
+  now_ += 1s;
+  EXPECT_EQ(ErrorText(*tree_, flaky), "");  // the descriptors are back: it opens
+  EXPECT_EQ(run_.opens, opens + 2);
+  EXPECT_NE(InnerIno(*tree_, "flaky", "model.safetensors"), 0u);
+  // The ERROR inode the kernel may still hold names nothing now, never one of its files.
+  EXPECT_FALSE(tree_->Resolve(error_ino, false).ok());
+
+  // The refusal is kept however long, until the entry changes.
+  run_.failures.erase("outside");
+  now_ += 600s;
+  EXPECT_NE(ErrorText(*tree_, outside), "");
+  EXPECT_EQ(run_.opens, opens + 2);
+  run_.Put("outside", "s2");
+  Relist();
+  now_ += 2s;
+  Relist();
+  EXPECT_NE(InnerIno(*tree_, "outside", "model.safetensors"), 0u);
+}
+
+TEST_F(RunTreeTest, LatestThatFailedForAWhileComesBackOnceItOpens) {
+  run_.Put("step-1", "s1");
+  run_.Put("step-2", "s1");
+  run_.listing.latest = "step-2";
+  run_.failures["step-2"] = Status::IoError("step-2/model.safetensors: no answer in time");
+  tree_ = Open();
+  EXPECT_EQ(tree_->Latest(), "step-1");
+  run_.failures.erase("step-2");
+  now_ += 2s;
+  Relist();  // tries it again
+  Relist();  // and may pick it
+  EXPECT_EQ(tree_->Latest(), "step-2");
+  EXPECT_NE(InnerIno(*tree_, "step-2", "model.safetensors"), 0u);
+}
+
+TEST_F(RunTreeTest, OpenCheckpointsHoldAtMostTheDescriptorBound) {
+  for (int i = 0; i < 12; ++i) run_.Put("step-" + std::to_string(i), "s");
+  RunTreeOptions options;
+  options.max_held_files = 3;
+  tree_ = Open(options);
+  // A reader holds step-0's file open: its Volume is never closed to make room.
+  const uint64_t held_file = InnerIno(*tree_, "step-0", "model.safetensors");
+  auto held = tree_->Resolve(held_file, false);
+  ASSERT_TRUE(held.ok() && held->volume);
+  for (int i = 1; i < 12; ++i) {
+    now_ += 1s;
+    EXPECT_NE(InnerIno(*tree_, "step-" + std::to_string(i), "model.safetensors"), 0u) << i;
+    EXPECT_LE(tree_->HeldFiles(), 3u) << i;
+    EXPECT_LE(tree_->OpenVolumes(), 3u) << i;
+  }
+  auto still = tree_->Resolve(held_file, false);
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->volume, held->volume);
+  // A closed one reopens, with the same inodes, when used again.
+  const int opens = run_.opens;
+  EXPECT_NE(InnerIno(*tree_, "step-1", "model.safetensors"), 0u);
+  EXPECT_EQ(run_.opens, opens + 1);
+  EXPECT_LE(tree_->HeldFiles(), 3u);
 }
 
 TEST_F(RunTreeTest, PinnedLatestFollowsTheRunForNewLookups) {
