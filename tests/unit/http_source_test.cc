@@ -20,6 +20,7 @@
 
 #include "core/source/remote_source.h"
 #include "core/source/s3.h"
+#include "tests/unit/test_util.h"
 
 namespace ckptfs {
 namespace {
@@ -90,18 +91,7 @@ TEST(ParseContentRange, RefusesAnythingElse) {
 // never answers: a stalled server.
 class StalledListener {
  public:
-  StalledListener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-        ::listen(fd_, 64) == 0 &&
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      port_ = ntohs(addr.sin_port);
-    }
-  }
+  StalledListener() { fd_ = testing::ListenOnLoopback(&port_); }
   ~StalledListener() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -212,17 +202,8 @@ TEST(HttpSourceTimeLimits, ARefusedRangeIsTriedOnceMoreWithoutRetries) {
 class ObjectServer {
  public:
   ObjectServer() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-        ::listen(fd_, 64) == 0 &&
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      port_ = ntohs(addr.sin_port);
-      thread_ = std::thread([this] { Serve(); });
-    }
+    fd_ = testing::ListenOnLoopback(&port_);
+    if (port_ != 0) thread_ = std::thread([this] { Serve(); });
   }
   ~ObjectServer() {
     stop_ = true;

@@ -29,17 +29,8 @@ using namespace std::chrono_literals;
 class RecordingServer {
  public:
   RecordingServer() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-        ::listen(fd_, 64) == 0 &&
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      port_ = ntohs(addr.sin_port);
-      thread_ = std::thread([this] { Serve(); });
-    }
+    fd_ = testing::ListenOnLoopback(&port_);
+    if (port_ != 0) thread_ = std::thread([this] { Serve(); });
   }
   ~RecordingServer() {
     stop_ = true;
