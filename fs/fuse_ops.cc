@@ -117,10 +117,10 @@ bool MakeStat(const FsContext& ctx, const RunNode& n, uint64_t ino, struct stat*
     st->st_nlink = 1;
     st->st_size = static_cast<off_t>(n.text.size());
   } else if (dir) {
-    st->st_mode = S_IFDIR | ShownMode(node ? node->mode : 0555, own.dir_mode, own.umask);
+    st->st_mode = S_IFDIR | ShownMode(node ? node->mode : n.mode, own.dir_mode, own.umask);
     st->st_nlink = 2;
   } else {
-    st->st_mode = S_IFREG | ShownMode(node ? node->mode : 0444, own.file_mode, own.umask);
+    st->st_mode = S_IFREG | ShownMode(node ? node->mode : n.mode & 0444, own.file_mode, own.umask);
     st->st_nlink = 1;
     const bool stats = node && node->kind == NodeKind::kStats;
     st->st_size = static_cast<off_t>(!node   ? n.text.size()

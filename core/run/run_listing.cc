@@ -492,6 +492,7 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
   entry.name = name;
   entry.kind = RunEntry::Kind::kDirectory;
   entry.step = StepInName(name);
+  entry.mode = sub->reach;
   std::optional<Claim> claim;
   auto top = TopClaim(*sub, &entry.format);
   if (!top.ok()) {

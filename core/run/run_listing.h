@@ -65,6 +65,9 @@ struct RunEntry {
   // Complete, but the format table refuses it (several weight files and no index...): the
   // mount shows its ERROR file. Never latest or best.
   std::string problem;
+  // The permission bits its directory may show before it is opened (SourceDir::reach of a
+  // directory entry: an entry others cannot enter in SOURCE is not shown open to them).
+  uint32_t mode = 0555;
   std::string format;          // the format table's name when the listing tells, else ""
   uint64_t bytes = 0;          // its files' sizes as listed (0: unknown)
   struct timespec mtime = {};  // its newest file's ({0, 0}: unknown)

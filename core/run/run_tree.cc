@@ -257,6 +257,7 @@ RunNode RunTree::EntryDir(const Slot& slot, uint64_t root_ino) const {
   RunNode node;
   node.ino = root_ino;
   node.mtime = slot.entry.mtime;
+  node.mode = slot.entry.mode;
   node.parent = kRootIno;
   node.short_lived = true;
   node.short_children = root_ino == kRootIno;  // a pinned root follows its target

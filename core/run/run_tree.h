@@ -111,6 +111,7 @@ struct RunNode {
   std::string text;                // kFile: its bytes; kSymlink: its target
   struct timespec mtime = {};      // run nodes ({0, 0}: the mount's time)
   uint64_t parent = 0;             // run directories: ".." (0: itself)
+  uint32_t mode = 0555;            // run nodes: the most their permission bits show
   // The kernel may keep this node, and names looked up in it, for seconds only (the run
   // changes); a checkpoint's inner nodes are immutable for the life of their slot.
   bool short_lived = false;

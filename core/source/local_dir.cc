@@ -161,6 +161,13 @@ uint32_t LocalDirectory::Reach(const std::string& real) const {
   return 0500u;
 }
 
+uint32_t LocalDirectory::DirectoryReach() const {
+  for (const std::string* top : {&boundary_, &blobs_}) {
+    if (!top->empty() && (real_ == *top || Under(real_, *top))) return ReachThrough(*top, real_);
+  }
+  return 0500u;
+}
+
 Status LocalDirectory::Resolve(const std::string& name, Resolved* out) const {
   if (!IsPlainName(name)) return Status::InvalidArgument(name + ": not a file name in " + path_);
   // O_PATH resolves without opening the file for I/O: a FIFO cannot block and a device

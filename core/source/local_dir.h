@@ -76,6 +76,11 @@ class LocalDirectory {
   // the boundary is refused as OpenFile refuses it).
   Result<struct stat> Stat(const std::string& name) const;
 
+  // The most a file in this directory may show (LocalFileSource::Mode): the search bits of
+  // this directory and of those above it up to SOURCE (or the hub repo's blobs/), as the
+  // kernel walks them; 0555 when all of them let every class through.
+  uint32_t DirectoryReach() const;
+
   // Opens regular file `name` (a plain name in the directory) under the rule above.
   Result<std::unique_ptr<LocalFileSource>> OpenFile(const std::string& name) const;
 

@@ -34,6 +34,7 @@ SourceDir LocalDir(std::shared_ptr<const LocalDirectory> root, std::vector<std::
                    bool listed_all) {
   SourceDir dir;
   dir.path = root->path();
+  dir.reach = root->DirectoryReach();
   dir.files = std::move(files);
   dir.open = [root](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     CKPTFS_ASSIGN_OR_RETURN(auto file, root->OpenFile(name));

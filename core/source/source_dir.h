@@ -48,7 +48,10 @@ struct ListedInfo {
 };
 
 struct SourceDir {
-  std::string path;                // shown in messages and stats
+  std::string path;  // shown in messages and stats
+  // The most a file of this directory may show (LocalDirectory::DirectoryReach): a
+  // directory others cannot search in SOURCE is shown no more open. Remote: 0555.
+  uint32_t reach = 0555;
   std::vector<std::string> files;  // plain names, sorted
   // Subdirectory names, sorted. Local: real subdirectories and links to directories
   // (OpenDir refuses a link that leaves SOURCE, naming it); S3: CommonPrefixes; HTTP: the

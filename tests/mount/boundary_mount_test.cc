@@ -196,13 +196,17 @@ TEST_F(BoundaryMountTest, FilesInAnOwnerOnlyDirectoryStayOwnerOnly) {
   }
 
   // A run whose checkpoint-1/ is 0700: its files show the owner's bits only, checkpoint-2/
-  // (0755) stays readable.
+  // (0755) stays readable; checkpoint-1/ itself shows 0500 from the start.
   const std::string run = scratch_->Path("run");
   ASSERT_NO_FATAL_FAILURE(GenerateLlama(run + "/checkpoint-1"));
   ASSERT_NO_FATAL_FAILURE(GenerateLlama(run + "/checkpoint-2"));
   ASSERT_EQ(chmod((run + "/checkpoint-1").c_str(), 0700), 0);
   const std::string run_mountpoint = scratch_->MakeDir("mnt_run");
   ASSERT_NO_FATAL_FAILURE(Mount(run, run_mountpoint, nullptr, {"-o", "allow_other"}));
+  // Before anything inside is looked up (the entry not opened yet), the directory itself
+  // is no more open than in SOURCE.
+  EXPECT_EQ(mode_of(run_mountpoint + "/checkpoint-1") & 077, 0u);
+  EXPECT_EQ(mode_of(run_mountpoint + "/checkpoint-2") & 055, 055u);
   for (const char* file : {"model.safetensors", "config.json"}) {
     SCOPED_TRACE(file);
     const std::string closed = run_mountpoint + "/checkpoint-1/" + file;

@@ -38,6 +38,8 @@ SECRET_STEP = 999
 def add_outside(src, outside, name, step, what):
     os.makedirs(outside, exist_ok=True)
     d = make_run.write_entry(src + ".staging", name, step)
+    # A Trainer checkpoint, whole: the run's others have their trainer_state.json too.
+    make_run.write_trainer_state(d, step, step)
     if what == "weights":
         secret = os.path.join(outside, "secret.safetensors")
         with open(secret, "wb") as f:
@@ -107,6 +109,7 @@ def check_follows(src, mnt, outside):
         fail("latest -> %s while checkpoint-300 cannot open"
              % os.readlink(os.path.join(mnt, "latest")))
     d = make_run.write_entry(src + ".staging", "checkpoint-400", 400)
+    make_run.write_trainer_state(d, 400, 400)
     os.rename(d, os.path.join(src, "checkpoint-400"))
     shutil.rmtree(src + ".staging")
     check_run.check_latest(mnt, "checkpoint-400", 400)

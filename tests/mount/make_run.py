@@ -47,15 +47,19 @@ def write_entry(out, name, step, width=64):
     return d
 
 
+def write_trainer_state(d, step, best):
+    """trainer_state.json, the file HF Trainer writes last into checkpoint-N/."""
+    with open(os.path.join(d, "trainer_state.json"), "w") as f:
+        json.dump({"global_step": step,
+                   "best_model_checkpoint": "output/run/checkpoint-%d" % best,
+                   "log_history": []}, f)
+
+
 def hf(out, n, bad=None):
     steps = [100 * (k + 1) for k in range(n)]
     best = steps[len(steps) // 2]
     for step in steps:
-        d = write_entry(out, "checkpoint-%d" % step, step)
-        with open(os.path.join(d, "trainer_state.json"), "w") as f:
-            json.dump({"global_step": step,
-                       "best_model_checkpoint": "output/run/checkpoint-%d" % best,
-                       "log_history": []}, f)
+        write_trainer_state(write_entry(out, "checkpoint-%d" % step, step), step, best)
     if bad:
         d = os.path.join(out, bad)
         os.makedirs(d, exist_ok=True)

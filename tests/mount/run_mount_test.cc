@@ -98,15 +98,15 @@ TEST_F(RunMountTest, TrainingLoopSavingAndDeletingWhileReadersRead) {
 }
 
 // Retention never breaks a reader (issue 22): a torch.save loop (model_NNNNN.pt every 0.4 s,
-// the newest 3 kept), then an HF loop (checkpoint-N/ pruned with rmtree), each for 12 s
-// (not 30, to fit the suite's budget) while two mmap and two read() readers read
+// the newest 3 kept), then an HF loop (checkpoint-N/ pruned with rmtree), each for 30 s
+// while two mmap and two read() readers read
 // latest/model.safetensors slowly: no SIGBUS, no EIO, every read one step's model, latest
 // only forward (tests/mount/check_live_run.py).
 TEST_F(RunMountTest, RetentionNeverBreaksOpenFilesTorchSaves) {
   ASSERT_NO_FATAL_FAILURE(MakeLive({"seed", "torch", run_}));
   const std::string log = scratch_->Path("daemon.log");
   ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_, nullptr, {"--log-file", log}));
-  RunCheck("check_live_run.py", {"retention", "torch", run_, mountpoint_, "12"});
+  RunCheck("check_live_run.py", {"retention", "torch", run_, mountpoint_, "30"});
   ExpectNoChangeLines(log);
 }
 
@@ -114,7 +114,7 @@ TEST_F(RunMountTest, RetentionNeverBreaksOpenFilesHfDirectories) {
   ASSERT_NO_FATAL_FAILURE(MakeLive({"seed", "hf", run_}));
   const std::string log = scratch_->Path("daemon.log");
   ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_, nullptr, {"--log-file", log}));
-  RunCheck("check_live_run.py", {"retention", "hf", run_, mountpoint_, "12"});
+  RunCheck("check_live_run.py", {"retention", "hf", run_, mountpoint_, "30"});
   ExpectNoChangeLines(log);
 }
 
