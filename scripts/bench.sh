@@ -1688,7 +1688,8 @@ PYEOF
   GENERATED+=("$dir")
 }
 
-# Saves checkpoint-STEP into run DIR as transformers does (a tmp- dir, then a rename).
+# Saves checkpoint-STEP into run DIR as transformers does: the weights and, last, its
+# trainer_state.json into a tmp- dir, then a rename (Trainer._save_checkpoint).
 run_save() {
   local dir=$1 step=$2
   "$PY" - "$dir" "$step" <<'PYEOF' || die "run_save failed"
@@ -1701,6 +1702,8 @@ h = json.dumps({"w": {"dtype": "F32", "shape": [128, 128], "data_offsets": [0, l
 h += b" " * (-len(h) % 8)
 with open(os.path.join(tmp, "model.safetensors"), "wb") as f:
     f.write(struct.pack("<Q", len(h)) + h + data)
+with open(os.path.join(tmp, "trainer_state.json"), "w") as f:
+    json.dump({"global_step": step, "best_model_checkpoint": os.path.join(root, "checkpoint-500")}, f)
 os.rename(tmp, os.path.join(root, f"checkpoint-{step}"))
 PYEOF
 }

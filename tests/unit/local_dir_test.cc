@@ -73,6 +73,14 @@ class LocalDirTest : public ::testing::Test {
   std::string root_, src_, outside_;
 };
 
+// The mode of the layout node at `path` (names from the root), or -1 when there is none.
+int NodeMode(const Layout& layout, std::initializer_list<const char*> path) {
+  uint64_t ino = Layout::kRoot;
+  for (const char* name : path) ino = layout.Lookup(ino, name);
+  const Node* node = layout.Find(ino);
+  return node ? static_cast<int>(node->mode) : -1;
+}
+
 TEST_F(LocalDirTest, SymlinksInsideWorkRelativeAndAbsolute) {
   Write(src_ + "/real.json", "real");
   Write(src_ + "/sub/deep.json", "deep");
@@ -437,12 +445,7 @@ TEST_F(LocalDirTest, ModesFollowTheSources) {
   auto ckpt = OpenCheckpoint(src_, TestCodec());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   Layout layout = Layout::Build(*ckpt);
-  auto mode_of = [&](std::initializer_list<const char*> path) {
-    uint64_t ino = Layout::kRoot;
-    for (const char* name : path) ino = layout.Lookup(ino, name);
-    const Node* node = layout.Find(ino);
-    return node ? static_cast<int>(node->mode) : -1;
-  };
+  auto mode_of = [&](std::initializer_list<const char*> path) { return NodeMode(layout, path); };
   EXPECT_EQ(mode_of({"config.json"}), 0440);
   EXPECT_EQ(mode_of({"run.sh"}), 0555);
   EXPECT_EQ(mode_of({"shards", "a.safetensors"}), 0444);
@@ -525,12 +528,6 @@ TEST_F(LocalDirTest, ModesCountTheDirectoriesOnTheWay) {
   auto ckpt = OpenCheckpoint(ckpt_dir, TestCodec());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   Layout layout = Layout::Build(*ckpt);
-  auto node_mode = [&](std::initializer_list<const char*> path) {
-    uint64_t ino = Layout::kRoot;
-    for (const char* name : path) ino = layout.Lookup(ino, name);
-    const Node* node = layout.Find(ino);
-    return node ? static_cast<int>(node->mode) : -1;
-  };
   for (auto path : {std::initializer_list<const char*>{"config.json"},
                     {"model.safetensors"},
                     {"pytorch_model.bin"},
@@ -539,11 +536,11 @@ TEST_F(LocalDirTest, ModesCountTheDirectoriesOnTheWay) {
                     {"shards", "a.safetensors"},
                     {"shards", "model.safetensors.index.json"}}) {
     SCOPED_TRACE(*path.begin());
-    EXPECT_EQ(node_mode(path), 0400);
+    EXPECT_EQ(NodeMode(layout, path), 0400);
   }
-  EXPECT_EQ(node_mode({}), 0500);
-  EXPECT_EQ(node_mode({"tensors"}), 0500);
-  EXPECT_EQ(node_mode({"shards"}), 0500);
+  EXPECT_EQ(NodeMode(layout, {}), 0500);
+  EXPECT_EQ(NodeMode(layout, {"tensors"}), 0500);
+  EXPECT_EQ(NodeMode(layout, {"shards"}), 0500);
   // Opened again once others may search it, the same files show their own bits.
   ASSERT_EQ(::chmod(ckpt_dir.c_str(), 0755), 0);
   auto open = OpenCheckpoint(ckpt_dir, TestCodec());

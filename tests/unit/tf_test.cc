@@ -921,16 +921,21 @@ TEST(TfReaderTest, PartitionedTensorIsRangesOverTheDataFiles) {
   EXPECT_EQ(stored, s.range_count);
 }
 
+// Writes bundle DIR/ckpt with scripts/make_tf_checkpoint.py, `adds` being Python calls
+// on its Bundle `b` ("b.add(b\"k\", \"F32\", [2]);"): keys no TF writer would write.
+void WritePyBundle(const fs::path& dir, const std::string& adds) {
+  const std::string cmd = "cd " CKPTFS_SOURCE_DIR
+                          "/scripts && /usr/bin/python3 -c 'import make_tf_checkpoint as m; "
+                          "b = m.Bundle(); " +
+                          adds + " b.write(\"" + dir.string() + "\", \"ckpt\")'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
 // Two keys that map to one name ("a/b" and "a..b" both to "a.b"): one line naming both.
 TEST(TfReaderTest, TwoKeysOneNameRefusedNamingBoth) {
   const fs::path dir = kScratch.dir / "collide";
-  const std::string cmd =
-      "cd " CKPTFS_SOURCE_DIR
-      "/scripts && /usr/bin/python3 -c 'import make_tf_checkpoint as m; "
-      "b = m.Bundle(); b.add(b\"a/b\", \"F32\", [2]); b.add(b\"a..b\", \"F32\", [2]); "
-      "b.write(\"" +
-      dir.string() + "\", \"ckpt\")'";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_NO_FATAL_FAILURE(
+      WritePyBundle(dir, "b.add(b\"a/b\", \"F32\", [2]); b.add(b\"a..b\", \"F32\", [2]);"));
   auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestCodec());
   ASSERT_FALSE(ckpt.ok());
   const std::string& message = ckpt.status().message();
@@ -944,13 +949,8 @@ TEST(TfReaderTest, TwoKeysOneNameRefusedNamingBoth) {
 // safetensors or torch name holding one is (TensorNameProblem), naming the index.
 TEST(TfReaderTest, KeyHoldingNulRefusedAsInEveryFormat) {
   const fs::path dir = kScratch.dir / "nul";
-  const std::string cmd =
-      "cd " CKPTFS_SOURCE_DIR
-      "/scripts && /usr/bin/python3 -c 'import make_tf_checkpoint as m; "
-      "b = m.Bundle(); b.add(b\"a\\x00b\", \"F32\", [2]); b.add(b\"c\", \"F32\", [2]); "
-      "b.write(\"" +
-      dir.string() + "\", \"ckpt\")'";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_NO_FATAL_FAILURE(
+      WritePyBundle(dir, "b.add(b\"a\\x00b\", \"F32\", [2]); b.add(b\"c\", \"F32\", [2]);"));
   auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestCodec());
   ASSERT_FALSE(ckpt.ok());
   const std::string& message = ckpt.status().message();
