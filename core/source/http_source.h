@@ -154,6 +154,9 @@ class HttpSource final : public ByteSource {
   // Whether the server gave anything besides the size to tell a replaced object from the
   // mounted one (an ETag, strong or weak, or a Last-Modified).
   bool HasValidator() const { return !validator_.empty(); }
+  // Whether Identity() names these very bytes (a strong ETag or a Last-Modified): only then
+  // may blocks be kept across mounts (--cache-dir).
+  bool NamesItsBytes() const { return validator_is_etag_ || !last_modified_.empty(); }
 
  private:
   class Handle;

@@ -32,8 +32,11 @@ std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, Rea
   }
   std::string identity = object->Identity();
   const std::chrono::milliseconds timeout = object->timeout();
-  return std::make_unique<RemoteSource>(std::move(object), std::move(identity), codec,
-                                        codec.disk_cache(), timeout);
+  // Blocks on disk could be of an older object of the same size, from an earlier mount,
+  // unless the identity names these bytes.
+  DiskCache* disk = object->NamesItsBytes() ? codec.disk_cache() : nullptr;
+  return std::make_unique<RemoteSource>(std::move(object), std::move(identity), codec, disk,
+                                        timeout);
 }
 
 // A server decodes what it is sent: "..%2Fx" would be "../x" to it.

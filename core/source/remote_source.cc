@@ -23,9 +23,7 @@ RemoteSource::RemoteSource(std::unique_ptr<ByteSource> object, std::string ident
     : object_(std::move(object)),
       identity_(std::move(identity)),
       context_(context),
-      // Without a validator ("URL\n\nSIZE") a block on disk could be of an older object
-      // of the same size, from an earlier mount: such an object skips the disk cache.
-      disk_(identity_.find("\n\n") == std::string::npos ? disk : nullptr),
+      disk_(disk),
       blocks_(*this, context, CachedBlocks::Workers::kFetch),
       readahead_(context.NewReadahead(object_->Size(), /*remote=*/true)),
       timed_out_window_(TimedOutWindow(timeout)) {}

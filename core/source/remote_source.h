@@ -13,8 +13,9 @@
 //
 // Where a block comes from, in order: the block cache (memory); the disk cache, when the
 // mount has one (checked against the object's identity: URL, ETag and size, so bytes of
-// an older version are never used; an object with neither a strong ETag nor a
-// Last-Modified has no identity and never uses it); the server, after which the block is written to the disk cache.
+// an older version are never used; the caller passes no disk cache for an object with
+// neither a strong ETag nor a Last-Modified, HttpSource::NamesItsBytes); the server, after
+// which the block is written to the disk cache.
 //
 // Parallelism: Prefetch(range) queues the blocks of the range on the context's fetch
 // workers, so a read that starts a tensor fetches the rest of it in parallel chunks, and

@@ -20,7 +20,7 @@
 
 #include "core/source/remote_source.h"
 #include "core/source/s3.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/loopback_server.h"
 
 namespace ckptfs {
 namespace {
@@ -201,17 +201,8 @@ TEST(HttpSourceTimeLimits, ARefusedRangeIsTriedOnceMoreWithoutRetries) {
 // tell a replaced object. Every request's head is kept.
 class ObjectServer {
  public:
-  ObjectServer() {
-    fd_ = testing::ListenOnLoopback(&port_);
-    if (port_ != 0) thread_ = std::thread([this] { Serve(); });
-  }
-  ~ObjectServer() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-    if (fd_ >= 0) ::close(fd_);
-  }
-  std::string Url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/obj"; }
-  int port() const { return port_; }
+  std::string Url() const { return server_.Url("obj"); }
+  int port() const { return server_.port(); }
   // The object from now on: its bytes and its validator header lines ("ETag: W/\"1\"\r\n").
   void Set(std::string body, std::string headers) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -224,28 +215,6 @@ class ObjectServer {
   }
 
  private:
-  void Serve() {
-    while (!stop_) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) continue;
-      std::string request;
-      char buf[4096];
-      while (request.find("\r\n\r\n") == std::string::npos) {
-        const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
-        if (n <= 0) break;
-        request.append(buf, static_cast<size_t>(n));
-      }
-      const std::string answer = Answer(request);
-      for (size_t done = 0; done < answer.size();) {
-        const ssize_t n = ::send(c, answer.data() + done, answer.size() - done, MSG_NOSIGNAL);
-        if (n <= 0) break;
-        done += static_cast<size_t>(n);
-      }
-      ::close(c);
-    }
-  }
   std::string Answer(const std::string& request) {
     std::lock_guard<std::mutex> lock(mu_);
     requests_.push_back(request);
@@ -266,13 +235,10 @@ class ObjectServer {
            "\r\nConnection: close\r\n" + range_header + headers_ + "\r\n" + (head ? "" : body);
   }
 
-  int fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
   mutable std::mutex mu_;
   std::string body_, headers_;         // guarded by mu_
   std::vector<std::string> requests_;  // guarded by mu_
+  testing::LoopbackHttpServer server_{[this](const std::string& r) { return Answer(r); }};
 };
 
 constexpr char kLastModified[] = "Last-Modified: Thu, 01 Jan 2015 00:00:00 GMT\r\n";

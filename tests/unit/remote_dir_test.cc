@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/unit/loopback_server.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -28,19 +29,8 @@ using namespace std::chrono_literals;
 // as sent (method and target of the request line).
 class RecordingServer {
  public:
-  RecordingServer() {
-    fd_ = testing::ListenOnLoopback(&port_);
-    if (port_ != 0) thread_ = std::thread([this] { Serve(); });
-  }
-  ~RecordingServer() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int port() const { return port_; }
-  std::string Url(const std::string& path) const {
-    return "http://127.0.0.1:" + std::to_string(port_) + "/" + path;
-  }
+  int port() const { return server_.port(); }
+  std::string Url(const std::string& path) const { return server_.Url(path); }
   // The request targets so far, e.g. "/run2/ds/latest".
   std::vector<std::string> Paths() {
     std::lock_guard lock(mu_);
@@ -48,40 +38,19 @@ class RecordingServer {
   }
 
  private:
-  void Serve() {
-    while (!stop_) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      const int conn = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (conn < 0) continue;
-      std::string request;
-      char buf[4096];
-      while (request.find("\r\n\r\n") == std::string::npos && request.size() < (64u << 10)) {
-        pollfd c{conn, POLLIN, 0};
-        if (::poll(&c, 1, 2000) <= 0) break;
-        const ssize_t n = ::read(conn, buf, sizeof buf);
-        if (n <= 0) break;
-        request.append(buf, static_cast<size_t>(n));
-      }
-      const size_t first = request.find(' ');
-      const size_t second = request.find(' ', first + 1);
-      if (first != std::string::npos && second != std::string::npos) {
-        std::lock_guard lock(mu_);
-        paths_.push_back(request.substr(first + 1, second - first - 1));
-      }
-      constexpr std::string_view kAnswer =
-          "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-      [[maybe_unused]] const ssize_t sent = ::write(conn, kAnswer.data(), kAnswer.size());
-      ::close(conn);
+  std::string Answer(const std::string& request) {
+    const size_t first = request.find(' ');
+    const size_t second = request.find(' ', first + 1);
+    if (first != std::string::npos && second != std::string::npos) {
+      std::lock_guard lock(mu_);
+      paths_.push_back(request.substr(first + 1, second - first - 1));
     }
+    return "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
   }
 
-  int fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
   std::mutex mu_;
-  std::vector<std::string> paths_;
+  std::vector<std::string> paths_;  // guarded by mu_
+  testing::LoopbackHttpServer server_{[this](const std::string& r) { return Answer(r); }};
 };
 
 // `path` as a server resolves it (percent-decoded as often as it changes, then `.` and

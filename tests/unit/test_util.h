@@ -1,10 +1,6 @@
 // Helpers for unit tests: safetensors files and checkpoint directories built in memory.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <map>
 #include <string>
 #include <vector>
@@ -18,22 +14,6 @@
 namespace ckptfs::testing {
 
 // One codec context for tests that do not care about caching (no workers started).
-// A TCP socket listening on a free loopback port (backlog 64), for in-test servers:
-// returns the descriptor (-1 on failure) and sets `*port` (0 on failure).
-inline int ListenOnLoopback(int* port) {
-  *port = 0;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::listen(fd, 64) == 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    *port = ntohs(addr.sin_port);
-  }
-  return fd;
-}
-
 inline std::shared_ptr<ReadContext> TestCodecPtr() {
   static auto codec = std::make_shared<ReadContext>(ReadOptions{.cache_bytes = 64u << 20});
   return codec;
