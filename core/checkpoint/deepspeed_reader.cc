@@ -22,6 +22,7 @@
 #include "core/format/deepspeed/zero.h"
 #include "core/format/torch_file.h"
 #include "core/format/zip.h"
+#include "core/transient.h"
 
 namespace ckptfs {
 namespace {
@@ -120,6 +121,64 @@ Result<bool> Exists(const SourceDir& dir, const std::string& name) {
   return dir.Has(name + std::string(kZstdSuffix));
 }
 
+// HF Trainer with DeepSpeed saves the engine's checkpoint into its own `checkpoint-N/`
+// (Trainer._save_optimizer_and_scheduler -> engine.save_checkpoint(output_dir)): the tag
+// directory, `latest` naming it, zero_to_fp32.py, beside Trainer's files. Such a directory is
+// told from a plain DeepSpeed save dir (a run of tags, core/run) by what Trainer writes
+// there too: config.json (save_pretrained), training_args.bin or trainer_state.json.
+constexpr std::string_view kLatestFile = "latest";
+constexpr uint64_t kMaxLatestBytes = 4096;
+constexpr std::string_view kTrainerMarks[] = {"config.json", "training_args.bin",
+                                              "trainer_state.json"};
+
+// The tag the `latest` file of `dir` names, stripped as DeepSpeed strips it (load_checkpoint:
+// `fd.read().strip()`); "" when there is no such file or it names no plain directory name.
+Result<std::string> LatestTag(const SourceDir& dir) {
+  const std::string name(kLatestFile);
+  if (!dir.Lists(name)) return std::string();
+  auto file = dir.open(name);
+  // Gone or refused (a link out of SOURCE): no record. Only a failure that may pass fails.
+  if (!file.ok()) {
+    if (IsTransient(file.status())) return file.status();
+    return std::string();
+  }
+  auto text = ReadWhole(**file, kMaxLatestBytes);
+  if (!text.ok()) return std::string();
+  const std::string_view space = " \t\r\n\v\f";
+  const size_t first = text->find_first_not_of(space);
+  if (first == std::string::npos) return std::string();
+  std::string tag = text->substr(first, text->find_last_not_of(space) + 1 - first);
+  const bool plain = tag != "." && tag != ".." && tag.size() <= 255 &&
+                     std::none_of(tag.begin(), tag.end(), [](char c) {
+                       return c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+                     });
+  return plain ? tag : std::string();
+}
+
+// The claim on the tag `latest` names inside an HF Trainer checkpoint (Claim::Rank::kInside),
+// its file "TAG/<model states>"; nullopt when `dir` is no such checkpoint.
+Result<std::optional<Claim>> DetectTrainerTag(const SourceDir& dir) {
+  const bool trainer = std::any_of(std::begin(kTrainerMarks), std::end(kTrainerMarks),
+                                   [&](std::string_view f) { return dir.Lists(std::string(f)); });
+  if (!trainer) return std::optional<Claim>();
+  CKPTFS_ASSIGN_OR_RETURN(const std::string tag, LatestTag(dir));
+  if (tag.empty() || !std::binary_search(dir.dirs.begin(), dir.dirs.end(), tag)) {
+    return std::optional<Claim>();
+  }
+  auto sub = dir.OpenDir(tag);
+  if (!sub.ok()) {
+    if (IsTransient(sub.status())) return sub.status();
+    return std::optional<Claim>();
+  }
+  for (std::string_view name : {kProbeNames[1], kProbeNames[0]}) {
+    const std::string n(name);
+    if (sub->Lists(n) || sub->Lists(n + std::string(kZstdSuffix))) {
+      return std::optional<Claim>(Claim{.rank = Claim::Rank::kInside, .file = tag + "/" + n});
+    }
+  }
+  return std::optional<Claim>();
+}
+
 Result<std::optional<Claim>> DetectDeepSpeed(const SourceDir& dir) {
   if (!dir.named.empty()) {  // a tag is a directory: one of its files is refused as such
     if (!IsRankFile(dir.named)) return std::optional<Claim>();
@@ -134,7 +193,7 @@ Result<std::optional<Claim>> DetectDeepSpeed(const SourceDir& dir) {
       return std::optional<Claim>(Claim{.rank = Claim::Rank::kNamed, .file = n});
     }
   }
-  return std::optional<Claim>();
+  return DetectTrainerTag(dir);
 }
 
 // Refuses a tag whose listing holds rank files another world size would write.
@@ -248,11 +307,12 @@ void Fill(ds::ZeroCheckpoint& zero, const std::vector<uint32_t>& shard_of,
   ckpt.ranges.shrink_to_fit();
 }
 
-Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, ReadContext& codec,
-                     Checkpoint& ckpt) {
-  const bool stage3 = claim.file == kProbeNames[1];
+// Reads tag directory `dir` from its model states file `states`.
+Status ReadTag(const SourceDir& dir, const std::string& states, ReadContext& codec,
+               Checkpoint& ckpt) {
+  const bool stage3 = states == kProbeNames[1];
   CKPTFS_ASSIGN_OR_RETURN(std::vector<OpenedRank> first,
-                          OpenRanks(dir, {claim.file}, "the tag's model states", codec));
+                          OpenRanks(dir, {states}, "the tag's model states", codec));
   const ds::RankFile first_rank{first[0].file.source->Name(), 0, &first[0].torch};
   CKPTFS_ASSIGN_OR_RETURN(const ds::TagInfo tag, ds::ReadTagInfo(first_rank));
   const std::vector<LayerFile> layers = LayerFiles(dir);
@@ -277,7 +337,7 @@ Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, ReadContext& code
       !consolidate || (!plain && !bf16 && !stage3 && tag.config_stage.value_or(0) == 0);
   CKPTFS_RETURN_IF_ERROR(CheckListing(dir, dp, tag.mp_world_size, bf16, stage3));
 
-  std::vector<std::string> model_names = {claim.file};
+  std::vector<std::string> model_names = {states};
   for (uint32_t r = 1; stage3 && r < dp; ++r) model_names.push_back(ds::Zero3ModelStatesName(r, 0));
   std::vector<std::string> optim_names;
   for (uint32_t r = 0; !no_zero && r < dp; ++r)
@@ -328,6 +388,15 @@ Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, ReadContext& code
   // The consolidated weights are torch's: what transformers' loader expects of a conversion.
   ckpt.metadata = {{"format", "pt"}};
   return Status::Ok();
+}
+
+Status ReadDeepSpeed(const SourceDir& dir, const Claim& claim, ReadContext& codec,
+                     Checkpoint& ckpt) {
+  const size_t slash = claim.file.rfind('/');
+  if (slash == std::string::npos) return ReadTag(dir, claim.file, codec, ckpt);
+  // An HF Trainer checkpoint: its tag's files are the shards, its own files the others.
+  CKPTFS_ASSIGN_OR_RETURN(const SourceDir tag, dir.OpenDir(claim.file.substr(0, slash)));
+  return ReadTag(tag, claim.file.substr(slash + 1), codec, ckpt);
 }
 
 // Rank files this tag does not use (another world size's, pipeline layer files) would only

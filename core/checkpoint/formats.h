@@ -12,12 +12,16 @@
 //   | split       | map.pt, or pytorch_model/map.pt (named)         | split_reader.cc      |
 //   | deepspeed   | a ZeRO tag dir's mp_rank_00_model_states.pt or   | deepspeed_reader.cc  |
 //   |             | zero_pp_rank_0_mp_rank_00_model_states.pt (named)|                      |
+//   |             | ; an HF Trainer checkpoint's tag that `latest`   |                      |
+//   |             | names (inside)                                   |                      |
 //
 // Precedence: every entry's detect is asked, in table order. A claim on a file that names
 // the rest of a checkpoint (an index, a state file, a prefix: Rank::kNamed) beats a claim
 // on a lone weights file (kLoneFile); among equal ranks the earlier entry wins. So a
 // safetensors index wins over a torch index beside it, any index over a lone file, and a
-// lone .safetensors over a lone .bin. The first kNamed claim ends the walk. A winning
+// lone .safetensors over a lone .bin, and any weights at the top over a ZeRO tag inside
+// (kInside: Trainer gathered the model, stage3_gather_16bit_weights_on_model_save). The
+// first kNamed claim ends the walk. A winning
 // claim that carries a problem (several indexes, several lone files) is the refusal.
 //
 // Adding a format: a folder of parsers (core/format/<fmt>/), a reader
@@ -44,6 +48,10 @@ struct Claim {
   enum class Rank : uint8_t {
     kNamed = 0,     // a file that names the rest: an index, a state file, a prefix
     kLoneFile = 1,  // one weights file standing alone
+    // A checkpoint in a subdirectory that a record of `dir` names: the ZeRO tag an HF
+    // Trainer checkpoint's DeepSpeed `latest` names. The model only where the save
+    // gathered none at the top: any other claim wins.
+    kInside = 2,
   };
   Rank rank = Rank::kLoneFile;
   std::string file;  // what read() starts from (reader-defined: an index, a file, a prefix)

@@ -105,6 +105,13 @@ Status ReadIndexed(const SourceDir& dir, const std::string& index_name, ReadCont
 
 }  // namespace
 
+bool IsHfTrainerFile(std::string_view name) {
+  name = StripZst(name);
+  if (name.starts_with("rng_state") && EndsWith(name, ".pth")) return true;
+  return name == "optimizer.pt" || name == "scheduler.pt" || name == "scaler.pt" ||
+         name == "training_args.bin";
+}
+
 std::string SafetensorsWeightName(std::string_view file) {
   std::string_view name = StripZst(file);
   return EndsWith(name, ".safetensors") ? std::string(name) : std::string();

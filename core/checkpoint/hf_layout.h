@@ -38,6 +38,13 @@ inline constexpr std::string_view kHfCompanionFiles[] = {"config.json",
                                                          "added_tokens.json",
                                                          "preprocessor_config.json"};
 
+// A file HF Trainer saves beside the model (Trainer._save_checkpoint, Trainer._save):
+// `optimizer.pt`, `scheduler.pt`, `scaler.pt`, `training_args.bin`, `rng_state.pth` and
+// `rng_state_R.pth` (one per process), `.zst` included. Never weights by name, whatever its
+// contents (an optimizer holds tensors, rng_state numpy values): discovery, run listings
+// and every format's detection show them as plain files. A SOURCE naming one is still read.
+bool IsHfTrainerFile(std::string_view name);
+
 // `own` followed by kHfCompanionFiles: an HF format's probe names (FormatReader::probe_names).
 template <size_t N>
 constexpr std::array<std::string_view, N + std::size(kHfCompanionFiles)> WithHfCompanions(

@@ -45,10 +45,11 @@ Result<ShardContents> ParseTorchShard(const StoredFile& shard, uint32_t shard_no
 }
 
 // A torch weights file of this entry. Not: map.pt, a split checkpoint's list of keys
-// (split_reader.cc), and DeepSpeed's rank files, parts of a ZeRO tag (deepspeed_reader.cc).
+// (split_reader.cc), DeepSpeed's rank files, parts of a ZeRO tag (deepspeed_reader.cc), and
+// HF Trainer's own files (IsHfTrainerFile), parts of a Trainer checkpoint.
 std::string TorchEntryWeightName(std::string_view file) {
   const std::string_view name = StripZst(file);
-  if (name == "map.pt") return {};
+  if (name == "map.pt" || IsHfTrainerFile(name)) return {};
   if (EndsWith(name, "_model_states.pt") || EndsWith(name, "_optim_states.pt")) return {};
   return TorchWeightName(file);
 }
@@ -68,6 +69,18 @@ Status ReadTorch(const SourceDir& dir, const Claim& claim, ReadContext& codec, C
   return Status::Ok();
 }
 
+// A SOURCE naming one of Trainer's files (`inspect checkpoint-500/optimizer.pt`) asked for
+// that file: read as any torch.save file. In a directory they are never weights.
+Result<std::optional<Claim>> DetectTorch(const SourceDir& dir) {
+  if (!dir.named.empty() && IsHfTrainerFile(dir.named)) {
+    for (const std::string& f : dir.files) {
+      if (IsHfTrainerFile(f))
+        return std::optional<Claim>(Claim{Claim::Rank::kLoneFile, std::string(StripZst(f))});
+    }
+  }
+  return DetectHf(dir, kLayout);
+}
+
 }  // namespace
 
 FormatReader TorchFormat() {
@@ -79,9 +92,7 @@ FormatReader TorchFormat() {
       .looks_for = "*.bin, *.pt, *.pth, *.ckpt, *.bin.index.json",
       .accepts_file = [](std::string_view name) { return !TorchWeightName(name).empty(); },
       .file_kinds = ".bin, .pt, .pth, .ckpt",
-      .detect = [](const SourceDir& dir) -> Result<std::optional<Claim>> {
-        return DetectHf(dir, kLayout);
-      },
+      .detect = &DetectTorch,
       .read = &ReadTorch,
       .hidden = &HfHidden,
   };

@@ -33,9 +33,6 @@ constexpr std::string_view kSplitMap = "map.pt";
 // DeepSpeed's save dir: rank 0 writes the tag (`global_step1000`, no newline) here.
 constexpr std::string_view kDeepSpeedLatest = "latest";
 constexpr uint64_t kMaxDeepSpeedLatestBytes = 4096;
-// Files an HF Trainer saves beside the weights: parts of one checkpoint, never their own.
-constexpr std::string_view kTrainerCompanions[] = {"optimizer.pt", "scheduler.pt",
-                                                   "training_args.bin", "scaler.pt"};
 constexpr uint64_t kMaxStateFileBytes = 1u << 20;
 constexpr uint64_t kMaxTrainerStateBytes = 16u << 20;
 
@@ -69,12 +66,7 @@ bool IsTrainerStatePart(const std::string& name) {
          (plain.starts_with("rng_state") && plain.ends_with(".pth"));
 }
 
-bool IsTrainerCompanion(std::string_view name) {
-  name = StripZst(name);
-  if (name.starts_with("rng_state") && name.ends_with(".pth")) return true;
-  return std::find(std::begin(kTrainerCompanions), std::end(kTrainerCompanions), name) !=
-         std::end(kTrainerCompanions);
-}
+bool IsTrainerCompanion(std::string_view name) { return IsHfTrainerFile(name); }
 
 // "model-00001-of-00003.bin": one shard of an indexed checkpoint.
 bool IsHfShardName(std::string_view name) {

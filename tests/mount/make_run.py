@@ -10,10 +10,19 @@
   make_run.py save FILE STEP          one torch.save training dict {"model_state_dict":
                                       {...}, "step": STEP}, written to a temporary name
                                       then renamed, every tensor holding STEP.
+  make_run.py trainer-deepspeed OUT TRUTH STEP BEST [--gathered]
+                                      OUT/checkpoint-STEP/ as HF Trainer with DeepSpeed
+                                      (ZeRO-2, 2 ranks) saves it; the tag's ground truth
+                                      (make_deepspeed_checkpoint.py's expected.pt) in TRUTH/.
+                                      --gathered: the model gathered to model.safetensors
+                                      too (stage3_gather_16bit_weights_on_model_save).
 """
 import json
 import os
+import random
+import shutil
 import struct
+import subprocess
 import sys
 
 import numpy as np
@@ -78,6 +87,76 @@ def save(path, step):
     os.replace(tmp, path)
 
 
+class TrainingArguments:
+    """Stands in for transformers.TrainingArguments: pickled by torch.save as a class
+    instance (a global of its module), as Trainer's training_args.bin is."""
+
+    def __init__(self, output_dir):
+        self.output_dir = output_dir
+        self.deepspeed = "ds_config.json"
+        self.learning_rate = 1e-3
+
+
+def torch_safetensors_bytes(tensors):
+    import torch
+    names = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+             torch.int64: "I64"}
+    header, data = {}, b""
+    for name, t in sorted(tensors.items()):
+        raw = t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def trainer_deepspeed(out, truth, step, best, gathered):
+    """Trainer._save_checkpoint with DeepSpeed, in its order: save_model (config.json,
+    tokenizer, training_args.bin; model.safetensors only when gathered), the engine's
+    save_checkpoint (global_stepN/, latest, zero_to_fp32.py), scheduler.pt, one
+    rng_state_R.pth per process, trainer_state.json last."""
+    import numpy
+    import torch
+    d = os.path.join(out, "checkpoint-%d" % step)
+    os.makedirs(d, exist_ok=True)
+    writer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deepspeed",
+                          "make_deepspeed_checkpoint.py")
+    subprocess.run([sys.executable, writer, truth, "--stage", "2", "--ranks", "2",
+                    "--step", str(step), "--seed", str(step)], check=True)
+    expected = torch.load(os.path.join(truth, "expected.pt"))
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"model_type": "toy", "architectures": ["Toy"]}, f)
+    if gathered:
+        with open(os.path.join(d, "model.safetensors"), "wb") as f:
+            f.write(torch_safetensors_bytes(expected["model_native"]))
+    for name, body in (("tokenizer_config.json", {"model_max_length": 8}),
+                       ("special_tokens_map.json", {"eos_token": "</s>"}),
+                       ("tokenizer.json", {"version": "1.0", "model": {"vocab": {"a": 0}}}),
+                       ("vocab.json", {"a": 0, "</s>": 1})):
+        with open(os.path.join(d, name), "w") as f:
+            json.dump(body, f)
+    with open(os.path.join(d, "merges.txt"), "w") as f:
+        f.write("#version: 0.2\na b\n")
+    torch.save(TrainingArguments(out), os.path.join(d, "training_args.bin"))
+    tag = "global_step%d" % step
+    shutil.move(os.path.join(truth, tag), os.path.join(d, tag))
+    shutil.move(os.path.join(truth, "latest"), os.path.join(d, "latest"))
+    shutil.move(os.path.join(truth, "zero_to_fp32.py"), os.path.join(d, "zero_to_fp32.py"))
+    torch.save({"base_lrs": [1e-3], "last_epoch": step, "_step_count": step + 1,
+                "verbose": False, "_last_lr": [1e-3], "lr_lambdas": [None]},
+               os.path.join(d, "scheduler.pt"))
+    for rank in range(2):
+        torch.save({"python": random.getstate(), "numpy": numpy.random.get_state(),
+                    "cpu": torch.random.get_rng_state()},
+                   os.path.join(d, "rng_state_%d.pth" % rank))
+    with open(os.path.join(d, "trainer_state.json"), "w") as f:
+        json.dump({"global_step": step,
+                   "best_model_checkpoint": os.path.join(out, "checkpoint-%d" % best),
+                   "log_history": []}, f)
+
+
 def main():
     kind, out = sys.argv[1], sys.argv[2]
     if kind == "hf":
@@ -86,6 +165,9 @@ def main():
     elif kind == "many":
         for k in range(int(sys.argv[3])):
             write_entry(out, "checkpoint-%d" % (k + 1), k + 1, width=4)
+    elif kind == "trainer-deepspeed":
+        trainer_deepspeed(out, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+                          "--gathered" in sys.argv)
     elif kind == "save":
         save(out, int(sys.argv[3]))
     else:
