@@ -49,6 +49,8 @@ const char* KindName(RunEntry::Kind kind) {
       return "file";
     case RunEntry::Kind::kTfPrefix:
       return "tf_prefix";
+    case RunEntry::Kind::kFinal:
+      return "final";
   }
   return "";
 }

@@ -30,6 +30,7 @@ constexpr std::string_view kTfStateFile = "checkpoint";
 constexpr std::string_view kTrainerState = "trainer_state.json";
 constexpr std::string_view kLightningLast = "last.ckpt";
 constexpr std::string_view kSplitMap = "map.pt";
+constexpr std::string_view kFinalEntry = "final";
 // DeepSpeed's save dir: rank 0 writes the tag (`global_step1000`, no newline) here.
 constexpr std::string_view kDeepSpeedLatest = "latest";
 constexpr uint64_t kMaxDeepSpeedLatestBytes = 4096;
@@ -451,8 +452,9 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
       return Status::Ok();
     }
     inner = std::move(opened).value();
-    if (entry.format == "split") {
-      // The key files are the checkpoint: a rewritten one is a new one.
+    if (entry.format == "split" || entry.format == "deepspeed") {
+      // The key files (a Trainer checkpoint's ZeRO tag) are the checkpoint: a rewritten one
+      // is a new one.
       for (const std::string& f : inner->files) {
         CKPTFS_RETURN_IF_ERROR(AddFile(*inner, f, entry, inner_name + "/"));
       }
@@ -514,6 +516,36 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
   if (entry.bytes == 0 && entry.mtime.tv_sec == 0) {
     if (auto info = dir.Info(name); info.ok()) entry.mtime = info->mtime;
   }
+  return std::optional<RunEntry>(std::move(entry));
+}
+
+// The entry of the final model Trainer.save_model leaves at the top of an output dir beside
+// its checkpoint-N/ (claimed as `top`, a `format` model with config.json), or nullopt with a
+// line in `skipped` saying why it is not shown.
+Result<std::optional<RunEntry>> FinalEntry(const SourceDir& dir, const Claim& top,
+                                           const std::string& format,
+                                           std::vector<std::string>& skipped) {
+  const std::string shown = JoinShown(dir.path, top.file);
+  const bool hf_model = (format == "safetensors" || format == "torch") &&
+                        top.rank != Claim::Rank::kInside && dir.Lists("config.json");
+  if (!hf_model) {
+    skipped.push_back(shown + ": a checkpoint at the top of the run, not one of its entries");
+    return std::optional<RunEntry>();
+  }
+  const std::string name(kFinalEntry);
+  if (dir.Lists(name) || std::binary_search(dir.dirs.begin(), dir.dirs.end(), name)) {
+    skipped.push_back(shown + ": the final model is not shown: SOURCE has an entry named " + name);
+    return std::optional<RunEntry>();
+  }
+  RunEntry entry;
+  entry.name = name;
+  entry.kind = RunEntry::Kind::kFinal;
+  entry.format = format;
+  entry.mode = dir.reach;
+  entry.complete = true;
+  for (const std::string& f : dir.files) CKPTFS_RETURN_IF_ERROR(AddFile(dir, f, entry));
+  CKPTFS_RETURN_IF_ERROR(CheckDirectoryEntry(dir, top, entry));
+  if (entry.complete && !top.problem.ok()) entry.problem = top.problem.message();
   return std::optional<RunEntry>(std::move(entry));
 }
 
@@ -603,23 +635,26 @@ void MatchBest(RunListing& run, const std::string& written, const std::string& r
   run.best_from = record;
 }
 
-// HF: the newest trainer_state.json (SOURCE's, or any checkpoint directory's).
+// HF: the trainer_state.json of the checkpoint Trainer resumes from (get_last_checkpoint: the
+// latest complete checkpoint, by `latest`, else the highest step), whose
+// best_model_checkpoint Trainer._load_best_model loads (TrainerState.load_from_json); SOURCE's
+// own (Trainer.save_state at the end) only when no checkpoint holds one. Never by time: a
+// copied or synced run has arbitrary times.
 Status BestFromTrainerState(const SourceDir& dir, TrainerStates states, RunListing& run) {
   const std::string trainer(kTrainerState);
-  if (dir.Lists(trainer)) {
-    if (auto info = dir.Info(trainer); info.ok()) states.emplace_back("", info->mtime);
+  const std::pair<std::string, timespec>* chosen = nullptr;
+  for (const auto& s : states) {
+    const RunEntry* e = Find(run, s.first);
+    if (!Usable(e)) continue;
+    if (s.first == run.latest) {
+      chosen = &s;
+      break;
+    }
+    const RunEntry* c = chosen ? Find(run, chosen->first) : nullptr;
+    if (!c || (e->step && (!c->step || *e->step > *c->step))) chosen = &s;
   }
-  if (states.empty()) return Status::Ok();
-  auto step = [&](const std::string& name) {
-    const RunEntry* e = name.empty() ? nullptr : Find(run, name);
-    return e && e->step ? *e->step : 0;
-  };
-  const auto& newest = *std::max_element(states.begin(), states.end(), [&](auto& a, auto& b) {
-    if (Later(b.second, a.second)) return true;
-    if (Later(a.second, b.second)) return false;
-    return step(a.first) < step(b.first);
-  });
-  const std::string& holder_name = newest.first;
+  if (!chosen && !dir.Lists(trainer)) return Status::Ok();
+  const std::string holder_name = chosen ? chosen->first : std::string();
   SourceDir holder = dir;
   if (!holder_name.empty()) {
     CKPTFS_ASSIGN_OR_RETURN(holder, dir.OpenDir(holder_name));
@@ -736,7 +771,8 @@ void ChooseLatest(RunListing& run, const TfState& tf, const std::string& deepspe
   const RunEntry* highest = nullptr;
   const RunEntry* newest = nullptr;
   for (const RunEntry& e : run.entries) {
-    if (!Usable(&e)) continue;
+    // The final model is what training ended with, not a checkpoint it resumes from.
+    if (!Usable(&e) || e.kind == RunEntry::Kind::kFinal) continue;
     if (e.step && (!highest || *e.step >= *highest->step)) highest = &e;
     if (!newest || !Later(newest->mtime, e.mtime)) newest = &e;
   }
@@ -831,9 +867,9 @@ Result<RunListing> ListRun(const SourceDir& dir) {
   TrainerStates trainer_states;
   std::string top_format;
   CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, &top_format));
+  std::optional<RunEntry> final_model;
   if (top && top_format != "tensorflow" && !top->file.empty()) {
-    run.skipped.push_back(JoinShown(dir.path, top->file) +
-                          ": a checkpoint at the top of the run, not one of its entries");
+    CKPTFS_ASSIGN_OR_RETURN(final_model, FinalEntry(dir, *top, top_format, run.skipped));
   }
   CKPTFS_ASSIGN_OR_RETURN(const std::string deepspeed_latest,
                           ReadDeepSpeedLatest(dir, run.skipped));
@@ -853,6 +889,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
   }
   AwaitSaves(run, trainer_states, deepspeed_latest);
   for (const std::string& name : TorchEntryFiles(dir)) {
+    if (final_model && StripZst(name) == top->file) continue;  // the final model's file
     if (!IsEntryName(name)) {
       run.skipped.push_back(dir.path + ": \"" + EscapeControlChars(name.substr(0, 200)) +
                             "\" is not a plain name, skipped");
@@ -873,6 +910,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
     CKPTFS_ASSIGN_OR_RETURN(RunEntry entry, TfEntry(dir, prefix, tf));
     run.entries.push_back(std::move(entry));
   }
+  if (final_model) run.entries.push_back(std::move(*final_model));
   std::sort(run.entries.begin(), run.entries.end(),
             [](const RunEntry& a, const RunEntry& b) { return NaturalLess(a.name, b.name); });
   ChooseLatest(run, tf, deepspeed_latest);
@@ -888,6 +926,10 @@ Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry) {
   }
   if (entry.kind == RunEntry::Kind::kDirectory) return dir.OpenDir(entry.name);
   SourceDir one = dir;
+  if (entry.kind == RunEntry::Kind::kFinal) {
+    one.dirs.clear();  // its checkpoint-N/ are the run's, not the final model's
+    return one;
+  }
   one.dirs.clear();
   one.named = entry.name;
   one.files.clear();

@@ -12,13 +12,16 @@
 // one checkpoint at its top and no checkpoint subdirectories is a checkpoint. Not checkpoints of
 // their own: `optimizer.pt`, `scheduler.pt`, `rng_state*.pth`, `training_args.bin`, `scaler.pt`
 // (parts of one HF Trainer checkpoint), HF shards
-// (`-00001-of-00002.bin`), torch files beside an index json. A directory holding `map.pt`
+// (`-00001-of-00002.bin`), torch files beside an index json. An HF model at the top of a run
+// (config.json beside the weights: Trainer's final model) is entry `final` (Kind::kFinal);
+// any other checkpoint at the top is skipped with a line. A directory holding `map.pt`
 // is a per-key split checkpoint, never a run. Subdirectories of the top checkpoint are no
 // entries: a SavedModel's `variables/`, DeepSpeed's `global_stepN/` beside HF weights.
 //
 // Steps (StepInName), completeness, latest and best: see docs/run-discovery.md. latest:
 // DeepSpeed's `latest` file, TF `model_checkpoint_path`, Lightning `last.ckpt`, else the highest
-// step, else the newest; best: the newest `trainer_state.json`'s `best_model_checkpoint`, else
+// step, else the newest; best: `best_model_checkpoint` of the `trainer_state.json` in the latest
+// complete checkpoint (the one HF Trainer resumes from; SOURCE's own when none has one), else
 // ModelCheckpoint's `best_model_path` in `last.ckpt` (or the newest .ckpt). Records are
 // matched by their last path component against entries, never resolved; only complete
 // entries without a `problem` qualify.
@@ -53,7 +56,10 @@
 namespace ckptfs {
 
 struct RunEntry {
-  enum class Kind : uint8_t { kDirectory, kFile, kTfPrefix };
+  // kFinal: the final model HF Trainer.save_model leaves at the top of its output dir
+  // (config.json and the weights beside checkpoint-N/), shown as entry `final`: SOURCE's
+  // own files, never latest (docs/runs.md, "The final model").
+  enum class Kind : uint8_t { kDirectory, kFile, kTfPrefix, kFinal };
   std::string name;  // as in SOURCE: a directory, a file, or a TF prefix (no file itself)
   Kind kind = Kind::kDirectory;
   std::optional<uint64_t> step;  // the step number its name carries, if any
