@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
 #include "core/source/remote_dir.h"
 #include "core/source/s3.h"
@@ -486,6 +487,130 @@ TEST_F(RunListingTest, DeepSpeedLatestFileNamesTheTag) {
   EXPECT_NE(is_run.status().message().find("latest: \"../global_step10\" names no tag"),
             std::string::npos)
       << is_run.status().message();
+}
+
+// (issue 23) HF Trainer with DeepSpeed, written as Trainer saves (tests/mount/make_run.py
+// trainer-deepspeed): checkpoint-10 holds only the ZeRO tag `latest` names, checkpoint-20 the
+// gathered model.safetensors too. Each is one checkpoint; Trainer's files are plain files.
+TEST_F(RunListingTest, TrainerWithDeepSpeedCheckpointsAreOneCheckpointEach) {
+  for (const char* args : {"10 10", "20 10 --gathered"}) {
+    const std::string cmd =
+        "/usr/bin/python3 " CKPTFS_SOURCE_DIR "/tests/mount/make_run.py trainer-deepspeed '" +
+        run_.string() + "' '" + (root_ / "truth").string() + "' " + args + " >/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  EXPECT_FALSE(IsRunAt(run_ / "checkpoint-10"));  // its `latest` names its own tag
+  auto open = [&](const char* name) {
+    auto dir = OpenSourceDir((run_ / name).string(), TestCodec(), {});
+    EXPECT_TRUE(dir.ok()) << dir.status().message();
+    return ReadCheckpoint(*dir, TestCodec(), dir->path);
+  };
+  auto zero = open("checkpoint-10");
+  ASSERT_TRUE(zero.ok()) << zero.status().message();
+  EXPECT_EQ(zero->format, CheckpointFormat::kDeepSpeed);
+  EXPECT_NE(FindTensor(*zero, "model.embed.weight"), nullptr);
+  std::string others;
+  for (const StoredFile& f : zero->others) others += f.stored_name + " ";
+  EXPECT_EQ(others,
+            "config.json latest merges.txt rng_state_0.pth rng_state_1.pth scheduler.pt "
+            "special_tokens_map.json tokenizer.json tokenizer_config.json trainer_state.json "
+            "training_args.bin vocab.json zero_to_fp32.py ");
+  auto gathered = open("checkpoint-20");
+  ASSERT_TRUE(gathered.ok()) << gathered.status().message();
+  EXPECT_EQ(gathered->format, CheckpointFormat::kSafetensors);
+
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "checkpoint-10 checkpoint-20");
+  for (const RunEntry& e : run.entries) {
+    EXPECT_TRUE(e.complete) << e.name << ": " << e.why_incomplete;
+    EXPECT_EQ(e.problem, "") << e.name;
+  }
+  EXPECT_EQ(Entry(run, "checkpoint-10")->format, "deepspeed");
+  // The tag's rank files are the checkpoint: in its size and signature.
+  EXPECT_GT(Entry(run, "checkpoint-10")->bytes, 60u << 10);
+  EXPECT_EQ(run.latest, "checkpoint-20");
+  EXPECT_EQ(run.best, "checkpoint-10");
+
+  // Trainer's files alone are no weights: never "N weight files but no index json".
+  fs::remove_all(run_ / "checkpoint-10" / "global_step10");
+  auto none = open("checkpoint-10");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no checkpoint found"), std::string::npos)
+      << none.status().message();
+}
+
+// (issue 23) best comes from the checkpoint Trainer resumes from (the latest complete one),
+// whatever the files' times: a synced copy has arbitrary ones.
+TEST_F(RunListingTest, TrainerBestComesFromTheLatestCheckpointNotTheNewestFile) {
+  for (int step : {500, 1000, 1500}) {
+    const fs::path d = run_ / ("checkpoint-" + std::to_string(step));
+    Write(d / "model.safetensors", Weights("s" + std::to_string(step)));
+    Write(d / "config.json", "{}");
+    Write(d / "trainer_state.json", "{\"global_step\": " + std::to_string(step) +
+                                        ", \"best_model_checkpoint\": \"out/checkpoint-" +
+                                        std::to_string(step == 1500 ? 1000 : step) + "\"}");
+  }
+  const auto later = fs::file_time_type::clock::now() + std::chrono::seconds(60);
+  fs::last_write_time(run_ / "checkpoint-500" / "trainer_state.json", later);
+  RunListing run = List();
+  EXPECT_EQ(run.latest, "checkpoint-1500");
+  EXPECT_EQ(run.best, "checkpoint-1000");
+  EXPECT_EQ(run.best_from, "trainer_state.json");
+  // The latest being written (no trainer_state.json yet, Trainer's parts there): the one
+  // before it is what Trainer resumes from.
+  fs::remove(run_ / "checkpoint-1500" / "trainer_state.json");
+  Write(run_ / "checkpoint-1500" / "scheduler.pt", "x");
+  run = List();
+  EXPECT_EQ(run.latest, "checkpoint-1000");
+  EXPECT_EQ(run.best, "checkpoint-1000");
+}
+
+// (issue 23) Trainer.save_model's final model at the top of output_dir is entry `final`,
+// never latest; a checkpoint at the top without config.json is still skipped with a line.
+TEST_F(RunListingTest, TrainerFinalModelIsAnEntryOfItsOwn) {
+  for (const char* d : {"checkpoint-1", "checkpoint-2"}) {
+    Write(run_ / d / "model.safetensors", Weights(d));
+    Write(run_ / d / "config.json", "{}");
+  }
+  Write(run_ / "model.safetensors", Weights("final"));
+  RunListing run = List();
+  EXPECT_EQ(Names(run), "checkpoint-1 checkpoint-2");
+  EXPECT_NE(Skipped(run).find("a checkpoint at the top of the run"), std::string::npos);
+
+  Write(run_ / "config.json", "{}");
+  Write(run_ / "training_args.bin", "not weights");
+  run = List();
+  EXPECT_EQ(Names(run), "checkpoint-1 checkpoint-2 final");
+  const RunEntry* final_model = Entry(run, "final");
+  ASSERT_NE(final_model, nullptr);
+  EXPECT_EQ(final_model->kind, RunEntry::Kind::kFinal);
+  EXPECT_TRUE(final_model->complete) << final_model->why_incomplete;
+  EXPECT_EQ(final_model->format, "safetensors");
+  EXPECT_EQ(run.latest, "checkpoint-2");
+  EXPECT_EQ(OpenEntry(run, "final"), std::vector<std::string>{"final.weight"});
+  EXPECT_EQ(Skipped(run), "");
+
+  // A SOURCE entry named `final` wins; the final model is then left out with a line.
+  Write(run_ / "final" / "model.safetensors", Weights("x"));
+  run = List();
+  EXPECT_EQ(Entry(run, "final")->kind, RunEntry::Kind::kDirectory);
+  EXPECT_NE(Skipped(run).find("SOURCE has an entry named final"), std::string::npos)
+      << Skipped(run);
+}
+
+// The real output of transformers' Trainer (../shared/fixtures/wild, NOTICE.md).
+TEST_F(RunListingTest, RealTrainerOutputDirShowsItsFinalModel) {
+  const fs::path out =
+      fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "wild" / "hf_trainer_output";
+  if (!fs::exists(out)) GTEST_SKIP() << out << " is absent (../shared/fixtures)";
+  fs::remove_all(run_);
+  fs::copy(out, run_, fs::copy_options::recursive);
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "checkpoint-4 checkpoint-12 final");
+  EXPECT_EQ(run.latest, "checkpoint-12");
+  EXPECT_EQ(run.best, "checkpoint-4");
+  EXPECT_EQ(Skipped(run), "");
+  EXPECT_FALSE(OpenEntry(run, "final").empty());
 }
 
 const fs::path kFixtures = fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "tf";
