@@ -2,8 +2,10 @@
 // Trainer-shaped run read with ls, readlink, numpy and torch; a torch.save training loop
 // with retention read while it runs; `--checkpoint latest` following new saves; a broken
 // checkpoint shown as ERROR; a 200-checkpoint run mounted quickly; entries linking out of
-// SOURCE or failing for a while (issue 22). Runs are written by tests/mount/make_run.py and
-// checked by tests/mount/check_run.py and check_run_faults.py.
+// SOURCE or failing for a while (issue 22); HF Trainer outputs as they are saved (issue 23):
+// the final model beside checkpoint-N/ (the real ../shared/fixtures/wild, skipped when
+// absent) and Trainer with DeepSpeed. Runs are written by tests/mount/make_run.py and checked
+// by tests/mount/check_run.py, check_run_faults.py and check_trainer.py.
 #include <thread>
 
 #include "remote_harness.h"
@@ -68,6 +70,42 @@ TEST_F(RunMountTest, HfTrainerRunShowsCheckpointsLatestBestAndError) {
   const ProcessResult link = RunProcess({"readlink", mountpoint_ + "/latest"}, kCheckTimeout);
   EXPECT_EQ(link.out, "checkpoint-300\n");
   RunCheck("check_run.py", {"hf", mountpoint_});
+}
+
+// A real Trainer output dir (trainer.save_model after training): the final model is entry
+// `final`, loaded as from_pretrained loads a directory and byte-identical to SOURCE's.
+TEST_F(RunMountTest, TrainerOutputDirFinalModelLoadsWhileLatestIsTheNewestCheckpoint) {
+  const std::string wild = std::string(kSourceDir) + "/../shared/fixtures/wild";
+  if (!std::filesystem::exists(wild + "/hf_trainer_output")) {
+    GTEST_SKIP() << wild << " is absent (../shared/fixtures)";
+  }
+  if (!HasTorch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  ProcessResult mounted;
+  ASSERT_NO_FATAL_FAILURE(Mount(wild + "/hf_trainer_output", mountpoint_, &mounted, {"-v"}));
+  const ProcessResult ls = RunProcess({"ls", mountpoint_}, kCheckTimeout);
+  EXPECT_EQ(ls.out, "best\ncheckpoint-12\ncheckpoint-4\nfinal\nlatest\n");
+  RunCheck("check_trainer.py",
+           {"final", wild + "/hf_trainer_output", wild + "/hf_final_state_dict.pt", mountpoint_});
+}
+
+// HF Trainer with DeepSpeed (make_run.py trainer-deepspeed): each checkpoint-N/ is one
+// checkpoint, its model the gathered model.safetensors or else the ZeRO tag `latest` names.
+TEST_F(RunMountTest, TrainerWithDeepSpeedCheckpointsMountAsOneCheckpointEach) {
+  if (!HasTorch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  const std::string truth10 = scratch_->Path("truth10"), truth20 = scratch_->Path("truth20");
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"trainer-deepspeed", run_, truth10, "10", "10"}));
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"trainer-deepspeed", run_, truth20, "20", "10", "--gathered"}));
+  ProcessResult mounted;
+  ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_, &mounted, {"-v"}));
+  EXPECT_NE(mounted.out.find("2 checkpoint(s), latest checkpoint-20, best checkpoint-10"),
+            std::string::npos)
+      << mounted.out;
+  RunCheck("check_trainer.py", {"deepspeed", run_, mountpoint_});
+  RunCheck("check_deepspeed.py", {truth10, mountpoint_ + "/checkpoint-10"});
+  // One checkpoint mounted alone: the same views.
+  const std::string one = scratch_->MakeDir("one");
+  ASSERT_NO_FATAL_FAILURE(Mount(run_ + "/checkpoint-10", one));
+  RunCheck("check_deepspeed.py", {truth10, one});
 }
 
 TEST_F(RunMountTest, ErrorFileIsOneLineAndTheRestOfTheRunServes) {
