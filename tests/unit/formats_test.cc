@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 
+#include "core/checkpoint/hf_layout.h"
 #include "core/source/source_dir.h"
 #include "tests/unit/test_util.h"
 
@@ -131,6 +132,35 @@ TEST(FormatTable, PrecedenceIndexBeatsLoneFileThenTableOrder) {
       TestCodec());
   ASSERT_FALSE(ambiguous_winner.ok());
   EXPECT_NE(ambiguous_winner.status().message().find("2 weight files"), std::string::npos);
+}
+
+// (issue 23) HF Trainer's own files are never weights, whatever their contents: a Trainer
+// checkpoint whose model is elsewhere (a ZeRO tag) is not "N weight files but no index json",
+// and a lone model file beside them is the checkpoint.
+TEST(FormatTable, TrainerFilesAreNeverWeights) {
+  std::map<std::string, std::string> trainer = {
+      {"rng_state.pth", "x"},       {"rng_state_1.pth", "x"}, {"training_args.bin", "x"},
+      {"scheduler.pt", "x"},        {"optimizer.pt", "x"},    {"scaler.pt", "x"},
+      {"rng_state_0.pth.zst", "x"}, {"config.json", "{}"}};
+  EXPECT_EQ(Winner(MemoryDir(trainer)), "");
+  trainer["model.pt"] = "x";
+  auto claim = TorchFormat().detect(MemoryDir(trainer));
+  ASSERT_TRUE(claim.ok() && *claim) << claim.status().message();
+  EXPECT_TRUE((*claim)->problem.ok()) << (*claim)->problem.message();
+  EXPECT_EQ((*claim)->file, "model.pt");
+  // A SOURCE naming one of them asked for it: read as any torch.save file.
+  SourceDir named = MemoryDir({{"optimizer.pt.zst", "x"}});
+  named.named = "optimizer.pt.zst";
+  claim = TorchFormat().detect(named);
+  ASSERT_TRUE(claim.ok() && *claim) << claim.status().message();
+  EXPECT_EQ((*claim)->file, "optimizer.pt");
+  for (const char* name : {"rng_state.pth", "rng_state_3.pth", "training_args.bin", "scaler.pt.zst",
+                           "optimizer.pt", "scheduler.pt"}) {
+    EXPECT_TRUE(IsHfTrainerFile(name)) << name;
+  }
+  for (const char* name : {"pytorch_model.bin", "model.pt", "rng.pth", "optimizer_0.pt"}) {
+    EXPECT_FALSE(IsHfTrainerFile(name)) << name;
+  }
 }
 
 TEST(FormatTable, ProbeNamesAreEveryEntrysOnce) {
