@@ -14,6 +14,7 @@
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
+#include "core/checkpoint/hf_layout.h"
 #include "core/format/torch_file.h"
 #include "core/layout/escape.h"
 
@@ -89,8 +90,10 @@ Status CheckNoStrayFiles(const SourceDir& keys_dir, const std::vector<std::strin
                          const std::string& map_shown) {
   for (const std::string& f : keys_dir.files) {
     const std::string_view plain = StripZst(f);
+    // Trainer's own files (optimizer.pt, scheduler.pt) beside the keys are no key files.
     if (plain == kSplitMapFile || !EndsWith(plain, ".pt") ||
-        std::binary_search(sorted_names.begin(), sorted_names.end(), plain)) {
+        std::binary_search(sorted_names.begin(), sorted_names.end(), plain) ||
+        IsHfTrainerFile(plain)) {
       continue;
     }
     const std::optional<SplitName> decoded = DecodeSplitFileName(plain);

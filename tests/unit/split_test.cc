@@ -225,6 +225,14 @@ TEST(SplitReader, Refusals) {
   stray["c.pt"] = KeyFile(two[0]);
   EXPECT_THAT(Refusal(stray), HasSubstr("c.pt: is the file of key \"c\", which mem/map.pt does"));
 
+  // (issue 23) HF Trainer's own files beside the keys are plain files, never stray keys.
+  auto trainer = files;
+  trainer["optimizer.pt"] = KeyFile(two[0]);
+  trainer["scheduler.pt"] = KeyFile(two[0]);
+  trainer["scaler.pt"] = KeyFile(two[0]);
+  auto with_trainer = OpenCheckpointIn(MemoryDir(trainer), testing::TestCodec());
+  EXPECT_TRUE(with_trainer.ok()) << with_trainer.status().message();
+
   auto bad_escape = files;
   bad_escape["a%zz.pt"] = KeyFile(two[0]);
   EXPECT_THAT(Refusal(bad_escape), HasSubstr("a%zz.pt: is no key's file name"));
