@@ -25,11 +25,12 @@ constexpr char kRunRule[] =
 
 // What made `run` a run, for the header line.
 std::string RuleOf(const RunListing& run) {
-  size_t dirs = 0, files = 0, prefixes = 0;
+  size_t dirs = 0, files = 0, prefixes = 0, finals = 0;
   for (const RunEntry& e : run.entries) {
     dirs += e.kind == RunEntry::Kind::kDirectory;
     files += e.kind == RunEntry::Kind::kFile;
     prefixes += e.kind == RunEntry::Kind::kTfPrefix;
+    finals += e.kind == RunEntry::Kind::kFinal;
   }
   std::string parts;
   auto add = [&](size_t n, const char* what) {
@@ -38,6 +39,7 @@ std::string RuleOf(const RunListing& run) {
   add(dirs, "checkpoint subdirectories");
   add(files, "torch files that are each a checkpoint");
   add(prefixes, "TF prefixes of a `checkpoint` file");
+  add(finals, "final model at the top (entry `final`)");
   return parts;
 }
 
