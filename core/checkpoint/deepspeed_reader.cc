@@ -125,7 +125,8 @@ Result<bool> Exists(const SourceDir& dir, const std::string& name) {
 // (Trainer._save_optimizer_and_scheduler -> engine.save_checkpoint(output_dir)): the tag
 // directory, `latest` naming it, zero_to_fp32.py, beside Trainer's files. Such a directory is
 // told from a plain DeepSpeed save dir (a run of tags, core/run) by what Trainer writes
-// there too: config.json (save_pretrained), training_args.bin or trainer_state.json.
+// there too: config.json (save_pretrained), training_args.bin or trainer_state.json, and
+// by the one subdirectory, the tag.
 constexpr std::string_view kLatestFile = "latest";
 constexpr uint64_t kMaxLatestBytes = 4096;
 constexpr std::string_view kTrainerMarks[] = {"config.json", "training_args.bin",
@@ -162,7 +163,9 @@ Result<std::optional<Claim>> DetectTrainerTag(const SourceDir& dir) {
                                    [&](std::string_view f) { return dir.Lists(std::string(f)); });
   if (!trainer) return std::optional<Claim>();
   CKPTFS_ASSIGN_OR_RETURN(const std::string tag, LatestTag(dir));
-  if (tag.empty() || !std::binary_search(dir.dirs.begin(), dir.dirs.end(), tag)) {
+  // Trainer's checkpoint holds that one tag; a save dir of several (a run) stays a run even
+  // where an HF config.json sits beside them.
+  if (tag.empty() || dir.dirs.size() != 1 || dir.dirs[0] != tag) {
     return std::optional<Claim>();
   }
   auto sub = dir.OpenDir(tag);

@@ -531,6 +531,15 @@ TEST_F(RunListingTest, TrainerWithDeepSpeedCheckpointsAreOneCheckpointEach) {
   EXPECT_EQ(run.latest, "checkpoint-20");
   EXPECT_EQ(run.best, "checkpoint-10");
 
+  // A DeepSpeed save dir of several tags stays a run, even with an HF config.json beside.
+  const fs::path save_dir = root_ / "save_dir";
+  fs::create_directories(save_dir);
+  fs::copy(run_ / "checkpoint-10" / "global_step10", save_dir / "global_step10");
+  fs::copy(run_ / "checkpoint-20" / "global_step20", save_dir / "global_step20");
+  Write(save_dir / "latest", "global_step20");
+  Write(save_dir / "config.json", "{}");
+  EXPECT_TRUE(IsRunAt(save_dir));
+
   // Trainer's files alone are no weights: never "N weight files but no index json".
   fs::remove_all(run_ / "checkpoint-10" / "global_step10");
   auto none = open("checkpoint-10");
