@@ -1,7 +1,7 @@
 // Run discovery: see run_listing.h for the rule. Everything here reads listings, sizes and
 // times, plus a few small files (an index json, a `checkpoint` state file, 8 bytes of a
-// safetensors header, a zip's tail, the newest trainer_state.json or Lightning pickle):
-// never a checkpoint's tensors, so listing 200 entries costs 200 directory listings.
+// safetensors header, a zip's tail, the latest checkpoint's trainer_state.json or a Lightning
+// pickle): never a checkpoint's tensors, so listing 200 entries costs 200 directory listings.
 #include "core/run/run_listing.h"
 
 #include <sys/stat.h>
