@@ -17,6 +17,7 @@
 #include "core/checkpoint/hf_layout.h"
 #include "core/checkpoint/natural_order.h"
 #include "core/format/hf_index.h"
+#include "core/format/ordered_json.h"
 #include "core/format/tf/checkpoint_state.h"
 #include "core/format/torch_file.h"
 #include "core/source/remote_dir.h"
@@ -57,6 +58,19 @@ bool IsEntryName(std::string_view name) {
     const auto byte = static_cast<unsigned char>(c);
     return c == '/' || c == '\\' || byte < 0x20 || byte == 0x7f;
   });
+}
+
+// Which "last" save Lightning's ModelCheckpoint made of `name`: 0 for `last.ckpt`, N for
+// `last-vN.ckpt` (a later fit() into the same dirpath: _save_last_checkpoint's version
+// counter starts at STARTING_VERSION = 1 and joins CHECKPOINT_JOIN_CHAR + "v" + N while the
+// name exists), nullopt for any other name. The highest is the newest "last".
+std::optional<uint64_t> LightningLastVersion(std::string_view name) {
+  static const std::regex kLastVersion(R"(last-v(\d{1,18})\.ckpt)");
+  const std::string plain(StripZst(name));
+  if (plain == kLightningLast) return 0;
+  std::smatch m;
+  if (!std::regex_match(plain, m, kLastVersion)) return std::nullopt;
+  return std::stoull(m[1]);
 }
 
 // Files only Trainer._save_checkpoint writes, always before trainer_state.json (training_args.bin
@@ -131,6 +145,9 @@ struct TfState {
   std::vector<std::string> prefixes;
   std::string latest;
   std::string latest_written;  // as written, for messages
+  // model_checkpoint_path is empty: tf.train.latest_checkpoint raises (get_checkpoint_state:
+  // "Invalid checkpoint state"), so the run has no latest, never a guess.
+  bool names_no_latest = false;
 };
 
 Result<TfState> ReadTfState(const SourceDir& dir, std::vector<std::string>& skipped) {
@@ -154,13 +171,17 @@ Result<TfState> ReadTfState(const SourceDir& dir, std::vector<std::string>& skip
     return state;
   }
   state.present = true;
+  state.names_no_latest = parsed->model_checkpoint_path.empty();
   std::vector<std::string> written = parsed->all_model_checkpoint_paths;
+  std::vector<std::string> refused;  // TF lists the latest twice: one line per path
   if (!parsed->model_checkpoint_path.empty()) written.push_back(parsed->model_checkpoint_path);
   for (const std::string& path : written) {
     // Taken by its last component, inside SOURCE: a stale absolute path from another
     // machine names the prefix beside the state file; nothing outside is ever named.
     auto prefix = tf::StatePathInSource(path, shown);
     if (!prefix.ok() || !IsEntryName(*prefix) || prefix->find('/') != std::string::npos) {
+      if (std::find(refused.begin(), refused.end(), path) != refused.end()) continue;
+      refused.push_back(path);
       skipped.push_back(shown + ": \"" + EscapeControlChars(path.substr(0, 200)) +
                         "\" is not a prefix in " + dir.path + ", skipped");
       continue;
@@ -216,11 +237,16 @@ Result<std::string> ReadDeepSpeedLatest(const SourceDir& dir, std::vector<std::s
 
 std::optional<uint64_t> StepInName(const std::string& name) {
   static const std::regex kStep(R"(step[=_-]?(\d+))");
+  static const std::regex kEpoch(R"(epoch=(\d+))");
   static const std::regex kLastNumber(R"((\d+)\D*$)");
+  // Lightning's version counter (ModelCheckpoint: CHECKPOINT_JOIN_CHAR + "v" + N) says
+  // which save of that name it is, never a step.
+  static const std::regex kVersion(R"(-v\d+$)");
   std::string stem(StripZst(name));
   for (std::string_view ext : {".ckpt", ".pt", ".pth", ".bin", ".safetensors"}) {
     if (EndsWith(stem, ext)) stem.resize(stem.size() - ext.size());
   }
+  stem = std::regex_replace(stem, kVersion, "");
   std::smatch m;
   std::string digits;
   std::string rest = stem;
@@ -228,7 +254,13 @@ std::optional<uint64_t> StepInName(const std::string& name) {
     digits = m[1];
     rest = m.suffix();
   }
-  if (digits.empty() && std::regex_search(stem, m, kLastNumber)) digits = m[1];
+  if (digits.empty() && std::regex_search(stem, m, kEpoch)) digits = m[1];
+  // A Lightning name of `key=value` parts without step or epoch (`val_loss=0.25`) carries
+  // metrics, not a step: its digits order nothing (the run orders it by time).
+  if (digits.empty() && stem.find('=') == std::string::npos &&
+      std::regex_search(stem, m, kLastNumber)) {
+    digits = m[1];
+  }
   if (digits.empty()) return std::nullopt;
   digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
   if (digits.size() > 19) return std::nullopt;  // beyond uint64: no step
@@ -564,6 +596,19 @@ Result<RunEntry> FileEntry(const SourceDir& dir, const std::string& name) {
   return entry;
 }
 
+// A prefix the state file no longer lists but TF keeps: CheckpointManager (and Saver) drop
+// a checkpoint kept by keep_checkpoint_every_n_hours from all_model_checkpoint_paths and
+// leave its files. Its step is below every listed one (save_counter only grows); a prefix
+// of a step past the listed ones is a save the state file does not name yet.
+bool KeptButUnlisted(const TfState& state, const RunEntry& entry) {
+  if (!entry.step || state.prefixes.empty()) return false;
+  for (const std::string& listed : state.prefixes) {
+    const std::optional<uint64_t> step = StepInName(listed);
+    if (!step || *step <= *entry.step) return false;
+  }
+  return true;
+}
+
 Result<RunEntry> TfEntry(const SourceDir& dir, const std::string& prefix, const TfState& state) {
   RunEntry entry;
   entry.name = prefix;
@@ -580,7 +625,8 @@ Result<RunEntry> TfEntry(const SourceDir& dir, const std::string& prefix, const 
   CKPTFS_RETURN_IF_ERROR(CheckTfPrefix(dir, prefix, entry));
   // A store that cannot list: the index's size and time sign the entry.
   if (!listed && entry.complete) CKPTFS_RETURN_IF_ERROR(AddFile(dir, prefix + ".index", entry));
-  if (std::find(state.prefixes.begin(), state.prefixes.end(), prefix) == state.prefixes.end()) {
+  if (std::find(state.prefixes.begin(), state.prefixes.end(), prefix) == state.prefixes.end() &&
+      !KeptButUnlisted(state, entry)) {
     Incomplete(entry, "not (yet) named in the checkpoint file");
   }
   return entry;
@@ -679,32 +725,48 @@ Status BestFromTrainerState(const SourceDir& dir, TrainerStates states, RunListi
   return Status::Ok();
 }
 
-// Lightning: ModelCheckpoint's best_model_path in the callbacks state of last.ckpt, else of
-// the newest .ckpt.
-Status BestFromLightning(const SourceDir& dir, RunListing& run) {
-  const RunEntry* source = nullptr;
+// The Lightning entry a resumed fit() would load: the newest complete "last" save
+// (LightningLastVersion), else the newest complete .ckpt by time; nullptr when none.
+const RunEntry* LightningResumeEntry(const RunListing& run) {
+  const RunEntry* last = nullptr;
+  const RunEntry* newest = nullptr;
   for (const RunEntry& e : run.entries) {
-    if (e.kind != RunEntry::Kind::kFile || !EndsWith(e.name, ".ckpt") || !Usable(&e)) continue;
-    if (e.name == kLightningLast) {
-      source = &e;
-      break;
+    if (e.kind != RunEntry::Kind::kFile || !EndsWith(StripZst(e.name), ".ckpt") || !Usable(&e)) {
+      continue;
     }
-    if (!source || Later(e.mtime, source->mtime)) source = &e;
+    const std::optional<uint64_t> version = LightningLastVersion(e.name);
+    if (version && (!last || *version > *LightningLastVersion(last->name))) last = &e;
+    if (!newest || Later(e.mtime, newest->mtime)) newest = &e;
   }
+  return last ? last : newest;
+}
+
+// Lightning: best_model_path of the FIRST ModelCheckpoint callback in the callbacks state of
+// the checkpoint fit() resumes from (LightningResumeEntry). Trainer.checkpoint_callback is
+// the first ModelCheckpoint in trainer.callbacks, and _get_callbacks_state_dict saves them in
+// that order, keyed by ModelCheckpoint.state_key ("ModelCheckpoint{'monitor': ...}"): the
+// order saved counts, not the keys' order, so the state is read as an ordered JSON object.
+// best_model_path is an absolute path on the training machine: matched by its file name.
+Status BestFromLightning(const SourceDir& dir, RunListing& run) {
+  const RunEntry* source = LightningResumeEntry(run);
   if (!source) return Status::Ok();
   const std::string shown = JoinShown(dir.path, source->name);
   auto file = dir.open(source->name);
   if (!file.ok()) return Skip(run.skipped, file.status());
   auto torch = ReadTorchFile(**file);
   if (!torch.ok()) return Skip(run.skipped, torch.status());
-  const nlohmann::json state = nlohmann::json::parse(torch->state_json, nullptr, false);
+  // Linear in the state's size: a checkpoint's pickle may hold 100,000 keys.
+  const nlohmann::ordered_json state = ParseOrderedJson(torch->state_json);
   if (!state.is_object() || !state.contains("callbacks") || !state["callbacks"].is_object()) {
     return Status::Ok();
   }
   for (const auto& [key, value] : state["callbacks"].items()) {
     if (!key.starts_with("ModelCheckpoint") || !value.is_object()) continue;
+    // The first ModelCheckpoint decides, with or without a best: a later one is never asked.
     auto best = value.find("best_model_path");
-    if (best == value.end() || !best->is_string() || best->get<std::string>().empty()) continue;
+    if (best == value.end() || !best->is_string() || best->get<std::string>().empty()) {
+      return Status::Ok();
+    }
     MatchBest(run, best->get<std::string>(), "ModelCheckpoint best_model_path", shown);
     return Status::Ok();
   }
@@ -753,6 +815,12 @@ void ChooseLatest(RunListing& run, const TfState& tf, const std::string& deepspe
     run.skipped.push_back("latest file: tag \"" + EscapeControlChars(deepspeed_latest) +
                           "\" is no complete entry, skipped");
   }
+  if (tf.names_no_latest) {
+    run.skipped.push_back(
+        "checkpoint file: model_checkpoint_path is empty: no latest "
+        "(tf.train.latest_checkpoint raises)");
+    return;
+  }
   if (!tf.latest.empty()) {
     if (Usable(Find(run, tf.latest))) {
       run.latest = tf.latest;
@@ -763,16 +831,28 @@ void ChooseLatest(RunListing& run, const TfState& tf, const std::string& deepspe
                           EscapeControlChars(tf.latest_written.substr(0, 200)) +
                           "\" is no complete entry, skipped");
   }
-  if (Usable(Find(run, std::string(kLightningLast)))) {
-    run.latest = kLightningLast;
+  // Lightning: the newest "last" save (last.ckpt, last-v1.ckpt, ...: LightningLastVersion).
+  const RunEntry* last = nullptr;
+  for (const RunEntry& e : run.entries) {
+    if (e.kind != RunEntry::Kind::kFile || !Usable(&e)) continue;
+    const std::optional<uint64_t> version = LightningLastVersion(e.name);
+    if (version && (!last || *version > *LightningLastVersion(last->name))) last = &e;
+  }
+  if (last) {
+    run.latest = last->name;
     run.latest_from = "last.ckpt";
     return;
   }
   const RunEntry* highest = nullptr;
   const RunEntry* newest = nullptr;
   for (const RunEntry& e : run.entries) {
-    // The final model is what training ended with, not a checkpoint it resumes from.
+    // The final model is what training ended with, not a checkpoint it resumes from; a TF
+    // prefix the state file no longer lists (KeptButUnlisted) is no checkpoint TF restores.
     if (!Usable(&e) || e.kind == RunEntry::Kind::kFinal) continue;
+    if (e.kind == RunEntry::Kind::kTfPrefix &&
+        std::find(tf.prefixes.begin(), tf.prefixes.end(), e.name) == tf.prefixes.end()) {
+      continue;
+    }
     if (e.step && (!highest || *e.step >= *highest->step)) highest = &e;
     if (!newest || !Later(newest->mtime, e.mtime)) newest = &e;
   }
