@@ -368,6 +368,107 @@ save('last.ckpt', 1, 200, best)
   EXPECT_EQ(without.best, "epoch=0-step=100.ckpt");
 }
 
+// A Lightning checkpoint as ModelCheckpoint saves it, with the callbacks state of several
+// ModelCheckpoint callbacks in the order given (each a (monitor, best file name) pair).
+constexpr char kLightningWriter[] = R"PY(
+import torch
+def save(name, step, callbacks):
+    state = {}
+    for monitor, best in callbacks:
+        key = ("ModelCheckpoint{'monitor': '%s', 'mode': 'min', 'every_n_train_steps': 0,"
+               " 'every_n_epochs': 1, 'train_time_interval': None}" % monitor)
+        path = '/data/lightning_logs/version_0/checkpoints/' + best if best else ''
+        state[key] = {'monitor': monitor, 'best_model_score': torch.tensor(0.25),
+                      'best_model_path': path, 'dirpath': '/data/lightning_logs/version_0/checkpoints',
+                      'best_k_models': {path: torch.tensor(0.25)}, 'kth_best_model_path': path}
+    torch.save({'epoch': 0, 'global_step': step, 'pytorch-lightning_version': '2.1.0',
+                'state_dict': {'model.w': torch.full((2, 2), float(step))},
+                'callbacks': state, 'optimizer_states': [], 'lr_schedulers': []}, name)
+)PY";
+
+// A second fit() into the same dirpath writes last-v1.ckpt beside last.ckpt
+// (ModelCheckpoint._save_last_checkpoint's version counter): the highest version is the
+// newest last, and best comes from ITS callbacks state, from the first ModelCheckpoint saved
+// there, although a later one's key sorts first ('train_loss' < 'val_loss').
+TEST_F(RunListingTest, LightningLastVersionIsLatestAndFirstModelCheckpointIsBest) {
+  Python(std::string(kLightningWriter) + R"PY(
+save('epoch=0-step=10.ckpt', 10, [('val_loss', 'epoch=0-step=10.ckpt')])
+save('epoch=0-step=20.ckpt', 20, [('val_loss', 'epoch=0-step=10.ckpt')])
+save('last.ckpt', 20, [('val_loss', 'epoch=0-step=10.ckpt')])
+save('epoch=0-step=30.ckpt', 30, [('val_loss', 'epoch=0-step=30.ckpt'),
+                                  ('train_loss', 'epoch=0-step=20.ckpt')])
+save('last-v1.ckpt', 30, [('val_loss', 'epoch=0-step=30.ckpt'),
+                          ('train_loss', 'epoch=0-step=20.ckpt')])
+)PY");
+  // last.ckpt written last of all (a copy, a sync): versions decide, never times.
+  fs::last_write_time(run_ / "last.ckpt",
+                      fs::file_time_type::clock::now() + std::chrono::seconds(5));
+  const RunListing run = List();
+  EXPECT_EQ(Entry(run, "last-v1.ckpt")->step, std::nullopt);
+  EXPECT_EQ(run.latest, "last-v1.ckpt");
+  EXPECT_EQ(run.latest_from, "last.ckpt");
+  EXPECT_EQ(run.best, "epoch=0-step=30.ckpt") << Skipped(run);
+  EXPECT_EQ(run.best_from, "ModelCheckpoint best_model_path");
+  // A third fit(): last-v2 beats last-v1 (and last-v10 beats last-v2: numbers, not names).
+  Python(std::string(kLightningWriter) + R"PY(
+save('last-v2.ckpt', 30, [('train_loss', 'epoch=0-step=20.ckpt'),
+                          ('val_loss', 'epoch=0-step=30.ckpt')])
+)PY");
+  const RunListing third = List();
+  EXPECT_EQ(third.latest, "last-v2.ckpt");
+  EXPECT_EQ(third.best, "epoch=0-step=20.ckpt");
+  fs::rename(run_ / "last-v2.ckpt", run_ / "last-v10.ckpt");
+  fs::copy_file(run_ / "last-v1.ckpt", run_ / "last-v9.ckpt");
+  EXPECT_EQ(List().latest, "last-v10.ckpt");
+  // The first ModelCheckpoint has no best yet: no best, never a later callback's.
+  Python(std::string(kLightningWriter) + R"PY(
+save('last-v11.ckpt', 30, [('val_loss', ''), ('train_loss', 'epoch=0-step=20.ckpt')])
+)PY");
+  const RunListing fresh = List();
+  EXPECT_EQ(fresh.latest, "last-v11.ckpt");
+  EXPECT_EQ(fresh.best, "");
+}
+
+// Files named by a metric only (ModelCheckpoint(filename="{epoch}-{val_loss:.2f}",
+// auto_insert_metric_name=...) with no step) are ordered by time, not by the metric's digits.
+TEST_F(RunListingTest, MetricNamedFilesAreOrderedByTime) {
+  Python(std::string(kLightningWriter) + R"PY(
+save('epoch-val_loss=0.50.ckpt', 10, [('val_loss', 'epoch-val_loss=0.50.ckpt')])
+save('epoch-val_loss=0.25.ckpt', 20, [('val_loss', 'epoch-val_loss=0.25.ckpt')])
+)PY");
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(run_ / "epoch-val_loss=0.50.ckpt", now - std::chrono::seconds(60));
+  fs::last_write_time(run_ / "epoch-val_loss=0.25.ckpt", now);
+  const RunListing run = List();
+  EXPECT_EQ(Entry(run, "epoch-val_loss=0.50.ckpt")->step, std::nullopt);
+  EXPECT_EQ(run.latest, "epoch-val_loss=0.25.ckpt");
+  EXPECT_EQ(run.latest_from, "newest");
+  EXPECT_EQ(run.best, "epoch-val_loss=0.25.ckpt");
+}
+
+// The Lightning run written by Lightning itself (../shared/fixtures/wild, NOTICE.md): its
+// hyper_parameters hold an argparse.Namespace, which the torch reader accepts only with the
+// `opaque` branch's opaque values (issue 23, item 1): until that lands this test fails on
+// best (the callbacks state cannot be read), by design.
+TEST_F(RunListingTest, RealLightningRunBestIsTheCallbacksBest) {
+  const fs::path wild = fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "wild";
+  if (!fs::exists(wild / "lightning_run")) GTEST_SKIP() << "../shared/fixtures/wild is absent";
+  std::ifstream in(wild / "lightning_best.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "\"best_model_path\": \"";
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string best =
+      text.substr(at + key.size(), text.find('"', at + key.size()) - at - key.size());
+  run_ = wild / "lightning_run";
+  const RunListing run = List();
+  EXPECT_EQ(run.latest, "last.ckpt");
+  EXPECT_EQ(run.best, fs::path(best).filename().string()) << Skipped(run);
+  // The best file's own state names it too: matched by file name, as written on the
+  // training machine.
+  EXPECT_EQ(run.best_from, "ModelCheckpoint best_model_path");
+}
+
 TEST_F(RunListingTest, CompressedEntriesAreCompleteAndOpen) {
   for (const char* d : {"checkpoint-1", "checkpoint-2"}) {
     Write(run_ / d / "model.safetensors", Weights(d));
@@ -438,6 +539,83 @@ TEST_F(RunListingTest, TfPrefixesListedInTheStateFileAreARun) {
   EXPECT_EQ(run.latest, "ckpt-2");
   EXPECT_EQ(run.latest_from, "checkpoint file");
   EXPECT_FALSE(OpenEntry(run, "ckpt-1").empty());
+}
+
+// CheckpointManager(keep_checkpoint_every_n_hours=...) drops a kept checkpoint from
+// all_model_checkpoint_paths and leaves its files: an entry of the run, never latest. A
+// prefix past the listed steps is a save the state file does not name yet.
+TEST_F(RunListingTest, TfKeptButUnlistedPrefixesAreEntriesNeverLatest) {
+  const fs::path written = root_ / "tf";
+  const std::string cmd = "/usr/bin/python3 " CKPTFS_SOURCE_DIR
+                          "/scripts/make_tf_checkpoint.py standard " +
+                          written.string() + " >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  for (const char* p : {"ckpt-1", "ckpt-2", "ckpt-5", "ckpt-6", "ckpt-7"}) {
+    CopyBundle(written, run_, p);
+  }
+  Write(run_ / "checkpoint",
+        "model_checkpoint_path: \"ckpt-6\"\n"
+        "all_model_checkpoint_paths: \"ckpt-5\"\n"
+        "all_model_checkpoint_paths: \"ckpt-6\"\n");
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "ckpt-1 ckpt-2 ckpt-5 ckpt-6 ckpt-7");
+  EXPECT_TRUE(Entry(run, "ckpt-1")->complete) << Entry(run, "ckpt-1")->why_incomplete;
+  EXPECT_TRUE(Entry(run, "ckpt-2")->complete) << Entry(run, "ckpt-2")->why_incomplete;
+  EXPECT_FALSE(Entry(run, "ckpt-7")->complete);
+  EXPECT_EQ(run.latest, "ckpt-6");
+  EXPECT_FALSE(OpenEntry(run, "ckpt-1").empty());
+  // The listed latest gone: the highest listed step, never a kept one nor an unnamed save.
+  for (const auto& f : fs::directory_iterator(run_)) {
+    if (f.path().filename().string().starts_with("ckpt-6.")) fs::remove(f.path());
+  }
+  Write(run_ / "checkpoint",
+        "model_checkpoint_path: \"ckpt-6\"\n"
+        "all_model_checkpoint_paths: \"ckpt-5\"\n"
+        "all_model_checkpoint_paths: \"ckpt-6\"\n");
+  EXPECT_EQ(List().latest, "ckpt-5");
+}
+
+// tf.train.latest_checkpoint raises on a state file with an empty model_checkpoint_path
+// (get_checkpoint_state: "Invalid checkpoint state"): no latest, not a guess by step.
+TEST_F(RunListingTest, TfEmptyModelCheckpointPathGivesNoLatest) {
+  const fs::path written = root_ / "tf";
+  const std::string cmd = "/usr/bin/python3 " CKPTFS_SOURCE_DIR
+                          "/scripts/make_tf_checkpoint.py standard " +
+                          written.string() + " >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  CopyBundle(written, run_, "ckpt-1");
+  CopyBundle(written, run_, "ckpt-2");
+  Write(run_ / "checkpoint",
+        "model_checkpoint_path: \"\"\n"
+        "all_model_checkpoint_paths: \"ckpt-1\"\n"
+        "all_model_checkpoint_paths: \"ckpt-2\"\n");
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "ckpt-1 ckpt-2");
+  EXPECT_TRUE(Entry(run, "ckpt-2")->complete);
+  EXPECT_EQ(run.latest, "");
+  EXPECT_NE(Skipped(run).find("model_checkpoint_path is empty"), std::string::npos) << Skipped(run);
+}
+
+// TF writes the latest path in both fields: a path that is no prefix of the run gives one
+// "skipped" line, not two.
+TEST_F(RunListingTest, TfRefusedPathIsSkippedOnce) {
+  const fs::path written = root_ / "tf";
+  const std::string cmd = "/usr/bin/python3 " CKPTFS_SOURCE_DIR
+                          "/scripts/make_tf_checkpoint.py standard " +
+                          written.string() + " >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  CopyBundle(written, run_, "ckpt-1");
+  CopyBundle(written, run_, "ckpt-2");
+  Write(run_ / "checkpoint",
+        "model_checkpoint_path: \"bad\\001name\"\n"
+        "all_model_checkpoint_paths: \"ckpt-1\"\n"
+        "all_model_checkpoint_paths: \"bad\\001name\"\n");
+  const RunListing run = List();
+  const std::string skipped = Skipped(run);
+  const std::string line = "is not a prefix in";
+  const size_t first = skipped.find(line);
+  ASSERT_NE(first, std::string::npos) << skipped;
+  EXPECT_EQ(skipped.find(line, first + 1), std::string::npos) << skipped;
 }
 
 // A DeepSpeed save dir: rank 0 writes the tag into `latest` (no newline) before the other
@@ -812,6 +990,18 @@ TEST(RunStepTest, StepsComeFromTheName) {
   EXPECT_EQ(StepInName("last.ckpt"), std::nullopt);
   EXPECT_EQ(StepInName("best"), std::nullopt);
   EXPECT_EQ(StepInName("ckpt-99999999999999999999999"), std::nullopt);
+}
+
+// A number is a step only where the name says so: `epoch=N` stands in when there is no
+// step; a Lightning name of metrics only, and Lightning's `-vN` version counter, carry none.
+TEST(RunStepTest, MetricsAndVersionsAreNoSteps) {
+  EXPECT_EQ(StepInName("epoch=2-val_loss=0.25.ckpt"), 2u);
+  EXPECT_EQ(StepInName("epoch=2-step=40-val_loss=0.25.ckpt"), 40u);
+  EXPECT_EQ(StepInName("epoch-val_loss=0.25.ckpt"), std::nullopt);
+  EXPECT_EQ(StepInName("val_loss=0.50.ckpt"), std::nullopt);
+  EXPECT_EQ(StepInName("last-v1.ckpt"), std::nullopt);
+  EXPECT_EQ(StepInName("last-v12.ckpt.zst"), std::nullopt);
+  EXPECT_EQ(StepInName("epoch=0-step=100-v1.ckpt"), 100u);
 }
 
 // Remote listings of subdirectories: S3 CommonPrefixes, nginx's JSON autoindex.
