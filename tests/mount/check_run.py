@@ -23,6 +23,10 @@
   check_run.py latest MNT NAME STEP   MNT lists NAME within 15 s, latest names it and its
                                       model.safetensors holds STEP (a run over S3, NAME
                                       uploaded by the test)
+  check_run.py lightning MNT          the Lightning run of make_run.py lightning: latest ->
+                                      last-v1.ckpt, best -> epoch=0-step=10.ckpt, each
+                                      entry's pytorch_model.bin loaded with torch.load
+                                      holding its step
 Every wait is bounded; the last line says what was checked.
 """
 import errno
@@ -316,9 +320,26 @@ def check_latest(mnt, name, step):
     print("%s listed and latest %.1f s after the check started" % (name, took))
 
 
+def check_lightning(mnt):
+    import torch
+    for link, want in (("latest", "last-v1.ckpt"), ("best", "epoch=0-step=10.ckpt")):
+        got = os.readlink(os.path.join(mnt, link))
+        if got != want:
+            fail("%s -> %s, not %s" % (link, got, want))
+    for entry, step in (("latest", 30), ("best", 10), ("last.ckpt", 20)):
+        sd = torch.load(os.path.join(mnt, entry, "pytorch_model.bin"), map_location="cpu")
+        weights = [v for k, v in sd.items() if k.endswith("model.weight")]
+        if len(weights) != 1 or not bool((weights[0] == float(step)).all()):
+            fail("%s/pytorch_model.bin: keys %s, not step %d's" % (entry, sorted(sd), step))
+    print("lightning run: latest -> last-v1.ckpt, best -> epoch=0-step=10.ckpt (first "
+          "ModelCheckpoint of last-v1.ckpt's callbacks state), torch.load of each")
+
+
 def main():
     kind = sys.argv[1]
-    if kind == "hf":
+    if kind == "lightning":
+        check_lightning(sys.argv[2])
+    elif kind == "hf":
         check_hf(sys.argv[2])
     elif kind == "live":
         check_live(sys.argv[2], sys.argv[3], float(sys.argv[4]))

@@ -16,6 +16,14 @@
                                       (make_deepspeed_checkpoint.py's expected.pt) in TRUTH/.
                                       --gathered: the model gathered to model.safetensors
                                       too (stage3_gather_16bit_weights_on_model_save).
+  make_run.py lightning OUT           a Lightning dirpath after two fit() runs, as
+                                      ModelCheckpoint(monitor="val_loss") first and
+                                      ModelCheckpoint(monitor="train_loss") second leave
+                                      it: epoch=E-step=S.ckpt (every tensor holds S),
+                                      last.ckpt (first fit), last-v1.ckpt (second fit,
+                                      its callbacks state naming epoch=0-step=10.ckpt best
+                                      for val_loss, then epoch=1-step=30.ckpt for
+                                      train_loss: the first saved decides).
 """
 import json
 import os
@@ -24,6 +32,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -157,6 +166,46 @@ def trainer_deepspeed(out, truth, step, best, gathered):
                    "log_history": []}, f)
 
 
+def lightning_ckpt(path, epoch, step, callbacks):
+    """A checkpoint as Trainer.save_checkpoint writes it (no Namespace in hyper_parameters:
+    torch's pickle of one is covered elsewhere); callbacks: (monitor, best file) pairs in
+    trainer.callbacks order, keyed by ModelCheckpoint.state_key."""
+    import torch
+    state = {}
+    for monitor, best in callbacks:
+        key = ("ModelCheckpoint{'monitor': '%s', 'mode': 'min', 'every_n_train_steps': 0,"
+               " 'every_n_epochs': 1, 'train_time_interval': None}" % monitor)
+        best_path = "/data/lightning_logs/version_0/checkpoints/" + best
+        state[key] = {"monitor": monitor, "best_model_score": torch.tensor(0.25),
+                      "best_model_path": best_path, "current_score": torch.tensor(0.5),
+                      "dirpath": "/data/lightning_logs/version_0/checkpoints",
+                      "best_k_models": {best_path: torch.tensor(0.25)},
+                      "kth_best_model_path": best_path, "kth_value": torch.tensor(0.25),
+                      "last_model_path": "/data/lightning_logs/version_0/checkpoints/last.ckpt"}
+    torch.save({"epoch": epoch, "global_step": step, "pytorch-lightning_version": "2.1.0",
+                "state_dict": {"model.weight": torch.full((4, 4), float(step)),
+                               "model.bias": torch.full((4,), float(step))},
+                "loops": {"fit_loop": {"epoch_progress": {"current": {"completed": epoch}}}},
+                "callbacks": state,
+                "optimizer_states": [{"state": {}, "param_groups": [{"lr": 1e-3, "params": [0, 1]}]}],
+                "lr_schedulers": [], "hparams_name": "kwargs",
+                "hyper_parameters": {"lr": 1e-3, "hidden": 4}}, path)
+
+
+def lightning(out):
+    os.makedirs(out, exist_ok=True)
+    first = [("val_loss", "epoch=0-step=20.ckpt")]
+    lightning_ckpt(os.path.join(out, "epoch=0-step=10.ckpt"), 0, 10, first)
+    lightning_ckpt(os.path.join(out, "epoch=0-step=20.ckpt"), 0, 20, first)
+    lightning_ckpt(os.path.join(out, "last.ckpt"), 0, 20, first)
+    second = [("val_loss", "epoch=0-step=10.ckpt"), ("train_loss", "epoch=1-step=30.ckpt")]
+    lightning_ckpt(os.path.join(out, "epoch=1-step=30.ckpt"), 1, 30, second)
+    lightning_ckpt(os.path.join(out, "last-v1.ckpt"), 1, 30, second)
+    # A copy or sync gives last.ckpt the newest time: versions decide, never times.
+    now = time.time()
+    os.utime(os.path.join(out, "last.ckpt"), (now + 60, now + 60))
+
+
 def main():
     kind, out = sys.argv[1], sys.argv[2]
     if kind == "hf":
@@ -168,6 +217,8 @@ def main():
     elif kind == "trainer-deepspeed":
         trainer_deepspeed(out, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
                           "--gathered" in sys.argv)
+    elif kind == "lightning":
+        lightning(out)
     elif kind == "save":
         save(out, int(sys.argv[3]))
     else:

@@ -72,6 +72,20 @@ TEST_F(RunMountTest, HfTrainerRunShowsCheckpointsLatestBestAndError) {
   RunCheck("check_run.py", {"hf", mountpoint_});
 }
 
+// A Lightning dirpath after a second fit() (make_run.py lightning): last-v1.ckpt is the
+// newest last, and best is the first ModelCheckpoint's best_model_path in its callbacks
+// state (saved order, not key order; last.ckpt, newer by time, names another).
+TEST_F(RunMountTest, LightningLastVersionIsLatestAndFirstModelCheckpointIsBest) {
+  if (!HasTorch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"lightning", run_}));
+  ProcessResult mounted;
+  ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_, &mounted, {"-v"}));
+  EXPECT_NE(mounted.out.find("5 checkpoint(s), latest last-v1.ckpt, best epoch=0-step=10.ckpt"),
+            std::string::npos)
+      << mounted.out;
+  RunCheck("check_run.py", {"lightning", mountpoint_});
+}
+
 // A real Trainer output dir (trainer.save_model after training): the final model is entry
 // `final`, loaded as from_pretrained loads a directory and byte-identical to SOURCE's.
 TEST_F(RunMountTest, TrainerOutputDirFinalModelLoadsWhileLatestIsTheNewestCheckpoint) {
