@@ -875,9 +875,17 @@ Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
     return HttpDir(source, remote.http, codec, ProbeNames());
   }
   struct stat st;
-  const bool exists = ::stat(source.c_str(), &st) == 0;
+  bool exists = ::stat(source.c_str(), &st) == 0;
   if (exists && S_ISREG(st.st_mode) && !AnyFormatAcceptsFile(SplitPath(source).second)) {
-    return NotACheckpointFile(source);
+    // Keras Tuner saves weights with the prefix `checkpoint`, beside the TF state file of
+    // that very name, and tf.train.latest_checkpoint returns DIR/checkpoint: with a
+    // PREFIX.index beside it, the path names the prefix, not the file.
+    struct stat index;
+    const std::string index_path = source + ".index";
+    if (::stat(index_path.c_str(), &index) != 0 || !S_ISREG(index.st_mode)) {
+      return NotACheckpointFile(source);
+    }
+    exists = false;
   }
   if (exists && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument(source + ": not a file or directory");

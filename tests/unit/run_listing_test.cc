@@ -575,6 +575,33 @@ TEST_F(RunListingTest, TfKeptButUnlistedPrefixesAreEntriesNeverLatest) {
   EXPECT_EQ(List().latest, "ckpt-5");
 }
 
+// Keras Tuner's layout: weights saved with the prefix `checkpoint` beside the state file of
+// that name; tf.train.latest_checkpoint(DIR) returns DIR/checkpoint, which opens the prefix.
+TEST_F(RunListingTest, TfPrefixNamedCheckpointOpensByTheLatestCheckpointPath) {
+  const fs::path written = root_ / "tf";
+  const std::string cmd = "/usr/bin/python3 " CKPTFS_SOURCE_DIR
+                          "/scripts/make_tf_checkpoint.py standard " +
+                          written.string() + " >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const fs::path trial = root_ / "trial_00";
+  fs::create_directories(trial);
+  // Without its index beside it, the state file is no checkpoint.
+  Write(trial / "checkpoint",
+        "model_checkpoint_path: \"checkpoint\"\nall_model_checkpoint_paths: \"checkpoint\"\n");
+  EXPECT_FALSE(OpenSourceDir((trial / "checkpoint").string(), TestCodec(), {}).ok());
+  CopyBundle(written, trial, "checkpoint");
+  auto dir = OpenSourceDir((trial / "checkpoint").string(), TestCodec(), {});
+  ASSERT_TRUE(dir.ok()) << dir.status().message();
+  EXPECT_EQ(dir->named, "checkpoint");
+  auto ckpt = ReadCheckpoint(*dir, TestCodec(), dir->path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  auto whole =
+      ReadCheckpoint(*OpenSourceDir(trial.string(), TestCodec(), {}), TestCodec(), trial.string());
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  EXPECT_EQ(ckpt->tensors.size(), whole->tensors.size());
+  EXPECT_FALSE(ckpt->tensors.empty());
+}
+
 // tf.train.latest_checkpoint raises on a state file with an empty model_checkpoint_path
 // (get_checkpoint_state: "Invalid checkpoint state"): no latest, not a guess by step.
 TEST_F(RunListingTest, TfEmptyModelCheckpointPathGivesNoLatest) {
