@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -148,7 +149,41 @@ struct TfState {
   // model_checkpoint_path is empty: tf.train.latest_checkpoint raises (get_checkpoint_state:
   // "Invalid checkpoint state"), so the run has no latest, never a guess.
   bool names_no_latest = false;
+  // Prefixes in a subdirectory (`sub/ckpt-3`): the prefix's name -> that subdirectory.
+  std::map<std::string, std::string> within;
 };
+
+// Whether `path` (relative, inside SOURCE) is a chain of plain names.
+bool IsPlainPath(const std::string& path) {
+  size_t begin = 0;
+  while (begin <= path.size()) {
+    size_t slash = path.find('/', begin);
+    if (slash == std::string::npos) slash = path.size();
+    if (!IsEntryName(std::string_view(path).substr(begin, slash - begin))) return false;
+    begin = slash + 1;
+  }
+  return true;
+}
+
+// The directory prefix `prefix` of the state file lies in: `dir`, or the subdirectory the
+// state file joined it to, opened one plain name at a time (a link out of SOURCE is refused
+// by OpenDir).
+Result<SourceDir> PrefixHome(const SourceDir& dir, const std::string& within) {
+  SourceDir home = dir;
+  size_t begin = 0;
+  while (!within.empty() && begin <= within.size()) {
+    size_t slash = within.find('/', begin);
+    if (slash == std::string::npos) slash = within.size();
+    CKPTFS_ASSIGN_OR_RETURN(home, home.OpenDir(within.substr(begin, slash - begin)));
+    begin = slash + 1;
+  }
+  return home;
+}
+
+std::string WithinOf(const TfState& state, const std::string& prefix) {
+  auto it = state.within.find(prefix);
+  return it == state.within.end() ? std::string() : it->second;
+}
 
 Result<TfState> ReadTfState(const SourceDir& dir, std::vector<std::string>& skipped) {
   TfState state;
@@ -179,6 +214,23 @@ Result<TfState> ReadTfState(const SourceDir& dir, std::vector<std::string>& skip
     // Taken by its last component, inside SOURCE: a stale absolute path from another
     // machine names the prefix beside the state file; nothing outside is ever named.
     auto prefix = tf::StatePathInSource(path, shown);
+    // A relative path with directories (`sub/ckpt-3`) is joined to the state file's
+    // directory (checkpoint_management.get_checkpoint_state): the prefix in that
+    // subdirectory, shown by its own name; one of the same name beside the state file wins.
+    std::string within;
+    if (prefix.ok() && prefix->find('/') != std::string::npos && IsPlainPath(*prefix)) {
+      const size_t slash = prefix->rfind('/');
+      within = prefix->substr(0, slash);
+      *prefix = prefix->substr(slash + 1);
+      const auto known = state.within.find(*prefix);
+      if (dir.Lists(*prefix + ".index") ||
+          (known != state.within.end() && known->second != within) ||
+          (known == state.within.end() && std::find(state.prefixes.begin(), state.prefixes.end(),
+                                                    *prefix) != state.prefixes.end())) {
+        within.clear();
+        prefix = Status::InvalidArgument("taken");
+      }
+    }
     if (!prefix.ok() || !IsEntryName(*prefix) || prefix->find('/') != std::string::npos) {
       if (std::find(refused.begin(), refused.end(), path) != refused.end()) continue;
       refused.push_back(path);
@@ -189,6 +241,7 @@ Result<TfState> ReadTfState(const SourceDir& dir, std::vector<std::string>& skip
     if (std::find(state.prefixes.begin(), state.prefixes.end(), *prefix) == state.prefixes.end()) {
       state.prefixes.push_back(*prefix);
     }
+    if (!within.empty()) state.within[*prefix] = within;
     if (&path == &written.back() && !parsed->model_checkpoint_path.empty()) {
       state.latest = *prefix;
       state.latest_written = path;
@@ -609,13 +662,16 @@ bool KeptButUnlisted(const TfState& state, const RunEntry& entry) {
   return true;
 }
 
-Result<RunEntry> TfEntry(const SourceDir& dir, const std::string& prefix, const TfState& state) {
+Result<RunEntry> TfEntry(const SourceDir& run_dir, const std::string& prefix,
+                         const TfState& state) {
   RunEntry entry;
   entry.name = prefix;
   entry.kind = RunEntry::Kind::kTfPrefix;
+  entry.within = WithinOf(state, prefix);
   entry.step = StepInName(prefix);
   entry.format = "tensorflow";
   entry.complete = true;
+  CKPTFS_ASSIGN_OR_RETURN(const SourceDir dir, PrefixHome(run_dir, entry.within));
   bool listed = false;
   for (const std::string& f : dir.files) {
     if (!f.starts_with(prefix + ".")) continue;
@@ -635,10 +691,27 @@ Result<RunEntry> TfEntry(const SourceDir& dir, const std::string& prefix, const 
 // The TF prefixes of `dir` when a state file is there: those with a listed PREFIX.index,
 // and, where the store cannot list (HTTP without an autoindex), those the state file names
 // whose index is there when asked. Prefixes whose files are gone (retention) are absent.
-Result<std::vector<std::string>> TfPrefixes(const SourceDir& dir, const TfState& state) {
+Result<std::vector<std::string>> TfPrefixes(const SourceDir& dir, const TfState& state,
+                                            std::vector<std::string>& skipped) {
   std::vector<std::string> prefixes;
   if (!state.present) return prefixes;
   for (const std::string& prefix : state.prefixes) {
+    const std::string within = WithinOf(state, prefix);
+    if (!within.empty()) {
+      // In a subdirectory: there when its index is (a link out of SOURCE, a missing
+      // directory: not an entry, with a line).
+      auto home = PrefixHome(dir, within);
+      if (!home.ok() && IsTransient(home.status())) return home.status();
+      if (!home.ok()) {
+        skipped.push_back(JoinShown(dir.path, std::string(kTfStateFile)) + ": \"" +
+                          EscapeControlChars(within + "/" + prefix) +
+                          "\": " + EscapeControlChars(home.status().message()) + ", skipped");
+        continue;
+      }
+      CKPTFS_ASSIGN_OR_RETURN(const bool there, StoredOrAsked(*home, prefix + ".index"));
+      if (there) prefixes.push_back(prefix);
+      continue;
+    }
     if (!dir.probe || Stored(dir, prefix + ".index")) continue;
     CKPTFS_ASSIGN_OR_RETURN(const bool there, dir.Has(prefix + ".index"));
     if (there) prefixes.push_back(prefix);
@@ -938,7 +1011,10 @@ Result<bool> IsRun(const SourceDir& dir) {
   CKPTFS_ASSIGN_OR_RETURN(TfState tf, ReadTfState(dir, ignored));
   size_t listed = 0;
   for (const std::string& prefix : tf.prefixes) {
-    CKPTFS_ASSIGN_OR_RETURN(const bool there, StoredOrAsked(dir, prefix + ".index"));
+    auto home = PrefixHome(dir, WithinOf(tf, prefix));
+    if (!home.ok() && IsTransient(home.status())) return home.status();
+    if (!home.ok()) continue;
+    CKPTFS_ASSIGN_OR_RETURN(const bool there, StoredOrAsked(*home, prefix + ".index"));
     listed += there ? 1 : 0;
   }
   // Nothing but a `latest` file that names no tag (`../secret_tag`): that line says more
@@ -961,6 +1037,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
   }
   CKPTFS_ASSIGN_OR_RETURN(const std::string deepspeed_latest,
                           ReadDeepSpeedLatest(dir, run.skipped));
+  CKPTFS_ASSIGN_OR_RETURN(TfState tf, ReadTfState(dir, run.skipped));
   std::vector<std::string> dirs = dir.dirs;
   // A store that cannot list (HTTP without an autoindex) still shows the tag `latest` names.
   if (!deepspeed_latest.empty() && dirs.empty()) dirs.push_back(deepspeed_latest);
@@ -971,6 +1048,13 @@ Result<RunListing> ListRun(const SourceDir& dir) {
       continue;
     }
     if (PartOfTopCheckpoint(top, name)) continue;
+    // The directory of a prefix the state file names inside it (`sub/ckpt-3`): that
+    // prefix is the entry.
+    if (std::any_of(tf.within.begin(), tf.within.end(), [&](const auto& w) {
+          return w.second == name || w.second.starts_with(name + "/");
+        })) {
+      continue;
+    }
     CKPTFS_ASSIGN_OR_RETURN(std::optional<RunEntry> entry,
                             DirectoryEntry(dir, name, run.skipped, trainer_states));
     if (entry) run.entries.push_back(std::move(*entry));
@@ -991,8 +1075,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
     }
     run.entries.push_back(std::move(entry).value());
   }
-  CKPTFS_ASSIGN_OR_RETURN(TfState tf, ReadTfState(dir, run.skipped));
-  CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> prefixes, TfPrefixes(dir, tf));
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> prefixes, TfPrefixes(dir, tf, run.skipped));
   for (const std::string& prefix : prefixes) {
     if (!IsEntryName(prefix) || Find(run, prefix)) continue;
     CKPTFS_ASSIGN_OR_RETURN(RunEntry entry, TfEntry(dir, prefix, tf));
@@ -1018,10 +1101,18 @@ Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry) {
     one.dirs.clear();  // its checkpoint-N/ are the run's, not the final model's
     return one;
   }
+  if (entry.kind == RunEntry::Kind::kTfPrefix && !entry.within.empty()) {
+    if (!IsPlainPath(entry.within)) {
+      return Status::InvalidArgument(dir.path + ": \"" + EscapeControlChars(entry.within) +
+                                     "\" is not a plain path");
+    }
+    CKPTFS_ASSIGN_OR_RETURN(one, PrefixHome(dir, entry.within));
+  }
+  const std::vector<std::string> files = std::move(one.files);
   one.dirs.clear();
   one.named = entry.name;
   one.files.clear();
-  for (const std::string& f : dir.files) {
+  for (const std::string& f : files) {
     const bool mine = entry.kind == RunEntry::Kind::kFile
                           ? f == entry.name
                           : f.starts_with(entry.name + ".") && !EndsWith(f, ".index.json");

@@ -62,6 +62,10 @@ struct RunEntry {
   enum class Kind : uint8_t { kDirectory, kFile, kTfPrefix, kFinal };
   std::string name;  // as in SOURCE: a directory, a file, or a TF prefix (no file itself)
   Kind kind = Kind::kDirectory;
+  // kTfPrefix only: the subdirectory of SOURCE its files lie in, "" for SOURCE itself (a
+  // state file's `model_checkpoint_path: "sub/ckpt-3"`, joined to the state file's
+  // directory as TF does; plain names only, opened one by one, so it stays inside SOURCE).
+  std::string within;
   std::optional<uint64_t> step;  // the step number its name carries, if any
   // All its files are there and whole (an HF dir with its index and every shard; a torch
   // zip whose end record is valid; a TF prefix the `checkpoint` file names). An incomplete

@@ -575,6 +575,54 @@ TEST_F(RunListingTest, TfKeptButUnlistedPrefixesAreEntriesNeverLatest) {
   EXPECT_EQ(List().latest, "ckpt-5");
 }
 
+// `model_checkpoint_path: "sub/ckpt-3"` is joined to the state file's directory, as
+// checkpoint_management.get_checkpoint_state does: the prefix in sub/ is an entry (by its own
+// name) and latest; a subdirectory linking out of SOURCE, or `..`, never is.
+TEST_F(RunListingTest, TfStatePathInASubdirectoryIsJoinedInsideSource) {
+  const fs::path written = root_ / "tf";
+  const std::string cmd = "/usr/bin/python3 " CKPTFS_SOURCE_DIR
+                          "/scripts/make_tf_checkpoint.py standard " +
+                          written.string() + " >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  CopyBundle(written, run_, "ckpt-1");
+  CopyBundle(written, run_, "ckpt-2");
+  fs::create_directories(run_ / "sub");
+  CopyBundle(written, run_ / "sub", "ckpt-3");
+  const std::string state =
+      "model_checkpoint_path: \"sub/ckpt-3\"\n"
+      "all_model_checkpoint_paths: \"ckpt-1\"\n"
+      "all_model_checkpoint_paths: \"ckpt-2\"\n"
+      "all_model_checkpoint_paths: \"sub/ckpt-3\"\n";
+  Write(run_ / "checkpoint", state);
+  EXPECT_TRUE(IsRunAt(run_));
+  const RunListing run = List();
+  EXPECT_EQ(Names(run), "ckpt-1 ckpt-2 ckpt-3") << Skipped(run);
+  ASSERT_NE(Entry(run, "ckpt-3"), nullptr);
+  EXPECT_EQ(Entry(run, "ckpt-3")->within, "sub");
+  EXPECT_TRUE(Entry(run, "ckpt-3")->complete) << Entry(run, "ckpt-3")->why_incomplete;
+  EXPECT_EQ(run.latest, "ckpt-3");
+  EXPECT_EQ(run.latest_from, "checkpoint file");
+  EXPECT_FALSE(OpenEntry(run, "ckpt-3").empty());
+  // sub/ linking out of SOURCE: never followed, no entry, latest not guessed from it.
+  fs::create_directories(root_ / "outside");
+  CopyBundle(written, root_ / "outside", "ckpt-3");
+  fs::remove_all(run_ / "sub");
+  fs::create_directory_symlink(root_ / "outside", run_ / "sub");
+  const RunListing out = List();
+  EXPECT_EQ(Names(out), "ckpt-1 ckpt-2") << Skipped(out);
+  EXPECT_NE(out.latest, "ckpt-3");
+  EXPECT_NE(Skipped(out).find("sub/ckpt-3"), std::string::npos) << Skipped(out);
+  // `..` leaves no directory to join: the name beside the state file, as before.
+  fs::remove(run_ / "sub");
+  Write(run_ / "checkpoint",
+        "model_checkpoint_path: \"../run/ckpt-2\"\n"
+        "all_model_checkpoint_paths: \"ckpt-1\"\n"
+        "all_model_checkpoint_paths: \"../run/ckpt-2\"\n");
+  const RunListing up = List();
+  EXPECT_EQ(up.latest, "ckpt-2");
+  EXPECT_EQ(Entry(up, "ckpt-2")->within, "");
+}
+
 // Keras Tuner's layout: weights saved with the prefix `checkpoint` beside the state file of
 // that name; tf.train.latest_checkpoint(DIR) returns DIR/checkpoint, which opens the prefix.
 TEST_F(RunListingTest, TfPrefixNamedCheckpointOpensByTheLatestCheckpointPath) {
