@@ -4,7 +4,8 @@
 //   - subdirectories that hold a checkpoint (HF Trainer `checkpoint-500/`, any name);
 //   - torch files (`*.ckpt`, `*.pt`, `*.pth`, `*.bin`): Lightning's `epoch=3-step=1000.ckpt`
 //     and `last.ckpt`, `model_00010.pt`;
-//   - TF prefixes that a `checkpoint` state file lists.
+//   - TF prefixes that a `checkpoint` state file lists (in SOURCE, or in the subdirectory a
+//     relative `sub/ckpt-3` names: RunEntry::within), and those it keeps unlisted.
 // The rule (IsRun): a directory with checkpoint subdirectories (the format table claims
 // something in them, or they hold `map.pt`), or with two or more torch files that are each
 // a checkpoint, or whose TF `checkpoint` file lists two or more prefixes that exist, or
@@ -19,10 +20,12 @@
 // entries: a SavedModel's `variables/`, DeepSpeed's `global_stepN/` beside HF weights.
 //
 // Steps (StepInName), completeness, latest and best: see docs/run-discovery.md. latest:
-// DeepSpeed's `latest` file, TF `model_checkpoint_path`, Lightning `last.ckpt`, else the highest
-// step, else the newest; best: `best_model_checkpoint` of the `trainer_state.json` in the latest
-// complete checkpoint (the one HF Trainer resumes from; SOURCE's own when none has one), else
-// ModelCheckpoint's `best_model_path` in `last.ckpt` (or the newest .ckpt). Records are
+// DeepSpeed's `latest` file, TF `model_checkpoint_path` (empty: no latest, as TF raises),
+// Lightning's newest `last.ckpt`/`last-vN.ckpt`, else the highest step, else the newest; best:
+// `best_model_checkpoint` of the `trainer_state.json` in the latest complete checkpoint (the
+// one HF Trainer resumes from; SOURCE's own when none has one), else the first
+// ModelCheckpoint's `best_model_path` (saved order) in that newest last (or the newest
+// .ckpt). docs/runs.md cites each framework's code. Records are
 // matched by their last path component against entries, never resolved; only complete
 // entries without a `problem` qualify.
 //
@@ -110,9 +113,10 @@ Result<bool> IsRun(const SourceDir& dir);
 Result<RunListing> ListRun(const SourceDir& dir);
 
 // The step number entry name `name` carries: the number after "step" (`step=1000`,
-// `global_step1000`, `epoch=3-step=1000.ckpt`), else the last number of the name without
-// its extension (`checkpoint-1500`, `ckpt-3`, `model_00010.pt`, `00000123`); nullopt when
-// there is none or it exceeds 64 bits.
+// `global_step1000`, `epoch=3-step=1000.ckpt`), else after "epoch=", else the last number of
+// a name without `=` and without its extension (`checkpoint-1500`, `ckpt-3`,
+// `model_00010.pt`, `00000123`); Lightning's `-vN` version suffix is no step. nullopt when
+// there is none (a name of metrics only: `epoch-val_loss=0.25.ckpt`) or it exceeds 64 bits.
 std::optional<uint64_t> StepInName(const std::string& name);
 
 // The SourceDir that holds entry `entry` of run `dir` (for ReadCheckpoint, formats.h): the
