@@ -158,6 +158,37 @@ TEST_F(RunInspectTest, HttpTfRunFromTheCheckpointFileAlone) {
   }
 }
 
+// The TF state file as TF writes it, latest in both fields: `sub/ckpt-3` joined to the
+// state file's directory is latest; a path that is no prefix (a control character) is
+// printed once in `skipped`, not once per field.
+TEST_F(RunInspectTest, LocalTfRunJoinsSubdirectoryAndSkipsOnce) {
+  const std::string written = scratch_->Path("tf");
+  const ProcessResult w = RunProcess(
+      {kPython, ScriptPath("scripts/make_tf_checkpoint.py"), "standard", written}, seconds(60));
+  ASSERT_EQ(w.exit_code, 0) << w.Describe();
+  const std::string tf_run = scratch_->MakeDir("tfrun");
+  fs::create_directories(tf_run + "/sub");
+  for (const char* prefix : {"ckpt-1", "ckpt-2", "sub/ckpt-3"}) {
+    for (const fs::directory_entry& e : fs::directory_iterator(written)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("ckpt-3.", 0) != 0) continue;
+      fs::copy_file(e.path(), tf_run + "/" + prefix + name.substr(6));
+    }
+  }
+  std::ofstream(tf_run + "/checkpoint") << "model_checkpoint_path: \"sub/ckpt-3\"\n"
+                                           "all_model_checkpoint_paths: \"ckpt-1\"\n"
+                                           "all_model_checkpoint_paths: \"bad\\001\"\n"
+                                           "all_model_checkpoint_paths: \"ckpt-2\"\n"
+                                           "all_model_checkpoint_paths: \"bad\\001\"\n"
+                                           "all_model_checkpoint_paths: \"sub/ckpt-3\"\n";
+  const ProcessResult r = RunProcess({kCkptfs, "inspect", tf_run}, seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_NE(r.out.find("latest   -> ckpt-3 (by checkpoint file)"), std::string::npos) << r.out;
+  const size_t skipped = r.out.find("skipped  ");
+  ASSERT_NE(skipped, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("skipped  ", skipped + 1), std::string::npos) << r.out;
+}
+
 TEST_F(RunInspectTest, S3RunFromCommonPrefixes) {
   const std::string unavailable = S3Server::UnavailableReason();
   if (!unavailable.empty()) GTEST_SKIP() << unavailable;
