@@ -690,9 +690,10 @@ def Expected(args, model: nn.Module, trained: Trained, module: dict, param_shape
     """The ground truth, from the model and the training, not from the files.
 
     model        what zero_to_fp32.py writes (convert_zero_checkpoint_to_fp32_state_dict):
-                 buffers (cast to fp32), frozen params (stage >= 2, not excluded), trainable
-                 params in param_shapes order, then tied aliases; every tensor fp32, an alias
-                 the same tensor as its owner.
+                 buffers (cast to fp32 by .float()), frozen params (stage >= 2, not
+                 excluded) in their saved dtype (_zero2/_zero3_merge_frozen_params take the
+                 fragments as they are), trainable params (the fp32 masters) in param_shapes
+                 order, then tied aliases; an alias the same tensor as its owner.
     model_native the same names with buffers and frozen params in their saved dtype (what a
                  zero-copy view shows); trainable params are the fp32 master weights.
     module       the module state_dict as saved (stage 3: empty placeholders for params).
@@ -709,7 +710,7 @@ def Expected(args, model: nn.Module, trained: Trained, module: dict, param_shape
             native[name] = sd[name].clone()
     if save_frozen:
         for name in frozen_names:
-            expected_model[name] = named[name].detach().float()
+            expected_model[name] = named[name].detach().clone()
             native[name] = named[name].detach().clone()
     moments = {"exp_avg": collections.OrderedDict(), "exp_avg_sq": collections.OrderedDict()}
     for shapes in param_shapes:
