@@ -60,8 +60,12 @@ bool ParseZeroName(std::string_view name, uint64_t& dp, uint64_t& mp) {
   return number(mp);
 }
 
-// A pipeline layer file, layer_XX-model_YY-model_states.pt (PipelineModule.save_state_dict):
-// one state_dict() per layer and tensor-parallel rank.
+// A pipeline layer file (PipelineModule.save_state_dict, runtime/pipe/module.py): one
+// `layer.state_dict()` per layer and tensor-parallel rank, named by ckpt_layer_path
+// "layer_{idx:02d}[-{rank_repr}]-model_states.pt", idx the global layer index. rank_repr is
+// the topology's get_rank_repr, data and pipe axes omitted: "model_YY" under
+// PipeModelDataParallelTopology (Megatron-DeepSpeed), "" under PipeDataParallelTopology (the
+// default PipelineModule builds), which leaves layer_XX-model_states.pt (TP rank 0).
 struct LayerFile {
   std::string name;  // without .zst
   uint64_t layer = 0;
@@ -73,10 +77,12 @@ std::vector<LayerFile> LayerFiles(const SourceDir& dir) {
   for (const std::string& f : dir.files) {
     std::string_view n = StripZst(f);
     constexpr std::string_view kHead = "layer_", kMid = "-model_", kTail = "-model_states.pt";
-    if (n.substr(0, kHead.size()) != kHead || !EndsWith(n, kTail)) continue;
+    if (n.substr(0, kHead.size()) != kHead || !EndsWith(n, kTail) ||
+        n.size() < kHead.size() + kTail.size()) {
+      continue;
+    }
     const std::string_view middle = n.substr(kHead.size(), n.size() - kHead.size() - kTail.size());
     const size_t dash = middle.find(kMid);
-    if (dash == std::string_view::npos) continue;
     auto number = [](std::string_view digits, uint64_t& v) {
       if (digits.empty() || digits.size() > 9) return false;
       v = 0;
@@ -88,15 +94,38 @@ std::vector<LayerFile> LayerFiles(const SourceDir& dir) {
     };
     LayerFile l{std::string(n)};
     if (!number(middle.substr(0, dash), l.layer) ||
-        !number(middle.substr(dash + kMid.size()), l.mp)) {
+        (dash != std::string_view::npos && !number(middle.substr(dash + kMid.size()), l.mp))) {
       continue;
     }
     if (out.empty() || out.back().name != l.name) out.push_back(std::move(l));  // x, x.zst
   }
   std::sort(out.begin(), out.end(), [](const LayerFile& a, const LayerFile& b) {
-    return std::tie(a.mp, a.layer) < std::tie(b.mp, b.layer);
+    return std::tie(a.mp, a.layer, a.name) < std::tie(b.mp, b.layer, b.name);
   });
   return out;
+}
+
+// Each layer file belongs to a tensor-parallel rank the tag has, one file per layer and
+// rank: otherwise two files would give the same merged names (a TP rank's slice is not the
+// layer, and DeepSpeed's own loader, load_state_dir, would take whichever its SDLoader
+// picks), so the tag is refused rather than served with one of them.
+Status CheckLayers(const std::vector<LayerFile>& layers, const std::string& states,
+                   uint32_t mp_world_size) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerFile& l = layers[i];
+    if (l.mp >= mp_world_size) {
+      return Status::Corruption(l.name + ": tensor-parallel rank " + std::to_string(l.mp) +
+                                " but " + states + " says mp_world_size " +
+                                std::to_string(mp_world_size) +
+                                ": layer files of another model-parallel layout");
+    }
+    if (i > 0 && layers[i - 1].layer == l.layer && layers[i - 1].mp == l.mp) {
+      return Status::Corruption(l.name + ": layer " + std::to_string(l.layer) +
+                                " of tensor-parallel rank " + std::to_string(l.mp) +
+                                " is saved in " + layers[i - 1].name + " too");
+    }
+  }
+  return Status::Ok();
 }
 
 // A layer file's tensors as `prefix<layer>.<key>`, over its own storages, as saved; its
@@ -132,8 +161,8 @@ constexpr uint64_t kMaxLatestBytes = 4096;
 constexpr std::string_view kTrainerMarks[] = {"config.json", "training_args.bin",
                                               "trainer_state.json"};
 
-// The tag the `latest` file of `dir` names, stripped as DeepSpeed strips it (load_checkpoint:
-// `fd.read().strip()`); "" when there is no such file or it names no plain directory name.
+// The tag the `latest` file of `dir` names, stripped as DeepSpeed strips it
+// (ds::StripLatest); "" when there is no such file or it names no plain directory name.
 Result<std::string> LatestTag(const SourceDir& dir) {
   const std::string name(kLatestFile);
   if (!dir.Lists(name)) return std::string();
@@ -145,10 +174,8 @@ Result<std::string> LatestTag(const SourceDir& dir) {
   }
   auto text = ReadWhole(**file, kMaxLatestBytes);
   if (!text.ok()) return std::string();
-  const std::string_view space = " \t\r\n\v\f";
-  const size_t first = text->find_first_not_of(space);
-  if (first == std::string::npos) return std::string();
-  std::string tag = text->substr(first, text->find_last_not_of(space) + 1 - first);
+  std::string tag(ds::StripLatest(*text));
+  if (tag.empty()) return std::string();
   const bool plain = tag != "." && tag != ".." && tag.size() <= 255 &&
                      std::none_of(tag.begin(), tag.end(), [](char c) {
                        return c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
@@ -327,6 +354,12 @@ Status ReadTag(const SourceDir& dir, const std::string& states, ReadContext& cod
                                ": tensor-parallel ZeRO checkpoints are not consolidated (nor "
                                "does zero_to_fp32)");
   }
+  CKPTFS_RETURN_IF_ERROR(CheckLayers(layers, first_rank.name, tag.mp_world_size));
+  if (!tag.module_saved && !tag.zero_state && layers.empty()) {
+    return Status::Unsupported(first_rank.name +
+                               ": module and param_shapes are None and the tag lists no layer "
+                               "files (layer_XX-model_states.pt): no weights to serve");
+  }
   const uint32_t dp = tag.dp_world_size;
   const std::string world = "dp_world_size " + std::to_string(dp) + " in " + first_rank.name;
 
@@ -336,8 +369,11 @@ Status ReadTag(const SourceDir& dir, const std::string& states, ReadContext& cod
   if (!plain) {
     CKPTFS_ASSIGN_OR_RETURN(bf16, Exists(dir, ds::OptimStatesName(0, 0, true)));
   }
+  // No optimizer files and either no ZeRO state saved (param_shapes None: stage 0, or an
+  // engine without optimizer, as a pipeline saved for inference) or no ZeRO configured.
   const bool no_zero =
-      !consolidate || (!plain && !bf16 && !stage3 && tag.config_stage.value_or(0) == 0);
+      !consolidate ||
+      (!plain && !bf16 && (!tag.zero_state || (!stage3 && tag.config_stage.value_or(0) == 0)));
   CKPTFS_RETURN_IF_ERROR(CheckListing(dir, dp, tag.mp_world_size, bf16, stage3));
 
   std::vector<std::string> model_names = {states};

@@ -17,6 +17,7 @@
 #include "core/checkpoint/formats.h"
 #include "core/checkpoint/hf_layout.h"
 #include "core/checkpoint/natural_order.h"
+#include "core/format/deepspeed/zero.h"
 #include "core/format/hf_index.h"
 #include "core/format/ordered_json.h"
 #include "core/format/tf/checkpoint_state.h"
@@ -270,10 +271,7 @@ Result<std::string> ReadDeepSpeedLatest(const SourceDir& dir, std::vector<std::s
     skipped.push_back(text.status().message());
     return std::string();
   }
-  std::string tag = *text;
-  while (!tag.empty() && (tag.back() == '\n' || tag.back() == '\r' || tag.back() == ' ')) {
-    tag.pop_back();
-  }
+  const std::string tag(deepspeed::StripLatest(*text));  // as DeepSpeed's load_checkpoint
   if (!IsEntryName(tag)) {
     skipped.push_back(JoinShown(dir.path, name) + ": \"" +
                       EscapeControlChars(text->substr(0, 200)) + "\" names no tag of " + dir.path +

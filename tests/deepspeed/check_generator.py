@@ -231,8 +231,10 @@ def Consolidate(tag_dir: str, exclude_frozen: bool, load: Callable,
         if id(tensor) in first_name:
             result[name] = result[first_name[id(tensor)]]
         else:
+            # to_torch_tensor: .contiguous() only. Trainable params are the fp32 masters and
+            # buffers were cast by .float(); frozen params keep the dtype they were saved in.
             first_name[id(tensor)] = name
-            result[name] = tensor.contiguous().to(torch.float32)
+            result[name] = tensor.contiguous()
     return result
 
 

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Writes DeepSpeed ZeRO checkpoints without DeepSpeed, for ckptfs tests and benchmarks.
 
-    make_deepspeed_checkpoint.py OUT [--stage 1|2|3] [--ranks 1..4] [--dtype bf16|fp16]
+    make_deepspeed_checkpoint.py OUT [--stage 0|1|2|3] [--ranks 1..4] [--dtype bf16|fp16]
         [--round-robin] [--sub-group-size N] [--frozen] [--tied] [--exclude-frozen]
-        [--groups 1|2] [--step N] [--enum-getattr] [--legacy] [--pipeline [--tp N]]
+        [--groups 1|2] [--step N] [--enum-getattr] [--legacy]
+        [--pipeline [--tp N] [--no-model-axis]]
         [--hostile-global] [--break KIND] [--dirty-padding] [--size-mb N] [--no-expected] [--seed S]
 
 DeepSpeed needs torch >= 2, Debian has torch 1.13: this reproduces what DeepSpeed 0.19's
@@ -24,6 +25,7 @@ steps on fp32 master weights with seeded gradients, and writes:
     zero_pp_rank_R_mp_rank_00_model_states.pt       stage 3, every rank
     [bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt  every rank (bf16_ when bf16 is on)
     layer_XX-model_YY-model_states.pt               --pipeline, one per layer and TP rank
+    layer_XX-model_states.pt                        --pipeline --no-model-axis (TP rank 0)
   OUT/expected.pt            the ground truth, written by plain torch.save (not by the
                              DeepSpeed path): {'model', 'model_native', 'module',
                              'exp_avg', 'exp_avg_sq', 'config', 'tag', 'files', ...};
@@ -77,7 +79,8 @@ BREAKS = {
 def ParseArgs(argv: List[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out")
-    p.add_argument("--stage", type=int, choices=(1, 2, 3), default=2)
+    p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=2,
+                   help="0 (with --pipeline): no ZeRO and no optimizer state saved")
     p.add_argument("--ranks", type=int, choices=(1, 2, 3, 4), default=2)
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--round-robin", action="store_true",
@@ -96,8 +99,10 @@ def ParseArgs(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--legacy", action="store_true",
                    help="non-zip torch.save (checkpoint_serialization: false)")
     p.add_argument("--pipeline", action="store_true",
-                   help="PipelineModule: layer_XX-model_YY files, module=None (stage 1 only)")
+                   help="PipelineModule: layer_XX-model_YY files, module=None (stage 0 or 1)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (with --pipeline)")
+    p.add_argument("--no-model-axis", action="store_true",
+                   help="PipeDataParallelTopology (PipelineModule's default): layer_XX-model_states.pt")
     p.add_argument("--hostile-global", action="store_true",
                    help="client state holding a pickle of os.system (touches OUT/hostile_marker)")
     p.add_argument("--break", dest="break_", choices=sorted(BREAKS),
@@ -109,8 +114,12 @@ def ParseArgs(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--no-expected", action="store_true", help="do not write OUT/expected.pt")
     p.add_argument("--seed", type=int, default=1234)
     args = p.parse_args(argv)
-    if args.pipeline and args.stage != 1:
-        p.error("--pipeline supports --stage 1 only (DeepSpeed's pipeline engine refuses ZeRO-2/3)")
+    if args.pipeline and args.stage > 1:
+        p.error("--pipeline supports --stage 0 and 1 (DeepSpeed's pipeline engine refuses ZeRO-2/3)")
+    if args.stage == 0 and not args.pipeline:
+        p.error("--stage 0 needs --pipeline")
+    if args.no_model_axis and (not args.pipeline or args.tp != 1):
+        p.error("--no-model-axis needs --pipeline and --tp 1 (the topology has no model axis)")
     if args.tp != 1 and not args.pipeline:
         p.error("--tp needs --pipeline")
     if args.pipeline and (args.frozen or args.tied or args.groups != 1 or args.round_robin):
@@ -451,6 +460,11 @@ def DsConfig(args: argparse.Namespace) -> dict:
             "reduce_bucket_size": 500000000, "round_robin_gradients": args.round_robin}
     if args.stage == 3:
         zero["sub_group_size"] = args.sub_group_size
+    if args.stage == 0:  # an engine without optimizer (deepspeed.initialize with none)
+        config = {"train_batch_size": 8 * args.ranks, "train_micro_batch_size_per_gpu": 8,
+                  "zero_optimization": {"stage": 0}, "steps_per_print": 10}
+        config["bf16" if args.dtype == "bf16" else "fp16"] = {"enabled": True}
+        return config
     config = {
         "train_batch_size": 8 * args.ranks,
         "train_micro_batch_size_per_gpu": 8,
@@ -495,7 +509,7 @@ def ModelStates(args, module: Optional[dict], buffer_names: List[str], param_sha
                  frozen_param_shapes=frozen_shapes,
                  shared_params=shared_params,
                  frozen_param_fragments=frozen_fragments,
-                 lr_scheduler={"last_batch_iteration": args.step - 1},
+                 lr_scheduler=({"last_batch_iteration": args.step - 1} if args.stage else None),
                  data_sampler=None,
                  random_ltd=None,
                  sparse_tensor_module_names=set(),
@@ -676,9 +690,10 @@ def Expected(args, model: nn.Module, trained: Trained, module: dict, param_shape
     """The ground truth, from the model and the training, not from the files.
 
     model        what zero_to_fp32.py writes (convert_zero_checkpoint_to_fp32_state_dict):
-                 buffers (cast to fp32), frozen params (stage >= 2, not excluded), trainable
-                 params in param_shapes order, then tied aliases; every tensor fp32, an alias
-                 the same tensor as its owner.
+                 buffers (cast to fp32 by .float()), frozen params (stage >= 2, not
+                 excluded) in their saved dtype (_zero2/_zero3_merge_frozen_params take the
+                 fragments as they are), trainable params (the fp32 masters) in param_shapes
+                 order, then tied aliases; an alias the same tensor as its owner.
     model_native the same names with buffers and frozen params in their saved dtype (what a
                  zero-copy view shows); trainable params are the fp32 master weights.
     module       the module state_dict as saved (stage 3: empty placeholders for params).
@@ -695,7 +710,7 @@ def Expected(args, model: nn.Module, trained: Trained, module: dict, param_shape
             native[name] = sd[name].clone()
     if save_frozen:
         for name in frozen_names:
-            expected_model[name] = named[name].detach().float()
+            expected_model[name] = named[name].detach().clone()
             native[name] = named[name].detach().clone()
     moments = {"exp_avg": collections.OrderedDict(), "exp_avg_sq": collections.OrderedDict()}
     for shapes in param_shapes:
@@ -726,8 +741,19 @@ def TpSplit(name: str, layer: int) -> Optional[int]:
     return None
 
 
+def LayerFileName(args: argparse.Namespace, index: int, mp_rank: int) -> str:
+    """PipelineModule.ckpt_layer_path: layer_{idx:02d}[-{rank_repr}]-model_states.pt, rank_repr
+    the topology's get_rank_repr (data and pipe axes omitted): "model_YY" with a model axis
+    (PipeModelDataParallelTopology), "" without one (PipeDataParallelTopology)."""
+    rank_repr = "" if args.no_model_axis else f"-model_{mp_rank:02d}"
+    return f"layer_{index:02d}{rank_repr}-model_states.pt"
+
+
 def WritePipeline(args: argparse.Namespace, saver: Saver, tag_dir: str) -> dict:
-    """PipelineModule checkpoint: one file per layer and TP rank, module=None, ZeRO-1 optim."""
+    """PipelineModule checkpoint: one file per layer and TP rank, module=None, ZeRO-1 optim;
+    --stage 0: no optimizer state at all (param_shapes, shared_params None, no optim files).
+    The layer files come first: _save_checkpoint builds its dict with module=
+    module_state_dict(), which PipelineEngine overrides to write them and return None."""
     dtype = DTYPES[args.dtype]
     torch.manual_seed(args.seed)
     vocab, hidden, ffn = Sizes(args)
@@ -759,23 +785,27 @@ def WritePipeline(args: argparse.Namespace, saver: Saver, tag_dir: str) -> dict:
                 shapes.append(sd[key].shape)
                 inits.append(sd[key].reshape(-1).float())
             rank_layers.append(sd)
-        trained = Trained(names, shapes, dtype, torch.cat(inits), args.step, gen)
-        per_rank, param_shapes, _ = Zero12OptimStates(trained, [names], args.ranks, args, 0.0,
-                                                      ZeroStageEnum.optimizer_states)
+        trained, param_shapes = None, None
+        if args.stage:  # without an optimizer the weights are the module's as built
+            trained = Trained(names, shapes, dtype, torch.cat(inits), args.step, gen)
+            per_rank, param_shapes, _ = Zero12OptimStates(trained, [names], args.ranks, args, 0.0,
+                                                          ZeroStageEnum.optimizer_states)
         merged = collections.OrderedDict()
         for index, sd in enumerate(rank_layers):
             if sd is None:
                 continue  # save_state_dict skips what has no state_dict()
             for key in sd:
-                sd[key] = trained.Full("bit16", f"{index}.{key}").clone()
+                if trained is not None:
+                    sd[key] = trained.Full("bit16", f"{index}.{key}").clone()
                 merged[f"{index}.{key}"] = sd[key]
             # clone_tensors_for_torch_save: every tensor its own compact storage.
-            saver.Save(sd, os.path.join(tag_dir,
-                                        f"layer_{index:02d}-model_{mp_rank:02d}-model_states.pt"))
+            saver.Save(sd, os.path.join(tag_dir, LayerFileName(args, index, mp_rank)))
         pipeline[f"model_{mp_rank:02d}"] = merged
-        saver.Save(ModelStates(args, None, [], param_shapes, None, {}, None, client_state),
+        # _get_shared_params only `if self.optimizer and zero_optimizer_state`, else None.
+        saver.Save(ModelStates(args, None, [], param_shapes, None, {} if args.stage else None,
+                               None, client_state),
                    os.path.join(tag_dir, f"mp_rank_{mp_rank:02d}_model_states.pt"))
-        for rank in range(args.ranks):
+        for rank in range(args.ranks if args.stage else 0):
             saver.Save({"optimizer_state_dict": per_rank[rank], "ds_config": config,
                         "ds_version": DS_VERSION},
                        os.path.join(tag_dir, OptimFileName(args, rank, mp_rank)))
@@ -783,7 +813,7 @@ def WritePipeline(args: argparse.Namespace, saver: Saver, tag_dir: str) -> dict:
             first = (trained, param_shapes)
     trained, param_shapes = first
     fp32 = collections.OrderedDict(
-        (n, trained.Full("master", n).clone()) for shapes in param_shapes for n in shapes)
+        (n, trained.Full("master", n).clone()) for shapes in param_shapes or [] for n in shapes)
     # The merged model is what the layer files hold (module dtype), named <layer>.<key> as
     # PipelineModule names its parameters; model_fp32 is the ZeRO-1 master copy of TP rank 0.
     return {"model": pipeline["model_00"], "model_native": pipeline["model_00"],

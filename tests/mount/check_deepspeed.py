@@ -12,12 +12,17 @@ of OUT/<tag>. Checked, bit for bit:
   - tensors/optimizer/exp_avg[_sq]/<name>.npy == expected['exp_avg'[_sq]] (numpy.load);
   - tensors/module/... == expected['module'] (stage 1/2, the module as saved);
   - pipelines: the layer files are the model (module dtype), tensors/model_fp32/... the ZeRO-1
-    masters; with tensor parallelism each TP rank's layers are a sub-tree model_YY.<layer>.<key>
-    of a whole view;
+    masters (none when saved without optimizer state); with tensor parallelism each TP rank's
+    layers are a sub-tree model_YY.<layer>.<key> of a whole view; without it, the merged
+    model equals each layer file read by torch.load (layer_XX[-model_00]-model_states.pt),
+    numpy.load of tensors/model/<layer>/<key>.npy agrees, and a module registering the
+    generator's layers under their index (as PipelineModule does) loads pytorch_model.bin
+    with load_state_dict(strict=True);
   - .ckptfs/metadata.json: global_steps, zero stage and dp_world_size.
 Exits 1 listing every mismatch, else prints one OK line.
 """
 
+import glob
 import json
 import os
 import struct
@@ -41,6 +46,47 @@ def RawBytes(t: torch.Tensor) -> bytes:
 
 def TensorPath(mnt: str, name: str, ext: str) -> str:
     return os.path.join(mnt, "tensors", *name.split(".")) + ext
+
+
+def CheckLayers(out: str, expected: dict, mnt: str, sd: dict, Fail) -> None:
+    tag_dir = os.path.join(out, expected["tag"])
+    files = sorted(glob.glob(os.path.join(tag_dir, "layer_*-model_states.pt")))
+    if not files:
+        Fail(f"{tag_dir}: no layer files")
+    merged = 0
+    for path in files:
+        base = os.path.basename(path)
+        index = int(base[len("layer_"):base.index("-")])
+        layer = torch.load(path, weights_only=True)
+        for key, want in layer.items():
+            name = f"{index}.{key}"
+            merged += 1
+            got = sd.get(name)
+            if got is None or got.dtype != want.dtype or RawBytes(got) != RawBytes(want):
+                Fail(f"pytorch_model.bin {name}: differs from {base}[{key!r}]")
+            if want.dtype != torch.bfloat16:  # numpy has no bfloat16: a .safetensors then
+                npy = TensorPath(mnt, f"model.{name}", ".npy")
+                arr = np.load(npy, mmap_mode="r") if os.path.exists(npy) else None
+                if arr is None or arr.shape != tuple(want.shape) or \
+                        arr.tobytes() != RawBytes(want):
+                    Fail(f"{npy}: differs from {base}[{key!r}]")
+    if merged != len(sd):
+        Fail(f"pytorch_model.bin holds {len(sd)} tensors, the layer files {merged}")
+    # PipelineModule registers each layer under its index (add_module(str(idx), layer)), so
+    # its state_dict names are the merged ones: load them into such a module, strictly.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "deepspeed"))
+    import make_deepspeed_checkpoint as gen  # pylint: disable=import-outside-toplevel
+    args = gen.ParseArgs([out] + (["--size-mb", str(expected["config"]["size_mb"])]
+                                  if expected["config"].get("size_mb") else []))
+    module = torch.nn.Module()
+    for index, layer in enumerate(gen.PipelineLayers(*gen.Sizes(args))):
+        if isinstance(layer, torch.nn.Module):
+            module.add_module(str(index), layer.to(gen.DTYPES[expected["config"]["dtype"]]))
+    try:
+        module.load_state_dict(sd, strict=True)
+    except RuntimeError as e:  # names or shapes PipelineModule would not take
+        Fail(f"load_state_dict(strict=True) of pytorch_model.bin: {str(e).splitlines()[0]}")
 
 
 def Main(out: str, mnt: str) -> int:
@@ -131,7 +177,11 @@ def Main(out: str, mnt: str) -> int:
                 if one[8 + n:] != RawBytes(want):
                     Fail(f"{path}: differs from the module")
 
-    # 5. The state.
+    # 5. A pipeline without tensor parallelism: the merged model against the layer files.
+    if config.get("pipeline") and not pipeline_tp:
+        CheckLayers(out, expected, mnt, sd, Fail)
+
+    # 6. The state.
     with open(os.path.join(mnt, ".ckptfs", "metadata.json"), encoding="utf-8") as f:
         meta = json.load(f)
     if meta.get("global_steps") != config["step"]:

@@ -68,6 +68,11 @@ INSTANTIATE_TEST_SUITE_P(
                {"--stage", "2", "--ranks", "3", "--frozen", "--tied", "--dirty-padding"}},
         DsCase{"pipeline-r2", {"--pipeline", "--stage", "1", "--ranks", "2"}},
         DsCase{"pipeline-r2-tp2", {"--pipeline", "--stage", "1", "--ranks", "2", "--tp", "2"}},
+        // (issue 23) Saved without optimizer state: the layer files are all there is.
+        DsCase{"pipeline0-r2-fp16",
+               {"--pipeline", "--stage", "0", "--ranks", "2", "--dtype", "fp16"}},
+        DsCase{"pipeline0-noaxis",
+               {"--pipeline", "--stage", "0", "--ranks", "1", "--no-model-axis"}},
         DsCase{"s3-r4-subgroups",
                {"--stage", "3", "--ranks", "4", "--sub-group-size", "300", "--frozen", "--tied",
                 "--enum-getattr"}}),

@@ -93,6 +93,22 @@ TEST_F(DeepSpeedRunTest, SaveDirIsARunAndLatestFollowsItsLatestFile) {
   EXPECT_NE(inspect.out.find("by DeepSpeed latest file"), std::string::npos) << inspect.out;
 }
 
+// (issue 23) `latest` as an editor or another tool leaves it (" global_step10\t\r\n"):
+// DeepSpeed reads `fd.read().strip()`, so the record names global_step10, not the highest
+// step; the model it names loads through the link.
+TEST_F(DeepSpeedRunTest, LatestFileIsStrippedAsDeepSpeedStripsIt) {
+  const std::string dir = MakeSaveDir(scratch_->Path("local"));
+  if (HasFatalFailure()) return;
+  WriteLatest(dir, " global_step10\t\r\n");
+  ProcessResult mounted;
+  ASSERT_NO_FATAL_FAILURE(Mount(dir, mountpoint_, &mounted, {"-v"}));
+  // global_step20, past the tag `latest` names, counts as still being written.
+  EXPECT_NE(mounted.out.find("checkpoint(s), latest global_step10,"), std::string::npos)
+      << mounted.out;
+  EXPECT_EQ(LatestOnceItIs("global_step10"), "global_step10");
+  RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/latest"});
+}
+
 TEST_F(DeepSpeedRunTest, TagMissingARankFileShowsErrorAndLatestFallsBack) {
   const std::string dir = MakeSaveDir(scratch_->Path("local"));
   if (HasFatalFailure()) return;

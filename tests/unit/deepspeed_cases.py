@@ -49,6 +49,12 @@ CASES = {
     "pipe_r2_bf16": ["--pipeline", "--stage", "1", "--ranks", "2"],
     "pipe_r3_fp16_tp2": ["--pipeline", "--stage", "1", "--ranks", "3", "--dtype", "fp16",
                          "--tp", "2"],
+    # Pipelines saved without optimizer state (module and param_shapes None, no optim files):
+    # layer files named with a model axis, without one (PipelineModule's default topology),
+    # and two TP ranks.
+    "pipe0_r2_fp16": ["--pipeline", "--stage", "0", "--ranks", "2", "--dtype", "fp16"],
+    "pipe0_r1_bf16_noaxis": ["--pipeline", "--stage", "0", "--ranks", "1", "--no-model-axis"],
+    "pipe0_r2_bf16_tp2": ["--pipeline", "--stage", "0", "--ranks", "2", "--tp", "2"],
     # For the refusals: another tag of s2_r2_bf16 and of s3_r1_bf16's run, hostile files.
     "s2_r2_bf16_step3": ["--stage", "2", "--ranks", "2", "--step", "3"],
     "s3_r2_bf16_step3": ["--stage", "3", "--ranks", "2", "--step", "3"],

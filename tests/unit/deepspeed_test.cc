@@ -21,6 +21,7 @@
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/formats.h"
+#include "core/format/deepspeed/zero.h"
 #include "test_util.h"
 
 namespace ckptfs {
@@ -108,7 +109,10 @@ const char* const kMatrix[] = {"s1_r1_bf16",
                                "s2_r2_bf16_step3",
                                "s3_r2_bf16",
                                "pipe_r2_bf16",
-                               "pipe_r3_fp16_tp2"};
+                               "pipe_r3_fp16_tp2",
+                               "pipe0_r2_fp16",
+                               "pipe0_r1_bf16_noaxis",
+                               "pipe0_r2_bf16_tp2"};
 
 TEST(DeepSpeedZero, EveryConfigurationMatchesTheGroundTruth) {
   REQUIRE_CASES();
@@ -210,6 +214,52 @@ TEST(DeepSpeedZero, StateHoldsConfigScalerAndClientState) {
   EXPECT_EQ(nlohmann::json::parse(by_name->state_json)["zero"]["stage"], 3);
 }
 
+// (issue 23) Frozen params keep the dtype they were saved in, as zero_to_fp32 keeps them
+// (_zero2_merge_frozen_params / _zero3_merge_frozen_params take the fragments as they are;
+// only buffers are cast, by .float()): bf16 in a bf16 run, fp16 in an fp16 one, and at
+// stage 2 the very bytes of the module's copy.
+TEST(DeepSpeedZero, FrozenParamsKeepTheirSavedDtype) {
+  REQUIRE_CASES();
+  const std::pair<const char*, const char*> kCasesAndDtypes[] = {{"s2_r4_groups_frozen", "BF16"},
+                                                                 {"s3_r2_getattr_frozen", "BF16"},
+                                                                 {"s2_r2_fp16_frozen_tied", "F16"}};
+  for (auto [c, dtype] : kCasesAndDtypes) {
+    SCOPED_TRACE(c);
+    Result<Checkpoint> ckpt = Open(Tag(c));
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+    for (const char* name : {"frozen_proj.weight", "frozen_proj.bias"}) {
+      const Tensor* frozen = FindTensor(*ckpt, std::string("model.") + name);
+      ASSERT_NE(frozen, nullptr) << name;
+      EXPECT_EQ(DtypeName(frozen->dtype), dtype) << name;
+      if (const Tensor* module = FindTensor(*ckpt, std::string("module.") + name)) {
+        EXPECT_EQ(module->dtype, frozen->dtype);
+        EXPECT_TRUE(BytesOf(*ckpt, *frozen) == BytesOf(*ckpt, *module)) << name;
+      }
+    }
+    // A trainable param is the fp32 master, whatever the run's dtype.
+    const Tensor* trained = FindTensor(*ckpt, "model.fc1.weight");
+    ASSERT_NE(trained, nullptr);
+    EXPECT_EQ(DtypeName(trained->dtype), "F32");
+  }
+}
+
+// `latest` stripped as Python's str.strip(): ASCII and Unicode White_Space at both ends,
+// nothing else (a zero-width space is no whitespace; a broken UTF-8 tail is kept).
+TEST(DeepSpeedLatest, StripsAsPythonStrStrip) {
+  EXPECT_EQ(deepspeed::StripLatest("global_step7\n"), "global_step7");
+  EXPECT_EQ(deepspeed::StripLatest(" global_step7 \n"), "global_step7");
+  EXPECT_EQ(deepspeed::StripLatest("global_step7\r\n"), "global_step7");
+  EXPECT_EQ(deepspeed::StripLatest("\t\v\f\x1c\x1d\x1e\x1fglobal_step7"), "global_step7");
+  EXPECT_EQ(deepspeed::StripLatest("\u0085\u00a0\u1680global_step7\u2000\u200a\u2028\u2029"
+                                   "\u202f\u205f\u3000"),
+            "global_step7");
+  EXPECT_EQ(deepspeed::StripLatest("global step7"), "global step7");
+  EXPECT_EQ(deepspeed::StripLatest("global_step7\u200b"), "global_step7\u200b");
+  EXPECT_EQ(deepspeed::StripLatest("global_step7\xc2"), "global_step7\xc2");
+  EXPECT_EQ(deepspeed::StripLatest(" \n\u3000"), "");
+  EXPECT_EQ(deepspeed::StripLatest(""), "");
+}
+
 // A copy of a case's tag directory to damage.
 fs::path CopyTag(const std::string& c, const std::string& as) {
   const fs::path dst = Root() / "damaged" / as;
@@ -217,6 +267,63 @@ fs::path CopyTag(const std::string& c, const std::string& as) {
   fs::create_directories(dst.parent_path());
   fs::copy(Tag(c), dst, fs::copy_options::recursive);
   return dst;
+}
+
+// (issue 23) A pipeline tag saved without optimizer state: mp_rank_00_model_states.pt with
+// module, param_shapes and shared_params None, no optimizer files, the layer files the only
+// weights. The model is the layers, "<layer>.<key>" as PipelineModule's state_dict names
+// them; no fp32 masters, no moments. The matrix above checks every byte.
+TEST(DeepSpeedPipeline, WithoutOptimizerStateTheLayersAreTheModel) {
+  REQUIRE_CASES();
+  for (const char* c : {"pipe0_r2_fp16", "pipe0_r1_bf16_noaxis"}) {
+    SCOPED_TRACE(c);
+    Result<Checkpoint> ckpt = Open(Tag(c));
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+    EXPECT_EQ(ckpt->model.key, "model");
+    EXPECT_EQ(ckpt->model.tensors, 9u);  // layer 0's weight; 1, 3, 4, 6: weight and bias
+    for (const Tensor& t : ckpt->tensors) {
+      EXPECT_NE(t.name.rfind("model_fp32.", 0), 0u) << t.name;
+      EXPECT_NE(t.name.rfind("optimizer.", 0), 0u) << t.name;
+    }
+    const Tensor* w = FindTensor(*ckpt, "model.1.weight");
+    ASSERT_NE(w, nullptr);
+    const bool axis = std::string_view(c).find("noaxis") == std::string_view::npos;
+    EXPECT_EQ(ckpt->shards[w->shard].name,
+              axis ? "layer_01-model_00-model_states.pt" : "layer_01-model_states.pt");
+    const auto state = nlohmann::json::parse(ckpt->state_json);
+    EXPECT_TRUE(state["module"].is_null());
+    EXPECT_TRUE(state["param_shapes"].is_null());
+    EXPECT_EQ(state["pipeline"]["layer_files"], 6);
+    EXPECT_EQ(state["pipeline"]["fp32_masters"], "none saved");
+    EXPECT_EQ(state["zero"]["stage"], 0);
+  }
+}
+
+// Two files for one layer and TP rank, or a layer file of a TP rank the tag does not have,
+// would give two tensors one merged name: refused naming the file, never one of them served.
+TEST(DeepSpeedPipeline, LayerFilesOfAnotherLayoutAreRefused) {
+  REQUIRE_CASES();
+  const fs::path twice = CopyTag("pipe0_r2_fp16", "pipe-twice");
+  fs::copy_file(twice / "layer_01-model_00-model_states.pt", twice / "layer_01-model_states.pt");
+  EXPECT_EQ(Refusal(twice),
+            "layer_01-model_states.pt: layer 1 of tensor-parallel rank 0 is saved in "
+            "layer_01-model_00-model_states.pt too");
+  const fs::path rank1 = CopyTag("pipe0_r2_fp16", "pipe-rank1");
+  fs::copy_file(Tag("pipe0_r2_bf16_tp2") / "layer_03-model_01-model_states.pt",
+                rank1 / "layer_03-model_01-model_states.pt");
+  EXPECT_EQ(Refusal(rank1),
+            "layer_03-model_01-model_states.pt: tensor-parallel rank 1 but "
+            "mp_rank_00_model_states.pt says mp_world_size 1: layer files of another "
+            "model-parallel layout");
+  // No layer files at all: nothing holds the weights.
+  const fs::path none = CopyTag("pipe0_r2_fp16", "pipe-none");
+  for (const auto& e : fs::directory_iterator(none)) {
+    if (e.path().filename().string().rfind("layer_", 0) == 0) fs::remove(e.path());
+  }
+  EXPECT_NE(Refusal(none).find("mp_rank_00_model_states.pt: module and param_shapes are None and "
+                               "the tag lists no layer files"),
+            std::string::npos)
+      << Refusal(none);
 }
 
 // A rank file given as SOURCE is not a torch checkpoint of its own: its tag is.

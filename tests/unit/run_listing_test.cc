@@ -747,6 +747,32 @@ TEST_F(RunListingTest, DeepSpeedLatestFileNamesTheTag) {
       << is_run.status().message();
 }
 
+// (issue 23) `latest` is read as DeepSpeed reads it, `fd.read().strip()` (load_checkpoint,
+// zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint): every whitespace Python's
+// str.strip() drops goes at either end, what is inside stays.
+TEST_F(RunListingTest, DeepSpeedLatestFileIsStrippedAsPythonStrips) {
+  Write(run_ / "global_step10" / "model.safetensors", Weights("a"));
+  Write(run_ / "global_step20" / "model.safetensors", Weights("b"));
+  for (const char* text : {"global_step10\n", "global_step10 \n", "global_step10\r\n",
+                           " global_step10", "\tglobal_step10\t\n", "\n\nglobal_step10\n\n",
+                           "global_step10\v\f\x1c\x1f", "\u00a0global_step10\u3000\u2028"}) {
+    SCOPED_TRACE(::testing::PrintToString(std::string(text)));
+    Write(run_ / "latest", text);
+    const RunListing run = List();
+    EXPECT_EQ(run.latest, "global_step10");
+    EXPECT_EQ(run.latest_from, "DeepSpeed latest file");
+  }
+  // Not whitespace to Python (U+200B, a zero-width space) or inside the tag: no such tag, so
+  // the next rule, with a line.
+  for (const char* text : {"global_step10\u200b", "global_step 10"}) {
+    SCOPED_TRACE(::testing::PrintToString(std::string(text)));
+    Write(run_ / "latest", text);
+    const RunListing run = List();
+    EXPECT_EQ(run.latest, "global_step20");
+    EXPECT_EQ(run.latest_from, "highest step");
+  }
+}
+
 // (issue 23) HF Trainer with DeepSpeed, written as Trainer saves (tests/mount/make_run.py
 // trainer-deepspeed): checkpoint-10 holds only the ZeRO tag `latest` names, checkpoint-20 the
 // gathered model.safetensors too. Each is one checkpoint; Trainer's files are plain files.

@@ -279,9 +279,17 @@ class Consolidator {
   Result<ZeroCheckpoint> Run() {
     const FileView& m0 = models_[0];
     const json& st = m0.state();
-    if (!st.contains("param_shapes") || !Get(st, "param_shapes").is_array() ||
-        !st.contains("buffer_names")) {
+    if (!st.contains("param_shapes") || !st.contains("buffer_names")) {
       return m0.Bad("no param_shapes or buffer_names: not a DeepSpeed model states file");
+    }
+    // None where the engine saved no ZeRO optimizer state (stage 0, or no optimizer): the
+    // module, or a pipeline's layer files, is the model; partitions cannot be placed.
+    if (!Get(st, "param_shapes").is_array() &&
+        !(Get(st, "param_shapes").is_null() && optims_.empty())) {
+      return m0.Bad(Get(st, "param_shapes").is_null()
+                        ? "param_shapes is None but the tag has optimizer rank files: their "
+                          "partitions cannot be placed"
+                        : "param_shapes is not a list: not a DeepSpeed model states file");
     }
     ZeroCheckpoint& out = b_.out();
     out.dp_world_size = optims_.empty() ? 1 : static_cast<uint32_t>(optims_.size());
@@ -754,6 +762,9 @@ Result<TagInfo> ReadTagInfo(const RankFile& model_states) {
     return f.Bad("no param_shapes or buffer_names: not a DeepSpeed model states file");
   }
   TagInfo info;
+  info.zero_state = !Get(st, "param_shapes").is_null();
+  // state_json leaves tensors out, so a module of tensors may show as {} or not at all.
+  info.module_saved = !(st.contains("module") && st["module"].is_null());
   for (auto [key, field] : {std::pair{"dp_world_size", &info.dp_world_size},
                             std::pair{"mp_world_size", &info.mp_world_size}}) {
     if (!st.contains(key)) continue;
@@ -771,6 +782,28 @@ Result<TagInfo> ReadTagInfo(const RankFile& model_states) {
   return info;
 }
 
+std::string_view StripLatest(std::string_view text) {
+  // The length of the White_Space character at the start (forward) or end of `s`, 0 if none.
+  auto space_at = [](std::string_view s, bool forward) -> size_t {
+    if (s.empty()) return 0;
+    const unsigned char c = static_cast<unsigned char>(forward ? s.front() : s.back());
+    if (c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f)) return 1;
+    for (size_t len : {2, 3}) {  // the non-ASCII ones are two or three bytes in UTF-8
+      if (s.size() < len) break;
+      const std::string_view ch = forward ? s.substr(0, len) : s.substr(s.size() - len);
+      static constexpr std::string_view kSpaces[] = {
+          "\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002", "\u2003",
+          "\u2004", "\u2005", "\u2006", "\u2007", "\u2008", "\u2009", "\u200a",
+          "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"};
+      if (std::find(std::begin(kSpaces), std::end(kSpaces), ch) != std::end(kSpaces)) return len;
+    }
+    return 0;
+  };
+  while (size_t n = space_at(text, true)) text.remove_prefix(n);
+  while (size_t n = space_at(text, false)) text.remove_suffix(n);
+  return text;
+}
+
 std::string TwoDigits(uint32_t n) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "%02u", n);
@@ -785,10 +818,11 @@ std::string WithPipeline(const std::string& state_json, const TagInfo& tag, size
   if (tag.config_stage) zero["stage"] = *tag.config_stage;
   zero["dp_world_size"] = tag.dp_world_size;
   zero["mp_world_size"] = tag.mp_world_size;
-  state["pipeline"] = {
-      {"layer_files", layer_files},
-      {"tensor_parallel", tag.mp_world_size},
-      {"fp32_masters", tag.mp_world_size == 1 ? "model_fp32" : "not consolidated"}};
+  state["pipeline"] = {{"layer_files", layer_files},
+                       {"tensor_parallel", tag.mp_world_size},
+                       {"fp32_masters", !tag.zero_state          ? "none saved"
+                                        : tag.mp_world_size == 1 ? "model_fp32"
+                                                                 : "not consolidated"}};
   return state.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -96,11 +96,24 @@ struct TagInfo {
   uint32_t mp_world_size = 1;
   std::optional<int64_t> global_steps;
   std::optional<int> config_stage;  // ds_config.zero_optimization.stage, if present
+  // param_shapes is a list: the engine saved ZeRO optimizer state (engine._save_checkpoint
+  // sets it only `if self.optimizer and zero_optimizer_state`). None: a tag without it (no
+  // ZeRO, or no optimizer), whose model is the module or a pipeline's layer files.
+  bool zero_state = true;
+  bool module_saved = true;  // `module` is not None (a pipeline saves None: its layer files)
 };
 
 // Reads `model_states`'s world sizes and step; refuses a file that is not a DeepSpeed model
-// states file (no buffer_names / param_shapes, world sizes out of range).
+// states file (no buffer_names / param_shapes keys, world sizes out of range).
 Result<TagInfo> ReadTagInfo(const RankFile& model_states);
+
+// The tag a `latest` file's text names, stripped as DeepSpeed strips it: load_checkpoint
+// (runtime/engine.py, `tag = fd.read().strip()`) and zero_to_fp32.py's
+// get_fp32_state_dict_from_zero_checkpoint (`tag = fd.read().strip()`) call Python's
+// str.strip() on the UTF-8 text, which drops every Unicode White_Space character at either
+// end (ASCII " \t\n\r\v\f", \x1c-\x1f, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028,
+// U+2029, U+202F, U+205F, U+3000). Whitespace inside the tag is kept.
+std::string_view StripLatest(std::string_view text);
 
 // Consolidates a tag. `model_states`: stage 0-2 the one mp_rank_00 file; stage 3 every dp
 // rank's in rank order. `optim_states`: every dp rank's in rank order, empty for stage 0.
@@ -115,7 +128,8 @@ std::string TwoDigits(uint32_t n);
 
 // A pipeline tag's state_json: `state_json` with "zero" stating the tag's world sizes and
 // configured stage and "pipeline": {layer_files, tensor_parallel, fp32_masters}; the
-// masters are consolidated (as model_fp32.*) only without tensor parallelism.
+// masters are consolidated (as model_fp32.*) only without tensor parallelism, and exist only
+// where the tag holds ZeRO optimizer state (TagInfo::zero_state).
 std::string WithPipeline(const std::string& state_json, const TagInfo& tag, size_t layer_files);
 
 // inspect's line for a consolidated tag, from its state_json: "stage 2, dp_world_size 2,
