@@ -551,7 +551,10 @@ class Interpreter {
     }
     *is_tensor = true;
     const uint64_t offset = static_cast<uint64_t>(raw.int_value - 1);
-    const std::string key = std::string(kPickleRecord) + "@" + std::to_string(offset);
+    // Keyed by dtype too: two arrays over one bytes object (a memo reference) may read it
+    // as different types, and a tensor takes its storage's.
+    const std::string key = std::string(kPickleRecord) + "@" + std::to_string(offset) + ":" +
+                            std::string(DtypeName(*dtype));
     uint32_t storage = 0;
     if (auto seen = keys_.find(key); seen != keys_.end()) {
       storage = seen->second;  // the same bytes object twice: one storage

@@ -61,7 +61,7 @@ namespace ckptfs {
 inline constexpr uint64_t kMaxTorchPickle = 64ull << 20;
 
 struct TorchStorage {
-  std::string key;  // the record is ARCHIVE/data/KEY; "data.pkl@N" for a numpy array's data
+  std::string key;  // the record is ARCHIVE/data/KEY; "data.pkl@N:DTYPE" for a numpy array's data
   Dtype dtype;
   uint64_t data_offset = 0;  // in the file
   uint64_t size = 0;         // bytes

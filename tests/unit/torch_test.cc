@@ -626,6 +626,29 @@ TEST(TorchFile, BrokenArraysAndDeniedGlobalsAreRefused) {
               HasSubstr("os.pt: data.pkl: global os.path.PosixPath is not allowed (byte "));
 }
 
+// Two numpy arrays over one bytes object (memo), read as u1[16] and f8[2]: each keeps its
+// own dtype, so neither is served as the other's type.
+TEST(TorchFile, ArraysSharingBytesKeepTheirDtypes) {
+  const std::string pickle = FromHex(
+      "800495e5000000000000007d94288c027538948c156e756d70792e636f72652e6d756c7469617272617994"
+      "8c0c5f7265636f6e7374727563749493948c056e756d7079948c076e6461727261799493944b0085944301"
+      "629487945294284b014b10859468058c0564747970659493948c02753194898887945294284b038c017c94"
+      "4e4e4e4affffffff4affffffff4b00749462894310000102030405060708090a0b0c0d0e0f947494628c02"
+      "663894680468076808680987945294284b014b028594680e8c02663894898887945294284b038c013c944e"
+      "4e4e4affffffff4affffffff4b00749462896814749462752e");
+  MemorySource source("shared.pt", MakeZip({{"archive/data.pkl", pickle}}));
+  auto file = ReadTorchFile(source);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  ASSERT_EQ(file->tensors.size(), 2u);
+  ASSERT_EQ(file->storages.size(), 2u);
+  for (const TorchTensor& t : file->tensors) {
+    const TorchStorage& s = file->storages[t.storage];
+    EXPECT_EQ(s.dtype, t.name == "u8" ? Dtype::kU8 : Dtype::kF64) << t.name;
+    EXPECT_EQ(s.size, 16u);
+    EXPECT_EQ(s.data_offset, file->storages[0].data_offset);  // the same bytes
+  }
+}
+
 // tensors/ serves complex tensors as .npy (<c8) and the array from inside data.pkl;
 // model.safetensors leaves the complex tensor out with a note.
 TEST(TorchLayout, OpaqueValuesComplexAndNumpyTensorsInTheViews) {
