@@ -61,6 +61,7 @@ constexpr std::string_view kDeniedGlobals[] = {
     "torch.serialization._load",
     "torch.serialization.load",
     "torch.serialization.save",
+    "torch.storage._load_from_bytes",  // an unrestricted torch.load of the bytes it is given
     "torch.utils.cpp_extension",
 };
 static_assert(std::is_sorted(std::begin(kDeniedModules), std::end(kDeniedModules)));

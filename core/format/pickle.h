@@ -27,7 +27,8 @@
 //     object;
 //   - in torch and numpy, whatever loads, saves, compiles or imports: torch.load,
 //     torch.save, torch.hub, torch.jit, torch.package, torch.ops, torch.classes, torch._C,
-//     torch.utils.cpp_extension, numpy.load, numpy.save, numpy.fromfile, numpy.loadtxt,
+//     torch.utils.cpp_extension, torch.storage._load_from_bytes (an unrestricted
+//     torch.load), torch.serialization.load / save / _load, numpy.load, numpy.save, numpy.fromfile, numpy.loadtxt,
 //     numpy.genfromtxt, numpy.memmap, numpy.ctypeslib, numpy.distutils, numpy.f2py,
 //     numpy.testing.
 // One exception, for DeepSpeed's rank files: getattr called as getattr(ZeroStageEnum,

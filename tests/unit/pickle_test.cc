@@ -219,6 +219,7 @@ TEST(PickleGlobals, DenylistNamesWhatRunsOpensOrEvaluates) {
                               std::pair{"torch", "load"},
                               std::pair{"torch.hub", "load"},
                               std::pair{"torch.jit", "load"},
+                              std::pair{"torch.storage", "_load_from_bytes"},
                               std::pair{"torch.serialization", "load"},
                               std::pair{"numpy", "load"},
                               std::pair{"numpy", "fromfile"},
