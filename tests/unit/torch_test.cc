@@ -649,6 +649,26 @@ TEST(TorchFile, ArraysSharingBytesKeepTheirDtypes) {
   }
 }
 
+// np.asfortranarray(arange(6, int32).reshape(2, 3)) at protocol 4: the bytes are column
+// by column (0 3 1 4 2 5), so the tensor gets column-major strides over them.
+TEST(TorchFile, FortranOrderArrayGetsColumnMajorStrides) {
+  const std::string pickle = FromHex(
+      "800495a9000000000000007d948c0166948c156e756d70792e636f72652e6d756c74696172726179948c0c"
+      "5f7265636f6e7374727563749493948c056e756d7079948c076e6461727261799493944b0085944301629487"
+      "945294284b014b024b03869468058c0564747970659493948c02693494898887945294284b038c013c944e4e"
+      "4e4affffffff4affffffff4b0074946288431800000000030000000100000004000000020000000500000094"
+      "749462732e");
+  MemorySource source("fortran.pt", MakeZip({{"archive/data.pkl", pickle}}));
+  auto file = ReadTorchFile(source);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  ASSERT_EQ(file->tensors.size(), 1u);
+  const TorchTensor& t = file->tensors[0];
+  EXPECT_EQ(t.shape, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(t.stride, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(file->storages[t.storage].dtype, Dtype::kI32);
+  EXPECT_FALSE(IsRowMajor(t.shape, t.stride));
+}
+
 // tensors/ serves complex tensors as .npy (<c8) and the array from inside data.pkl;
 // model.safetensors leaves the complex tensor out with a note.
 TEST(TorchLayout, OpaqueValuesComplexAndNumpyTensorsInTheViews) {
