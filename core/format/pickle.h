@@ -22,20 +22,19 @@
 //     bdb, profile, cProfile, trace, doctest, pydoc, operator (attrgetter, methodcaller:
 //     getattr by another name), ensurepip, venv, distutils, setuptools;
 //   - builtins / __builtin__: eval, exec, execfile, compile, open, file, input, raw_input,
-//     breakpoint, __import__, reload, getattr, setattr, delattr, globals, locals, vars,
-//     help, exit, quit, memoryview, super, classmethod, staticmethod, property, type,
-//     object;
+//     breakpoint, __import__, reload, apply, getattr, setattr, delattr, globals, locals,
+//     vars, help, exit, quit;
 //   - in torch and numpy, whatever loads, saves, compiles or imports: torch.load,
 //     torch.save, torch.hub, torch.jit, torch.package, torch.ops, torch.classes, torch._C,
 //     torch.utils.cpp_extension, torch.storage._load_from_bytes (an unrestricted
-//     torch.load), torch.serialization.load / save / _load, numpy.load, numpy.save, numpy.fromfile, numpy.loadtxt,
-//     numpy.genfromtxt, numpy.memmap, numpy.ctypeslib, numpy.distutils, numpy.f2py,
-//     numpy.testing.
+//     torch.load), torch.serialization.load / save / _load, numpy.load, numpy.save,
+//     numpy.fromfile, numpy.loadtxt, numpy.genfromtxt, numpy.memmap, numpy.lib.npyio,
+//     numpy.ctypeslib, numpy.distutils, numpy.f2py, numpy.testing; and codecs.open.
 // One exception, for DeepSpeed's rank files: getattr called as getattr(ZeroStageEnum,
-// 'name') (how Python 3.11.0-3.11.6 pickle an enum member); getattr named any other way
-// is refused. Opcodes EXT1/2/4 (the copyreg extension registry), PERSID (text), and the
-// out-of-band buffers of protocol 5 stay refused; BUILD on a number, string or global is
-// a malformed stream.
+// 'name') (how Python 3.11.0-3.11.6 pickle an enum member); getattr called any other way
+// is refused (Unsupported, at the call's byte). Opcodes EXT1/2/4 (the copyreg extension
+// registry), PERSID (text), and the out-of-band buffers of protocol 5 stay refused; BUILD
+// on a number, string or global is a malformed stream.
 //
 // Objects. REDUCE(f, args) and NEWOBJ(cls, args) are kCall {callable, args};
 // NEWOBJ_EX(cls, args, kwargs) is kCall {callable, args, kwargs}; INST and OBJ are the
