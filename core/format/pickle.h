@@ -13,11 +13,13 @@
 // has no business naming a way to run a command, open a file or socket, import a module or
 // evaluate code, and serving such a file as data would hide that from its user. Denied
 // (IsDeniedPickleGlobal; `module` matches the module or any submodule):
-//   - processes, signals, the interpreter: os, posix, nt, subprocess, pty, signal, sys,
-//     multiprocessing, asyncio, threading, _thread, ctypes, _ctypes, platform, resource;
-//   - files and the network: io, _io, shutil, tempfile, glob, fileinput, socket, _socket,
-//     ssl, http, urllib, ftplib, smtplib, telnetlib, xmlrpc, webbrowser, requests;
-//   - importing, loading and evaluating code: importlib, imp, zipimport, pkgutil, runpy,
+//   - processes, signals, the interpreter: os, posix, nt, subprocess, _posixsubprocess,
+//     _winapi, commands, popen2, pty, signal, sys, multiprocessing, asyncio, threading,
+//     _thread, ctypes, _ctypes, platform, resource, msvcrt, winreg, _winreg;
+//   - files and the network: io, _io, shutil, tempfile, glob, fileinput, linecache, mmap,
+//     zipfile, tarfile, gzip, bz2, lzma, dbm, sqlite3, socket, _socket, ssl, http, urllib,
+//     ftplib, smtplib, telnetlib, xmlrpc, webbrowser, requests;
+//   - importing, loading and evaluating code: importlib, imp, _imp, zipimport, pkgutil, runpy,
 //     code, codeop, types, marshal, pickle, _pickle, cPickle, dill, shelve, timeit, pdb,
 //     bdb, profile, cProfile, trace, doctest, pydoc, operator (attrgetter, methodcaller:
 //     getattr by another name), ensurepip, venv, distutils, setuptools;
