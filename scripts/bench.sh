@@ -2,7 +2,7 @@
 # ckptfs benchmark: every contender side by side in ONE run, ratios first.
 #
 #   scripts/bench.sh [--size 2G] [--workdir DIR] [--reps N] [--keep] [--no-build]
-#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote,tf,run,deepspeed]
+#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote,tf,run,deepspeed,opaque]
 #                    [SECTION...]
 #
 # What it measures (see DESIGN.md section 3, "Performance rules"):
@@ -71,6 +71,10 @@
 #         unmount, drop_caches, mount again with the same dir, read it again:
 #         bytes the server sent during the second read (nginx log and
 #         stats.json), target 0, and its time.
+#   * opaque: warm `ckptfs mount` time and the daemon's VmHWM for a torch.save of
+#     20000 tensors inside Python objects (class instances, numpy arrays at protocol
+#     4, beside a Namespace and RNG states) against a plain state dict of as many
+#     tensors; target opaque <= 1.5x plain (docs/formats.md, "Any other Python value").
 #   The report's header also says whether libfuse can splice 1 MiB read
 #   replies here (pipe size limit) and whether a DAMON pageout scheme is
 #   evicting page cache (it makes "warm" data go cold within seconds).
@@ -138,7 +142,7 @@ HDR_SHARDS=2000
 HDR_TENSORS=200000
 LEVEL=3
 FRAME=''            # --frame-size for ckptfs pack; '' = its default
-SECTIONS=plain,mount,zstd,torch,remote,tf,run,deepspeed
+SECTIONS=plain,mount,zstd,torch,remote,tf,run,deepspeed,opaque
 RSS_CACHE=256M      # --cache-size for the peak RSS measurement
 RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
 RANDOM_TENSORS=32
@@ -369,7 +373,7 @@ while (($#)); do
     --frame-size=*) FRAME=${1#*=}; shift ;;
     --sections) SECTIONS=${2:?--sections needs a value}; shift 2 ;;
     --sections=*) SECTIONS=${1#*=}; shift ;;
-    plain|mount|zstd|torch|remote|tf|run|deepspeed) BARE_SECTIONS+=("$1"); shift ;;
+    plain|mount|zstd|torch|remote|tf|run|deepspeed|opaque) BARE_SECTIONS+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; printf '%s: error: unknown argument %s\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
@@ -380,8 +384,8 @@ size_to_bytes "$SIZE" >/dev/null   # validate
   { echo "$PROG: error: --level must be 1..19" >&2; exit 2; }
 [[ -z $FRAME ]] || size_to_bytes "$FRAME" >/dev/null
 ((${#BARE_SECTIONS[@]})) && SECTIONS=$(IFS=,; echo "${BARE_SECTIONS[*]}")
-[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote|tf|run|deepspeed))+,$ ]] ||
-  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote, tf, run, deepspeed" >&2; exit 2; }
+[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote|tf|run|deepspeed|opaque))+,$ ]] ||
+  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote, tf, run, deepspeed, opaque" >&2; exit 2; }
 section() { [[ ,$SECTIONS, == *,$1,* ]]; }
 mkdir -p -- "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
@@ -1800,6 +1804,60 @@ DS_SIZE_MB=2048
 DSRSS=''
 if section deepspeed; then deepspeed_section; fi
 
+# ---------------------------------------------------------------- opaque
+# Mount cost of a torch.save whose tensors sit inside values no allowlist knows (issue 23):
+# OPAQUE_TENSORS tensors as a plain state dict, and the same count as half class instances
+# holding a tensor (a class of the writer's, which ckptfs never needs) and half numpy
+# arrays (pickle_protocol=4: served from inside data.pkl), beside a Namespace, numpy
+# scalars and the three RNG states. Warm `ckptfs mount` until it returns, and the daemon's
+# VmHWM after it, median of --reps; the target is opaque <= 1.5x plain for both.
+opaque_gen() {
+  local dir=$1
+  [[ -d $dir ]] && { log "reusing $dir"; return 0; }
+  rm -rf --one-file-system -- "$dir.tmp"
+  mkdir -p -- "$dir.tmp/plain" "$dir.tmp/opaque"
+  log "generating $dir ($OPAQUE_TENSORS tensors, plain and opaque)"
+  "$PY" - "$dir.tmp" "$OPAQUE_TENSORS" <<'PYEOF' >"$SCRATCH/logs/gen-opaque.log" 2>&1 ||
+import argparse, pathlib, random, sys
+import numpy as np, torch
+class Holder:
+    def __init__(self, w): self.w = w
+out, n = sys.argv[1], int(sys.argv[2])
+torch.manual_seed(0)
+plain = {f"layer{i}.w": torch.randn(16) for i in range(n)}
+opaque = {f"layer{i}": Holder(torch.randn(16)) for i in range(n // 2)}
+opaque.update({f"np{i}": np.random.rand(16).astype(np.float32) for i in range(n - n // 2)})
+extra = {"args": argparse.Namespace(lr=1e-3, out=pathlib.Path("runs/x"), tags={"a"}),
+         "loss": np.float64(0.25), "rng": {"python": random.getstate(),
+         "numpy": np.random.get_state(), "torch": torch.random.get_rng_state()}}
+torch.save({"model": plain}, f"{out}/plain/state.pt", pickle_protocol=4)
+torch.save({"model": opaque, **extra}, f"{out}/opaque/state.pt", pickle_protocol=4)
+PYEOF
+    { tail -n 30 "$SCRATCH/logs/gen-opaque.log" >&2; die "generating $dir failed"; }
+  mv -- "$dir.tmp" "$dir"
+  GENERATED+=("$dir")
+}
+
+opaque_section() {
+  OPAQUEDIR=$WORKDIR/opaque-$OPAQUE_TENSORS
+  opaque_gen "$OPAQUEDIR"
+  local kind r mnt=$SCRATCH/mnt/opaque
+  log "opaque: warm mount cost, plain vs opaque, $REPS reps"
+  read_files "$OPAQUEDIR/plain/state.pt" "$OPAQUEDIR/opaque/state.pt"
+  for ((r = 1; r <= REPS; r++)); do
+    for kind in plain opaque; do
+      ckptfs_mount "$OPAQUEDIR/$kind/state.pt" "$mnt"
+      OPAQUE_SECS[$kind]+=" $CKPTFS_MOUNT_SECS"
+      [[ -n $CKPTFS_PID ]] && OPAQUE_HWM[$kind]+=" $(proc_kb "$CKPTFS_PID" VmHWM)"
+      log "  $kind mount: ${CKPTFS_MOUNT_SECS}s"
+      unmount_one "$mnt" || die "could not unmount $mnt"
+    done
+  done
+}
+OPAQUE_TENSORS=20000
+declare -A OPAQUE_SECS=([plain]='' [opaque]='') OPAQUE_HWM=([plain]='' [opaque]='')
+if section opaque; then opaque_section; fi
+
 # ------------------------------------------------------------------ report
 verdict() { # value op target -> PASS/MISS
   awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN{
@@ -2149,6 +2207,23 @@ report() {
     echo "| ratio | mode | value | target | result |"
     echo "|---|---|---:|---|---|"
     ratio_rows "${TFRATIOS[@]}"
+  fi
+  if section opaque; then
+    local ps os ph oh
+    # shellcheck disable=SC2086  # word lists
+    ps=$(median ${OPAQUE_SECS[plain]}); os=$(median ${OPAQUE_SECS[opaque]})
+    # shellcheck disable=SC2086
+    ph=$(median ${OPAQUE_HWM[plain]:-0}); oh=$(median ${OPAQUE_HWM[opaque]:-0})
+    echo
+    echo "### opaque: $OPAQUE_TENSORS tensors inside Python objects vs a plain state dict ($OPAQUEDIR)"
+    echo
+    echo "| warm mount, median of $REPS | plain | opaque | opaque / plain | target | result |"
+    echo "|---|---:|---:|---:|---|---|"
+    local rt rh
+    rt=$(awk -v a="$os" -v b="$ps" 'BEGIN{printf "%.2f", (b > 0 ? a/b : 0)}')
+    rh=$(awk -v a="$oh" -v b="$ph" 'BEGIN{printf "%.2f", (b > 0 ? a/b : 0)}')
+    echo "| \`ckptfs mount\` until it returns | ${ps} s | ${os} s | ${rt} | <= 1.5 | $(verdict "$rt" '<=' 1.5) |"
+    echo "| daemon VmHWM after mount | $(mib $((ph * 1024))) MiB | $(mib $((oh * 1024))) MiB | ${rh} | <= 1.5 | $(verdict "$rh" '<=' 1.5) |"
   fi
   if section run; then
     echo

@@ -36,6 +36,17 @@ zip format of PyTorch >= 1.6, unless said otherwise):
                case)], "marker": a path the pickle tries to create, or null}}. Markers
                live in OUT_DIR/markers/ (created, empty), so a payload that ran would
                leave its file there.
+  any_values   any_values.pt (torch.save's default protocol 2) and any_values_p4.pt
+               (pickle_protocol=4) of what training code saves beyond tensors (issue 23,
+               item 1): 'args' an argparse.Namespace holding a pathlib.Path and a set,
+               'loss' a numpy float64, 'arr' a numpy float32 array, 'rng' {'python':
+               random.getstate(), 'numpy': np.random.get_state(), 'torch':
+               torch.random.get_rng_state()}, 'extra' an instance of a class defined
+               here (ckptfs must not need it) holding a tensor in its state, 'c' a
+               complex64 tensor and 'model' a small state dict. oracle/ holds what a
+               mount must show, for readers without that class: tensors_p2.pt /
+               tensors_p4.pt (torch.save of {name in tensors/: tensor}, weights only)
+               and metadata.json (the opaque forms .ckptfs/metadata.json must hold).
   zst          a copy of the checkpoint in --from PLAIN_DIR whose weight files NAME are
                replaced by NAME.zst (make_checkpoint.py's compressors: single is what
                the zstd command writes, seekable has a seek table); everything else is
@@ -66,7 +77,8 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_checkpoint  # noqa: E402  pylint: disable=wrong-import-position
 
-KINDS = ("sharded", "single", "train_state", "lightning", "tied", "dtypes", "views", "hostile", "zst")
+KINDS = ("sharded", "single", "train_state", "lightning", "tied", "dtypes", "views", "hostile",
+         "any_values", "zst")
 
 # The dtypes ckptfs reads from torch files, with safetensors names.
 DTYPES = {
@@ -275,6 +287,59 @@ def MakeTrainState(out_dir: str, seed: int) -> None:
     }
     # torch 1.13's weights_only loader lacks BINFLOAT (the float opcode): not for this one.
     Save(state, os.path.join(out_dir, "train_state.pt"), weights_only=False)
+
+
+class Holder:
+    """A user's own class: pickled as NEWOBJ(__main__.Holder) + BUILD({'w': tensor})."""
+
+    def __init__(self, w: torch.Tensor):
+        self.w = w
+
+
+def MakeAnyValues(out_dir: str, seed: int) -> None:
+    """Values no weights_only loader takes, at both pickle protocols torch users meet."""
+    import pathlib
+    import random
+    gen = Generator(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    arr = np.arange(6, dtype=np.float32).reshape(2, 3) * 0.5
+    w = WeightLike(gen, [3, 2], torch.float32)
+    model = {"weight": WeightLike(gen, [4, 4], torch.float32), "bias": WeightLike(gen, [4], torch.float32)}
+    c = torch.complex(WeightLike(gen, [5], torch.float32), WeightLike(gen, [5], torch.float32))
+    state = {
+        "model": model,
+        "args": argparse.Namespace(lr=0.001, out=pathlib.PosixPath("runs/a"), tags={"x"}),
+        "loss": np.float64(0.25),
+        "arr": arr,
+        "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
+                "torch": torch.random.get_rng_state()},
+        "extra": Holder(w),
+        "c": c,
+    }
+    os.makedirs(os.path.join(out_dir, "oracle"))
+    torch.save(state, os.path.join(out_dir, "any_values.pt"))
+    torch.save(state, os.path.join(out_dir, "any_values_p4.pt"), pickle_protocol=4)
+    back = torch.load(os.path.join(out_dir, "any_values_p4.pt"))
+    Same(w, back["extra"].w, "extra.w")
+    tensors = {"model.weight": model["weight"], "model.bias": model["bias"], "extra.w": w, "c": c,
+               "rng.torch": state["rng"]["torch"]}
+    torch.save(tensors, os.path.join(out_dir, "oracle", "tensors_p2.pt"))
+    # At protocol 4 numpy arrays are tensors too: np.random.get_state()'s key array is
+    # item 1 of its tuple.
+    tensors.update({"arr": torch.from_numpy(arr), "rng.numpy.1":
+                    torch.from_numpy(state["rng"]["numpy"][1].astype(np.int64))})
+    torch.save(tensors, os.path.join(out_dir, "oracle", "tensors_p4.pt"))
+    expected = {
+        "args": {"__object__": "argparse.Namespace",
+                 "state": {"lr": 0.001, "out": {"__object__": "pathlib.PosixPath",
+                                                "args": ["runs", "a"]}, "tags": ["x"]}},
+        "loss": 0.25,
+        "extra": {"__object__": "__main__.Holder"},
+    }
+    with open(os.path.join(out_dir, "oracle", "metadata.json"), "w") as f:
+        json.dump(expected, f)
 
 
 class LitNet(nn.Module):
@@ -724,7 +789,7 @@ def Main(argv: List[str]) -> int:
             {"sharded": MakeSharded, "single": MakeSingle, "train_state": MakeTrainState,
              "lightning": MakeLightning,
              "tied": MakeTied, "dtypes": MakeDtypes, "views": MakeViews,
-             "hostile": MakeHostile}[args.kind](out, args.seed)
+             "hostile": MakeHostile, "any_values": MakeAnyValues}[args.kind](out, args.seed)
     except (UsageError, make_checkpoint.UsageError) as e:
         print(f"make_torch_checkpoint.py: {e}", file=sys.stderr)
         return 2

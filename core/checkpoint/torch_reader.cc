@@ -10,7 +10,7 @@ namespace ckptfs {
 ShardContents FromTorchFile(TorchFile& file, uint32_t shard_no) {
   ShardContents out;
   for (const TorchStorage& s : file.storages) {
-    out.storages.push_back(Storage{shard_no, s.data_offset, s.size, s.dtype, true, s.crc32});
+    out.storages.push_back(Storage{shard_no, s.data_offset, s.size, s.dtype, s.has_crc32, s.crc32});
   }
   for (TorchTensor& t : file.tensors) {
     const Storage& s = out.storages[t.storage];

@@ -12,7 +12,7 @@ struct DtypeInfo {
   std::string_view numpy;
 };
 
-constexpr std::array<DtypeInfo, 15> kDtypes = {{
+constexpr std::array<DtypeInfo, 17> kDtypes = {{
     {Dtype::kBool, "BOOL", 1, "|b1"},
     {Dtype::kU8, "U8", 1, "|u1"},
     {Dtype::kI8, "I8", 1, "|i1"},
@@ -28,6 +28,8 @@ constexpr std::array<DtypeInfo, 15> kDtypes = {{
     {Dtype::kF64, "F64", 8, "<f8"},
     {Dtype::kI64, "I64", 8, "<i8"},
     {Dtype::kU64, "U64", 8, "<u8"},
+    {Dtype::kC64, "C64", 8, "<c8"},
+    {Dtype::kC128, "C128", 16, "<c16"},
 }};
 
 const DtypeInfo& Info(Dtype dtype) { return kDtypes[static_cast<size_t>(dtype)]; }
@@ -44,5 +46,6 @@ std::optional<Dtype> ParseDtype(std::string_view name) {
 std::string_view DtypeName(Dtype dtype) { return Info(dtype).name; }
 uint32_t DtypeSize(Dtype dtype) { return Info(dtype).size; }
 std::string_view NumpyDescr(Dtype dtype) { return Info(dtype).numpy; }
+bool IsComplex(Dtype dtype) { return dtype == Dtype::kC64 || dtype == Dtype::kC128; }
 
 }  // namespace ckptfs

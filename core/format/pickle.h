@@ -2,12 +2,48 @@
 //
 // It never runs code and never imports anything: it turns the opcode stream into a tree
 // of plain values held in one arena, and leaves the meaning of calls to the caller
-// (core/format/torch_checkpoint). Only the globals torch's weights_only loader accepts
-// may be named (collections.OrderedDict, torch._utils._rebuild_tensor_v2, torch storage
-// classes, ...); any other GLOBAL / STACK_GLOBAL is an error naming it, before anything
-// else happens. Opcodes are the data-only subset of protocols 0-5 that torch.save and
-// python's pickle emit for dicts, lists, tuples, numbers, strings and bytes; INST, OBJ,
-// NEWOBJ_EX, EXT*, PERSID (text) and BUILD on anything but a call result are refused.
+// (core/format/torch_file). A global is only a name: every GLOBAL / STACK_GLOBAL / INST
+// becomes an inert kGlobal node, and calling it (REDUCE, NEWOBJ, NEWOBJ_EX, INST, OBJ)
+// an inert kCall node holding the callable, its arguments and, after BUILD, its state,
+// so a class the reader has never heard of (argparse.Namespace, pathlib.PosixPath, a
+// user's own class) is an opaque value the caller reads as data.
+//
+// Denylist. A pickle that names what only an attack needs is refused outright (Unsupported,
+// "global os.system is not allowed (byte N)"), before anything else happens: a checkpoint
+// has no business naming a way to run a command, open a file or socket, import a module or
+// evaluate code, and serving such a file as data would hide that from its user. Denied
+// (IsDeniedPickleGlobal; `module` matches the module or any submodule):
+//   - processes, signals, the interpreter: os, posix, nt, subprocess, _posixsubprocess,
+//     _winapi, commands, popen2, pty, signal, sys, multiprocessing, asyncio, threading,
+//     _thread, ctypes, _ctypes, platform, resource, msvcrt, winreg, _winreg;
+//   - files and the network: io, _io, shutil, tempfile, glob, fileinput, linecache, mmap,
+//     zipfile, tarfile, gzip, bz2, lzma, dbm, sqlite3, socket, _socket, ssl, http, urllib,
+//     ftplib, smtplib, telnetlib, xmlrpc, webbrowser, requests;
+//   - importing, loading and evaluating code: importlib, imp, _imp, zipimport, pkgutil, runpy,
+//     code, codeop, types, marshal, pickle, _pickle, cPickle, dill, shelve, timeit, pdb,
+//     bdb, profile, cProfile, trace, doctest, pydoc, operator (attrgetter, methodcaller:
+//     getattr by another name), ensurepip, venv, distutils, setuptools;
+//   - builtins / __builtin__: eval, exec, execfile, compile, open, file, input, raw_input,
+//     breakpoint, __import__, reload, apply, getattr, setattr, delattr, globals, locals,
+//     vars, help, exit, quit;
+//   - in torch and numpy, whatever loads, saves, compiles or imports: torch.load,
+//     torch.save, torch.hub, torch.jit, torch.package, torch.ops, torch.classes, torch._C,
+//     torch.utils.cpp_extension, torch.storage._load_from_bytes (an unrestricted
+//     torch.load), torch.serialization.load / save / _load, numpy.load, numpy.save,
+//     numpy.fromfile, numpy.loadtxt, numpy.genfromtxt, numpy.memmap, numpy.lib.npyio,
+//     numpy.ctypeslib, numpy.distutils, numpy.f2py, numpy.testing; and codecs.open.
+// One exception, for DeepSpeed's rank files: getattr called as getattr(ZeroStageEnum,
+// 'name') (how Python 3.11.0-3.11.6 pickle an enum member); getattr called any other way
+// is refused (Unsupported, at the call's byte). Opcodes EXT1/2/4 (the copyreg extension
+// registry), PERSID (text), and the out-of-band buffers of protocol 5 stay refused; BUILD
+// on a number, string or global is a malformed stream.
+//
+// Objects. REDUCE(f, args) and NEWOBJ(cls, args) are kCall {callable, args};
+// NEWOBJ_EX(cls, args, kwargs) is kCall {callable, args, kwargs}; INST and OBJ are the
+// same as REDUCE. BUILD sets `state` (a dict, a (dict, slots dict) slotstate tuple, or any
+// value __setstate__ takes). APPEND(S) and SETITEM(S) onto a call (a list or dict
+// subclass: defaultdict, Lightning's AttributeDict) go to a kList / kDict node that the
+// call's `contents` names. collections.OrderedDict() (empty args) is a kDict outright.
 //
 // Limits, so hostile input cannot exhaust the machine: the input is what the caller read
 // (it caps the record size); values, container items and the memo are each capped by the
@@ -20,13 +56,6 @@
 // opcode, so millions of 2-byte ints (~50 times) are what reaches that; torch state dicts
 // (~20 times their pickle) do not. Cycles (a list appended to itself) are representable; walkers
 // must bound their recursion.
-//
-// DeepSpeed mode (PickleGlobals::kDeepSpeed) additionally admits the few classes DeepSpeed's
-// rank files and a user's client_state pickle (kDeepSpeedGlobals), still as inert kGlobal and
-// kCall nodes: nothing is imported or called, the caller reads the arguments as data. The one
-// builtin that could reach anything, getattr, may only be called as getattr(ZeroStageEnum,
-// 'name') (how Python 3.11.0-3.11.6 pickle an enum member); a call on anything else is
-// refused (Unsupported).
 //
 // Thread safety: Unpickle is a pure function.
 #pragma once
@@ -52,16 +81,19 @@ enum class PickleKind : uint8_t {
   kInt,         // int_value (ints beyond 64 bits are refused)
   kFloat,       // float_value
   kString,      // text (UTF-8)
-  kBytes,       // text (raw bytes; also SHORT_BINSTRING / BINSTRING)
+  kBytes,       // text (raw bytes; also SHORT_BINSTRING / BINSTRING). int_value: 1 + the
+                // byte offset in the pickle where those bytes lie verbatim (BINBYTES,
+                // SHORT_BINBYTES, BINBYTES8, BYTEARRAY8, BINSTRING...), 0 when escaped
   kTuple,       // items
   kList,        // items
   kSet,         // items (EMPTY_SET/ADDITEMS, FROZENSET)
   kDict,        // items: key0, value0, key1, value1, ... in insertion order; a repeated
                 // key keeps its first position and takes the last value, as python does
   kGlobal,      // text "module.name", e.g. "torch._utils._rebuild_tensor_v2"
-  kCall,        // REDUCE or NEWOBJ: items = {callable, args tuple}; `state` set by BUILD.
-                // collections.OrderedDict() (empty args) is a kDict instead, since
-                // torch.save fills state dicts with SETITEMS on that call's result.
+  kCall,        // REDUCE, NEWOBJ, INST, OBJ: items = {callable, args tuple}; NEWOBJ_EX:
+                // {callable, args tuple, kwargs dict}. `state` set by BUILD, `contents`
+                // by APPEND(S) / SETITEM(S). collections.OrderedDict() (empty args) is a
+                // kDict instead, since torch.save fills state dicts with SETITEMS on it.
   kPersistent,  // BINPERSID: items = {the persistent id}
 };
 
@@ -72,8 +104,9 @@ struct PickleValue {
   int64_t int_value = 0;
   double float_value = 0;
   std::string text;
-  std::vector<uint32_t> items;  // indices into PickleTree::values
-  uint32_t state = kNoState;    // kCall: the BUILD argument, if any
+  std::vector<uint32_t> items;   // indices into PickleTree::values
+  uint32_t state = kNoState;     // kCall, kDict, kList, kSet: the BUILD argument, if any
+  uint32_t contents = kNoState;  // kCall: the kList / kDict its APPEND(S) / SETITEM(S) filled
 };
 
 struct PickleTree {
@@ -83,41 +116,19 @@ struct PickleTree {
   const PickleValue& at(uint32_t index) const { return values[index]; }
 };
 
-// Which globals a pickle may name (see the top of this file).
+// Which file the pickle comes from; the unpickler treats both alike (the denylist above),
+// the interpreter (torch_file.h) reads a few values differently for DeepSpeed.
 enum class PickleGlobals : uint8_t {
-  kTorch,      // torch's weights_only list
-  kDeepSpeed,  // that list and kDeepSpeedGlobals (getattr only as said above)
+  kTorch,      // a torch.save file
+  kDeepSpeed,  // a DeepSpeed rank file or client state
 };
 
-// What kDeepSpeed adds to torch's list, sorted: the DeepSpeed classes its checkpoints pickle,
-// the builtins protocol 2 needs for sets and bytes, argparse.Namespace and numpy's array,
-// dtype and scalar reconstructors (a client_state's args and np.random.get_state()).
-inline constexpr std::string_view kDeepSpeedGlobals[] = {
-    "__builtin__.getattr",
-    "__builtin__.set",
-    "_codecs.encode",
-    "argparse.Namespace",
-    "builtins.getattr",
-    "builtins.set",
-    "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
-    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
-    "deepspeed.runtime.zero.config.ZeroStageEnum",
-    "deepspeed.utils.tensor_fragment.fragment_address",
-    "numpy._core.multiarray._reconstruct",
-    "numpy._core.multiarray.scalar",
-    "numpy.core.multiarray._reconstruct",
-    "numpy.core.multiarray.scalar",
-    "numpy.dtype",
-    "numpy.ndarray",
-};
-
-// Whether `globals` admits the global `module.name` (kTorch: whether the weights_only
-// loader of torch accepts it).
-bool IsAllowedPickleGlobal(std::string_view module, std::string_view name,
-                           PickleGlobals globals = PickleGlobals::kTorch);
+// Whether the global `module.name` is on the denylist (see the top of this file). The
+// getattr(ZeroStageEnum, 'name') exception is the unpickler's, not this function's.
+bool IsDeniedPickleGlobal(std::string_view module, std::string_view name);
 
 // Parses `data` (a whole pickle, STOP included). Errors are Corruption (malformed stream,
-// truncated, stack underflow, limits) or Unsupported (a disallowed global or opcode);
+// truncated, stack underflow, limits) or Unsupported (a denied global or opcode);
 // every message starts with `file_name`, says what was wrong and at which byte offset:
 //   "ckpt.bin: data.pkl: global os.system is not allowed (byte 2)"
 Result<PickleTree> Unpickle(std::string_view data, const std::string& file_name,

@@ -246,7 +246,8 @@ Result<TensorEntry> ValidateEntry(RawEntry& raw, const std::string& file) {
   if (!raw.is_object) return bad("entry is not an object");
   if (!raw.dtype || raw.malformed_dtype) return bad("missing or non-string \"dtype\"");
   auto dtype = ParseDtype(*raw.dtype);
-  if (!dtype) return bad("unknown dtype " + Quote(*raw.dtype));
+  // C128 is ckptfs's name for torch's complex128; safetensors defines no such dtype.
+  if (!dtype || *dtype == Dtype::kC128) return bad("unknown dtype " + Quote(*raw.dtype));
   if (!raw.shape || raw.malformed_shape)
     return bad("\"shape\" is not an array of non-negative integers");
   if (!raw.offsets || raw.malformed_offsets || raw.offsets->size() != 2) {

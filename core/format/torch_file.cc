@@ -24,10 +24,12 @@ struct StorageClass {
   Dtype dtype;
 };
 constexpr StorageClass kStorageClasses[] = {
-    {"DoubleStorage", Dtype::kF64},    {"FloatStorage", Dtype::kF32}, {"HalfStorage", Dtype::kF16},
-    {"BFloat16Storage", Dtype::kBF16}, {"LongStorage", Dtype::kI64},  {"IntStorage", Dtype::kI32},
-    {"ShortStorage", Dtype::kI16},     {"CharStorage", Dtype::kI8},   {"ByteStorage", Dtype::kU8},
-    {"BoolStorage", Dtype::kBool},
+    {"DoubleStorage", Dtype::kF64},       {"FloatStorage", Dtype::kF32},
+    {"HalfStorage", Dtype::kF16},         {"BFloat16Storage", Dtype::kBF16},
+    {"LongStorage", Dtype::kI64},         {"IntStorage", Dtype::kI32},
+    {"ShortStorage", Dtype::kI16},        {"CharStorage", Dtype::kI8},
+    {"ByteStorage", Dtype::kU8},          {"BoolStorage", Dtype::kBool},
+    {"ComplexFloatStorage", Dtype::kC64}, {"ComplexDoubleStorage", Dtype::kC128},
 };
 
 bool StartsWith(std::string_view s, std::string_view prefix) {
@@ -62,8 +64,13 @@ Status CheckZipMagic(const ByteSource& source, PickleGlobals globals) {
 class Interpreter {
  public:
   Interpreter(const ByteSource& source, const PickleTree& tree,
-              const std::vector<ZipEntry>& entries, std::string prefix, PickleGlobals globals)
-      : source_(source), tree_(tree), prefix_(std::move(prefix)), globals_(globals) {
+              const std::vector<ZipEntry>& entries, std::string prefix, uint64_t pickle_offset,
+              PickleGlobals globals)
+      : source_(source),
+        tree_(tree),
+        prefix_(std::move(prefix)),
+        pickle_offset_(pickle_offset),
+        globals_(globals) {
     for (const ZipEntry& e : entries) records_.emplace(e.name, &e);
   }
 
@@ -230,6 +237,9 @@ class Interpreter {
       *is_tensor = true;
       return AddTensor(At(args->items[2]), name);
     }
+    if (IsNumpyReconstruct(fn) && globals_ == PickleGlobals::kTorch) {
+      return MaybeNumpyTensor(call, name, is_tensor);
+    }
     if (StartsWith(fn, "torch._utils._rebuild_")) {
       return Status::Unsupported(source_.Name() + ": \"" + name + "\": " + fn +
                                  " (sparse, quantized or meta tensors) is not supported");
@@ -341,15 +351,11 @@ class Interpreter {
           *state = device;
           return Status::Ok();
         }
-        if (globals_ == PickleGlobals::kDeepSpeed && args) {
-          CKPTFS_ASSIGN_OR_RETURN(const bool done,
-                                  DeepSpeedCall(v, *args, name, depth, state, has_state));
+        if (args) {
+          CKPTFS_ASSIGN_OR_RETURN(const bool done, KnownCall(v, *args, name, depth, state));
           if (done) return Status::Ok();
         }
-        return Status::Unsupported(source_.Name() + ": \"" + name + "\": cannot represent " +
-                                   (At(p.items[0]).kind == PickleKind::kGlobal
-                                        ? At(p.items[0]).text
-                                        : std::string("a call")));
+        return Opaque(p, name, depth, state);
       }
       case PickleKind::kPersistent:
         return Bad("\"" + name + "\": storage outside a tensor");
@@ -397,24 +403,33 @@ class Interpreter {
     return order + At(args->items[0]).text;
   }
 
-  // The data-only calls DeepSpeed mode admits (pickle.h), as JSON; false if `p` is none of
-  // them. Nothing is imported or run: arguments and BUILD states are read as values.
-  Result<bool> DeepSpeedCall(uint32_t v, const PickleValue& args, const std::string& name,
-                             int depth, json* state, bool* has_state) {
+  static bool IsNumpyReconstruct(std::string_view fn) {
+    return fn == "numpy.core.multiarray._reconstruct" ||
+           fn == "numpy._core.multiarray._reconstruct";
+  }
+
+  // The calls whose value JSON has a plain form (docs/formats.md); false for any other,
+  // which is then an opaque value. Nothing is imported or run: arguments and BUILD states
+  // are read as values.
+  Result<bool> KnownCall(uint32_t v, const PickleValue& args, const std::string& name, int depth,
+                         json* state) {
     const PickleValue& p = At(v);
     const std::string& fn = At(p.items[0]).text;
     const std::vector<uint32_t>& a = args.items;
-    if (fn == "builtins.set" || fn == "__builtin__.set") {  // set([items])
+    if (fn == "builtins.set" || fn == "__builtin__.set" || fn == "builtins.frozenset" ||
+        fn == "__builtin__.frozenset") {  // set([items]): a list
       if (a.empty()) {
         *state = json::array();
         return true;
       }
-      CKPTFS_RETURN_IF_ERROR(Visit(a[0], name, depth + 1, state, has_state));
+      bool has_state = false;
+      CKPTFS_RETURN_IF_ERROR(Visit(a[0], name, depth + 1, state, &has_state));
+      if (!has_state) *state = json::array();
       return true;
     }
     if (fn == "deepspeed.runtime.zero.config.ZeroStageEnum" && a.size() == 1 &&
         At(a[0]).kind == PickleKind::kInt) {
-      *state = At(a[0]).int_value;
+      *state = At(a[0]).int_value;  // DeepSpeed's reader reads zero_stage as a number
       return true;
     }
     if (fn == "builtins.getattr" || fn == "__builtin__.getattr") {  // the unpickler checked a[0]
@@ -432,51 +447,163 @@ class Interpreter {
       return Bad("\"" + name + "\": ZeroStageEnum has no member " + At(a[1]).text);
     }
     if (fn == "_codecs.encode") {
-      if (!BytesOf(v)) return Bad("\"" + name + "\": _codecs.encode of something but latin-1 text");
-      *state = At(a[0]).text;
+      const std::optional<std::string> bytes = BytesOf(v);
+      if (!bytes) return false;
+      *state = *bytes;
       return true;
     }
     if (fn == "numpy.dtype") {
       const std::optional<std::string> dtype = NumpyDtype(v);
-      if (!dtype) return Bad("\"" + name + "\": malformed numpy dtype");
+      if (!dtype) return false;
       *state = *dtype;
       return true;
     }
-    if (fn == "numpy.core.multiarray._reconstruct" || fn == "numpy._core.multiarray._reconstruct") {
-      // BUILD state (version, shape, dtype, is_fortran, data): shape and dtype kept.
+    if (IsNumpyReconstruct(fn)) {
+      // An array not served as a tensor: kept as its dtype and shape (data left out).
       const PickleValue* st = p.state == PickleValue::kNoState ? nullptr : &At(p.state);
-      if (!st || st->kind != PickleKind::kTuple || st->items.size() != 5) {
-        return Bad("\"" + name + "\": numpy array without its state");
-      }
+      if (!st || st->kind != PickleKind::kTuple || st->items.size() != 5) return false;
       const std::optional<std::string> dtype = NumpyDtype(st->items[2]);
-      CKPTFS_ASSIGN_OR_RETURN(std::vector<uint64_t> shape,
-                              Sizes(st->items[1], "numpy array \"" + name + "\" shape"));
-      if (!dtype) return Bad("\"" + name + "\": numpy array of a malformed dtype");
-      *state = json{{"ndarray", json{{"dtype", *dtype}, {"shape", shape}}}};
+      Result<std::vector<uint64_t>> shape = Sizes(st->items[1], "numpy array shape");
+      if (!dtype || !shape.ok()) return false;
+      *state = json{{"__object__", "numpy.ndarray"}, {"dtype", *dtype}, {"shape", *shape}};
       return true;
     }
     if (fn == "numpy.core.multiarray.scalar" || fn == "numpy._core.multiarray.scalar") {
       const std::optional<std::string> dtype = a.size() == 2 ? NumpyDtype(a[0]) : std::nullopt;
       const std::optional<std::string> bytes = a.size() == 2 ? BytesOf(a[1]) : std::nullopt;
-      if (!dtype || !bytes) return Bad("\"" + name + "\": malformed numpy scalar");
+      if (!dtype || !bytes) return false;
       *state = NumpyScalar(*dtype, *bytes);
       return true;
     }
-    // Plain objects rebuilt by NEWOBJ(cls, ()) + BUILD(state): their state is their value.
-    static constexpr std::string_view kObjects[] = {
-        "argparse.Namespace", "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
-        "deepspeed.runtime.fp16.loss_scaler.LossScaler",
-        "deepspeed.utils.tensor_fragment.fragment_address"};
-    if (std::find(std::begin(kObjects), std::end(kObjects), fn) != std::end(kObjects)) {
-      if (p.state == PickleValue::kNoState) {
-        *state = json::object();
-        *has_state = true;
-        return true;
-      }
-      CKPTFS_RETURN_IF_ERROR(Visit(p.state, name, depth + 1, state, has_state));
-      return true;
-    }
     return false;
+  }
+
+  // Any other call: {"__object__": "module.name", "args": [...], "kwargs": {...},
+  // "state": ..., "items": ...}, each key only when there is something. Tensors inside are
+  // named as if the object were what it holds: args by position, kwargs, a dict state (and
+  // both dicts of a (dict, slots) state) and dict items by key, list items by position;
+  // any other state under "state".
+  Status Opaque(const PickleValue& p, const std::string& name, int depth, json* state) {
+    OrderedJsonObject object;
+    object.Set("__object__", At(p.items[0]).kind == PickleKind::kGlobal ? json(At(p.items[0]).text)
+                                                                        : json("call"));
+    auto add = [&](std::string_view key, uint32_t value, const std::string& at) -> Status {
+      json child;
+      bool child_state = false;
+      CKPTFS_RETURN_IF_ERROR(Visit(value, at, depth + 1, &child, &child_state));
+      if (child_state &&
+          !(child.is_array() && child.empty() && At(value).kind == PickleKind::kTuple)) {
+        object.Set(std::string(key), std::move(child));
+      }
+      return Status::Ok();
+    };
+    if (p.items.size() > 1) CKPTFS_RETURN_IF_ERROR(add("args", p.items[1], name));
+    if (p.items.size() > 2 && !At(p.items[2]).items.empty()) {
+      CKPTFS_RETURN_IF_ERROR(add("kwargs", p.items[2], name));
+    }
+    if (p.state != PickleValue::kNoState) {
+      const PickleValue& st = At(p.state);
+      const bool slots = st.kind == PickleKind::kTuple && st.items.size() == 2 &&
+                         (At(st.items[0]).kind == PickleKind::kDict ||
+                          At(st.items[0]).kind == PickleKind::kNone) &&
+                         At(st.items[1]).kind == PickleKind::kDict;
+      if (slots) {  // (__dict__ or None, slots): both by key, shown as the pair
+        json pair = json::array();
+        for (uint32_t half : st.items) {
+          json child;
+          bool child_state = false;
+          CKPTFS_RETURN_IF_ERROR(Visit(half, name, depth + 1, &child, &child_state));
+          pair.push_back(child_state ? std::move(child) : json::object());
+        }
+        object.Set("state", std::move(pair));
+      } else {
+        CKPTFS_RETURN_IF_ERROR(
+            add("state", p.state, st.kind == PickleKind::kDict ? name : Join(name, "state")));
+      }
+    }
+    if (p.contents != PickleValue::kNoState) {
+      CKPTFS_RETURN_IF_ERROR(add("items", p.contents, name));
+    }
+    *state = object.Take();
+    return Status::Ok();
+  }
+
+  // numpy's _reconstruct(ndarray, (0,), b'b') with BUILD (version, shape, dtype,
+  // is_fortran, rawdata): a tensor when its dtype is one ckptfs has and its bytes lie
+  // verbatim in the pickle (protocol >= 3), served from there. Any other array (object
+  // dtype, big-endian, protocol 2's latin-1 text) stays a value (KnownCall).
+  Status MaybeNumpyTensor(const PickleValue& call, const std::string& name, bool* is_tensor) {
+    const PickleValue* st = call.state == PickleValue::kNoState ? nullptr : &At(call.state);
+    if (!st || st->kind != PickleKind::kTuple || st->items.size() != 5) return Status::Ok();
+    const std::optional<std::string> descr = NumpyDtype(st->items[2]);
+    const std::optional<Dtype> dtype = descr ? DtypeOfNumpy(*descr) : std::nullopt;
+    const PickleValue& raw = At(st->items[4]);
+    if (!dtype || raw.kind != PickleKind::kBytes || raw.int_value <= 0) return Status::Ok();
+    if (At(st->items[3]).kind != PickleKind::kBool) return Status::Ok();
+    const bool fortran = At(st->items[3]).int_value != 0;
+    CKPTFS_ASSIGN_OR_RETURN(std::vector<uint64_t> shape,
+                            Sizes(st->items[1], "numpy array \"" + name + "\" shape"));
+    if (name.find('\0') != std::string::npos) return Bad("a tensor name contains a NUL byte");
+    const std::optional<uint64_t> bytes = TensorBytes(*dtype, shape);
+    if (!bytes || *bytes != raw.text.size()) {
+      return Bad("numpy array \"" + name + "\": " + std::to_string(raw.text.size()) +
+                 " bytes of data for shape and dtype " + *descr);
+    }
+    *is_tensor = true;
+    const uint64_t offset = static_cast<uint64_t>(raw.int_value - 1);
+    // Keyed by dtype too: two arrays over one bytes object (a memo reference) may read it
+    // as different types, and a tensor takes its storage's.
+    const std::string key = std::string(kPickleRecord) + "@" + std::to_string(offset) + ":" +
+                            std::string(DtypeName(*dtype));
+    uint32_t storage = 0;
+    if (auto seen = keys_.find(key); seen != keys_.end()) {
+      storage = seen->second;  // the same bytes object twice: one storage
+    } else {
+      out_.storages.push_back(
+          TorchStorage{key, *dtype, pickle_offset_ + offset, raw.text.size(), 0, false});
+      storage = static_cast<uint32_t>(out_.storages.size() - 1);
+      keys_.emplace(key, storage);
+    }
+    TorchTensor t;
+    t.name = name;
+    if (name.size() > top_key_size_) {
+      t.top_key_size = top_key_size_;
+      t.top_is_dict = top_is_dict_;
+    }
+    t.storage = storage;
+    t.stride = RowMajorStrides(shape);
+    if (fortran) {  // column-major: the first dimension is the densest
+      uint64_t step = 1;
+      for (size_t i = 0; i < shape.size(); ++i) {
+        t.stride[i] = step;
+        step *= std::max<uint64_t>(shape[i], 1);
+      }
+    }
+    t.shape = std::move(shape);
+    out_.tensors.push_back(std::move(t));
+    return Status::Ok();
+  }
+
+  // The Dtype of a numpy descriptor ("<f4", "|u1"), little-endian or byte-sized only.
+  static std::optional<Dtype> DtypeOfNumpy(std::string_view descr) {
+    static constexpr std::pair<std::string_view, Dtype> kDescrs[] = {
+        {"<f8", Dtype::kF64}, {"<f4", Dtype::kF32},  {"<f2", Dtype::kF16}, {"<i8", Dtype::kI64},
+        {"<i4", Dtype::kI32}, {"<i2", Dtype::kI16},  {"|i1", Dtype::kI8},  {"<u8", Dtype::kU64},
+        {"<u4", Dtype::kU32}, {"<u2", Dtype::kU16},  {"|u1", Dtype::kU8},  {"|b1", Dtype::kBool},
+        {"<c8", Dtype::kC64}, {"<c16", Dtype::kC128}};
+    for (auto [d, dtype] : kDescrs) {
+      if (d == descr) return dtype;
+    }
+    return std::nullopt;
+  }
+
+  // Bytes of a dense tensor, nullopt on overflow.
+  static std::optional<uint64_t> TensorBytes(Dtype dtype, std::span<const uint64_t> shape) {
+    uint64_t n = DtypeSize(dtype);
+    for (uint64_t d : shape) {
+      if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
+    }
+    return n;
   }
 
   // A numpy scalar's value where JSON has one (little-endian numbers, bool), else its dtype.
@@ -500,6 +627,7 @@ class Interpreter {
   const ByteSource& source_;
   const PickleTree& tree_;
   std::string prefix_;
+  uint64_t pickle_offset_;
   PickleGlobals globals_;
   std::unordered_map<std::string, const ZipEntry*> records_;
   std::unordered_map<std::string, uint32_t> keys_;
@@ -650,7 +778,8 @@ namespace {
 // A torch.save file's records and its unpickled data.pkl.
 struct TorchArchive {
   std::vector<ZipEntry> entries;
-  std::string prefix;  // "ARCHIVE/"
+  std::string prefix;          // "ARCHIVE/"
+  uint64_t pickle_offset = 0;  // where data.pkl's bytes start in the file
   PickleTree tree;
 };
 
@@ -680,6 +809,7 @@ Result<TorchArchive> ReadTorchArchive(const ByteSource& source, PickleGlobals gl
   if (pickle->size > kMaxTorchPickle) {
     return Status::Corruption(source.Name() + ": data.pkl larger than 64 MiB");
   }
+  out.pickle_offset = pickle->data_offset;
   std::string data(pickle->size, '\0');
   CKPTFS_RETURN_IF_ERROR(
       source.ReadAt(pickle->data_offset, {reinterpret_cast<uint8_t*>(data.data()), data.size()}));
@@ -691,7 +821,9 @@ Result<TorchArchive> ReadTorchArchive(const ByteSource& source, PickleGlobals gl
 
 Result<TorchFile> ReadTorchFile(const ByteSource& source, PickleGlobals globals) {
   CKPTFS_ASSIGN_OR_RETURN(TorchArchive archive, ReadTorchArchive(source, globals));
-  return Interpreter(source, archive.tree, archive.entries, archive.prefix, globals).Run();
+  return Interpreter(source, archive.tree, archive.entries, archive.prefix, archive.pickle_offset,
+                     globals)
+      .Run();
 }
 
 Result<std::vector<std::string>> ReadTorchStringList(const ByteSource& source) {

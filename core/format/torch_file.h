@@ -10,6 +10,30 @@
 // gives "model.fc.weight", list items are numbered. Everything that is not a tensor is
 // kept as JSON (`state_json`) mirroring the containers, tensors left out.
 //
+// Any Python value. A call of a global ckptfs has no plain form for (argparse.Namespace,
+// pathlib.PosixPath, a user's class, an OrderedDict with arguments) is an opaque value,
+// shown as {"__object__": "module.name", "args": [...], "kwargs": {...}, "state": ...,
+// "items": ...} (each key only when present; "state" is what BUILD set, a (dict, slots)
+// pair as a two-item list; "items" what SETITEMS/APPENDS added to a dict or list
+// subclass). Tensors inside it are served, named as if the object were what it holds:
+// args by position, kwargs, a dict state (both dicts of a slots pair) and dict items by
+// key, list items by position, any other state under "state"; so an object with state
+// {"w": tensor} under key "extra" gives tensor "extra.w". Plain forms: a set or frozenset
+// is a list, bytes (and protocol 2's _codecs.encode(str, 'latin1')) a string (invalid
+// UTF-8 replaced), a numpy scalar its value (little-endian numbers and bool; else
+// {"numpy_scalar": dtype}), a numpy dtype its descriptor ("<f8"), ZeroStageEnum and
+// DeepSpeed's getattr(ZeroStageEnum, 'name') the stage number.
+//
+// numpy arrays (numpy.core / numpy._core .multiarray._reconstruct with BUILD state
+// (version, shape, dtype, is_fortran, rawdata)) are tensors when their dtype is one ckptfs
+// has (little-endian or byte-sized bool, ints, uints, floats) and rawdata lies verbatim in
+// the pickle (BINBYTES and friends, protocol >= 3): the storage is that byte range of
+// data.pkl inside the zip, nothing copied; a Fortran-order array gets column-major
+// strides. Others (protocol 2's latin-1 text, object or string dtypes, big-endian) stay
+// values: {"__object__": "numpy.ndarray", "dtype": "<u4", "shape": [624]}. With
+// PickleGlobals::kDeepSpeed every array stays such a value (a rank file's tensors are its
+// model's). Byte counts that disagree with shape and dtype refuse the file.
+//
 // Untrusted input: every storage a tensor uses must be a stored record of exactly the
 // size its pickle claims, and every tensor's shape, strides and offset must stay inside
 // its storage (checked arithmetic). Errors name the file and the reason; the pre-1.6
@@ -37,11 +61,12 @@ namespace ckptfs {
 inline constexpr uint64_t kMaxTorchPickle = 64ull << 20;
 
 struct TorchStorage {
-  std::string key;  // the record is ARCHIVE/data/KEY
+  std::string key;  // the record is ARCHIVE/data/KEY; "data.pkl@N:DTYPE" for a numpy array's data
   Dtype dtype;
   uint64_t data_offset = 0;  // in the file
   uint64_t size = 0;         // bytes
   uint32_t crc32 = 0;        // as the zip directory records it
+  bool has_crc32 = true;     // false for bytes inside data.pkl (no record of their own)
 };
 
 struct TorchTensor {
@@ -68,11 +93,8 @@ struct TorchFile {
 };
 
 // Reads the directory and pickle of the torch.save file in `source`. With
-// PickleGlobals::kDeepSpeed the pickle may also name DeepSpeed's classes (pickle.h), which
-// become JSON in state_json: ZeroStageEnum its stage number, a set a list, a loss scaler,
-// argparse.Namespace or fragment_address its attribute dict, bytes a string, a numpy array
-// {"ndarray": {"dtype", "shape"}} (data left out), a numpy scalar its value. A non-zip file
-// is then refused as DeepSpeed's legacy serialization.
+// PickleGlobals::kDeepSpeed numpy arrays stay values (above) and a non-zip file is refused
+// as DeepSpeed's legacy serialization.
 Result<TorchFile> ReadTorchFile(const ByteSource& source,
                                 PickleGlobals globals = PickleGlobals::kTorch);
 

@@ -639,7 +639,10 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   std::vector<uint32_t> chunk_sizes;
   std::thread merged_thread([&ckpt, &layout, &order, &chunk_sizes] {
     order = AlignedOrder(ckpt);
-    std::erase_if(order, [&ckpt](uint32_t i) { return !ckpt.tensors[i].in_model; });
+    // Complex tensors: no safetensors dtype every reader knows (dtype.h); noted below.
+    std::erase_if(order, [&ckpt](uint32_t i) {
+      return !ckpt.tensors[i].in_model || IsComplex(ckpt.tensors[i].dtype);
+    });
     std::string bytes;
     uint64_t data_offset = 0;
     HeaderChunk chunk{0, 0, 0};
@@ -708,6 +711,13 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   layout.nodes_[layout.torch_zip_].size = zip_size.offset();
   layout.notes_.insert(layout.notes_.begin(), zip_notes.begin(), zip_notes.end());
   merged_thread.join();
+  for (const Tensor& t : ckpt.tensors) {
+    if (t.in_model && t.contiguous() && IsComplex(t.dtype)) {
+      layout.notes_.push_back("tensor \"" + t.name + "\" is " + std::string(DtypeName(t.dtype)) +
+                              " (complex): not in model.safetensors, which has no such dtype "
+                              "for every reader; in tensors/ and pytorch_model.bin");
+    }
+  }
   b.BeginExtents(merged);
   // The bytes of BuildSafetensorsHeader, with the opening and closing kept and the
   // entries made per read (AppendMergedEntry). The JSON body is the opening, the

@@ -23,7 +23,10 @@
 //   /NAME                       every non-weight file of SOURCE, unchanged
 //   /.ckptfs/stats.json         a kStats node, its bytes made at open by the caller
 //   /.ckptfs/metadata.json      the non-tensor values (MetadataJson)
-// Strided tensors (non-contiguous torch views) are only in pytorch_model.bin.
+// Strided tensors (non-contiguous torch views) are only in pytorch_model.bin. Complex
+// tensors (C64, C128) are left out of model.safetensors with a note (safetensors has no
+// C128, and C64 only since 0.6); tensors/ has them as .npy (<c8, <c16), pytorch_model.bin
+// and pytorch_model/ as torch's Complex*Storage.
 // Modes: a stored file shown unchanged keeps its StoredFile::mode; a file drawn from
 // stored files is no more readable than any of them (bits ANDed, read bits only); files
 // made from the whole checkpoint (model.safetensors, pytorch_model.bin, .ckptfs/*) take

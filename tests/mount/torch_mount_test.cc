@@ -9,6 +9,7 @@
 // of their code.
 
 #include <cctype>
+#include <filesystem>
 
 #include "mount_harness.h"
 
@@ -250,6 +251,48 @@ TEST_F(TorchMountTest, SafetensorsSourceZipCrc) {
 }
 
 // ---------------------------------------------------------------------------
+// Issue 23, item 1: a torch.save of what training code saves beyond tensors (a Namespace
+// holding a Path and a set, numpy scalars and arrays, the three RNG states, a class of
+// the writer's own holding a tensor, complex64), at torch's default protocol 2 and at
+// protocol 4. Mounted by file path with --model-key '' (merged views hold every tensor
+// under its full name); numpy and torch read tensors/, pytorch_model.bin and
+// model.safetensors against the writer's oracle (check_torch_any.py), and
+// metadata.json holds the opaque forms.
+TEST_F(TorchMountTest, AnyPythonValues) {
+  const std::string dir = scratch_->Path("any_values");
+  ASSERT_NO_FATAL_FAILURE(GenerateTorch("any_values", dir));
+  for (const auto& [file, oracle] : {std::pair{"any_values.pt", "tensors_p2.pt"},
+                                     std::pair{"any_values_p4.pt", "tensors_p4.pt"}}) {
+    const std::string mountpoint = scratch_->MakeDir(std::string("mnt_") + file);
+    ASSERT_NO_FATAL_FAILURE(Mount(dir + "/" + file, mountpoint, nullptr, {"--model-key", ""}));
+    RunCheck("check_torch_any.py",
+             {mountpoint, dir + "/oracle/" + oracle, dir + "/oracle/metadata.json"});
+  }
+}
+
+// The same for files real libraries wrote (../shared/fixtures/wild, skipped when absent):
+// train_state_wild.pt (numpy 2's numpy._core paths, a __main__ class, complex64, bf16)
+// and HF Trainer's own rng_state.pth. The oracle is SOURCE loaded by real torch with
+// stand-ins for classes this process lacks (make_any_oracle.py).
+TEST_F(TorchMountTest, AnyPythonValuesWrittenByLibraries) {
+  const std::string wild = std::string(kSourceDir) + "/../shared/fixtures/wild";
+  if (!std::filesystem::exists(wild + "/train_state_wild.pt")) {
+    GTEST_SKIP() << wild << " is absent (../shared/fixtures)";
+  }
+  int n = 0;
+  for (const std::string& source :
+       {wild + "/train_state_wild.pt", wild + "/hf_trainer_output/checkpoint-12/rng_state.pth"}) {
+    SCOPED_TRACE(source);
+    const std::string oracle = scratch_->Path("oracle" + std::to_string(n) + ".pt");
+    const ProcessResult made = RunProcess(
+        {kPython, ScriptPath("tests/mount/make_any_oracle.py"), source, oracle}, kGenerateTimeout);
+    ASSERT_EQ(made.exit_code, 0) << made.Describe();
+    const std::string mountpoint = scratch_->MakeDir("mnt_wild" + std::to_string(n++));
+    ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, nullptr, {"--model-key", ""}));
+    RunCheck("check_torch_any.py", {mountpoint, oracle});
+  }
+}
+
 // Hostile torch files (make_torch_checkpoint.py hostile, one source directory per
 // case): `ckptfs mount` and `ckptfs inspect` exit 2 within the refusal budget with one
 // line on stderr naming the file and the reason, nothing is mounted, and no code in

@@ -116,6 +116,83 @@ const std::string kRealTorchFile(
 
 std::string Repeat(char c, size_t n) { return std::string(n, c); }
 
+// torch 1.13's torch.save of {'extra': Obj(torch.tensor([1., 2.])) (a class of the writer's
+// __main__, state {'w': tensor}), 'arr': np.array([1.5, -2.]), 'c': complex64 [1+2j],
+// 'path': PosixPath('a/b'), 'ns': Namespace(lr=0.5, tags={'x'}), 'loss': np.float64(0.25)}
+// at pickle_protocol 4 (the array's bytes verbatim) and 2 (latin-1 text), as hex.
+constexpr std::string_view kAnyValuesProtocol4 =
+    "504b03040000080800000000000000000000000000000000000010001200617263686976652f646174612e706b6c"
+    "46420e005a5a5a5a5a5a5a5a5a5a5a5a5a5a80049528020000000000007d94288c056578747261948c085f5f6d61"
+    "696e5f5f948c034f626a9493942981947d948c0177948c0c746f7263682e5f7574696c73948c125f72656275696c"
+    "645f74656e736f725f763294939428288c0773746f72616765948c05746f726368948c0c466c6f617453746f7261"
+    "67659493948c0130948c03637075944b027494514b004b0285944b018594898c0b636f6c6c656374696f6e73948c"
+    "0b4f726465726564446963749493942952947494529473628c03617272948c156e756d70792e636f72652e6d756c"
+    "74696172726179948c0c5f7265636f6e7374727563749493948c056e756d7079948c076e6461727261799493944b"
+    "0085944301629487945294284b014b028594681e8c0564747970659493948c02663894898887945294284b038c01"
+    "3c944e4e4e4affffffff4affffffff4b00749462894310000000000000f83f00000000000000c0947494628c0163"
+    "94680a2828680b680c8c13436f6d706c6578466c6f617453746f726167659493948c01319468104b017494514b00"
+    "4b0185944b018594896816295294749452948c0470617468948c07706174686c6962948c09506f73697850617468"
+    "9493948c0161948c016294869452948c026e73948c086172677061727365948c094e616d65737061636594939429"
+    "81947d94288c026c7294473fe00000000000008c0474616773948f94288c0178949075628c046c6f737394681b8c"
+    "067363616c6172949394682a4308000000000000d03f9486945294752e504b070872ff4c8e330200003302000050"
+    "4b0304000008080000000000000000000000000000000000000e001100617263686976652f646174612f3046420d"
+    "005a5a5a5a5a5a5a5a5a5a5a5a5a0000803f00000040504b070876a53f2e0800000008000000504b030400000808"
+    "0000000000000000000000000000000000000e003c00617263686976652f646174612f31464238005a5a5a5a5a5a"
+    "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
+    "5a5a5a5a0000803f00000040504b070876a53f2e0800000008000000504b03040000080800000000000000000000"
+    "00000000000000000f003b00617263686976652f76657273696f6e464237005a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
+    "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a330a504b0708"
+    "d19e67550200000002000000504b010200000000080800000000000072ff4c8e3302000033020000100000000000"
+    "000000000000000000000000617263686976652f646174612e706b6c504b010200000000080800000000000076a5"
+    "3f2e08000000080000000e0000000000000000000000000083020000617263686976652f646174612f30504b0102"
+    "00000000080800000000000076a53f2e08000000080000000e00000000000000000000000000d802000061726368"
+    "6976652f646174612f31504b0102000000000808000000000000d19e675502000000020000000f00000000000000"
+    "00000000000058030000617263686976652f76657273696f6e504b06062c000000000000001e032d000000000000"
+    "00000004000000000000000400000000000000f300000000000000d203000000000000504b060700000000c50400"
+    "000000000001000000504b05060000000004000400f3000000d20300000000";
+constexpr std::string_view kAnyValuesProtocol2 =
+    "504b03040000080800000000000000000000000000000000000010001200617263686976652f646174612e706b6c"
+    "46420e005a5a5a5a5a5a5a5a5a5a5a5a5a5a80027d710028580500000065787472617101635f5f6d61696e5f5f0a"
+    "4f626a0a7102298171037d7104580100000077710563746f7263682e5f7574696c730a5f72656275696c645f7465"
+    "6e736f725f76320a71062828580700000073746f72616765710763746f7263680a466c6f617453746f726167650a"
+    "710858010000003071095803000000637075710a4b0274710b514b004b0285710c4b0185710d8963636f6c6c6563"
+    "74696f6e730a4f726465726564446963740a710e2952710f747110527111736258030000006172727112636e756d"
+    "70792e636f72652e6d756c746961727261790a5f7265636f6e7374727563740a7113636e756d70790a6e64617272"
+    "61790a71144b00857115635f636f646563730a656e636f64650a7116580100000062711758060000006c6174696e"
+    "31711886711952711a87711b52711c284b014b0285711d636e756d70790a64747970650a711e5802000000663871"
+    "1f8988877120527121284b0358010000003c71224e4e4e4affffffff4affffffff4b007471236289681658120000"
+    "00000000000000c3b83f00000000000000c380712468188671255271267471276258010000006371286806282868"
+    "0763746f7263680a436f6d706c6578466c6f617453746f726167650a7129580100000031712a680a4b0174712b51"
+    "4b004b0185712c4b0185712d89680e2952712e74712f527130580400000070617468713163706174686c69620a50"
+    "6f736978506174680a71325801000000617133580100000062713486713552713658020000006e73713763617267"
+    "70617273650a4e616d6573706163650a7138298171397d713a2858020000006c72713b473fe00000000000005804"
+    "00000074616773713c635f5f6275696c74696e5f5f0a7365740a713d5d713e580100000078713f61857140527141"
+    "756258040000006c6f73737142636e756d70792e636f72652e6d756c746961727261790a7363616c61720a714368"
+    "2168165809000000000000000000c3903f71446818867145527146867147527148752e504b0708a4fe0df0f10200"
+    "00f1020000504b0304000008080000000000000000000000000000000000000e001300617263686976652f646174"
+    "612f3046420f005a5a5a5a5a5a5a5a5a5a5a5a5a5a5a0000803f00000040504b070876a53f2e0800000008000000"
+    "504b0304000008080000000000000000000000000000000000000e003c00617263686976652f646174612f314642"
+    "38005a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
+    "5a5a5a5a5a5a5a5a5a5a5a5a0000803f00000040504b070876a53f2e0800000008000000504b0304000008080000"
+    "000000000000000000000000000000000f003b00617263686976652f76657273696f6e464237005a5a5a5a5a5a5a"
+    "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
+    "5a5a330a504b0708d19e67550200000002000000504b0102000000000808000000000000a4fe0df0f1020000f102"
+    "0000100000000000000000000000000000000000617263686976652f646174612e706b6c504b0102000000000808"
+    "00000000000076a53f2e08000000080000000e0000000000000000000000000041030000617263686976652f6461"
+    "74612f30504b010200000000080800000000000076a53f2e08000000080000000e00000000000000000000000000"
+    "98030000617263686976652f646174612f31504b0102000000000808000000000000d19e67550200000002000000"
+    "0f0000000000000000000000000018040000617263686976652f76657273696f6e504b06062c000000000000001e"
+    "032d00000000000000000004000000000000000400000000000000f3000000000000009204000000000000504b06"
+    "0700000000850500000000000001000000504b05060000000004000400f3000000920400000000";
+
+std::string FromHex(std::string_view hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out += static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16));
+  }
+  return out;
+}
+
 TEST(Zip, WrittenRecordsReadBackAligned) {
   const std::string zip =
       MakeZip({{"a/data.pkl", "pickle"}, {"a/data/0", Repeat('x', 100)}, {"a/version", "3\n"}});
@@ -467,6 +544,157 @@ TEST(TorchLayout, SafetensorsSourceGetsAMergedBin) {
   EXPECT_EQ(layout.notes().size(), 1u);
   EXPECT_EQ(bytes.substr(file->storages[0].data_offset, 6),
             testing::TensorBytes({"a", Dtype::kF16, {3}}));
+}
+
+}  // namespace
+}  // namespace ckptfs
+
+namespace ckptfs {
+namespace {
+
+// Item 1 of issue 23: values no allowlist knows, read as data, their tensors served.
+TEST(TorchFile, AnyPythonValueIsDataAndItsTensorsAreServed) {
+  const std::string saved = FromHex(kAnyValuesProtocol4);
+  MemorySource source("any.pt", saved);
+  auto file = ReadTorchFile(source);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  std::map<std::string, const TorchTensor*> by_name;
+  for (const TorchTensor& t : file->tensors) by_name[t.name] = &t;
+  ASSERT_EQ(by_name.size(), 3u);
+  // The tensor in the object's state is named by the object's path and the state key.
+  ASSERT_TRUE(by_name.count("extra.w"));
+  EXPECT_EQ(file->storages[by_name["extra.w"]->storage].dtype, Dtype::kF32);
+  // complex64: a C64 storage of torch's ComplexFloatStorage record.
+  ASSERT_TRUE(by_name.count("c"));
+  EXPECT_EQ(file->storages[by_name["c"]->storage].dtype, Dtype::kC64);
+  // The numpy array: a tensor over its bytes where they lie inside data.pkl (no CRC of
+  // its own), [1.5, -2.0] little-endian.
+  ASSERT_TRUE(by_name.count("arr"));
+  const TorchTensor& arr = *by_name["arr"];
+  const TorchStorage& s = file->storages[arr.storage];
+  EXPECT_EQ(s.dtype, Dtype::kF64);
+  EXPECT_EQ(arr.shape, std::vector<uint64_t>{2});
+  EXPECT_FALSE(s.has_crc32);
+  ASSERT_EQ(s.size, 16u);
+  const double want[2] = {1.5, -2.0};
+  EXPECT_EQ(saved.substr(s.data_offset, 16), std::string(reinterpret_cast<const char*>(want), 16));
+  // The rest in the opaque form of docs/formats.md.
+  const auto state = nlohmann::json::parse(file->state_json);
+  EXPECT_EQ(state["extra"], nlohmann::json::parse(R"({"__object__": "__main__.Obj"})"));
+  EXPECT_EQ(state["path"],
+            nlohmann::json::parse(R"({"__object__": "pathlib.PosixPath", "args": ["a", "b"]})"));
+  EXPECT_EQ(state["ns"], nlohmann::json::parse(R"({"__object__": "argparse.Namespace",
+                                                  "state": {"lr": 0.5, "tags": ["x"]}})"));
+  EXPECT_EQ(state["loss"], 0.25);  // a numpy scalar: its value
+  EXPECT_FALSE(state.contains("arr"));
+  EXPECT_FALSE(state.contains("c"));
+}
+
+TEST(TorchFile, Protocol2NumpyArrayStaysAValue) {
+  MemorySource source("any2.pt", FromHex(kAnyValuesProtocol2));
+  auto file = ReadTorchFile(source);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_EQ(file->tensors.size(), 2u);  // extra.w and c
+  const auto state = nlohmann::json::parse(file->state_json);
+  EXPECT_EQ(state["arr"], nlohmann::json::parse(R"({"__object__": "numpy.ndarray",
+                                                   "dtype": "<f8", "shape": [2]})"));
+  EXPECT_EQ(state["ns"]["state"]["tags"], nlohmann::json::array({"x"}));  // set(['x'])
+  EXPECT_EQ(state["loss"], 0.25);
+}
+
+// A numpy array whose byte count disagrees with its shape, and a denied global inside a
+// torch.save zip: refused, naming the file.
+TEST(TorchFile, BrokenArraysAndDeniedGlobalsAreRefused) {
+  std::string saved = FromHex(kAnyValuesProtocol4);
+  // The array's shape (2,) is pickled as K\x02\x85 right after _reconstruct's state
+  // version K\x01: make it 3 elements for 16 bytes.
+  const size_t at = saved.find(std::string("K\x01K\x02\x85", 5));
+  ASSERT_NE(at, std::string::npos);
+  saved[at + 3] = '\x03';
+  MemorySource bad_shape("shape.pt", saved);
+  EXPECT_THAT(ReadTorchFile(bad_shape).status().message(),
+              HasSubstr("shape.pt: numpy array \"arr\": 16 bytes of data"));
+  // The Path's module renamed in place to one of the same length on the denylist.
+  std::string denied = FromHex(kAnyValuesProtocol4);
+  const size_t p = denied.find("pathlib");
+  ASSERT_NE(p, std::string::npos);
+  denied.replace(p, 7, "os.path");
+  MemorySource os_source("os.pt", denied);
+  const Status st = ReadTorchFile(os_source).status();
+  EXPECT_EQ(st.code(), Status::Code::kUnsupported);
+  EXPECT_THAT(st.message(),
+              HasSubstr("os.pt: data.pkl: global os.path.PosixPath is not allowed (byte "));
+}
+
+// Two numpy arrays over one bytes object (memo), read as u1[16] and f8[2]: each keeps its
+// own dtype, so neither is served as the other's type.
+TEST(TorchFile, ArraysSharingBytesKeepTheirDtypes) {
+  const std::string pickle = FromHex(
+      "800495e5000000000000007d94288c027538948c156e756d70792e636f72652e6d756c7469617272617994"
+      "8c0c5f7265636f6e7374727563749493948c056e756d7079948c076e6461727261799493944b0085944301"
+      "629487945294284b014b10859468058c0564747970659493948c02753194898887945294284b038c017c94"
+      "4e4e4e4affffffff4affffffff4b00749462894310000102030405060708090a0b0c0d0e0f947494628c02"
+      "663894680468076808680987945294284b014b028594680e8c02663894898887945294284b038c013c944e"
+      "4e4e4affffffff4affffffff4b00749462896814749462752e");
+  MemorySource source("shared.pt", MakeZip({{"archive/data.pkl", pickle}}));
+  auto file = ReadTorchFile(source);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  ASSERT_EQ(file->tensors.size(), 2u);
+  ASSERT_EQ(file->storages.size(), 2u);
+  for (const TorchTensor& t : file->tensors) {
+    const TorchStorage& s = file->storages[t.storage];
+    EXPECT_EQ(s.dtype, t.name == "u8" ? Dtype::kU8 : Dtype::kF64) << t.name;
+    EXPECT_EQ(s.size, 16u);
+    EXPECT_EQ(s.data_offset, file->storages[0].data_offset);  // the same bytes
+  }
+}
+
+// np.asfortranarray(arange(6, int32).reshape(2, 3)) at protocol 4: the bytes are column
+// by column (0 3 1 4 2 5), so the tensor gets column-major strides over them.
+TEST(TorchFile, FortranOrderArrayGetsColumnMajorStrides) {
+  const std::string pickle = FromHex(
+      "800495a9000000000000007d948c0166948c156e756d70792e636f72652e6d756c74696172726179948c0c"
+      "5f7265636f6e7374727563749493948c056e756d7079948c076e6461727261799493944b0085944301629487"
+      "945294284b014b024b03869468058c0564747970659493948c02693494898887945294284b038c013c944e4e"
+      "4e4affffffff4affffffff4b0074946288431800000000030000000100000004000000020000000500000094"
+      "749462732e");
+  MemorySource source("fortran.pt", MakeZip({{"archive/data.pkl", pickle}}));
+  auto file = ReadTorchFile(source);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  ASSERT_EQ(file->tensors.size(), 1u);
+  const TorchTensor& t = file->tensors[0];
+  EXPECT_EQ(t.shape, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(t.stride, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(file->storages[t.storage].dtype, Dtype::kI32);
+  EXPECT_FALSE(IsRowMajor(t.shape, t.stride));
+}
+
+// tensors/ serves complex tensors as .npy (<c8) and the array from inside data.pkl;
+// model.safetensors leaves the complex tensor out with a note.
+TEST(TorchLayout, OpaqueValuesComplexAndNumpyTensorsInTheViews) {
+  auto ckpt = OpenCheckpointIn(testing::MemoryDir({{"state.pt", FromHex(kAnyValuesProtocol4)}}),
+                               testing::TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  const Layout& layout = volume->layout();
+  const uint64_t tensors = layout.Lookup(Layout::kRoot, "tensors");
+  const uint64_t c = layout.Lookup(tensors, "c.npy");
+  ASSERT_NE(c, 0u);
+  const std::string c_npy = ReadWholeFile(*volume, c);
+  EXPECT_THAT(c_npy, HasSubstr("'descr': '<c8'"));
+  const float want_c[2] = {1.0f, 2.0f};
+  EXPECT_EQ(c_npy.substr(c_npy.size() - 8), std::string(reinterpret_cast<const char*>(want_c), 8));
+  const std::string arr = ReadWholeFile(*volume, layout.Lookup(tensors, "arr.npy"));
+  const double want[2] = {1.5, -2.0};
+  EXPECT_EQ(arr.substr(arr.size() - 16), std::string(reinterpret_cast<const char*>(want), 16));
+  EXPECT_NE(layout.Lookup(layout.Lookup(tensors, "extra"), "w.npy"), 0u);
+  bool noted = false;
+  for (const std::string& n : layout.notes()) noted |= n.find("\"c\" is C64") != std::string::npos;
+  EXPECT_TRUE(noted);
+  const std::string merged =
+      ReadWholeFile(*volume, layout.Lookup(Layout::kRoot, "model.safetensors"));
+  EXPECT_THAT(merged, HasSubstr("\"arr\""));
+  EXPECT_THAT(merged, ::testing::Not(HasSubstr("\"c\"")));
 }
 
 }  // namespace
