@@ -189,8 +189,34 @@ std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout) {
                                        ", ...) but no index json to join them")};
 }
 
+HfViewNames HfViewNamesOf(std::string_view file) {
+  // Loaders that open their own file name, not transformers' (peft's
+  // SAFETENSORS_WEIGHTS_NAME / WEIGHTS_NAME, diffusers' SAFETENSORS_WEIGHTS_NAME /
+  // WEIGHTS_NAME): the stem is the same for both formats.
+  constexpr std::string_view kLoaderStems[] = {"adapter_model", "diffusion_pytorch_model"};
+  std::string_view name = StripZst(file);
+  for (std::string_view suffix : {kSafetensorsIndexSuffix, kTorchIndexSuffix,
+                                  std::string_view(".safetensors"), std::string_view(".bin")}) {
+    if (EndsWith(name, suffix)) {
+      name.remove_suffix(suffix.size());
+      break;
+    }
+  }
+  HfViewNames names;
+  for (std::string_view stem : kLoaderStems) {
+    if (name == stem) {
+      names.safetensors = std::string(stem) + ".safetensors";
+      names.torch = std::string(stem) + ".bin";
+    }
+  }
+  return names;
+}
+
 Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, const HfLayout& layout,
               Checkpoint& ckpt) {
+  HfViewNames names = HfViewNamesOf(claim.file);
+  ckpt.safetensors_view = std::move(names.safetensors);
+  ckpt.torch_view = std::move(names.torch);
   if (EndsWith(claim.file, layout.index_suffix)) {
     return ReadIndexed(dir, claim.file, codec, layout, ckpt);
   }

@@ -215,8 +215,9 @@ class Layout::DirectoryWalker {
 
 namespace {
 
-constexpr std::string_view kReservedRootNames[] = {
-    "model.safetensors", "pytorch_model.bin", "pytorch_model", "tensors", "shards", ".ckptfs"};
+// With the merged views' names (Checkpoint::safetensors_view, torch_view), what a stored
+// file at the root cannot be called.
+constexpr std::string_view kReservedRootNames[] = {"pytorch_model", "tensors", "shards", ".ckptfs"};
 // torch's reader takes the archive name from the records; torch.save uses the file stem.
 constexpr std::string_view kTorchArchive = "pytorch_model/";
 constexpr std::string_view kTorchVersion = "3\n";  // the format version torch 1.13 writes
@@ -621,8 +622,9 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   // Root: non-weight files unchanged, unless a view owns the name.
   for (uint32_t i = 0; i < ckpt.others.size(); ++i) {
     const StoredFile& f = ckpt.others[i];
-    if (std::find(std::begin(kReservedRootNames), std::end(kReservedRootNames), f.name) !=
-        std::end(kReservedRootNames)) {
+    if (f.name == ckpt.safetensors_view || f.name == ckpt.torch_view ||
+        std::find(std::begin(kReservedRootNames), std::end(kReservedRootNames), f.name) !=
+            std::end(kReservedRootNames)) {
       layout.hidden_.push_back(f.name);
       continue;
     }
@@ -666,11 +668,11 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   const size_t n = ckpt.tensors.size();
   layout.extents_.reserve(3 * n + layout.sources_.size() + 16);
   layout.pool_.reserve(64 << 10);
-  const uint64_t merged = b.AddFile(kRoot, "model.safetensors", whole);
+  const uint64_t merged = b.AddFile(kRoot, ckpt.safetensors_view, whole);
   // The extents wait for the first use (MakeLazyBytes): most mounts never read this file,
   // and they cost two a tensor. Every piece is a whole-checkpoint file's, so `whole` is
   // already no more readable than any shard they would name.
-  layout.torch_zip_ = b.AddFile(kRoot, "pytorch_model.bin", whole);
+  layout.torch_zip_ = b.AddFile(kRoot, ckpt.torch_view, whole);
 
   // One file per tensor.
   DirectoryWalker walker(b, b.AddDir(kRoot, "tensors"));
