@@ -123,6 +123,9 @@ struct Checkpoint {
   // transformers looks for.
   std::string safetensors_view = "model.safetensors";
   std::string torch_view = "pytorch_model.bin";
+  // Folders shown at the root beside the views, even empty (sentence-transformers' module
+  // folders, OpenHfModuleFolders); their files are in `others` as "FOLDER/NAME".
+  std::vector<std::string> folders;
   bool remote = false;  // files come from a server (SourceDir::remote)
   // SOURCE's own modification time when it is a local directory; {0, 0} otherwise (a
   // file path, a URL), where the mount's directories show the newest stored file's.

@@ -90,6 +90,19 @@ HfViewNames HfViewNamesOf(std::string_view file);
 Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, const HfLayout& layout,
               Checkpoint& ckpt);
 
+// sentence-transformers' module folders: `modules.json` at the top of `dir` lists the
+// pipeline's modules, each with a "path" ("" for the transformer at the top, "1_Pooling",
+// "2_Normalize" for folders beside it holding config.json). The files of each listed
+// folder join `ckpt.others` as "FOLDER/NAME", shown in that folder at the mount root,
+// unchanged (SentenceTransformer reads them there). Only plain, printable folder names
+// that `dir` lists as directories, one level deep, at most kMaxModuleFolders folders of
+// kMaxModuleFiles files; anything else in modules.json (a path with '/', "..", a folder
+// that is missing or links out) is left out with a line to `options.warn`. A modules.json
+// that is not a JSON array is no reason to refuse the checkpoint: it is only a file.
+inline constexpr size_t kMaxModuleFolders = 64;
+inline constexpr size_t kMaxModuleFiles = 256;
+Status OpenHfModuleFolders(const SourceDir& dir, const ReadOptions& options, Checkpoint& ckpt);
+
 // Files not to show: every .safetensors weight file that is not part of the checkpoint (a
 // stale or foreign one would only mislead) and the index and shards of another copy of
 // the weights (repositories often ship a torch index beside the safetensors one). Other

@@ -10,6 +10,14 @@ weights file under the name its loader opens (issue 23, item 4), with numpy and 
     check_loader_names.py write-adapter-bin DIR
         A peft adapter saved with safe_serialization=False: adapter_model.bin (torch.save of
         the state dict) and adapter_config.json.
+    check_loader_names.py write-sentence-transformers DIR
+        A sentence-transformers model as SentenceTransformer.save leaves it: modules.json
+        (the transformer at "path": "", then 1_Pooling, 2_Normalize), the transformer's
+        model.safetensors and config.json at the top, 1_Pooling/config.json, 2_Normalize/
+        empty, sentence_bert_config.json.
+    check_loader_names.py module-folders SRC MNT
+        Every folder modules.json lists is a directory of MNT holding SRC's files with
+        their bytes, as SentenceTransformer opens them.
     check_loader_names.py component SRC MNT NAME TORCH_NAME
         MNT is the mount of SRC, a checkpoint directory (a component folder, a peft adapter):
         NAME is at MNT's root, parsed as a loader does (8-byte length, json header, mmap) and
@@ -101,6 +109,40 @@ def WritePipeline(out):
               {"_class_name": "PNDMScheduler", "num_train_timesteps": 1000})
 
 
+def WriteSentenceTransformers(out):
+    os.makedirs(os.path.join(out, "2_Normalize"), exist_ok=True)
+    with open(os.path.join(out, "modules.json"), "w") as f:
+        json.dump([{"idx": 0, "name": "0", "path": "",
+                    "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling",
+                    "type": "sentence_transformers.models.Pooling"},
+                   {"idx": 2, "name": "2", "path": "2_Normalize",
+                    "type": "sentence_transformers.models.Normalize"}], f, indent=2)
+    WriteJson(os.path.join(out, "config.json"), {"architectures": ["BertModel"]})
+    WriteJson(os.path.join(out, "sentence_bert_config.json"), {"max_seq_length": 16})
+    WriteJson(os.path.join(out, "1_Pooling", "config.json"),
+              {"word_embedding_dimension": 4, "pooling_mode_mean_tokens": True})
+    SaveSafetensors(os.path.join(out, "model.safetensors"),
+                    {"embeddings.word_embeddings.weight": Rand(9, 10, 4)})
+
+
+def CheckModuleFolders(src, mnt, errors):
+    for module in json.load(open(os.path.join(mnt, "modules.json"))):
+        if not module["path"]:
+            continue
+        folder = os.path.join(mnt, module["path"])
+        if not os.path.isdir(folder):
+            errors.append("%s is not a directory of the mount" % module["path"])
+            continue
+        want = sorted(os.listdir(os.path.join(src, module["path"])))
+        if sorted(os.listdir(folder)) != want:
+            errors.append("%s holds %s, want %s" % (module["path"], os.listdir(folder), want))
+        for f in want:
+            if open(os.path.join(folder, f), "rb").read() != \
+                    open(os.path.join(src, module["path"], f), "rb").read():
+                errors.append("%s/%s differs from SOURCE's" % (module["path"], f))
+
+
 def WriteAdapterBin(out):
     os.makedirs(out, exist_ok=True)
     WriteJson(os.path.join(out, "adapter_config.json"), {"peft_type": "LORA", "r": 4})
@@ -158,6 +200,8 @@ def CheckComponent(src, mnt, name, torch_name, errors):
             errors.append("%s is shown beside %s: a loader would take it for a model" %
                           (other, name))
     for f in os.listdir(src):
+        if os.path.isdir(os.path.join(src, f)):
+            continue  # module-folders checks those
         if IsWeights(f):
             if f not in os.listdir(os.path.join(mnt, "shards")):
                 errors.append("%s is not in shards/" % f)
@@ -174,6 +218,10 @@ def main(argv):
         WritePipeline(argv[2])
     elif argv[1] == "write-adapter-bin":
         WriteAdapterBin(argv[2])
+    elif argv[1] == "write-sentence-transformers":
+        WriteSentenceTransformers(argv[2])
+    elif argv[1] == "module-folders":
+        CheckModuleFolders(argv[2], argv[3], errors)
     elif argv[1] == "component":
         CheckComponent(argv[2], argv[3], argv[4], argv[5], errors)
     else:

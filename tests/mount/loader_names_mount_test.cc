@@ -2,7 +2,8 @@
 // binary and read with numpy (mmap, header parsed as safetensors does) and torch.load: a
 // real peft adapter (../shared/fixtures/wild/peft_adapter, skipped when absent), a peft
 // adapter saved as adapter_model.bin, and the component folders of a diffusers pipeline
-// as DiffusionPipeline.save_pretrained leaves them (unet/ sharded). Written and checked by
+// as DiffusionPipeline.save_pretrained leaves them (unet/ sharded), and a
+// sentence-transformers model's module folders. Written and checked by
 // tests/mount/check_loader_names.py.
 #include <filesystem>
 
@@ -64,6 +65,14 @@ TEST_F(LoaderNamesMountTest, DiffusersComponentsShowWhatTheirLoadersOpen) {
   }
   RunCheck("check_loader_names.py", {"component", src_ + "/text_encoder", mnt + "/text_encoder",
                                      "model.safetensors", "pytorch_model.bin"});
+}
+
+// sentence-transformers: the transformer at the top is the checkpoint, and the module
+// folders modules.json lists (1_Pooling/ with its config, 2_Normalize/ empty) are beside it.
+TEST_F(LoaderNamesMountTest, SentenceTransformersModuleFoldersAreShown) {
+  ASSERT_NO_FATAL_FAILURE(Write("write-sentence-transformers", src_));
+  CheckComponent(src_, "model.safetensors", "pytorch_model.bin");
+  RunCheck("check_loader_names.py", {"module-folders", src_, scratch_->Path("mnt-0")});
 }
 
 }  // namespace

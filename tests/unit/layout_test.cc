@@ -169,6 +169,54 @@ TEST(LayoutNames, ViewNamesOfEachStoredName) {
   }
 }
 
+// (issue 23) sentence-transformers: the folders modules.json lists beside the transformer
+// at the top are shown with their files; a path that is not a plain folder beside it, or
+// that a view owns, is not.
+TEST(LayoutNames, ModuleFoldersOfModulesJsonAreShown) {
+  const std::string kW = MakeSafetensors({{"w", Dtype::kF32, {2}}});
+  SourceDir dir = MemoryDir(
+      {{"model.safetensors", kW},
+       {"config.json", "{}"},
+       {"modules.json",
+        R"([{"idx": 0, "path": ""}, {"idx": 1, "path": "1_Pooling"}, {"path": "2_Normalize"},
+            {"path": "../up"}, {"path": "a/b"}, {"path": "missing"}, {"path": "tensors"},
+            {"path": 3}, "x"])"}});
+  dir.dirs = {"1_Pooling", "2_Normalize", "a", "stray", "tensors"};
+  dir.open_dir = [](const std::string& name) -> Result<SourceDir> {
+    if (name == "1_Pooling") return MemoryDir({{"config.json", "{\"pooling_mode\": 1}"}});
+    if (name == "tensors") return MemoryDir({{"x.npy", "not a view"}});
+    return MemoryDir({});
+  };
+  std::vector<std::string> warnings;
+  auto codec = std::make_shared<ReadContext>(
+      ReadOptions{.warn = [&warnings](const std::string& line) { warnings.push_back(line); }});
+  auto ckpt = OpenCheckpointIn(dir, *codec);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), codec);
+  const Layout& layout = volume->layout();
+  std::vector<std::string> names;
+  for (uint64_t ino : layout.Children(Layout::kRoot)) {
+    names.push_back(std::string(layout.Find(ino)->name()));
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{".ckptfs", "1_Pooling", "2_Normalize", "config.json",
+                                             "model.safetensors", "modules.json", "pytorch_model",
+                                             "pytorch_model.bin", "shards", "tensors"}));
+  const uint64_t config = layout.Lookup(layout.Lookup(Layout::kRoot, "1_Pooling"), "config.json");
+  ASSERT_NE(config, 0u);
+  EXPECT_EQ(layout.Find(config)->size, std::string("{\"pooling_mode\": 1}").size());
+  EXPECT_EQ(layout.Lookup(layout.Lookup(Layout::kRoot, "tensors"), "x.npy"), 0u);
+  EXPECT_EQ(layout.hidden(), std::vector<std::string>{"tensors/x.npy"});
+  // Each path left out is said once; the empty folder is shown, as saved.
+  EXPECT_EQ(warnings.size(), 3u);
+  for (const std::string& line : warnings) {
+    EXPECT_NE(line.find("modules.json"), std::string::npos) << line;
+  }
+  // A modules.json that is no array is only a file.
+  auto plain = OpenCheckpointIn(MemoryDir({{"model.safetensors", kW}, {"modules.json", "{"}}),
+                                testing::TestCodec());
+  EXPECT_TRUE(plain.ok()) << plain.status().message();
+}
+
 TEST_F(LayoutTest, ShardsAreUnchanged) {
   auto files = TwoShardFiles();
   EXPECT_EQ(ReadAll({"shards", "s1.safetensors"}), files["s1.safetensors"]);
