@@ -362,7 +362,7 @@ std::string MountSummary(const Volume& volume, const std::string& mountpoint,
   for (uint64_t ino : layout.Children(Layout::kRoot)) {
     const Node& node = *layout.Find(ino);
     const std::string name(node.name());
-    if (name == "model.safetensors" || name == "pytorch_model.bin" || name == "tensors" ||
+    if (name == ckpt.safetensors_view || name == ckpt.torch_view || name == "tensors" ||
         name == "shards" || name == "pytorch_model") {
       views += (views.empty() ? "" : " ") + name + (node.kind == NodeKind::kDirectory ? "/" : "");
     }

@@ -117,7 +117,16 @@ struct Checkpoint {
   CheckpointFormat format = CheckpointFormat::kSafetensors;
   std::string state_json;  // torch: the non-tensor values, as JSON; empty if none
   ModelView model;         // what the merged views hold (SelectModel)
-  bool remote = false;     // files come from a server (SourceDir::remote)
+  // The merged views' names at the mount root: a merged view is named for what it merges.
+  // HF weights saved under a loader's own name keep it (HfViewNames, hf_layout.h:
+  // adapter_model.*, diffusion_pytorch_model.*); any other checkpoint's model is what
+  // transformers looks for.
+  std::string safetensors_view = "model.safetensors";
+  std::string torch_view = "pytorch_model.bin";
+  // Folders shown at the root beside the views, even empty (sentence-transformers' module
+  // folders, OpenHfModuleFolders); their files are in `others` as "FOLDER/NAME".
+  std::vector<std::string> folders;
+  bool remote = false;  // files come from a server (SourceDir::remote)
   // SOURCE's own modification time when it is a local directory; {0, 0} otherwise (a
   // file path, a URL), where the mount's directories show the newest stored file's.
   struct timespec dir_mtime = {};

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/checkpoint/assembly.h"
+#include "core/checkpoint/hf_layout.h"
 #include "core/checkpoint/model.h"
 #include "core/layout/escape.h"
 
@@ -118,6 +119,7 @@ Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, ReadContext& codec,
     const std::vector<std::string> hidden =
         winner->hidden ? winner->hidden(dir, ckpt) : std::vector<std::string>();
     CKPTFS_RETURN_IF_ERROR(OpenOthers(dir, codec.options(), hidden, ckpt));
+    CKPTFS_RETURN_IF_ERROR(OpenHfModuleFolders(dir, codec.options(), ckpt));
   }
   return ckpt;
 }

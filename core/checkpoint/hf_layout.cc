@@ -1,6 +1,7 @@
 #include "core/checkpoint/hf_layout.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
 
@@ -189,12 +190,109 @@ std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout) {
                                        ", ...) but no index json to join them")};
 }
 
+HfViewNames HfViewNamesOf(std::string_view file) {
+  // Loaders that open their own file name, not transformers' (peft's
+  // SAFETENSORS_WEIGHTS_NAME / WEIGHTS_NAME, diffusers' SAFETENSORS_WEIGHTS_NAME /
+  // WEIGHTS_NAME): the stem is the same for both formats.
+  constexpr std::string_view kLoaderStems[] = {"adapter_model", "diffusion_pytorch_model"};
+  std::string_view name = StripZst(file);
+  for (std::string_view suffix : {kSafetensorsIndexSuffix, kTorchIndexSuffix,
+                                  std::string_view(".safetensors"), std::string_view(".bin")}) {
+    if (EndsWith(name, suffix)) {
+      name.remove_suffix(suffix.size());
+      break;
+    }
+  }
+  HfViewNames names;
+  for (std::string_view stem : kLoaderStems) {
+    if (name == stem) {
+      names.safetensors = std::string(stem) + ".safetensors";
+      names.torch = std::string(stem) + ".bin";
+    }
+  }
+  return names;
+}
+
 Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, const HfLayout& layout,
               Checkpoint& ckpt) {
+  HfViewNames names = HfViewNamesOf(claim.file);
+  ckpt.safetensors_view = std::move(names.safetensors);
+  ckpt.torch_view = std::move(names.torch);
   if (EndsWith(claim.file, layout.index_suffix)) {
     return ReadIndexed(dir, claim.file, codec, layout, ckpt);
   }
   return OpenShards(dir, {claim.file}, dir.path, codec, layout.parse, ckpt);
+}
+
+Status OpenHfModuleFolders(const SourceDir& dir, const ReadOptions& options, Checkpoint& ckpt) {
+  constexpr std::string_view kModules = "modules.json";
+  const auto stored = std::find_if(ckpt.others.begin(), ckpt.others.end(),
+                                   [&](const StoredFile& f) { return f.name == kModules; });
+  if (stored == ckpt.others.end()) return Status::Ok();
+  auto warn = [&](const std::string& line) {
+    if (options.warn) options.warn(JoinShown(dir.path, std::string(kModules)) + ": " + line);
+  };
+  // Its decoded bytes (it may be stored as modules.json.zst). Too big is no reason to
+  // refuse the checkpoint; an I/O error is.
+  auto text = ReadWhole(*stored->source, 1 << 20);
+  if (!text.ok() && text.status().code() == Status::Code::kCorruption) {
+    warn(text.status().message() + "; module folders not shown");
+    return Status::Ok();
+  }
+  CKPTFS_RETURN_IF_ERROR(text.status());
+  // Values deeper than a module's fields are dropped as parsed: a hostile nesting
+  // never becomes a deep tree (the parser itself keeps its stack on the heap).
+  const nlohmann::json modules = nlohmann::json::parse(
+      *text, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) { return depth <= 3; },
+      /*allow_exceptions=*/false);
+  if (!modules.is_array()) {
+    warn("not a JSON array of modules; module folders not shown");
+    return Status::Ok();
+  }
+  std::vector<std::string> folders;
+  for (const nlohmann::json& module : modules) {
+    const auto path = module.is_object() ? module.find("path") : module.end();
+    if (!module.is_object() || path == module.end() || !path->is_string()) continue;
+    const std::string& name = path->get_ref<const std::string&>();
+    if (name.empty()) continue;  // the transformer at the top: the checkpoint itself
+    const bool plain = name != "." && name != ".." && name.size() <= 255 &&
+                       std::all_of(name.begin(), name.end(), [](char c) {
+                         return c != '/' && static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+                       });
+    if (!plain || std::find(dir.dirs.begin(), dir.dirs.end(), name) == dir.dirs.end()) {
+      warn("module path \"" + EscapeControlChars(name) + "\" is not a folder beside it; not shown");
+      continue;
+    }
+    if (std::find(folders.begin(), folders.end(), name) == folders.end()) folders.push_back(name);
+  }
+  if (folders.size() > kMaxModuleFolders) {
+    warn(std::to_string(folders.size()) + " module folders; the first " +
+         std::to_string(kMaxModuleFolders) + " shown");
+    folders.resize(kMaxModuleFolders);
+  }
+  for (const std::string& folder : folders) {
+    auto sub = dir.OpenDir(folder);
+    if (!sub.ok()) {
+      warn(sub.status().message() + "; not shown");
+      continue;
+    }
+    if (sub->files.size() > kMaxModuleFiles) {
+      warn(folder + "/: " + std::to_string(sub->files.size()) + " files; not shown");
+      continue;
+    }
+    ckpt.folders.push_back(folder);
+    for (const std::string& name : sub->files) {
+      auto file = OpenStored(*sub, name);
+      if (!file.ok()) {
+        warn(folder + "/" + name + ": " + file.status().message() + "; not shown");
+        continue;
+      }
+      file->name = folder + "/" + file->name;
+      file->stored_name = folder + "/" + file->stored_name;
+      ckpt.others.push_back(std::move(file).value());
+    }
+  }
+  return Status::Ok();
 }
 
 std::vector<std::string> HfHidden(const SourceDir& dir, const Checkpoint& ckpt) {

@@ -69,9 +69,39 @@ std::optional<HfShardNumber> HfShardOf(std::string_view name);
 // what is left of one), never a checkpoint on its own.
 std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout);
 
-// Reads the claimed index and its shards, or the claimed lone file, into `ckpt`.
+// The names of the merged views (model.safetensors, pytorch_model.bin) of HF weights
+// stored as `file` (a claimed index or lone weights file, `.zst` included). A merged
+// view is named for what it merges: weights saved under a loader's own name keep it,
+// with the other format's counterpart beside it, because that loader opens exactly that
+// name (peft: adapter_model.safetensors / adapter_model.bin; diffusers:
+// diffusion_pytorch_model.safetensors / diffusion_pytorch_model.bin, also when sharded:
+// `diffusion_pytorch_model.safetensors.index.json`). Any other stem (model, pytorch_model,
+// a generic `weights.safetensors`, a training `last.ckpt`) is a model for transformers:
+// model.safetensors / pytorch_model.bin. No alias under the other names: a PEFT adapter
+// shown as model.safetensors would load as a (wrong) base model.
+struct HfViewNames {
+  std::string safetensors = "model.safetensors";
+  std::string torch = "pytorch_model.bin";
+};
+HfViewNames HfViewNamesOf(std::string_view file);
+
+// Reads the claimed index and its shards, or the claimed lone file, into `ckpt`, and
+// names its merged views (HfViewNamesOf).
 Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, const HfLayout& layout,
               Checkpoint& ckpt);
+
+// sentence-transformers' module folders: `modules.json` at the top of `dir` lists the
+// pipeline's modules, each with a "path" ("" for the transformer at the top, "1_Pooling",
+// "2_Normalize" for folders beside it holding config.json). The files of each listed
+// folder join `ckpt.others` as "FOLDER/NAME", shown in that folder at the mount root,
+// unchanged (SentenceTransformer reads them there). Only plain, printable folder names
+// that `dir` lists as directories, one level deep, at most kMaxModuleFolders folders of
+// kMaxModuleFiles files; anything else in modules.json (a path with '/', "..", a folder
+// that is missing or links out) is left out with a line to `options.warn`. A modules.json
+// that is not a JSON array is no reason to refuse the checkpoint: it is only a file.
+inline constexpr size_t kMaxModuleFolders = 64;
+inline constexpr size_t kMaxModuleFiles = 256;
+Status OpenHfModuleFolders(const SourceDir& dir, const ReadOptions& options, Checkpoint& ckpt);
 
 // Files not to show: every .safetensors weight file that is not part of the checkpoint (a
 // stale or foreign one would only mislead) and the index and shards of another copy of

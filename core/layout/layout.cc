@@ -215,8 +215,9 @@ class Layout::DirectoryWalker {
 
 namespace {
 
-constexpr std::string_view kReservedRootNames[] = {
-    "model.safetensors", "pytorch_model.bin", "pytorch_model", "tensors", "shards", ".ckptfs"};
+// With the merged views' names (Checkpoint::safetensors_view, torch_view), what a stored
+// file at the root cannot be called.
+constexpr std::string_view kReservedRootNames[] = {"pytorch_model", "tensors", "shards", ".ckptfs"};
 // torch's reader takes the archive name from the records; torch.save uses the file stem.
 constexpr std::string_view kTorchArchive = "pytorch_model/";
 constexpr std::string_view kTorchVersion = "3\n";  // the format version torch 1.13 writes
@@ -618,15 +619,34 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   const uint32_t first_index = static_cast<uint32_t>(ckpt.shards.size());
   const uint32_t first_other = first_index + static_cast<uint32_t>(ckpt.index.size());
 
-  // Root: non-weight files unchanged, unless a view owns the name.
+  // Root: non-weight files unchanged, unless a view owns the name. "FOLDER/NAME" (a
+  // sentence-transformers module folder's file, OpenHfModuleFolders) goes in FOLDER.
+  std::vector<std::pair<std::string, uint64_t>> folders;
+  auto reserved = [&ckpt](const std::string& name) {
+    return name == ckpt.safetensors_view || name == ckpt.torch_view ||
+           std::find(std::begin(kReservedRootNames), std::end(kReservedRootNames), name) !=
+               std::end(kReservedRootNames);
+  };
+  for (const std::string& folder : ckpt.folders) {
+    if (!reserved(folder)) folders.emplace_back(folder, b.AddDir(kRoot, folder));
+  }
   for (uint32_t i = 0; i < ckpt.others.size(); ++i) {
     const StoredFile& f = ckpt.others[i];
-    if (std::find(std::begin(kReservedRootNames), std::end(kReservedRootNames), f.name) !=
-        std::end(kReservedRootNames)) {
+    const size_t slash = f.name.find('/');
+    const std::string top = f.name.substr(0, slash);
+    if (reserved(top)) {
       layout.hidden_.push_back(f.name);
       continue;
     }
-    uint64_t ino = b.AddFile(kRoot, f.name, 0555);
+    uint64_t parent = kRoot;
+    if (slash != std::string::npos) {
+      auto folder = std::find_if(folders.begin(), folders.end(),
+                                 [&](const auto& d) { return d.first == top; });
+      if (folder == folders.end()) continue;  // not a listed folder: never from a reader
+      parent = folder->second;
+    }
+    uint64_t ino =
+        b.AddFile(parent, f.name.substr(slash == std::string::npos ? 0 : slash + 1), 0555);
     b.AppendSource(ino, first_other + i, 0, f.source->Size());
     layout.stored_nodes_.emplace_back(static_cast<uint32_t>(ino), first_other + i);
   }
@@ -669,11 +689,11 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   const size_t n = ckpt.tensors.size();
   layout.extents_.reserve(3 * n + layout.sources_.size() + 16);
   layout.pool_.reserve(64 << 10);
-  const uint64_t merged = b.AddFile(kRoot, "model.safetensors", whole);
+  const uint64_t merged = b.AddFile(kRoot, ckpt.safetensors_view, whole);
   // The extents wait for the first use (MakeLazyBytes): most mounts never read this file,
   // and they cost two a tensor. Every piece is a whole-checkpoint file's, so `whole` is
   // already no more readable than any shard they would name.
-  layout.torch_zip_ = b.AddFile(kRoot, "pytorch_model.bin", whole);
+  layout.torch_zip_ = b.AddFile(kRoot, ckpt.torch_view, whole);
 
   // One file per tensor.
   DirectoryWalker walker(b, b.AddDir(kRoot, "tensors"));

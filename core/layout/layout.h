@@ -2,7 +2,9 @@
 //
 // Every file is a list of extents laid end to end. An extent is either a range of a
 // stored file (a shard, the index, config.json...) or synthesized bytes (a merged
-// safetensors header, an .npy header) kept in one in-memory pool. The views:
+// safetensors header, an .npy header) kept in one in-memory pool. The views (the two
+// merged files are named by Checkpoint::safetensors_view and torch_view: adapter_model.*
+// for a peft adapter, see HfViewNamesOf; the names below otherwise):
 //   /model.safetensors          merged header + every tensor of the model (Checkpoint::model:
 //                               in_model tensors, named by ModelName), ordered by element
 //                               size (largest first) then name, so all are aligned

@@ -397,7 +397,12 @@ Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const Pac
     if (options.byte_group) AddStorageRuns(ckpt, files);
     for (const StoredFile& f : ckpt.index) files.push_back({f.name, {Whole(*f.source)}, false, {}});
   }
-  for (const StoredFile& f : ckpt.others) files.push_back({f.name, {Whole(*f.source)}, false, {}});
+  for (const StoredFile& f : ckpt.others) {
+    // A module folder's file (hf_layout.h, OpenHfModuleFolders) is not the checkpoint's:
+    // pack writes one flat directory, as it always did.
+    if (f.name.find('/') != std::string::npos) continue;
+    files.push_back({f.name, {Whole(*f.source)}, false, {}});
+  }
   CKPTFS_RETURN_IF_ERROR(PrepareDest(dest, OutputNames(files), options.force));
   // A replaced pack's zip CRCs describe its old shards: gone before any new shard lands.
   ::unlink((dest + "/" + std::string(kPackedCrcFile)).c_str());

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/checkpoint/hf_layout.h"
 #include "core/format/npy.h"
 #include "core/format/safetensors.h"
 #include "core/volume/volume.h"
@@ -84,6 +85,136 @@ TEST_F(LayoutTest, RootShowsViewsAndNonWeightFiles) {
   EXPECT_EQ(volume_->layout().Find(Resolve({"tensors"}))->kind, NodeKind::kDirectory);
   EXPECT_EQ(volume_->layout().hidden(), std::vector<std::string>{"tensors"});
   EXPECT_EQ(volume_->layout().Find(Resolve({".ckptfs", "stats.json"}))->kind, NodeKind::kStats);
+}
+
+// The root's names of `files` opened as a checkpoint.
+std::vector<std::string> RootNames(const std::map<std::string, std::string>& files) {
+  auto ckpt = OpenCheckpointIn(MemoryDir(files), testing::TestCodec());
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
+  if (!ckpt.ok()) return {};
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  std::vector<std::string> names;
+  for (uint64_t ino : volume->layout().Children(Layout::kRoot)) {
+    names.push_back(std::string(volume->layout().Find(ino)->name()));
+  }
+  return names;
+}
+
+// (issue 23) A merged view is named for what it merges: weights under a loader's own name
+// (peft, diffusers) keep it, lone or sharded, with no model.safetensors alias; any other
+// name is a model, shown under transformers' names as before.
+TEST(LayoutNames, LoaderNamesAreKept) {
+  const std::string kW = MakeSafetensors({{"w", Dtype::kF32, {2}}});
+  EXPECT_EQ(RootNames({{"adapter_model.safetensors", kW}, {"adapter_config.json", "{}"}}),
+            (std::vector<std::string>{".ckptfs", "adapter_config.json", "adapter_model.bin",
+                                      "adapter_model.safetensors", "pytorch_model", "shards",
+                                      "tensors"}));
+  EXPECT_EQ(RootNames({{"diffusion_pytorch_model.safetensors", kW}}),
+            (std::vector<std::string>{".ckptfs", "diffusion_pytorch_model.bin",
+                                      "diffusion_pytorch_model.safetensors", "pytorch_model",
+                                      "shards", "tensors"}));
+  // Sharded: the index's name says what the shards merge into.
+  const std::string kV = MakeSafetensors({{"v", Dtype::kF16, {3}}});
+  EXPECT_EQ(RootNames({{"diffusion_pytorch_model-00001-of-00002.safetensors", kW},
+                       {"diffusion_pytorch_model-00002-of-00002.safetensors", kV},
+                       {"diffusion_pytorch_model.safetensors.index.json",
+                        IndexJson({{"w", "diffusion_pytorch_model-00001-of-00002.safetensors"},
+                                   {"v", "diffusion_pytorch_model-00002-of-00002.safetensors"}})},
+                       {"config.json", "{}"}}),
+            (std::vector<std::string>{".ckptfs", "config.json", "diffusion_pytorch_model.bin",
+                                      "diffusion_pytorch_model.safetensors", "pytorch_model",
+                                      "shards", "tensors"}));
+  // Generic names are a model, as ever.
+  const std::vector<std::string> model = {
+      ".ckptfs", "model.safetensors", "pytorch_model", "pytorch_model.bin", "shards", "tensors"};
+  EXPECT_EQ(RootNames({{"weights.safetensors", kW}}), model);
+  EXPECT_EQ(RootNames({{"model-00001-of-00002.safetensors", kW},
+                       {"model-00002-of-00002.safetensors", kV},
+                       {"model.safetensors.index.json",
+                        IndexJson({{"w", "model-00001-of-00002.safetensors"},
+                                   {"v", "model-00002-of-00002.safetensors"}})}}),
+            model);
+  // A stored file named as one of this checkpoint's views is hidden; another loader's
+  // name is only a file.
+  auto names = RootNames({{"adapter_model.safetensors", kW}, {"adapter_model.bin", "stale"}});
+  EXPECT_EQ(std::count(names.begin(), names.end(), "adapter_model.bin"), 1);
+}
+
+TEST(LayoutNames, ViewNamesOfEachStoredName) {
+  struct Case {
+    const char* file;
+    const char* safetensors;
+    const char* torch;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {"adapter_model.safetensors", "adapter_model.safetensors", "adapter_model.bin"},
+           {"adapter_model.bin", "adapter_model.safetensors", "adapter_model.bin"},
+           {"adapter_model.bin.zst", "adapter_model.safetensors", "adapter_model.bin"},
+           {"diffusion_pytorch_model.bin", "diffusion_pytorch_model.safetensors",
+            "diffusion_pytorch_model.bin"},
+           {"diffusion_pytorch_model.bin.index.json", "diffusion_pytorch_model.safetensors",
+            "diffusion_pytorch_model.bin"},
+           {"diffusion_pytorch_model.safetensors.index.json", "diffusion_pytorch_model.safetensors",
+            "diffusion_pytorch_model.bin"},
+           {"pytorch_model.bin", "model.safetensors", "pytorch_model.bin"},
+           {"pytorch_model.bin.index.json", "model.safetensors", "pytorch_model.bin"},
+           {"model.safetensors", "model.safetensors", "pytorch_model.bin"},
+           {"foo.safetensors", "model.safetensors", "pytorch_model.bin"},
+           {"last.ckpt", "model.safetensors", "pytorch_model.bin"},
+           {"adapter_model.pt", "model.safetensors", "pytorch_model.bin"},
+           {"my_adapter_model.safetensors", "model.safetensors", "pytorch_model.bin"}}) {
+    const HfViewNames names = HfViewNamesOf(c.file);
+    EXPECT_EQ(names.safetensors, c.safetensors) << c.file;
+    EXPECT_EQ(names.torch, c.torch) << c.file;
+  }
+}
+
+// (issue 23) sentence-transformers: the folders modules.json lists beside the transformer
+// at the top are shown with their files; a path that is not a plain folder beside it, or
+// that a view owns, is not.
+TEST(LayoutNames, ModuleFoldersOfModulesJsonAreShown) {
+  const std::string kW = MakeSafetensors({{"w", Dtype::kF32, {2}}});
+  SourceDir dir = MemoryDir(
+      {{"model.safetensors", kW},
+       {"config.json", "{}"},
+       {"modules.json",
+        R"([{"idx": 0, "path": ""}, {"idx": 1, "path": "1_Pooling"}, {"path": "2_Normalize"},
+            {"path": "../up"}, {"path": "a/b"}, {"path": "missing"}, {"path": "tensors"},
+            {"path": 3}, "x"])"}});
+  dir.dirs = {"1_Pooling", "2_Normalize", "a", "stray", "tensors"};
+  dir.open_dir = [](const std::string& name) -> Result<SourceDir> {
+    if (name == "1_Pooling") return MemoryDir({{"config.json", "{\"pooling_mode\": 1}"}});
+    if (name == "tensors") return MemoryDir({{"x.npy", "not a view"}});
+    return MemoryDir({});
+  };
+  std::vector<std::string> warnings;
+  auto codec = std::make_shared<ReadContext>(
+      ReadOptions{.warn = [&warnings](const std::string& line) { warnings.push_back(line); }});
+  auto ckpt = OpenCheckpointIn(dir, *codec);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), codec);
+  const Layout& layout = volume->layout();
+  std::vector<std::string> names;
+  for (uint64_t ino : layout.Children(Layout::kRoot)) {
+    names.push_back(std::string(layout.Find(ino)->name()));
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{".ckptfs", "1_Pooling", "2_Normalize", "config.json",
+                                             "model.safetensors", "modules.json", "pytorch_model",
+                                             "pytorch_model.bin", "shards", "tensors"}));
+  const uint64_t config = layout.Lookup(layout.Lookup(Layout::kRoot, "1_Pooling"), "config.json");
+  ASSERT_NE(config, 0u);
+  EXPECT_EQ(layout.Find(config)->size, std::string("{\"pooling_mode\": 1}").size());
+  EXPECT_EQ(layout.Lookup(layout.Lookup(Layout::kRoot, "tensors"), "x.npy"), 0u);
+  EXPECT_EQ(layout.hidden(), std::vector<std::string>{"tensors/x.npy"});
+  // Each path left out is said once; the empty folder is shown, as saved.
+  EXPECT_EQ(warnings.size(), 3u);
+  for (const std::string& line : warnings) {
+    EXPECT_NE(line.find("modules.json"), std::string::npos) << line;
+  }
+  // A modules.json that is no array is only a file.
+  auto plain = OpenCheckpointIn(MemoryDir({{"model.safetensors", kW}, {"modules.json", "{"}}),
+                                testing::TestCodec());
+  EXPECT_TRUE(plain.ok()) << plain.status().message();
 }
 
 TEST_F(LayoutTest, ShardsAreUnchanged) {

@@ -1,0 +1,79 @@
+// Weights under the names their loaders open (issue 23, item 4), mounted with the real
+// binary and read with numpy (mmap, header parsed as safetensors does) and torch.load: a
+// real peft adapter (../shared/fixtures/wild/peft_adapter, skipped when absent), a peft
+// adapter saved as adapter_model.bin, and the component folders of a diffusers pipeline
+// as DiffusionPipeline.save_pretrained leaves them (unet/ sharded), and a
+// sentence-transformers model's module folders. Written and checked by
+// tests/mount/check_loader_names.py.
+#include <filesystem>
+
+#include "mount_harness.h"
+
+namespace ckptfs::mount_test {
+namespace {
+
+class LoaderNamesMountTest : public MountFixture {
+ protected:
+  void SetUp() override {
+    MountFixture::SetUp();
+    if (IsSkipped()) return;
+    if (!HasTorch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+    src_ = scratch_->MakeDir("src");
+  }
+
+  void Write(const std::string& mode, const std::string& dir) {
+    const ProcessResult r = RunProcess(
+        {kPython, ScriptPath("tests/mount/check_loader_names.py"), mode, dir}, kGenerateTimeout);
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  }
+
+  // Mounts `dir` and checks that `name` and `torch_name` are its merged views.
+  void CheckComponent(const std::string& dir, const std::string& name,
+                      const std::string& torch_name) {
+    const std::string mnt = scratch_->MakeDir("mnt-" + std::to_string(mounts_.size()));
+    ASSERT_NO_FATAL_FAILURE(Mount(dir, mnt));
+    RunCheck("check_loader_names.py", {"component", dir, mnt, name, torch_name});
+  }
+
+  std::string src_;
+};
+
+TEST_F(LoaderNamesMountTest, PeftAdapterKeepsItsName) {
+  const std::string peft = std::string(kSourceDir) + "/../shared/fixtures/wild/peft_adapter";
+  if (!std::filesystem::exists(peft)) GTEST_SKIP() << peft << " is absent (../shared/fixtures)";
+  CheckComponent(peft, "adapter_model.safetensors", "adapter_model.bin");
+}
+
+TEST_F(LoaderNamesMountTest, PeftAdapterSavedWithTorchKeepsItsName) {
+  ASSERT_NO_FATAL_FAILURE(Write("write-adapter-bin", src_));
+  CheckComponent(src_, "adapter_model.safetensors", "adapter_model.bin");
+}
+
+TEST_F(LoaderNamesMountTest, DiffusersComponentsShowWhatTheirLoadersOpen) {
+  ASSERT_NO_FATAL_FAILURE(Write("write-pipeline", src_));
+  const std::string kDiffusers = "diffusion_pytorch_model";
+  CheckComponent(src_ + "/unet", kDiffusers + ".safetensors", kDiffusers + ".bin");
+  CheckComponent(src_ + "/vae", kDiffusers + ".safetensors", kDiffusers + ".bin");
+  CheckComponent(src_ + "/text_encoder", "model.safetensors", "pytorch_model.bin");
+  // The pipeline's root mounted whole: each weights folder is a directory of the mount with
+  // the same views (tokenizer/, scheduler/ and model_index.json are not shown yet).
+  const std::string mnt = scratch_->MakeDir("pipeline");
+  ASSERT_NO_FATAL_FAILURE(Mount(src_, mnt));
+  for (const char* component : {"unet", "vae"}) {
+    RunCheck("check_loader_names.py", {"component", src_ + "/" + component, mnt + "/" + component,
+                                       kDiffusers + ".safetensors", kDiffusers + ".bin"});
+  }
+  RunCheck("check_loader_names.py", {"component", src_ + "/text_encoder", mnt + "/text_encoder",
+                                     "model.safetensors", "pytorch_model.bin"});
+}
+
+// sentence-transformers: the transformer at the top is the checkpoint, and the module
+// folders modules.json lists (1_Pooling/ with its config, 2_Normalize/ empty) are beside it.
+TEST_F(LoaderNamesMountTest, SentenceTransformersModuleFoldersAreShown) {
+  ASSERT_NO_FATAL_FAILURE(Write("write-sentence-transformers", src_));
+  CheckComponent(src_, "model.safetensors", "pytorch_model.bin");
+  RunCheck("check_loader_names.py", {"module-folders", src_, scratch_->Path("mnt-0")});
+}
+
+}  // namespace
+}  // namespace ckptfs::mount_test
