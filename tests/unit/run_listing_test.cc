@@ -447,9 +447,8 @@ save('epoch-val_loss=0.25.ckpt', 20, [('val_loss', 'epoch-val_loss=0.25.ckpt')])
 }
 
 // The Lightning run written by Lightning itself (../shared/fixtures/wild, NOTICE.md): its
-// hyper_parameters hold an argparse.Namespace, which the torch reader accepts only with the
-// `opaque` branch's opaque values (issue 23, item 1): until that lands the callbacks state
-// cannot be read, and the test skips saying so (only for that refusal); after it, it runs.
+// hyper_parameters hold an argparse.Namespace, read as an opaque value (issue 23, item 1), so
+// every .ckpt is an entry and the callbacks state of last.ckpt names the best.
 TEST_F(RunListingTest, RealLightningRunBestIsTheCallbacksBest) {
   const fs::path wild = fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "wild";
   if (!fs::exists(wild / "lightning_run")) GTEST_SKIP() << "../shared/fixtures/wild is absent";
@@ -463,11 +462,10 @@ TEST_F(RunListingTest, RealLightningRunBestIsTheCallbacksBest) {
   run_ = wild / "lightning_run";
   const RunListing run = List();
   EXPECT_EQ(run.latest, "last.ckpt");
-  if (Skipped(run).find("global argparse.Namespace is not allowed") != std::string::npos) {
-    GTEST_SKIP() << "the torch reader refuses argparse.Namespace until the opaque branch "
-                    "(issue 23, item 1) lands:\n"
-                 << Skipped(run);
-  }
+  EXPECT_EQ(Names(run), "epoch=2-step=12.ckpt epoch=3-step=16.ckpt last.ckpt");
+  EXPECT_EQ(Skipped(run), "");
+  for (const RunEntry& e : run.entries)
+    EXPECT_TRUE(e.complete) << e.name << ": " << e.why_incomplete;
   EXPECT_EQ(run.best, fs::path(best).filename().string()) << Skipped(run);
   // The best file's own state names it too: matched by file name, as written on the
   // training machine.
