@@ -1106,6 +1106,31 @@ TEST(RunStepTest, MetricsAndVersionsAreNoSteps) {
   EXPECT_EQ(StepInName("last-v1.ckpt"), std::nullopt);
   EXPECT_EQ(StepInName("last-v12.ckpt.zst"), std::nullopt);
   EXPECT_EQ(StepInName("epoch=0-step=100-v1.ckpt"), 100u);
+  // Names that say which number is the step, beside others.
+  EXPECT_EQ(StepInName("bert2-checkpoint-100"), 100u);
+  EXPECT_EQ(StepInName("model.ckpt-1000"), 1000u);
+  EXPECT_EQ(StepInName("epoch_3_loss_0.25.pt"), 3u);
+  // A metric's or a model's digits beside no named step are no step.
+  EXPECT_EQ(StepInName("model_loss0.123.pt"), std::nullopt);
+  EXPECT_EQ(StepInName("weights.05-0.43.pt"), std::nullopt);
+  EXPECT_EQ(StepInName("llama2-7b.bin"), std::nullopt);
+}
+
+// Files whose names hold a metric's digits but no step are ordered by time: the newest is
+// latest even where its metric's digits are the smaller number.
+TEST_F(RunListingTest, MetricDigitsWithoutKeyValueAreOrderedByTime) {
+  Python(R"PY(
+import torch
+for name, v in (('model_loss0.900.pt', 1.0), ('model_loss0.125.pt', 2.0)):
+    torch.save({'w': torch.full((2,), v)}, name)
+)PY");
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(run_ / "model_loss0.900.pt", now - std::chrono::seconds(60));
+  fs::last_write_time(run_ / "model_loss0.125.pt", now);
+  const RunListing run = List();
+  EXPECT_EQ(Entry(run, "model_loss0.900.pt")->step, std::nullopt);
+  EXPECT_EQ(run.latest, "model_loss0.125.pt");
+  EXPECT_EQ(run.latest_from, "newest");
 }
 
 // Remote listings of subdirectories: S3 CommonPrefixes, nginx's JSON autoindex.
