@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -288,8 +289,10 @@ Result<std::string> ReadDeepSpeedLatest(const SourceDir& dir, std::vector<std::s
 
 std::optional<uint64_t> StepInName(const std::string& name) {
   static const std::regex kStep(R"(step[=_-]?(\d+))");
-  static const std::regex kEpoch(R"(epoch=(\d+))");
-  static const std::regex kLastNumber(R"((\d+)\D*$)");
+  // HF Trainer's `checkpoint-N`, TF's `ckpt-N` / `model.ckpt-N`.
+  static const std::regex kCheckpoint(R"((?:checkpoint|ckpt)[=_-]?(\d+))");
+  static const std::regex kEpoch(R"(epoch[=_-]?(\d+))");
+  static const std::regex kNumber(R"(\d+)");
   // Lightning's version counter (ModelCheckpoint: CHECKPOINT_JOIN_CHAR + "v" + N) says
   // which save of that name it is, never a step.
   static const std::regex kVersion(R"(-v\d+$)");
@@ -305,12 +308,17 @@ std::optional<uint64_t> StepInName(const std::string& name) {
     digits = m[1];
     rest = m.suffix();
   }
+  if (digits.empty() && std::regex_search(stem, m, kCheckpoint)) digits = m[1];
   if (digits.empty() && std::regex_search(stem, m, kEpoch)) digits = m[1];
-  // A Lightning name of `key=value` parts without step or epoch (`val_loss=0.25`) carries
-  // metrics, not a step: its digits order nothing (the run orders it by time).
+  // Otherwise a number is a step only when it is the name's one number and the name has no
+  // `key=value` parts (`model_00010.pt`, TF Serving's `00000123`): a name of metrics
+  // (`val_loss=0.25`, `model_loss0.123.pt`, Keras' `weights.05-0.43`) or of a model
+  // (`llama2-7b`) orders nothing by its digits (the run orders it by time).
   if (digits.empty() && stem.find('=') == std::string::npos &&
-      std::regex_search(stem, m, kLastNumber)) {
-    digits = m[1];
+      std::distance(std::sregex_iterator(stem.begin(), stem.end(), kNumber),
+                    std::sregex_iterator()) == 1 &&
+      std::regex_search(stem, m, kNumber)) {
+    digits = m[0];
   }
   if (digits.empty()) return std::nullopt;
   digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));

@@ -112,11 +112,13 @@ Result<bool> IsRun(const SourceDir& dir);
 // The entries of run `dir`, with `latest` and `best`.
 Result<RunListing> ListRun(const SourceDir& dir);
 
-// The step number entry name `name` carries: the number after "step" (`step=1000`,
-// `global_step1000`, `epoch=3-step=1000.ckpt`), else after "epoch=", else the last number of
-// a name without `=` and without its extension (`checkpoint-1500`, `ckpt-3`,
-// `model_00010.pt`, `00000123`); Lightning's `-vN` version suffix is no step. nullopt when
-// there is none (a name of metrics only: `epoch-val_loss=0.25.ckpt`) or it exceeds 64 bits.
+// The step number entry name `name` carries, only where the name says so: the number after
+// "step" (`step=1000`, `global_step1000`, `epoch=3-step=1000.ckpt`), else after "checkpoint"
+// or "ckpt" (`checkpoint-1500`, `ckpt-3`, `model.ckpt-1000`), else after "epoch"
+// (`epoch=3.ckpt`), else the name's one number when it has no other and no `=`
+// (`model_00010.pt`, `00000123`); Lightning's `-vN` version suffix is no step. nullopt when
+// there is none (metrics only: `epoch-val_loss=0.25.ckpt`, `model_loss0.123.pt`; a model's
+// name: `llama2-7b.bin`) or it exceeds 64 bits.
 std::optional<uint64_t> StepInName(const std::string& name);
 
 // The SourceDir that holds entry `entry` of run `dir` (for ReadCheckpoint, formats.h): the

@@ -27,6 +27,12 @@
                                       last-v1.ckpt, best -> epoch=0-step=10.ckpt, each
                                       entry's pytorch_model.bin loaded with torch.load
                                       holding its step
+  check_run.py wild-lightning SRC MNT the run Lightning itself wrote (../shared/fixtures/wild,
+                                      hyper_parameters holding an argparse.Namespace):
+                                      latest -> last.ckpt, best -> the file named by
+                                      lightning_best.json's best_model_path, and each
+                                      entry's pytorch_model.bin loaded with torch.load
+                                      equal to SRC's state_dict
 Every wait is bounded; the last line says what was checked.
 """
 import errno
@@ -335,10 +341,34 @@ def check_lightning(mnt):
           "ModelCheckpoint of last-v1.ckpt's callbacks state), torch.load of each")
 
 
+def check_wild_lightning(src, mnt):
+    import torch
+    with open(os.path.join(os.path.dirname(src), "lightning_best.json")) as f:
+        best = os.path.basename(json.load(f)["best_model_path"])
+    for link, want in (("latest", "last.ckpt"), ("best", best)):
+        got = os.readlink(os.path.join(mnt, link))
+        if got != want:
+            fail("%s -> %s, not %s" % (link, got, want))
+    names = sorted(n for n in os.listdir(src) if n.endswith(".ckpt"))
+    for entry in names + ["latest", "best"]:
+        want = torch.load(os.path.join(src, os.readlink(os.path.join(mnt, entry))
+                                       if entry in ("latest", "best") else entry),
+                          map_location="cpu")["state_dict"]
+        got = torch.load(os.path.join(mnt, entry, "pytorch_model.bin"), map_location="cpu")
+        if sorted(got) != sorted(want) or any(not torch.equal(got[k], want[k]) for k in want):
+            fail("%s/pytorch_model.bin: keys %s differ from SRC's state_dict %s"
+                 % (entry, sorted(got), sorted(want)))
+    print("wild lightning run: latest -> last.ckpt, best -> %s (last.ckpt's ModelCheckpoint "
+          "callbacks state), torch.load of %d entries equal to SRC's state_dict"
+          % (best, len(names)))
+
+
 def main():
     kind = sys.argv[1]
     if kind == "lightning":
         check_lightning(sys.argv[2])
+    elif kind == "wild-lightning":
+        check_wild_lightning(sys.argv[2], sys.argv[3])
     elif kind == "hf":
         check_hf(sys.argv[2])
     elif kind == "live":

@@ -86,6 +86,23 @@ TEST_F(RunMountTest, LightningLastVersionIsLatestAndFirstModelCheckpointIsBest) 
   RunCheck("check_run.py", {"lightning", mountpoint_});
 }
 
+// The run Lightning itself wrote (../shared/fixtures/wild, NOTICE.md): hyper_parameters hold
+// an argparse.Namespace (an opaque value, item 1), best_model_path is the training machine's
+// absolute path. Mounted, latest is last.ckpt and best the callbacks state's file.
+TEST_F(RunMountTest, RealLightningRunLatestLastAndBestFromTheCallbacksState) {
+  const std::string wild = std::string(kSourceDir) + "/../shared/fixtures/wild";
+  if (!std::filesystem::exists(wild + "/lightning_run")) {
+    GTEST_SKIP() << wild << " is absent (../shared/fixtures)";
+  }
+  if (!HasTorch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  ProcessResult mounted;
+  ASSERT_NO_FATAL_FAILURE(Mount(wild + "/lightning_run", mountpoint_, &mounted, {"-v"}));
+  EXPECT_NE(mounted.out.find("3 checkpoint(s), latest last.ckpt, best epoch=3-step=16.ckpt"),
+            std::string::npos)
+      << mounted.out;
+  RunCheck("check_run.py", {"wild-lightning", wild + "/lightning_run", mountpoint_});
+}
+
 // A real Trainer output dir (trainer.save_model after training): the final model is entry
 // `final`, loaded as from_pretrained loads a directory and byte-identical to SOURCE's.
 TEST_F(RunMountTest, TrainerOutputDirFinalModelLoadsWhileLatestIsTheNewestCheckpoint) {

@@ -447,9 +447,8 @@ save('epoch-val_loss=0.25.ckpt', 20, [('val_loss', 'epoch-val_loss=0.25.ckpt')])
 }
 
 // The Lightning run written by Lightning itself (../shared/fixtures/wild, NOTICE.md): its
-// hyper_parameters hold an argparse.Namespace, which the torch reader accepts only with the
-// `opaque` branch's opaque values (issue 23, item 1): until that lands the callbacks state
-// cannot be read, and the test skips saying so (only for that refusal); after it, it runs.
+// hyper_parameters hold an argparse.Namespace, read as an opaque value (issue 23, item 1), so
+// every .ckpt is an entry and the callbacks state of last.ckpt names the best.
 TEST_F(RunListingTest, RealLightningRunBestIsTheCallbacksBest) {
   const fs::path wild = fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "wild";
   if (!fs::exists(wild / "lightning_run")) GTEST_SKIP() << "../shared/fixtures/wild is absent";
@@ -463,11 +462,10 @@ TEST_F(RunListingTest, RealLightningRunBestIsTheCallbacksBest) {
   run_ = wild / "lightning_run";
   const RunListing run = List();
   EXPECT_EQ(run.latest, "last.ckpt");
-  if (Skipped(run).find("global argparse.Namespace is not allowed") != std::string::npos) {
-    GTEST_SKIP() << "the torch reader refuses argparse.Namespace until the opaque branch "
-                    "(issue 23, item 1) lands:\n"
-                 << Skipped(run);
-  }
+  EXPECT_EQ(Names(run), "epoch=2-step=12.ckpt epoch=3-step=16.ckpt last.ckpt");
+  EXPECT_EQ(Skipped(run), "");
+  for (const RunEntry& e : run.entries)
+    EXPECT_TRUE(e.complete) << e.name << ": " << e.why_incomplete;
   EXPECT_EQ(run.best, fs::path(best).filename().string()) << Skipped(run);
   // The best file's own state names it too: matched by file name, as written on the
   // training machine.
@@ -1108,6 +1106,31 @@ TEST(RunStepTest, MetricsAndVersionsAreNoSteps) {
   EXPECT_EQ(StepInName("last-v1.ckpt"), std::nullopt);
   EXPECT_EQ(StepInName("last-v12.ckpt.zst"), std::nullopt);
   EXPECT_EQ(StepInName("epoch=0-step=100-v1.ckpt"), 100u);
+  // Names that say which number is the step, beside others.
+  EXPECT_EQ(StepInName("bert2-checkpoint-100"), 100u);
+  EXPECT_EQ(StepInName("model.ckpt-1000"), 1000u);
+  EXPECT_EQ(StepInName("epoch_3_loss_0.25.pt"), 3u);
+  // A metric's or a model's digits beside no named step are no step.
+  EXPECT_EQ(StepInName("model_loss0.123.pt"), std::nullopt);
+  EXPECT_EQ(StepInName("weights.05-0.43.pt"), std::nullopt);
+  EXPECT_EQ(StepInName("llama2-7b.bin"), std::nullopt);
+}
+
+// Files whose names hold a metric's digits but no step are ordered by time: the newest is
+// latest even where its metric's digits are the smaller number.
+TEST_F(RunListingTest, MetricDigitsWithoutKeyValueAreOrderedByTime) {
+  Python(R"PY(
+import torch
+for name, v in (('model_loss0.900.pt', 1.0), ('model_loss0.125.pt', 2.0)):
+    torch.save({'w': torch.full((2,), v)}, name)
+)PY");
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(run_ / "model_loss0.900.pt", now - std::chrono::seconds(60));
+  fs::last_write_time(run_ / "model_loss0.125.pt", now);
+  const RunListing run = List();
+  EXPECT_EQ(Entry(run, "model_loss0.900.pt")->step, std::nullopt);
+  EXPECT_EQ(run.latest, "model_loss0.125.pt");
+  EXPECT_EQ(run.latest_from, "newest");
 }
 
 // Remote listings of subdirectories: S3 CommonPrefixes, nginx's JSON autoindex.
