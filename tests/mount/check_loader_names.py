@@ -28,13 +28,14 @@ Exits 1 listing every mismatch, else prints one OK line.
 """
 
 import json
-import mmap
 import os
 import struct
 import sys
 
 import numpy as np
 import torch
+
+from checklib import MappedTensors as Tensors
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "BF16": np.uint16}
 NAMES = {np.dtype(v): k for k, v in DTYPES.items() if k != "BF16"}
@@ -151,18 +152,6 @@ def WriteAdapterBin(out):
     torch.save(state, os.path.join(out, "adapter_model.bin"))
 
 
-def Tensors(path):
-    """name -> (dtype, shape, bytes) of a safetensors file, read through mmap as loaders do."""
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        n = struct.unpack("<Q", m[:8])[0]
-        header = json.loads(m[8:8 + n])
-        out = {}
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            begin, end = info["data_offsets"]
-            out[name] = (info["dtype"], info["shape"], bytes(m[8 + n + begin:8 + n + end]))
-        return out
 
 
 def StoredTensors(src):

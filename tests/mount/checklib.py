@@ -136,6 +136,22 @@ def ParseSafetensors(data: bytes, what: str) -> Safetensors:
     return Safetensors(n, raw, metadata, entries)
 
 
+def MappedTensors(path: str) -> Dict[str, tuple]:
+    """name -> (dtype, shape, bytes) of a safetensors file, read through mmap as loaders do."""
+    import mmap
+    import struct
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        n = struct.unpack("<Q", m[:8])[0]
+        header = json.loads(m[8:8 + n])
+        out = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = info["data_offsets"]
+            out[name] = (info["dtype"], info["shape"], bytes(m[8 + n + begin:8 + n + end]))
+        return out
+
+
 def RefuseDuplicateKeys(pairs):
     keys = [k for k, _ in pairs]
     if len(keys) != len(set(keys)):
