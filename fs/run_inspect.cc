@@ -77,6 +77,12 @@ std::string TimeText(const timespec& t) {
 }
 
 std::string StateText(const RunEntry& e) {
+  if (e.kind == RunEntry::Kind::kFiles) {
+    // A pipeline's top files and folders without weights, shown at the mount root.
+    std::string folders;
+    for (const std::string& f : e.folders) folders += " " + f + "/";
+    return "top files" + (folders.empty() ? "" : ", folders" + folders);
+  }
   if (!e.complete) return "incomplete: " + e.why_incomplete;
   if (!e.problem.empty()) return "complete, invalid: " + e.problem;
   return "complete";
