@@ -402,9 +402,11 @@ std::string RunSummary(const RunTree& run, const std::string& mountpoint, const 
   const std::vector<std::string> names = run.EntryNames();
   auto or_none = [](const std::string& name) { return name.empty() ? "none" : name; };
   std::vector<std::string> lines = {
-      "ckptfs: mounted " + run.path() + " at " + mountpoint + " (read-only, a training run)",
-      "  run      " + std::to_string(names.size()) + " checkpoint(s), latest " +
-          or_none(run.Latest()) + ", best " + or_none(run.Best()),
+      "ckptfs: mounted " + run.path() + " at " + mountpoint + " (read-only, a " +
+          (run.Pipeline() ? "diffusers pipeline)" : "training run)"),
+      run.Pipeline() ? "  pipeline " + std::to_string(names.size()) + " component(s)"
+                     : "  run      " + std::to_string(names.size()) + " checkpoint(s), latest " +
+                           or_none(run.Latest()) + ", best " + or_none(run.Best()),
   };
   if (!run.pin().empty()) {
     lines.push_back("  root     checkpoint " + run.pin() +

@@ -43,6 +43,13 @@ std::string RuleOf(const RunListing& run) {
   return parts;
 }
 
+// A pipeline's components: its entries but the kFiles one.
+size_t Components(const RunListing& run) {
+  return static_cast<size_t>(
+      std::count_if(run.entries.begin(), run.entries.end(),
+                    [](const RunEntry& e) { return e.kind != RunEntry::Kind::kFiles; }));
+}
+
 const char* KindName(RunEntry::Kind kind) {
   switch (kind) {
     case RunEntry::Kind::kDirectory:
@@ -53,6 +60,8 @@ const char* KindName(RunEntry::Kind kind) {
       return "tf_prefix";
     case RunEntry::Kind::kFinal:
       return "final";
+    case RunEntry::Kind::kFiles:
+      return "files";
   }
   return "";
 }
@@ -68,6 +77,12 @@ std::string TimeText(const timespec& t) {
 }
 
 std::string StateText(const RunEntry& e) {
+  if (e.kind == RunEntry::Kind::kFiles) {
+    // A pipeline's top files and folders without weights, shown at the mount root.
+    std::string folders;
+    for (const std::string& f : e.folders) folders += " " + f + "/";
+    return "top files" + (folders.empty() ? "" : ", folders" + folders);
+  }
   if (!e.complete) return "incomplete: " + e.why_incomplete;
   if (!e.problem.empty()) return "complete, invalid: " + e.problem;
   return "complete";
@@ -90,6 +105,8 @@ nlohmann::json RunJson(const std::string& source, const RunListing& run) {
   auto named = [](const std::string& name) { return name.empty() ? json(nullptr) : json(name); };
   return {{"source", source},
           {"run", true},
+          {"pipeline", run.pipeline},
+          {"components", Components(run)},
           {"rule", RuleOf(run)},
           {"latest", named(run.latest)},
           {"latest_from", named(run.latest_from)},
@@ -101,8 +118,13 @@ nlohmann::json RunJson(const std::string& source, const RunListing& run) {
 
 void PrintRun(const std::string& source, const RunListing& run) {
   std::printf("source   %s\n", EscapeControlChars(source).c_str());
-  std::printf("run: %zu checkpoints (rule: %s; here %s)\n", run.entries.size(), kRunRule,
-              RuleOf(run).c_str());
+  if (run.pipeline) {
+    std::printf("pipeline: %zu components (a directory with %s is a diffusers pipeline)\n",
+                Components(run), std::string(kPipelineIndex).c_str());
+  } else {
+    std::printf("run: %zu checkpoints (rule: %s; here %s)\n", run.entries.size(), kRunRule,
+                RuleOf(run).c_str());
+  }
   auto pointer = [](const char* what, const std::string& name, const std::string& from) {
     if (name.empty()) {
       std::printf("%-8s (none)\n", what);
@@ -130,7 +152,7 @@ void PrintRun(const std::string& source, const RunListing& run) {
 // Opens each complete entry of `run` as the mount would, and records why one fails.
 void CheckEntries(const SourceDir& dir, RunListing& run, ReadContext& codec) {
   for (RunEntry& e : run.entries) {
-    if (!e.complete || !e.problem.empty()) continue;
+    if (!e.complete || !e.problem.empty() || e.kind == RunEntry::Kind::kFiles) continue;
     Result<SourceDir> entry_dir = EntrySourceDir(dir, e);
     Status status = entry_dir.status();
     if (entry_dir.ok())

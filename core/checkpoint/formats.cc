@@ -124,4 +124,17 @@ Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, ReadContext& codec,
   return ckpt;
 }
 
+Result<Checkpoint> ReadFilesOnly(const SourceDir& dir, const std::vector<std::string>& folders,
+                                 ReadContext& codec) {
+  Checkpoint ckpt;
+  ckpt.source_path = dir.path;
+  ckpt.remote = dir.remote;
+  CKPTFS_RETURN_IF_ERROR(OpenOthers(dir, codec.options(), {}, ckpt));
+  auto warn = [&](const std::string& line) {
+    if (codec.options().warn) codec.options().warn(JoinShown(dir.path, line));
+  };
+  for (const std::string& folder : folders) AddFolderFiles(dir, folder, warn, ckpt);
+  return ckpt;
+}
+
 }  // namespace ckptfs

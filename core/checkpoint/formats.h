@@ -111,6 +111,14 @@ Status NotACheckpointFile(const std::string& shown);
 Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, ReadContext& codec,
                                   const std::string& shown);
 
+// The files of `dir` without any checkpoint: every file at its top, and the files of each
+// of `folders` (AddFolderFiles, hf_layout.h), as `others` of a Checkpoint with no tensors,
+// shown unchanged and read on use (a diffusers pipeline's model_index.json, tokenizer/,
+// scheduler/: core/run/run_listing.h). A file the source refuses is left out with a line
+// to codec.options().warn.
+Result<Checkpoint> ReadFilesOnly(const SourceDir& dir, const std::vector<std::string>& folders,
+                                 ReadContext& codec);
+
 // The entries' readers (defined in <fmt>_reader.cc).
 FormatReader SafetensorsFormat();
 FormatReader TorchFormat();

@@ -270,29 +270,33 @@ Status OpenHfModuleFolders(const SourceDir& dir, const ReadOptions& options, Che
          std::to_string(kMaxModuleFolders) + " shown");
     folders.resize(kMaxModuleFolders);
   }
-  for (const std::string& folder : folders) {
-    auto sub = dir.OpenDir(folder);
-    if (!sub.ok()) {
-      warn(sub.status().message() + "; not shown");
-      continue;
-    }
-    if (sub->files.size() > kMaxModuleFiles) {
-      warn(folder + "/: " + std::to_string(sub->files.size()) + " files; not shown");
-      continue;
-    }
-    ckpt.folders.push_back(folder);
-    for (const std::string& name : sub->files) {
-      auto file = OpenStored(*sub, name);
-      if (!file.ok()) {
-        warn(folder + "/" + name + ": " + file.status().message() + "; not shown");
-        continue;
-      }
-      file->name = folder + "/" + file->name;
-      file->stored_name = folder + "/" + file->stored_name;
-      ckpt.others.push_back(std::move(file).value());
-    }
-  }
+  for (const std::string& folder : folders) AddFolderFiles(dir, folder, warn, ckpt);
   return Status::Ok();
+}
+
+void AddFolderFiles(const SourceDir& dir, const std::string& folder,
+                    const std::function<void(const std::string&)>& warn, Checkpoint& ckpt) {
+  auto sub = dir.OpenDir(folder);
+  if (!sub.ok()) {
+    warn(sub.status().message() + "; not shown");
+    return;
+  }
+  if (sub->files.size() > kMaxModuleFiles) {
+    warn(folder + "/: " + std::to_string(sub->files.size()) + " files; not shown");
+    return;
+  }
+  ckpt.folders.push_back(folder);
+  for (const std::string& name : sub->files) {
+    // Opened as any stored file: a regular file beneath SOURCE, read on use.
+    auto file = OpenStored(*sub, name);
+    if (!file.ok()) {
+      warn(folder + "/" + name + ": " + file.status().message() + "; not shown");
+      continue;
+    }
+    file->name = folder + "/" + file->name;
+    file->stored_name = folder + "/" + file->stored_name;
+    ckpt.others.push_back(std::move(file).value());
+  }
 }
 
 std::vector<std::string> HfHidden(const SourceDir& dir, const Checkpoint& ckpt) {

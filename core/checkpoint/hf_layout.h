@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -102,6 +103,13 @@ Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, cons
 inline constexpr size_t kMaxModuleFolders = 64;
 inline constexpr size_t kMaxModuleFiles = 256;
 Status OpenHfModuleFolders(const SourceDir& dir, const ReadOptions& options, Checkpoint& ckpt);
+
+// Adds folder `folder` of `dir` to `ckpt` as OpenHfModuleFolders does (its files in
+// `others` as "FOLDER/NAME", the folder in `folders`); a folder that does not open or holds
+// more than kMaxModuleFiles files, and a file the source refuses (a link out of SOURCE, not
+// a regular file), are left out with a line to `warn`.
+void AddFolderFiles(const SourceDir& dir, const std::string& folder,
+                    const std::function<void(const std::string&)>& warn, Checkpoint& ckpt);
 
 // Files not to show: every .safetensors weight file that is not part of the checkpoint (a
 // stale or foreign one would only mislead) and the index and shards of another copy of

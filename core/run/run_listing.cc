@@ -944,6 +944,73 @@ void ChooseLatest(RunListing& run, const TfState& tf, const std::string& deepspe
   }
 }
 
+// A diffusers pipeline (run_listing.h): DiffusionPipeline.save_pretrained writes
+// model_index.json ({"unet": ["diffusers", "UNet2DConditionModel"], ...}) and has each
+// component save_pretrained into the folder of its name; from_pretrained reads
+// model_index.json, then loads each component from that folder. So a folder the format
+// table claims is a component entry, and everything else (top files, folders of config
+// and vocabulary only) is the kFiles entry, shown unchanged. model_index.json is not read:
+// the folders say what is there, and a component it does not name is still shown.
+Result<RunListing> ListPipeline(const SourceDir& dir) {
+  RunListing run;
+  run.pipeline = true;
+  run.skipped = dir.left_out;
+  TrainerStates ignored;
+  RunEntry files;
+  files.name = std::string(kPipelineFilesEntry);
+  files.kind = RunEntry::Kind::kFiles;
+  files.mode = dir.reach;
+  files.complete = true;
+  for (const std::string& f : dir.files) CKPTFS_RETURN_IF_ERROR(AddFile(dir, f, files));
+  for (const std::string& name : dir.dirs) {
+    if (!IsEntryName(name)) {
+      run.skipped.push_back(dir.path + ": \"" + EscapeControlChars(name.substr(0, 200)) +
+                            "\" is not a plain name, skipped");
+      continue;
+    }
+    auto sub = dir.OpenDir(name);
+    if (!sub.ok()) {
+      if (IsTransient(sub.status())) return sub.status();
+      run.skipped.push_back(JoinShown(dir.path, EscapeControlChars(sub.status().message())));
+      continue;
+    }
+    auto claim = TopClaim(*sub, nullptr);
+    if (!claim.ok() && IsTransient(claim.status())) return claim.status();
+    if (!claim.ok() || *claim) {
+      // Weights (or a refusal of them, for its ERROR file): a component.
+      CKPTFS_ASSIGN_OR_RETURN(std::optional<RunEntry> entry,
+                              DirectoryEntry(dir, name, run.skipped, ignored));
+      if (entry) run.entries.push_back(std::move(*entry));
+      continue;
+    }
+    // The folders a Layout makes at its root (layout.cc, kReservedRootNames) are the
+    // files entry's own views: a folder of that name would show their bytes, not its own.
+    static constexpr std::string_view kViewFolders[] = {"pytorch_model", "tensors", "shards",
+                                                        ".ckptfs"};
+    if (std::find(std::begin(kViewFolders), std::end(kViewFolders), name) !=
+        std::end(kViewFolders)) {
+      run.skipped.push_back(JoinShown(dir.path, name) +
+                            "/: no weights, and named as a view of the mount, skipped");
+      continue;
+    }
+    if (files.folders.size() == kMaxModuleFolders) {
+      run.skipped.push_back(JoinShown(dir.path, name) + "/: more than " +
+                            std::to_string(kMaxModuleFolders) +
+                            " folders without weights, skipped");
+      continue;
+    }
+    files.folders.push_back(name);
+    // Its files sign the entry: a rewritten tokenizer is new files, never mixed bytes.
+    for (const std::string& f : sub->files) {
+      CKPTFS_RETURN_IF_ERROR(AddFile(*sub, f, files, name + "/"));
+    }
+  }
+  std::sort(run.entries.begin(), run.entries.end(),
+            [](const RunEntry& a, const RunEntry& b) { return NaturalLess(a.name, b.name); });
+  run.entries.push_back(std::move(files));
+  return run;
+}
+
 }  // namespace
 
 Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
@@ -988,6 +1055,7 @@ Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
 
 Result<bool> IsRun(const SourceDir& dir) {
   if (!dir.named.empty() || dir.Lists(std::string(kSplitMap))) return false;
+  if (dir.Lists(std::string(kPipelineIndex))) return true;  // a diffusers pipeline
   std::string top_format;
   CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, &top_format));
   for (const std::string& name : dir.dirs) {
@@ -1032,6 +1100,7 @@ Result<bool> IsRun(const SourceDir& dir) {
 }
 
 Result<RunListing> ListRun(const SourceDir& dir) {
+  if (dir.Lists(std::string(kPipelineIndex))) return ListPipeline(dir);
   RunListing run;
   run.skipped = dir.left_out;
   TrainerStates trainer_states;
@@ -1097,6 +1166,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
 }
 
 Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry) {
+  if (entry.kind == RunEntry::Kind::kFiles) return dir;  // its folders: entry.folders
   if (!IsEntryName(entry.name)) {
     return Status::InvalidArgument(dir.path + ": \"" + EscapeControlChars(entry.name) +
                                    "\" is not an entry name");

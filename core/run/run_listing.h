@@ -19,6 +19,15 @@
 // is a per-key split checkpoint, never a run. Subdirectories of the top checkpoint are no
 // entries: a SavedModel's `variables/`, DeepSpeed's `global_stepN/` beside HF weights.
 //
+// A diffusers pipeline (`model_index.json` at the top: DiffusionPipeline.save_pretrained
+// writes it, then each component with its own save_pretrained into a folder of its name;
+// from_pretrained reads model_index.json, then loads each component from that folder) is
+// a run of kind pipeline (RunListing::pipeline): each subdirectory the format table claims
+// is a component entry (kDirectory, `unet/`, `vae/`, `text_encoder/`), and one entry of kind
+// kFiles, named ".", stands for SOURCE's top files and its folders without weights
+// (`tokenizer/`, `scheduler/`, `feature_extractor/`: RunEntry::folders), shown unchanged at
+// the mount root. A pipeline has no latest or best: its components are parts, not saves.
+//
 // Steps (StepInName), completeness, latest and best: see docs/run-discovery.md. latest:
 // DeepSpeed's `latest` file, TF `model_checkpoint_path` (empty: no latest, as TF raises),
 // Lightning's newest `last.ckpt`/`last-vN.ckpt`, else the highest step, else the newest; best:
@@ -49,6 +58,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/cache/read_context.h"
@@ -62,13 +72,18 @@ struct RunEntry {
   // kFinal: the final model HF Trainer.save_model leaves at the top of its output dir
   // (config.json and the weights beside checkpoint-N/), shown as entry `final`: SOURCE's
   // own files, never latest (docs/runs.md, "The final model").
-  enum class Kind : uint8_t { kDirectory, kFile, kTfPrefix, kFinal };
+  // kFiles: a pipeline's top files and folders without weights, shown unchanged at the
+  // mount root (name "."; never a directory of its own, never latest).
+  enum class Kind : uint8_t { kDirectory, kFile, kTfPrefix, kFinal, kFiles };
   std::string name;  // as in SOURCE: a directory, a file, or a TF prefix (no file itself)
   Kind kind = Kind::kDirectory;
   // kTfPrefix only: the subdirectory of SOURCE its files lie in, "" for SOURCE itself (a
   // state file's `model_checkpoint_path: "sub/ckpt-3"`, joined to the state file's
   // directory as TF does; plain names only, opened one by one, so it stays inside SOURCE).
   std::string within;
+  // kFiles only: SOURCE's subdirectories without weights, shown with their files (plain
+  // names, one level deep, at most kMaxModuleFolders of kMaxModuleFiles files).
+  std::vector<std::string> folders;
   std::optional<uint64_t> step;  // the step number its name carries, if any
   // All its files are there and whole (an HF dir with its index and every shard; a torch
   // zip whose end record is valid; a TF prefix the `checkpoint` file names). An incomplete
@@ -97,7 +112,15 @@ struct RunListing {
   std::string latest, latest_from;
   std::string best, best_from;
   std::vector<std::string> skipped;  // one line each, naming what was left out and why
+  // A diffusers pipeline (model_index.json at the top): components and a kFiles entry, no
+  // latest or best.
+  bool pipeline = false;
 };
+
+// The file that makes a directory a diffusers pipeline.
+inline constexpr std::string_view kPipelineIndex = "model_index.json";
+// The name of a pipeline's kFiles entry.
+inline constexpr std::string_view kPipelineFilesEntry = ".";
 
 // The SourceDir of a SOURCE path or URL (a local directory, a file path, an http(s):// or
 // s3:// URL), as discovery sees it; the same listing OpenCheckpoint starts from.
@@ -122,7 +145,8 @@ Result<RunListing> ListRun(const SourceDir& dir);
 std::optional<uint64_t> StepInName(const std::string& name);
 
 // The SourceDir that holds entry `entry` of run `dir` (for ReadCheckpoint, formats.h): the
-// subdirectory, or `dir` with `named` set to the file or prefix.
+// subdirectory, or `dir` with `named` set to the file or prefix; for kFiles, `dir` itself
+// (read with ReadFilesOnly, hf_layout.h).
 Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry);
 
 }  // namespace ckptfs

@@ -63,6 +63,8 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
     CKPTFS_ASSIGN_OR_RETURN(SourceDir entry_dir, EntrySourceDir(shared->dir, entry));
     const std::string shown = shared->dir.path + "/" + entry.name;
     if (!shared->dir.remote) lock.unlock();
+    if (entry.kind == RunEntry::Kind::kFiles)
+      return ReadFilesOnly(entry_dir, entry.folders, context);
     return ReadCheckpoint(entry_dir, context, shown);
   };
   return run;

@@ -118,7 +118,8 @@ Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source, std::shared_ptr
   std::string names;
   for (const std::string& n : tree->EntryNames()) names += (names.empty() ? "" : ", ") + n;
   if (names.empty()) names = "none";
-  if (!pin.empty() && pin != "latest" && pin != "best" && !tree->Shown(pin)) {
+  if (!pin.empty() && pin != "latest" && pin != "best" &&
+      (!tree->Shown(pin) || pin == kPipelineFilesEntry)) {
     return Status::InvalidArgument(tree->source_.path + ": --checkpoint " + pin +
                                    ": no such complete checkpoint in the run (entries: " + names +
                                    ")");
@@ -174,6 +175,13 @@ std::vector<std::string> RunTree::Apply(const RunListing& listing, bool initial)
       next[e.name] = id;
       order.push_back(e.name);
     }
+    // A pipeline's top files (kFiles) are shown in the root itself, not as an entry.
+    files_slot_ = 0;
+    std::erase_if(order, [&](const std::string& name) {
+      if (slots_[next[name]]->entry.kind != RunEntry::Kind::kFiles) return false;
+      files_slot_ = next[name];
+      return true;
+    });
     for (const auto& [name, id] : shown_) {
       auto it = next.find(name);
       if (it != next.end() && it->second == id) continue;
@@ -184,6 +192,8 @@ std::vector<std::string> RunTree::Apply(const RunListing& listing, bool initial)
     for (const auto& [name, id] : next) {
       if (!shown_.count(name)) changed.push_back(name);
     }
+    // The root's names for top files time out in a second (short_lived): no entry name.
+    std::erase(changed, std::string(kPipelineFilesEntry));
     // `latest` and `best` name shown entries only. While the listing's latest is not shown
     // yet (not stable), the old one stays if still shown, else the shown entry with the
     // highest step (else the last shown): never a dangling link while training deletes.
@@ -462,7 +472,9 @@ Result<RunNode> RunTree::Resolve(uint64_t ino, bool open_entry) {
   std::shared_ptr<Slot> slot = SlotOf(slot_id);
   if (!slot) return Status::NotFound("inode " + std::to_string(ino) + ": checkpoint gone");
   std::shared_ptr<Slot> pinned = options_.pin.empty() ? nullptr : PinnedSlot();
-  const uint64_t root_ino = pinned == slot ? kRootIno : slot->base() | Layout::kRoot;
+  // A pipeline's top files' Layout root is the run's root (their "..").
+  const bool at_root = pinned == slot || slot->entry.kind == RunEntry::Kind::kFiles;
+  const uint64_t root_ino = at_root ? kRootIno : slot->base() | Layout::kRoot;
   if (local == Layout::kRoot && !open_entry) {
     slot->last_used = Ticks(options_.now());
     std::lock_guard<std::mutex> lock(slot->mu);
@@ -511,6 +523,7 @@ std::vector<std::pair<std::string, RunNode>> RunTree::List(const RunNode& dir) {
       std::lock_guard<std::mutex> lock(slot->mu);
       out.emplace_back(slot->entry.name, EntryDir(*slot, slot->base() | Layout::kRoot));
     }
+    ListTopFiles(names, out);
     // An entry of SOURCE with the same name wins over the run's own node.
     for (const auto& [name, ino] : {std::pair<std::string, uint64_t>{"latest", kLatestIno},
                                     {"best", kBestIno},
@@ -536,6 +549,43 @@ std::vector<std::pair<std::string, RunNode>> RunTree::List(const RunNode& dir) {
     out.emplace_back("ERROR", std::move(error.value()));
   }
   return out;
+}
+
+void RunTree::ListTopFiles(std::set<std::string>& names,
+                           std::vector<std::pair<std::string, RunNode>>& out) {
+  std::shared_ptr<Slot> files;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (files_slot_ != 0) files = slots_[files_slot_];
+  }
+  if (!files) return;
+  // Opened like any entry (lazily, kept while used, closed when idle); one that fails
+  // (an I/O error) shows nothing at the root and says why in the log, as an entry's ERROR.
+  const RunNode top = OpenEntry(*files, kRootIno);
+  if (top.kind != RunNode::Kind::kVolume) return;
+  // Its Layout also holds the views of a checkpoint without tensors (an empty
+  // model.safetensors, tensors/, .ckptfs/): only the stored files and folders are shown,
+  // and a stored file the Layout hid behind a view's name is not (never a view's bytes).
+  const Checkpoint& ckpt = top.volume->checkpoint();
+  const Layout& layout = top.volume->layout();
+  std::set<std::string, std::less<>> stored;
+  for (const StoredFile& f : ckpt.others) {
+    if (f.name.find('/') == std::string::npos) stored.insert(f.name);
+  }
+  for (const std::string& hidden : layout.hidden()) stored.erase(hidden);
+  for (const uint64_t local : layout.Children(Layout::kRoot)) {
+    const Node* node = layout.Find(local);
+    const std::string name(node->name());
+    const bool shown =
+        node->kind == NodeKind::kDirectory
+            ? std::find(ckpt.folders.begin(), ckpt.folders.end(), name) != ckpt.folders.end()
+            : node->kind == NodeKind::kFile && stored.count(name);
+    if (!shown || !names.insert(name).second) continue;
+    RunNode child = top;
+    child.ino = top.Global(local);
+    child.short_lived = true;  // the root's names change with SOURCE's
+    out.emplace_back(name, std::move(child));
+  }
 }
 
 Status RunTree::Relist() {
@@ -590,6 +640,11 @@ void RunTree::Notify(const std::vector<std::string>& names) {
 std::vector<std::string> RunTree::EntryNames() const {
   std::lock_guard<std::mutex> lock(mu_);
   return order_;
+}
+
+bool RunTree::Pipeline() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return files_slot_ != 0;
 }
 
 std::string RunTree::Latest() const {

@@ -44,6 +44,11 @@
 // is due to become stable; it also closes idle Volumes. Remote sources: MaybeRelist() on a
 // lookup or listing of the root, at most once per `relist`.
 //
+// Pipelines (RunListing::pipeline): the kFiles entry's Volume (SOURCE's top files and
+// folders without weights, ReadFilesOnly) is shown in the root itself: its stored files
+// and folders are the root's children beside the component entries, with the run's root
+// as their parent; no latest or best (the listing names none).
+//
 // `pin` (--checkpoint latest|best|NAME): the root is that entry's directory instead, and
 // follows it (the current latest, best, or the entry of that name) for new lookups.
 //
@@ -162,6 +167,8 @@ class RunTree {
   const std::string& path() const { return source_.path; }
   // Names shown at the root now, in order, and the latest and best ("" when none).
   std::vector<std::string> EntryNames() const;
+  // Whether the run is a diffusers pipeline (its top files shown at the root).
+  bool Pipeline() const;
   std::string Latest() const;
   std::string Best() const;
   const std::string& pin() const { return options_.pin; }
@@ -201,6 +208,10 @@ class RunTree {
   // held descriptors are under max_held_files. Call with opening.mu held.
   void MakeRoom(const Slot& opening);
   RunNode EntryDir(const Slot& slot, uint64_t root_ino) const;
+  // A pipeline's top files and folders without weights (the kFiles entry), appended to the
+  // root's children `out` unless `names` (the entries') has the name; adds theirs.
+  void ListTopFiles(std::set<std::string>& names,
+                    std::vector<std::pair<std::string, RunNode>>& out);
   RunNode RootNode() const;
   // `latest` and `best` name valid checkpoints only: opens the ones they name, and when
   // one fails, moves latest to the shown entry of highest step that opens (best: none).
@@ -220,6 +231,7 @@ class RunTree {
   std::map<std::string, uint32_t> shown_;        // name -> slot id
   std::map<std::string, Candidate> candidates_;  // complete, not yet stable
   std::string latest_, best_;
+  uint32_t files_slot_ = 0;    // a pipeline's kFiles entry (0: none)
   std::set<uint32_t> failed_;  // slots whose checkpoint failed to open (CheckPointers)
   RunClock::time_point last_list_;
   std::vector<std::string> skipped_;

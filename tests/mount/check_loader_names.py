@@ -18,6 +18,14 @@ weights file under the name its loader opens (issue 23, item 4), with numpy and 
     check_loader_names.py module-folders SRC MNT
         Every folder modules.json lists is a directory of MNT holding SRC's files with
         their bytes, as SentenceTransformer opens them.
+    check_loader_names.py pipeline-root SRC MNT
+        MNT is the mount of pipeline SRC's root. As DiffusionPipeline.from_pretrained reads
+        it: model_index.json, then for each component it names, that folder: a diffusers
+        model's config.json and diffusion_pytorch_model.safetensors, a transformers model's
+        config.json and model.safetensors (each merged from SRC's shards: header parsed,
+        tensors equal with numpy), a tokenizer's or scheduler's files with SRC's bytes. The
+        root holds SRC's regular top files and folders (symlinks never), .ckptfs, and no
+        latest or best.
     check_loader_names.py component SRC MNT NAME TORCH_NAME
         MNT is the mount of SRC, a checkpoint directory (a component folder, a peft adapter):
         NAME is at MNT's root, parsed as a loader does (8-byte length, json header, mmap) and
@@ -201,6 +209,64 @@ def CheckComponent(src, mnt, name, torch_name, errors):
             errors.append("%s differs from SOURCE's" % f)
 
 
+def Regular(path):
+    return os.path.isfile(path) and not os.path.islink(path)
+
+
+def CheckPipelineRoot(src, mnt, errors):
+    shown = sorted(os.listdir(mnt))
+    want = sorted([f for f in os.listdir(src)
+                   if Regular(os.path.join(src, f)) or
+                   (os.path.isdir(os.path.join(src, f)) and
+                    not os.path.islink(os.path.join(src, f)))] + [".ckptfs"])
+    if shown != want:
+        errors.append("root holds %s, want %s" % (shown, want))
+    for pointer in ("latest", "best"):
+        if os.path.lexists(os.path.join(mnt, pointer)):
+            errors.append("%s is shown: a pipeline's components are no saves" % pointer)
+    index = json.load(open(os.path.join(mnt, "model_index.json")))
+    if open(os.path.join(mnt, "model_index.json"), "rb").read() != \
+            open(os.path.join(src, "model_index.json"), "rb").read():
+        errors.append("model_index.json differs from SOURCE's")
+    for component, value in sorted(index.items()):
+        if component.startswith("_") or not isinstance(value, list) or value[0] is None:
+            continue
+        library, cls = value
+        folder, stored = os.path.join(mnt, component), os.path.join(src, component)
+        if not os.path.isdir(folder):
+            errors.append("%s/ (%s.%s) is not a directory of the mount" % (component, library, cls))
+            continue
+        if cls.endswith("Model") or cls == "AutoencoderKL":
+            # ModelMixin / PreTrainedModel.from_pretrained(folder): config.json, then the
+            # weights file under its loader's name.
+            name = "diffusion_pytorch_model.safetensors" if library == "diffusers" \
+                else "model.safetensors"
+            opened = ["config.json", name]
+            got, want_t = Tensors(os.path.join(folder, name)), StoredTensors(stored)
+            if sorted(got) != sorted(want_t):
+                errors.append("%s/%s: tensors %s, want %s" % (component, name, sorted(got),
+                                                              sorted(want_t)))
+            for key in sorted(set(got) & set(want_t)):
+                dtype = DTYPES[got[key][0]]
+                a = np.frombuffer(got[key][2], dtype).reshape(got[key][1])
+                b = np.frombuffer(want_t[key][2], dtype).reshape(want_t[key][1])
+                if got[key][:2] != want_t[key][:2] or not np.array_equal(a, b):
+                    errors.append("%s/%s: %s differs" % (component, name, key))
+        else:
+            # A tokenizer, scheduler or feature extractor: its files, as saved.
+            opened = sorted(f for f in os.listdir(stored) if Regular(os.path.join(stored, f)))
+            if sorted(os.listdir(folder)) != opened:
+                errors.append("%s/ holds %s, want %s" % (component, sorted(os.listdir(folder)),
+                                                         opened))
+        for f in opened:
+            path = os.path.join(folder, f)
+            if not os.path.isfile(path):
+                errors.append("%s/%s is not shown" % (component, f))
+            elif f.endswith(".json") or f.endswith(".txt"):
+                if open(path, "rb").read() != open(os.path.join(stored, f), "rb").read():
+                    errors.append("%s/%s differs from SOURCE's" % (component, f))
+
+
 def main(argv):
     errors = []
     if argv[1] == "write-pipeline":
@@ -211,6 +277,8 @@ def main(argv):
         WriteSentenceTransformers(argv[2])
     elif argv[1] == "module-folders":
         CheckModuleFolders(argv[2], argv[3], errors)
+    elif argv[1] == "pipeline-root":
+        CheckPipelineRoot(argv[2], argv[3], errors)
     elif argv[1] == "component":
         CheckComponent(argv[2], argv[3], argv[4], argv[5], errors)
     else:

@@ -2,7 +2,8 @@
 // binary and read with numpy (mmap, header parsed as safetensors does) and torch.load: a
 // real peft adapter (../shared/fixtures/wild/peft_adapter, skipped when absent), a peft
 // adapter saved as adapter_model.bin, and the component folders of a diffusers pipeline
-// as DiffusionPipeline.save_pretrained leaves them (unet/ sharded), and a
+// as DiffusionPipeline.save_pretrained leaves them (unet/ sharded) and its root mounted
+// whole, and a
 // sentence-transformers model's module folders. Written and checked by
 // tests/mount/check_loader_names.py.
 #include <filesystem>
@@ -55,10 +56,18 @@ TEST_F(LoaderNamesMountTest, DiffusersComponentsShowWhatTheirLoadersOpen) {
   CheckComponent(src_ + "/unet", kDiffusers + ".safetensors", kDiffusers + ".bin");
   CheckComponent(src_ + "/vae", kDiffusers + ".safetensors", kDiffusers + ".bin");
   CheckComponent(src_ + "/text_encoder", "model.safetensors", "pytorch_model.bin");
-  // The pipeline's root mounted whole: each weights folder is a directory of the mount with
-  // the same views (tokenizer/, scheduler/ and model_index.json are not shown yet).
+  // The pipeline's root mounted whole: model_index.json and each folder, as
+  // DiffusionPipeline.from_pretrained opens them, each weights folder with the same views;
+  // no latest or best. Links out of SOURCE (a top file, a tokenizer file) are never shown.
+  std::filesystem::create_symlink("/etc/hostname", src_ + "/leak.json");
+  std::filesystem::create_symlink("/etc/hostname", src_ + "/tokenizer/leak.txt");
   const std::string mnt = scratch_->MakeDir("pipeline");
   ASSERT_NO_FATAL_FAILURE(Mount(src_, mnt));
+  RunCheck("check_loader_names.py", {"pipeline-root", src_, mnt});
+  const ProcessResult inspect = RunProcess({kCkptfs, "inspect", src_}, kGenerateTimeout);
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.Describe();
+  EXPECT_NE(inspect.out.find("pipeline: 3 components"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("latest   (none)"), std::string::npos) << inspect.out;
   for (const char* component : {"unet", "vae"}) {
     RunCheck("check_loader_names.py", {"component", src_ + "/" + component, mnt + "/" + component,
                                        kDiffusers + ".safetensors", kDiffusers + ".bin"});

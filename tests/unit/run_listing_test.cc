@@ -889,6 +889,74 @@ TEST_F(RunListingTest, TrainerFinalModelIsAnEntryOfItsOwn) {
       << Skipped(run);
 }
 
+// (issue 23) A diffusers pipeline (DiffusionPipeline.save_pretrained: model_index.json,
+// then each component in the folder of its name) is a run of kind pipeline: each folder
+// with weights is a component entry (unet's shards with their index included), everything
+// else is the one kFiles entry (top files, folders without weights), and there is no
+// latest or best.
+TEST_F(RunListingTest, DiffusersPipelineListsComponentsAndItsFiles) {
+  Write(run_ / "model_index.json", R"({"_class_name": "StableDiffusionPipeline"})");
+  Write(run_ / "README.md", "a pipeline");
+  const std::string unet = Weights("conv");
+  Write(run_ / "unet" / "diffusion_pytorch_model-00001-of-00001.safetensors", unet);
+  Write(run_ / "unet" / "diffusion_pytorch_model.safetensors.index.json",
+        R"({"metadata": {}, "weight_map": {"conv.weight":
+            "diffusion_pytorch_model-00001-of-00001.safetensors"}})");
+  Write(run_ / "unet" / "config.json", "{}");
+  Write(run_ / "vae" / "diffusion_pytorch_model.safetensors", Weights("vae"));
+  Write(run_ / "text_encoder" / "model.safetensors", Weights("te"));
+  Write(run_ / "tokenizer" / "vocab.json", "{}");
+  Write(run_ / "tokenizer" / "merges.txt", "#version: 0.2\n");
+  Write(run_ / "scheduler" / "scheduler_config.json", "{}");
+  Write(run_ / "tensors" / "x.txt", "named as a view");
+  EXPECT_TRUE(IsRunAt(run_));
+  RunListing run = List();
+  EXPECT_TRUE(run.pipeline);
+  EXPECT_EQ(Names(run), "text_encoder unet vae .");
+  EXPECT_EQ(run.latest, "");
+  EXPECT_EQ(run.best, "");
+  for (const char* name : {"text_encoder", "unet", "vae"}) {
+    EXPECT_EQ(Entry(run, name)->kind, RunEntry::Kind::kDirectory) << name;
+    EXPECT_TRUE(Entry(run, name)->complete) << name << ": " << Entry(run, name)->why_incomplete;
+  }
+  EXPECT_EQ(OpenEntry(run, "unet"), std::vector<std::string>{"conv.weight"});
+  const RunEntry* files = Entry(run, ".");
+  ASSERT_NE(files, nullptr);
+  EXPECT_EQ(files->kind, RunEntry::Kind::kFiles);
+  EXPECT_TRUE(files->complete);
+  EXPECT_EQ(files->folders, (std::vector<std::string>{"scheduler", "tokenizer"}));
+  EXPECT_NE(Skipped(run).find("tensors/: no weights, and named as a view"), std::string::npos)
+      << Skipped(run);
+
+  // The files entry opens as the files alone, read on use, folders one level deep.
+  auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+  ASSERT_TRUE(dir.ok());
+  auto home = EntrySourceDir(*dir, *files);
+  ASSERT_TRUE(home.ok()) << home.status().message();
+  auto ckpt = ReadFilesOnly(*home, files->folders, TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  EXPECT_TRUE(ckpt->tensors.empty());
+  std::vector<std::string> shown;
+  for (const StoredFile& f : ckpt->others) shown.push_back(f.name);
+  std::sort(shown.begin(), shown.end());
+  EXPECT_EQ(shown, (std::vector<std::string>{"README.md", "model_index.json",
+                                             "scheduler/scheduler_config.json",
+                                             "tokenizer/merges.txt", "tokenizer/vocab.json"}));
+
+  // A rewritten tokenizer file is a new signature: the mount never mixes its bytes.
+  const std::string before = files->signature;
+  Write(run_ / "tokenizer" / "vocab.json", R"({"a": 0})");
+  run = List();
+  EXPECT_NE(Entry(run, ".")->signature, before);
+
+  // Without model_index.json the same folders are a run of checkpoints, as before.
+  fs::remove(run_ / "model_index.json");
+  run = List();
+  EXPECT_FALSE(run.pipeline);
+  EXPECT_EQ(Entry(run, "."), nullptr);
+  EXPECT_FALSE(run.latest.empty());
+}
+
 // The real output of transformers' Trainer (../shared/fixtures/wild, NOTICE.md).
 TEST_F(RunListingTest, RealTrainerOutputDirShowsItsFinalModel) {
   const fs::path out =

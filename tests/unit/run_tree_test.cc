@@ -115,6 +115,53 @@ class RunTreeTest : public ::testing::Test {
   std::unique_ptr<RunTree> tree_;
 };
 
+// (issue 23) A pipeline: the kFiles entry's stored files are the root's own children beside
+// the components, with the root as their parent; never its views (an empty
+// model.safetensors, tensors/), never a stored file a view hides, no latest or best.
+TEST_F(RunTreeTest, PipelineRootShowsTopFilesBesideComponents) {
+  run_.Put("unet", "s1");
+  run_.Put("vae", "s2");
+  RunEntry files;
+  files.name = std::string(kPipelineFilesEntry);
+  files.kind = RunEntry::Kind::kFiles;
+  files.complete = true;
+  files.signature = "f1";
+  run_.listing.entries.push_back(files);
+  run_.listing.pipeline = true;
+  const std::map<std::string, std::string> top = {
+      {"model_index.json", R"({"unet": ["diffusers", "UNet2DConditionModel"]})"},
+      {"README.md", "a pipeline"},
+      {"model.safetensors", "a stray file named as a view"}};
+  RunSource source = run_.Source();
+  auto open = source.open;
+  source.open = [open, top](const RunEntry& entry, ReadContext& codec) -> Result<Checkpoint> {
+    if (entry.kind != RunEntry::Kind::kFiles) return open(entry, codec);
+    return ReadFilesOnly(MemoryDir(top), entry.folders, codec);
+  };
+  auto tree = RunTree::Open(std::move(source), codec_, {});
+  ASSERT_TRUE(tree.ok()) << tree.status().message();
+  RunTree& t = **tree;
+  EXPECT_TRUE(t.Pipeline());
+  EXPECT_EQ(t.EntryNames(), (std::vector<std::string>{"unet", "vae"}));
+  EXPECT_EQ(RootNames(t),
+            (std::vector<std::string>{"unet", "vae", "README.md", "model_index.json", ".ckptfs"}));
+  auto root = t.Resolve(RunTree::kRootIno, true);
+  ASSERT_TRUE(root.ok());
+  auto index = t.Lookup(*root, "model_index.json");
+  ASSERT_TRUE(index.ok());
+  ASSERT_EQ(index->kind, RunNode::Kind::kVolume);
+  const Node* node = index->volume->layout().Find(index->Local(index->ino));
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(node->size, top.at("model_index.json").size());
+  EXPECT_EQ(index->Global(node->parent), RunTree::kRootIno);  // its ".." is the root
+  auto again = t.Resolve(index->ino, false);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->volume, index->volume);
+  for (const char* hidden : {"model.safetensors", "tensors", "shards", ".", "latest", "best"}) {
+    EXPECT_FALSE(t.Lookup(*root, hidden).ok()) << hidden;
+  }
+}
+
 TEST_F(RunTreeTest, RootShowsCompleteEntriesAndSymlinks) {
   run_.Put("checkpoint-500", "s1");
   run_.Put("checkpoint-1000", "s2");
