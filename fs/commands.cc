@@ -145,7 +145,7 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
     const Tensor& t = ckpt.tensors[i];
     json entry = {{"name", t.name},        {"dtype", DtypeName(t.dtype)},
                   {"shape", t.shape},      {"parameters", Elements(t)},
-                  {"bytes", ViewBytes(t)}, {"shard", ckpt.shards[t.shard].name},
+                  {"bytes", ViewBytes(t)}, {"shard", ShardFile(ckpt, t.shard).name},
                   {"offset", t.offset}};
     if (!ckpt.tensor_keys.empty()) entry["tf_key"] = ckpt.tensor_keys[i];
     if (!ckpt.model.whole) entry["in_model"] = t.in_model;
@@ -221,7 +221,8 @@ void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
     const Tensor& t = ckpt.tensors[i];
     std::printf("%-*s  %-8s  %-20s  %12llu  %s%s\n", static_cast<int>(width), t.name.c_str(),
                 std::string(DtypeName(t.dtype)).c_str(), ShapeToJson(t.shape).c_str(),
-                static_cast<unsigned long long>(ViewBytes(t)), ckpt.shards[t.shard].name.c_str(),
+                static_cast<unsigned long long>(ViewBytes(t)),
+                ShardFile(ckpt, t.shard).name.c_str(),
                 t.contiguous() ? "" : "  (strided: only in pytorch_model.bin)");
   }
 }

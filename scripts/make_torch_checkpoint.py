@@ -323,13 +323,15 @@ def MakeAnyValues(out_dir: str, seed: int) -> None:
     torch.save(state, os.path.join(out_dir, "any_values_p4.pt"), pickle_protocol=4)
     back = torch.load(os.path.join(out_dir, "any_values_p4.pt"))
     Same(w, back["extra"].w, "extra.w")
+    # numpy arrays are tensors at both protocols: read from inside data.pkl at protocol 4,
+    # decoded from protocol 2's latin-1 text. np.random.get_state()'s key array is item 1
+    # of its tuple (uint32: int64 here, torch 1.13 has no uint32).
+    back2 = torch.load(os.path.join(out_dir, "any_values.pt"), weights_only=False)
+    Same(torch.from_numpy(arr), torch.from_numpy(back2["arr"]), "arr at protocol 2")
     tensors = {"model.weight": model["weight"], "model.bias": model["bias"], "extra.w": w, "c": c,
-               "rng.torch": state["rng"]["torch"]}
+               "rng.torch": state["rng"]["torch"], "arr": torch.from_numpy(arr),
+               "rng.numpy.1": torch.from_numpy(state["rng"]["numpy"][1].astype(np.int64))}
     torch.save(tensors, os.path.join(out_dir, "oracle", "tensors_p2.pt"))
-    # At protocol 4 numpy arrays are tensors too: np.random.get_state()'s key array is
-    # item 1 of its tuple.
-    tensors.update({"arr": torch.from_numpy(arr), "rng.numpy.1":
-                    torch.from_numpy(state["rng"]["numpy"][1].astype(np.int64))})
     torch.save(tensors, os.path.join(out_dir, "oracle", "tensors_p4.pt"))
     expected = {
         "args": {"__object__": "argparse.Namespace",

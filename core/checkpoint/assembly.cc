@@ -98,13 +98,23 @@ Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
 
 void AddShard(Checkpoint& ckpt, ShardContents& shard, uint32_t shard_no) {
   const uint32_t base = static_cast<uint32_t>(ckpt.storages.size());
+  uint32_t decoded_no = shard_no;
+  if (!shard.decoded.empty()) {
+    const StoredFile& file = ckpt.shards[shard_no];
+    decoded_no = static_cast<uint32_t>(ckpt.shards.size() + ckpt.decoded.size());
+    ckpt.decoded.push_back(
+        StoredFile{file.name, file.stored_name,
+                   std::make_unique<MemorySource>(file.source->Name() + " (decoded numpy data)",
+                                                  std::move(shard.decoded)),
+                   file.mode, file.mtime});
+  }
   for (Storage& s : shard.storages) {
-    s.shard = shard_no;
+    s.shard = s.shard == kDecodedData ? decoded_no : shard_no;
     ckpt.storages.push_back(s);
   }
   for (Tensor& t : shard.tensors) {
     t.storage += base;
-    t.shard = shard_no;
+    t.shard = ckpt.storages[t.storage].shard;
     ckpt.tensors.push_back(std::move(t));
   }
   std::vector<Tensor>().swap(shard.tensors);  // the peak holds one shard twice, not all
@@ -199,8 +209,8 @@ Status SortTensors(Checkpoint& ckpt) {
     const Tensor& a = ckpt.tensors[i - 1];
     const Tensor& b = ckpt.tensors[i];
     if (a.name == b.name) {
-      return Status::Corruption(ckpt.shards[b.shard].name + ": tensor \"" + b.name +
-                                "\" also appears in " + ckpt.shards[a.shard].name);
+      return Status::Corruption(ShardFile(ckpt, b.shard).name + ": tensor \"" + b.name +
+                                "\" also appears in " + ShardFile(ckpt, a.shard).name);
     }
   }
   return Status::Ok();

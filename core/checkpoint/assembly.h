@@ -51,7 +51,11 @@ struct ShardContents {
   std::vector<Storage> storages;
   Metadata metadata;
   std::string state_json;  // non-tensor values as a JSON object; empty if none
+  // Bytes decoded at open (Checkpoint::decoded): storages with `shard` kDecodedData lie
+  // here, not in the shard, and AddShard makes them a decoded file.
+  std::string decoded;
 };
+inline constexpr uint32_t kDecodedData = UINT32_MAX;
 
 struct TorchFile;
 // One torch.save file's storages and tensors as shard `shard_no` (torch_reader.cc): what
@@ -62,7 +66,9 @@ ShardContents FromTorchFile(TorchFile& file, uint32_t shard_no);
 using ShardParser = Result<ShardContents> (*)(const StoredFile& shard, uint32_t shard_no);
 
 // Adds one shard's tensors and storages as shard `shard_no`, merging its metadata and
-// state (first shard wins). Empties `shard`.
+// state (first shard wins). Empties `shard`. Its decoded data becomes
+// ckpt.decoded.back(), numbered past the shards: every shard must already be in
+// ckpt.shards.
 void AddShard(Checkpoint& ckpt, ShardContents& shard, uint32_t shard_no);
 
 // A weight file opened and read before the index that names it was parsed.

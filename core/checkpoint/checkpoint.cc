@@ -142,6 +142,10 @@ std::string MetadataJson(const Checkpoint& ckpt) {
   return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
+const StoredFile& ShardFile(const Checkpoint& ckpt, uint32_t shard) {
+  return shard < ckpt.shards.size() ? ckpt.shards[shard] : ckpt.decoded[shard - ckpt.shards.size()];
+}
+
 std::span<const StoredRange> RangesOf(const Checkpoint& ckpt, const Storage& storage,
                                       StoredRange& one) {
   if (storage.range_count > 0) {
@@ -168,7 +172,7 @@ Result<uint32_t> ReadStorageCrc(const Checkpoint& ckpt, const Storage& storage) 
     for (uint64_t done = 0; done < range.size;) {
       const uint64_t n = std::min<uint64_t>(buf.size(), range.size - done);
       CKPTFS_RETURN_IF_ERROR(
-          ckpt.shards[range.shard].source->ReadAt(range.offset + done, {buf.data(), n}));
+          ShardFile(ckpt, range.shard).source->ReadAt(range.offset + done, {buf.data(), n}));
       crc = crc32(crc, buf.data(), static_cast<uInt>(n));
       done += n;
     }

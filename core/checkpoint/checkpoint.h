@@ -50,7 +50,8 @@ struct StoredRange {
 // tensor (a partitioned variable is several stored ranges, possibly in several shards).
 // Tensors view storages; tied weights are several tensors over one storage.
 struct Storage {
-  uint32_t shard = 0;   // index into Checkpoint::shards (the first range's, if ranged)
+  uint32_t shard = 0;   // index into Checkpoint::shards, or past them into Checkpoint::decoded
+                        // (ShardFile; the first range's, if ranged)
   uint64_t offset = 0;  // absolute byte offset within the shard file (the first range's)
   uint64_t size = 0;    // bytes (all ranges together)
   Dtype dtype = Dtype::kU8;
@@ -69,7 +70,7 @@ struct Tensor {
   bool in_model = true;
   bool top_is_dict = false;  // torch: the container of top_key_size is a dict
   std::vector<uint64_t> shape;
-  uint32_t shard = 0;    // index into Checkpoint::shards
+  uint32_t shard = 0;    // index into Checkpoint::shards or past them (ShardFile)
   uint64_t offset = 0;   // absolute byte offset within the shard file (contiguous tensors)
   uint64_t size = 0;     // bytes (contiguous tensors; 0 otherwise)
   uint32_t storage = 0;  // index into Checkpoint::storages
@@ -102,9 +103,21 @@ struct ModelView {
 // A packed checkpoint's zip CRC sidecar (see core/crc/zip_crc.h): read at open, never shown.
 inline constexpr std::string_view kPackedCrcFile = ".ckptfs-zip-crc";
 
+// Decoded data. Most tensor bytes lie verbatim in a stored file, but a numpy array that
+// torch.save pickled at protocol 2 (its default) holds its data as latin-1 text inside
+// data.pkl, which no range of the file is. Such bytes are decoded once at open
+// (torch_file.h) and kept in memory as `decoded` StoredFiles: one per torch file that has
+// any, a MemorySource named, moded and timed as that torch file. Shard numbers go on past
+// `shards` into `decoded` (shard shards.size() + k is decoded[k]; ShardFile), so a Storage,
+// Tensor or StoredRange names them as it names a shard and every view reads them through
+// the same extents, read path and cache. Nothing lists them: they are not in `shards`, so
+// shards/, pack's copies, verify's and the run tree's walks over stored files never see
+// them (verify has nothing to check: the decoding was strict). The Layout numbers its
+// sources shards, decoded, index, others. Their memory is at most each pickle's size.
 struct Checkpoint {
   std::string source_path;
   std::vector<StoredFile> shards;   // weight files, in file name order
+  std::vector<StoredFile> decoded;  // decoded data (above), after every shard is added
   std::vector<StoredFile> index;    // the index json, if any (shown under shards/)
   std::vector<StoredFile> others;   // non-weight files, shown at the mount root
   std::vector<Tensor> tensors;      // sorted by name
@@ -134,6 +147,10 @@ struct Checkpoint {
 
   uint64_t TotalTensorBytes() const;
 };
+
+// The file shard number `shard` names: ckpt.shards[shard], or past them ckpt.decoded (the
+// decoded data of a torch file, named as that file).
+const StoredFile& ShardFile(const Checkpoint& ckpt, uint32_t shard);
 
 // The stored ranges holding `storage`'s bytes, in order: the storage itself (written to
 // `one`) or its ranges.

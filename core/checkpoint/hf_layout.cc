@@ -44,7 +44,7 @@ Status CheckAgainstIndex(const Checkpoint& ckpt, const HfIndex& index, const std
   bool missing = false;
   for (const Tensor& t : ckpt.tensors) {
     for (; next < order.size() && map[order[next]].first < t.name; ++next) missing = true;
-    const std::string& shard = ckpt.shards[t.shard].name;
+    const std::string& shard = ShardFile(ckpt, t.shard).name;
     if (next == order.size() || map[order[next]].first != t.name) {
       return Status::Corruption(shard + ": tensor \"" + t.name + "\" is not listed in " + file);
     }

@@ -10,8 +10,10 @@ namespace ckptfs {
 ShardContents FromTorchFile(TorchFile& file, uint32_t shard_no) {
   ShardContents out;
   for (const TorchStorage& s : file.storages) {
-    out.storages.push_back(Storage{shard_no, s.data_offset, s.size, s.dtype, s.has_crc32, s.crc32});
+    out.storages.push_back(Storage{s.decoded ? kDecodedData : shard_no, s.data_offset, s.size,
+                                   s.dtype, s.has_crc32, s.crc32});
   }
+  out.decoded = std::move(file.decoded);
   for (TorchTensor& t : file.tensors) {
     const Storage& s = out.storages[t.storage];
     const uint64_t element = DtypeSize(s.dtype);
@@ -19,7 +21,7 @@ ShardContents FromTorchFile(TorchFile& file, uint32_t shard_no) {
                   .dtype = s.dtype,
                   .top_is_dict = t.top_is_dict,
                   .shape = std::move(t.shape),
-                  .shard = shard_no,
+                  .shard = s.shard,
                   .storage = t.storage,
                   .top_key_size = t.top_key_size,
                   .storage_offset = t.storage_offset};

@@ -256,7 +256,7 @@ Result<std::vector<uint32_t>> ComputeCrcs(const Checkpoint& ckpt, std::span<cons
     uLong crc = crc32(0, nullptr, 0);
     StoredRange one;
     for (const StoredRange& r : RangesOf(ckpt, ckpt.storages[index], one)) {
-      const ByteSource& source = *ckpt.shards[r.shard].source;
+      const ByteSource& source = *ShardFile(ckpt, r.shard).source;
       for (uint64_t done = 0; done < r.size;) {
         if (stop.load(std::memory_order_relaxed)) return Status::IoError("stopped", ECANCELED);
         const uint64_t n = std::min(kChunkBytes, r.size - done);

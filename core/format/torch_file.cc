@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "core/format/metadata_budget.h"
 #include "core/format/ordered_json.h"
 #include "core/format/pickle.h"
 #include "core/format/zip.h"
@@ -65,12 +66,13 @@ class Interpreter {
  public:
   Interpreter(const ByteSource& source, const PickleTree& tree,
               const std::vector<ZipEntry>& entries, std::string prefix, uint64_t pickle_offset,
-              PickleGlobals globals)
+              uint64_t pickle_size, PickleGlobals globals)
       : source_(source),
         tree_(tree),
         prefix_(std::move(prefix)),
         pickle_offset_(pickle_offset),
-        globals_(globals) {
+        globals_(globals),
+        budget_(source.Name() + ": data.pkl", pickle_size) {
     for (const ZipEntry& e : entries) records_.emplace(e.name, &e);
   }
 
@@ -363,28 +365,48 @@ class Interpreter {
     return Status::Ok();
   }
 
-  // The bytes a protocol 2 pickle writes as _codecs.encode(str, 'latin1'), or a bytes value.
-  std::optional<std::string> BytesOf(uint32_t v) const {
+  // The latin-1 text of protocol 2's _codecs.encode(str, 'latin1') call `v`: its str
+  // argument (UTF-8), or nullptr when `v` is no such call.
+  const std::string* Latin1Text(uint32_t v) const {
     const PickleValue& p = At(v);
-    if (p.kind == PickleKind::kBytes) return p.text;
     const PickleValue* args = p.kind == PickleKind::kCall ? Args(p) : nullptr;
     if (!args || !IsGlobal(p.items[0], "_codecs.encode") || args->items.size() != 2 ||
         At(args->items[0]).kind != PickleKind::kString || At(args->items[1]).text != "latin1") {
-      return std::nullopt;
+      return nullptr;
     }
-    std::string out;  // UTF-8 text of code points below 256 back to those bytes
-    const std::string& text = At(args->items[0]).text;
+    return &At(args->items[0]).text;
+  }
+
+  // The bytes latin-1 text stands for: UTF-8 of code points below 256, each back to its
+  // byte. nullopt, with the offending byte of `text` in *bad, where a code point is 256
+  // or more or the UTF-8 is malformed.
+  static std::optional<std::string> Latin1Bytes(const std::string& text, size_t* bad) {
+    std::string out;
+    out.reserve(text.size());
     for (size_t i = 0; i < text.size(); ++i) {
       const auto c = static_cast<uint8_t>(text[i]);
       if (c < 0x80) {
         out += static_cast<char>(c);
-      } else if ((c & 0xfe) == 0xc2 && i + 1 < text.size()) {
-        out += static_cast<char>(((c & 0x03) << 6) | (static_cast<uint8_t>(text[++i]) & 0x3f));
-      } else {
+        continue;
+      }
+      const auto next = i + 1 < text.size() ? static_cast<uint8_t>(text[i + 1]) : 0;
+      if ((c & 0xfe) != 0xc2 || (next & 0xc0) != 0x80) {
+        *bad = i;
         return std::nullopt;
       }
+      out += static_cast<char>(((c & 0x03) << 6) | (next & 0x3f));
+      ++i;
     }
     return out;
+  }
+
+  // The bytes a protocol 2 pickle writes as _codecs.encode(str, 'latin1'), or a bytes value.
+  std::optional<std::string> BytesOf(uint32_t v) const {
+    const PickleValue& p = At(v);
+    if (p.kind == PickleKind::kBytes) return p.text;
+    const std::string* text = Latin1Text(v);
+    size_t bad = 0;
+    return text ? Latin1Bytes(*text, &bad) : std::nullopt;
   }
 
   // A numpy dtype call, numpy.dtype('u4', False, True) with BUILD (3, '<', ...): "<u4".
@@ -529,38 +551,88 @@ class Interpreter {
   }
 
   // numpy's _reconstruct(ndarray, (0,), b'b') with BUILD (version, shape, dtype,
-  // is_fortran, rawdata): a tensor when its dtype is one ckptfs has and its bytes lie
-  // verbatim in the pickle (protocol >= 3), served from there. Any other array (object
-  // dtype, big-endian, protocol 2's latin-1 text) stays a value (KnownCall).
+  // is_fortran, rawdata): a tensor when its dtype is one ckptfs has. Bytes verbatim in the
+  // pickle (protocol >= 3) are served from there; protocol 2's latin-1 text
+  // (_codecs.encode(str, 'latin1'), or bytes() when empty) and escaped bytes are decoded
+  // once, here, into TorchFile::decoded. Any other array (object dtype, big-endian) stays a value
+  // (KnownCall).
   Status MaybeNumpyTensor(const PickleValue& call, const std::string& name, bool* is_tensor) {
     const PickleValue* st = call.state == PickleValue::kNoState ? nullptr : &At(call.state);
     if (!st || st->kind != PickleKind::kTuple || st->items.size() != 5) return Status::Ok();
     const std::optional<std::string> descr = NumpyDtype(st->items[2]);
-    const std::optional<Dtype> dtype = descr ? DtypeOfNumpy(*descr) : std::nullopt;
-    const PickleValue& raw = At(st->items[4]);
-    if (!dtype || raw.kind != PickleKind::kBytes || raw.int_value <= 0) return Status::Ok();
+    if (!descr) return Status::Ok();
+    // A plain Dtype, not an optional: GCC sees the optional's flag as maybe-uninitialized.
+    const std::optional<Dtype> known = DtypeOfNumpy(*descr);
+    if (!known) return Status::Ok();
+    const Dtype dtype = *known;
+    const uint32_t raw_value = st->items[4];
+    const PickleValue& raw = At(raw_value);
+    const std::string* latin1 = Latin1Text(raw_value);
+    const bool verbatim = raw.kind == PickleKind::kBytes && raw.int_value > 0;
+    const bool empty_bytes =
+        raw.kind == PickleKind::kCall && Args(raw) && Args(raw)->items.empty() &&
+        (IsGlobal(raw.items[0], "__builtin__.bytes") || IsGlobal(raw.items[0], "builtins.bytes"));
+    const bool escaped = raw.kind == PickleKind::kBytes && !verbatim;  // protocol 0's STRING
+    if (!(verbatim || latin1 || empty_bytes || escaped)) return Status::Ok();
     if (At(st->items[3]).kind != PickleKind::kBool) return Status::Ok();
     const bool fortran = At(st->items[3]).int_value != 0;
     CKPTFS_ASSIGN_OR_RETURN(std::vector<uint64_t> shape,
                             Sizes(st->items[1], "numpy array \"" + name + "\" shape"));
     if (name.find('\0') != std::string::npos) return Bad("a tensor name contains a NUL byte");
-    const std::optional<uint64_t> bytes = TensorBytes(*dtype, shape);
-    if (!bytes || *bytes != raw.text.size()) {
-      return Bad("numpy array \"" + name + "\": " + std::to_string(raw.text.size()) +
+    // Decoded once per pickle value: arrays may share one through the memo, and decoding
+    // it again for each would let a small pickle spend a long time.
+    uint64_t data_size = raw.text.size();
+    uint64_t decoded_offset = 0;
+    if (!verbatim) {
+      auto done = decoded_at_.find(raw_value);
+      if (done == decoded_at_.end()) {
+        std::string data;
+        if (latin1) {
+          size_t bad = 0;
+          std::optional<std::string> text = Latin1Bytes(*latin1, &bad);
+          if (!text) {
+            return Bad("numpy array \"" + name + "\": its data is not latin-1 text (byte " +
+                       std::to_string(bad) + " of the string starts a code point of 256 or more)");
+          }
+          data = std::move(*text);
+        } else if (escaped) {
+          data = raw.text;  // the unpickler already undid the escapes
+        }
+        // At most the pickle's own size in all (each byte took at least one byte of text),
+        // and the pickle is capped (kMaxTorchPickle); charged to its budget all the same.
+        CKPTFS_RETURN_IF_ERROR(budget_.ChargeOrRefuse(data.size()));
+        done = decoded_at_.emplace(raw_value, std::pair{out_.decoded.size(), data.size()}).first;
+        out_.decoded += data;
+      }
+      decoded_offset = done->second.first;
+      data_size = done->second.second;
+    }
+    const std::optional<uint64_t> bytes = TensorBytes(dtype, shape);
+    if (!bytes || *bytes != data_size) {
+      return Bad("numpy array \"" + name + "\": " + std::to_string(data_size) +
                  " bytes of data for shape and dtype " + *descr);
     }
     *is_tensor = true;
-    const uint64_t offset = static_cast<uint64_t>(raw.int_value - 1);
     // Keyed by dtype too: two arrays over one bytes object (a memo reference) may read it
-    // as different types, and a tensor takes its storage's.
-    const std::string key = std::string(kPickleRecord) + "@" + std::to_string(offset) + ":" +
-                            std::string(DtypeName(*dtype));
+    // as different types, and a tensor takes its storage's. Decoded data is keyed by the
+    // value it came from, so a memo reference decodes it once.
+    const std::string key =
+        (!verbatim ? std::string("decoded@") + std::to_string(raw_value)
+                   : std::string(kPickleRecord) + "@" + std::to_string(raw.int_value - 1)) +
+        ":" + std::string(DtypeName(dtype));
     uint32_t storage = 0;
     if (auto seen = keys_.find(key); seen != keys_.end()) {
       storage = seen->second;  // the same bytes object twice: one storage
+    } else if (!verbatim) {
+      TorchStorage s{key, dtype, decoded_offset, data_size, 0, false};
+      s.decoded = true;
+      out_.storages.push_back(std::move(s));
+      storage = static_cast<uint32_t>(out_.storages.size() - 1);
+      keys_.emplace(key, storage);
     } else {
+      const uint64_t offset = static_cast<uint64_t>(raw.int_value - 1);
       out_.storages.push_back(
-          TorchStorage{key, *dtype, pickle_offset_ + offset, raw.text.size(), 0, false});
+          TorchStorage{key, dtype, pickle_offset_ + offset, raw.text.size(), 0, false});
       storage = static_cast<uint32_t>(out_.storages.size() - 1);
       keys_.emplace(key, storage);
     }
@@ -629,6 +701,9 @@ class Interpreter {
   std::string prefix_;
   uint64_t pickle_offset_;
   PickleGlobals globals_;
+  MetadataBudget budget_;  // charged with the numpy data decoded into TorchFile::decoded
+  // Pickle value -> (offset, size) of its bytes in TorchFile::decoded.
+  std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> decoded_at_;
   std::unordered_map<std::string, const ZipEntry*> records_;
   std::unordered_map<std::string, uint32_t> keys_;
   uint64_t visits_ = 0;
@@ -780,6 +855,7 @@ struct TorchArchive {
   std::vector<ZipEntry> entries;
   std::string prefix;          // "ARCHIVE/"
   uint64_t pickle_offset = 0;  // where data.pkl's bytes start in the file
+  uint64_t pickle_size = 0;
   PickleTree tree;
 };
 
@@ -810,6 +886,7 @@ Result<TorchArchive> ReadTorchArchive(const ByteSource& source, PickleGlobals gl
     return Status::Corruption(source.Name() + ": data.pkl larger than 64 MiB");
   }
   out.pickle_offset = pickle->data_offset;
+  out.pickle_size = pickle->size;
   std::string data(pickle->size, '\0');
   CKPTFS_RETURN_IF_ERROR(
       source.ReadAt(pickle->data_offset, {reinterpret_cast<uint8_t*>(data.data()), data.size()}));
@@ -822,7 +899,7 @@ Result<TorchArchive> ReadTorchArchive(const ByteSource& source, PickleGlobals gl
 Result<TorchFile> ReadTorchFile(const ByteSource& source, PickleGlobals globals) {
   CKPTFS_ASSIGN_OR_RETURN(TorchArchive archive, ReadTorchArchive(source, globals));
   return Interpreter(source, archive.tree, archive.entries, archive.prefix, archive.pickle_offset,
-                     globals)
+                     archive.pickle_size, globals)
       .Run();
 }
 

@@ -29,7 +29,12 @@
 // has (little-endian or byte-sized bool, ints, uints, floats) and rawdata lies verbatim in
 // the pickle (BINBYTES and friends, protocol >= 3): the storage is that byte range of
 // data.pkl inside the zip, nothing copied; a Fortran-order array gets column-major
-// strides. Others (protocol 2's latin-1 text, object or string dtypes, big-endian) stay
+// strides. Protocol 2 (torch.save's default) has no bytes type and writes rawdata as
+// _codecs.encode(str, 'latin1'): those bytes are decoded once, here, strictly (every code
+// point below 256, else the file is refused naming the array), end to end into
+// TorchFile::decoded, and the storage is a range of that (TorchStorage::decoded); its size
+// is at most the pickle's (capped by kMaxTorchPickle) and is charged to the pickle's
+// MetadataBudget. Others (object or string dtypes, big-endian) stay
 // values: {"__object__": "numpy.ndarray", "dtype": "<u4", "shape": [624]}. With
 // PickleGlobals::kDeepSpeed every array stays such a value (a rank file's tensors are its
 // model's). Byte counts that disagree with shape and dtype refuse the file.
@@ -67,6 +72,8 @@ struct TorchStorage {
   uint64_t size = 0;         // bytes
   uint32_t crc32 = 0;        // as the zip directory records it
   bool has_crc32 = true;     // false for bytes inside data.pkl (no record of their own)
+  // data_offset is in TorchFile::decoded, not in the file: a protocol 2 numpy array's data.
+  bool decoded = false;
 };
 
 struct TorchTensor {
@@ -87,6 +94,9 @@ struct TorchFile {
   std::vector<TorchStorage> storages;
   std::vector<TorchTensor> tensors;  // in pickle order
   std::string state_json;            // non-tensor values as a JSON value; empty if none
+  // The data of protocol 2 numpy arrays, decoded from latin-1 text, end to end (storages
+  // with `decoded` set name ranges of it); empty if none.
+  std::string decoded;
   // The pickled root itself is a tensor (torch.save(tensor), or of a Parameter): then
   // `tensors` holds that one tensor, named "tensor".
   bool root_is_tensor = false;

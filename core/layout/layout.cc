@@ -598,9 +598,10 @@ std::string Layout::GeneratedBytes(const Extent& e) const {
 Layout Layout::Build(const Checkpoint& ckpt) {
   Layout layout;
   layout.ckpt_ = &ckpt;
-  // Sources: shards first so a tensor's shard number is its source number.
+  // Sources: shards first, then decoded data (Checkpoint::decoded), so a tensor's shard
+  // number is its source number.
   std::vector<uint16_t> modes;
-  for (const auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
+  for (const auto* group : {&ckpt.shards, &ckpt.decoded, &ckpt.index, &ckpt.others}) {
     for (const StoredFile& f : *group) {
       layout.sources_.push_back(f.source.get());
       layout.source_mtimes_.push_back(f.mtime);
@@ -616,7 +617,8 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   uint16_t whole = 0444;
   for (const StoredFile& f : ckpt.shards) whole &= static_cast<uint16_t>(f.mode);
   Builder b(layout, std::move(modes));
-  const uint32_t first_index = static_cast<uint32_t>(ckpt.shards.size());
+  const uint32_t first_decoded = static_cast<uint32_t>(ckpt.shards.size());
+  const uint32_t first_index = first_decoded + static_cast<uint32_t>(ckpt.decoded.size());
   const uint32_t first_other = first_index + static_cast<uint32_t>(ckpt.index.size());
 
   // Root: non-weight files unchanged, unless a view owns the name. "FOLDER/NAME" (a
@@ -763,6 +765,7 @@ Layout Layout::Build(const Checkpoint& ckpt) {
   // The original files, index included.
   uint64_t shards_dir = b.AddDir(kRoot, "shards");
   for (uint32_t i = 0; i < first_other; ++i) {
+    if (i >= first_decoded && i < first_index) continue;  // decoded data: no stored file
     const ByteSource& src = *layout.sources_[i];
     uint64_t ino = b.AddFile(
         shards_dir, i < first_index ? ckpt.shards[i].name : ckpt.index[i - first_index].name, 0555);

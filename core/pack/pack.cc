@@ -274,7 +274,7 @@ std::vector<OutputFile> Reshard(const Checkpoint& ckpt, uint64_t shard_size) {
       StoredRange one;
       for (const StoredRange& r : RangesOf(ckpt, ckpt.tensors[i], one)) {
         if (r.size)
-          file.pieces.push_back(Piece{ckpt.shards[r.shard].source.get(), r.offset, r.size, {}});
+          file.pieces.push_back(Piece{ShardFile(ckpt, r.shard).source.get(), r.offset, r.size, {}});
       }
     }
     shards.push_back(std::move(file));

@@ -3,15 +3,16 @@
 (../shared/fixtures/wild): SRC loaded by real torch, with any class the file names but
 this process lacks replaced by a stand-in that keeps its state, then flattened by the
 naming rule of docs/formats.md (dict keys and list positions joined with '.', an
-object's state dict by key, numpy arrays only where the pickle holds their bytes
-verbatim: protocol >= 3). Writes OUT, torch.save of {name: tensor}.
+object's state dict by key, numpy arrays of numeric dtypes in native byte order at any
+protocol: verbatim at protocol >= 3, latin-1 text at 2). Writes OUT, torch.save of
+{name: tensor}; uint32 arrays (np.random.get_state()'s key) as int64, since torch 1.13
+has no uint32.
 
 usage: make_any_oracle.py SRC OUT
 """
 
 import argparse
 import sys
-import zipfile
 
 import numpy as np
 import torch
@@ -33,32 +34,29 @@ def Tolerate():
         name, type(name, (StandIn,), {}))
 
 
-def Flatten(obj, prefix, out, verbatim):
+def Flatten(obj, prefix, out):
     join = lambda k: f"{prefix}.{k}" if prefix else str(k)
     if isinstance(obj, torch.Tensor):
         out[prefix] = obj
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            Flatten(v, join(k), out, verbatim)
+            Flatten(v, join(k), out)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            Flatten(v, join(i), out, verbatim)
+            Flatten(v, join(i), out)
     elif isinstance(obj, np.ndarray):
-        if verbatim and obj.dtype.kind in "biuf":
+        if obj.dtype.kind in "biuf" and (obj.dtype.isnative or obj.dtype.itemsize == 1):
             out[prefix] = torch.from_numpy(obj.astype(np.int64) if obj.dtype == np.uint32 else obj)
     elif isinstance(obj, (StandIn, argparse.Namespace)):
-        Flatten(vars(obj), prefix, out, verbatim)
+        Flatten(vars(obj), prefix, out)
 
 
 def Main(argv):
     src, dst = argv
-    with zipfile.ZipFile(src) as z:
-        pkl = next(n for n in z.namelist() if n.endswith("/data.pkl"))
-        protocol = z.read(pkl)[1]
     Tolerate()
     obj = torch.load(src, weights_only=False)
     out = {}
-    Flatten(obj, "", out, protocol >= 3)
+    Flatten(obj, "", out)
     torch.save(out, dst)
     return 0
 

@@ -272,8 +272,10 @@ TEST_F(TorchMountTest, AnyPythonValues) {
 
 // The same for files real libraries wrote (../shared/fixtures/wild, skipped when absent):
 // train_state_wild.pt (numpy 2's numpy._core paths, a __main__ class, complex64, bf16)
-// and HF Trainer's own rng_state.pth. The oracle is SOURCE loaded by real torch with
-// stand-ins for classes this process lacks (make_any_oracle.py).
+// and HF Trainer's own rng_state.pth, both pickled at protocol 2, so their numpy arrays
+// (metrics.hist, np.random.get_state()'s uint32 key) are served from bytes decoded at
+// open. The oracle is SOURCE loaded by real torch (weights_only=False) with stand-ins for
+// classes this process lacks (make_any_oracle.py): every numeric numpy array is a tensor.
 TEST_F(TorchMountTest, AnyPythonValuesWrittenByLibraries) {
   const std::string wild = std::string(kSourceDir) + "/../shared/fixtures/wild";
   if (!std::filesystem::exists(wild + "/train_state_wild.pt")) {
@@ -290,6 +292,9 @@ TEST_F(TorchMountTest, AnyPythonValuesWrittenByLibraries) {
     const std::string mountpoint = scratch_->MakeDir("mnt_wild" + std::to_string(n++));
     ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, nullptr, {"--model-key", ""}));
     RunCheck("check_torch_any.py", {mountpoint, oracle});
+    if (n == 2) {  // rng_state.pth: the key array itself, a tensor now
+      EXPECT_TRUE(std::filesystem::exists(mountpoint + "/tensors/numpy/1.npy"));
+    }
   }
 }
 

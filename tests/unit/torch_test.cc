@@ -6,9 +6,11 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint/assembly.h"
 #include "core/format/pickle.h"
 #include "core/format/torch_file.h"
 #include "core/format/zip.h"
+#include "core/volume/verify.h"
 #include "core/volume/volume.h"
 #include "tests/unit/test_util.h"
 
@@ -590,16 +592,53 @@ TEST(TorchFile, AnyPythonValueIsDataAndItsTensorsAreServed) {
   EXPECT_FALSE(state.contains("c"));
 }
 
-TEST(TorchFile, Protocol2NumpyArrayStaysAValue) {
+// torch.save's default protocol 2 writes the array's bytes as latin-1 text
+// (_codecs.encode): decoded once into TorchFile::decoded, the array is a tensor over them.
+TEST(TorchFile, Protocol2NumpyArrayIsATensorOverDecodedBytes) {
   MemorySource source("any2.pt", FromHex(kAnyValuesProtocol2));
   auto file = ReadTorchFile(source);
   ASSERT_TRUE(file.ok()) << file.status().message();
-  EXPECT_EQ(file->tensors.size(), 2u);  // extra.w and c
+  std::map<std::string, const TorchTensor*> by_name;
+  for (const TorchTensor& t : file->tensors) by_name[t.name] = &t;
+  ASSERT_EQ(by_name.size(), 3u);  // extra.w, c and arr
+  ASSERT_TRUE(by_name.count("arr"));
+  const TorchTensor& arr = *by_name["arr"];
+  const TorchStorage& s = file->storages[arr.storage];
+  EXPECT_TRUE(s.decoded);
+  EXPECT_FALSE(s.has_crc32);
+  EXPECT_EQ(s.dtype, Dtype::kF64);
+  EXPECT_EQ(arr.shape, std::vector<uint64_t>{2});
+  ASSERT_EQ(s.size, 16u);
+  ASSERT_EQ(file->decoded.size(), 16u);
+  const double want[2] = {1.5, -2.0};
+  EXPECT_EQ(file->decoded.substr(s.data_offset, 16),
+            std::string(reinterpret_cast<const char*>(want), 16));
+  EXPECT_FALSE(file->storages[by_name["c"]->storage].decoded);
   const auto state = nlohmann::json::parse(file->state_json);
-  EXPECT_EQ(state["arr"], nlohmann::json::parse(R"({"__object__": "numpy.ndarray",
-                                                   "dtype": "<f8", "shape": [2]})"));
+  EXPECT_FALSE(state.contains("arr"));
   EXPECT_EQ(state["ns"]["state"]["tags"], nlohmann::json::array({"x"}));  // set(['x'])
   EXPECT_EQ(state["loss"], 0.25);
+}
+
+// Hostile latin-1 text: a code point of 256 or more (U+0100 in place of U+00F8, same UTF-8
+// length), or a byte count that disagrees with the shape, refuses the file naming the array.
+TEST(TorchFile, Protocol2ArrayWithBadTextOrLengthIsRefused) {
+  std::string wide = FromHex(kAnyValuesProtocol2);
+  const size_t at = wide.find("\xc3\xb8?");
+  ASSERT_NE(at, std::string::npos);
+  wide[at] = '\xc4';
+  wide[at + 1] = '\x80';
+  MemorySource wide_source("wide.pt", wide);
+  const Status st = ReadTorchFile(wide_source).status();
+  EXPECT_EQ(st.code(), Status::Code::kCorruption);
+  EXPECT_THAT(st.message(), HasSubstr("wide.pt: numpy array \"arr\": its data is not latin-1"));
+  std::string shape = FromHex(kAnyValuesProtocol2);
+  const size_t k = shape.find(std::string("K\x01K\x02\x85", 5));
+  ASSERT_NE(k, std::string::npos);
+  shape[k + 3] = '\x03';
+  MemorySource shape_source("shape2.pt", shape);
+  EXPECT_THAT(ReadTorchFile(shape_source).status().message(),
+              HasSubstr("shape2.pt: numpy array \"arr\": 16 bytes of data"));
 }
 
 // A numpy array whose byte count disagrees with its shape, and a denied global inside a
@@ -695,6 +734,44 @@ TEST(TorchLayout, OpaqueValuesComplexAndNumpyTensorsInTheViews) {
       ReadWholeFile(*volume, layout.Lookup(Layout::kRoot, "model.safetensors"));
   EXPECT_THAT(merged, HasSubstr("\"arr\""));
   EXPECT_THAT(merged, ::testing::Not(HasSubstr("\"c\"")));
+}
+
+// The decoded array through every view: tensors/arr.npy, model.safetensors and
+// pytorch_model.bin read it from the checkpoint's decoded data; shards/ lists only the
+// stored file, and verify reads only stored bytes.
+TEST(TorchLayout, Protocol2NumpyArrayIsServedFromDecodedData) {
+  const std::string stored = FromHex(kAnyValuesProtocol2);
+  auto ckpt = OpenCheckpointIn(testing::MemoryDir({{"state.pt", stored}}), testing::TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  ASSERT_EQ(ckpt->shards.size(), 1u);
+  ASSERT_EQ(ckpt->decoded.size(), 1u);
+  const Tensor* arr = FindTensor(*ckpt, "arr");
+  ASSERT_NE(arr, nullptr);
+  EXPECT_EQ(arr->shard, 1u);  // past the one shard: decoded[0]
+  EXPECT_EQ(ShardFile(*ckpt, arr->shard).name, "state.pt");
+  std::vector<std::string> reports;
+  const VerifyResult verified = VerifyCheckpoint(
+      *ckpt, [&](const Status& s) { reports.push_back(s.message()); }, nullptr);
+  EXPECT_TRUE(reports.empty()) << reports.front();
+  EXPECT_EQ(verified.bytes_read, stored.size());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  const Layout& layout = volume->layout();
+  const double want[2] = {1.5, -2.0};
+  const std::string want_bytes(reinterpret_cast<const char*>(want), 16);
+  const std::string npy =
+      ReadWholeFile(*volume, layout.Lookup(layout.Lookup(Layout::kRoot, "tensors"), "arr.npy"));
+  EXPECT_THAT(npy, HasSubstr("'descr': '<f8'"));
+  EXPECT_EQ(npy.substr(npy.size() - 16), want_bytes);
+  const std::string merged =
+      ReadWholeFile(*volume, layout.Lookup(Layout::kRoot, "model.safetensors"));
+  EXPECT_THAT(merged, HasSubstr("\"arr\""));
+  EXPECT_NE(merged.find(want_bytes), std::string::npos);
+  const std::string bin = ReadWholeFile(*volume, layout.Lookup(Layout::kRoot, "pytorch_model.bin"));
+  EXPECT_NE(bin.find(want_bytes), std::string::npos);
+  const uint64_t shards = layout.Lookup(Layout::kRoot, "shards");
+  ASSERT_EQ(layout.Children(shards).size(), 1u);
+  EXPECT_EQ(layout.Find(layout.Children(shards)[0])->name(), "state.pt");
+  EXPECT_EQ(ReadWholeFile(*volume, layout.Children(shards)[0]), stored);
 }
 
 }  // namespace
