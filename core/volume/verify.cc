@@ -109,7 +109,7 @@ VerifyResult VerifyCheckpoint(const Checkpoint& ckpt,
                     ": storage at byte %llu (%llu bytes) has CRC-32 %08x, the zip says %08x",
                     static_cast<unsigned long long>(s.offset),
                     static_cast<unsigned long long>(s.size), crc.value(), s.crc32);
-      problem(Status::Corruption(ckpt.shards[s.shard].name + line));
+      problem(Status::Corruption(ShardFile(ckpt, s.shard).name + line));
     }
   }
   // Checks of the format's own (TF: index blocks and each tensor's CRC32C).
