@@ -901,6 +901,8 @@ bool IsDeniedPickleGlobal(std::string_view module, std::string_view name) {
   if (module == "builtins" || module == "__builtin__") {
     return std::binary_search(std::begin(kDeniedBuiltins), std::end(kDeniedBuiltins), name);
   }
+  // The one class of `types` that is plain data: an attribute bag configs often pickle.
+  if (module == "types" && name == "SimpleNamespace") return false;
   if (UnderAny(kDeniedModules, module)) return true;
   std::string full;
   full.append(module).append(".").append(name);

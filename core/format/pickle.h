@@ -20,9 +20,10 @@
 //     zipfile, tarfile, gzip, bz2, lzma, dbm, sqlite3, socket, _socket, ssl, http, urllib,
 //     ftplib, smtplib, telnetlib, xmlrpc, webbrowser, requests;
 //   - importing, loading and evaluating code: importlib, imp, _imp, zipimport, pkgutil, runpy,
-//     code, codeop, types, marshal, pickle, _pickle, cPickle, dill, shelve, timeit, pdb,
-//     bdb, profile, cProfile, trace, doctest, pydoc, operator (attrgetter, methodcaller:
-//     getattr by another name), ensurepip, venv, distutils, setuptools;
+//     code, codeop, types (all but types.SimpleNamespace, an attribute bag), marshal, pickle,
+//     _pickle, cPickle, dill, shelve, timeit, pdb, bdb, profile, cProfile, trace, doctest, pydoc,
+//     operator (attrgetter, methodcaller: getattr by another name), ensurepip, venv, distutils,
+//     setuptools;
 //   - builtins / __builtin__: eval, exec, execfile, compile, open, file, input, raw_input,
 //     breakpoint, __import__, reload, apply, getattr, setattr, delattr, globals, locals,
 //     vars, help, exit, quit;

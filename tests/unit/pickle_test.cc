@@ -231,16 +231,26 @@ TEST(PickleGlobals, DenylistNamesWhatRunsOpensOrEvaluates) {
     EXPECT_TRUE(IsDeniedPickleGlobal(module, name)) << module << "." << name;
   }
   // Data: what checkpoints hold, and names that only look like denied ones.
-  for (auto [module, name] :
-       {std::pair{"collections", "OrderedDict"}, std::pair{"torch._utils", "_rebuild_tensor_v2"},
-        std::pair{"torch", "FloatStorage"}, std::pair{"torch.serialization", "_get_layout"},
-        std::pair{"argparse", "Namespace"}, std::pair{"pathlib", "PosixPath"},
-        std::pair{"numpy.core.multiarray", "_reconstruct"}, std::pair{"numpy", "dtype"},
-        std::pair{"builtins", "set"}, std::pair{"__builtin__", "set"},
-        std::pair{"builtins", "frozenset"}, std::pair{"_codecs", "encode"},
-        std::pair{"transformers.training_args", "TrainingArguments"}, std::pair{"osmium", "Thing"},
-        std::pair{"my.os", "system"}, std::pair{"posixpath", "join"}, std::pair{"torch", "float16"},
-        std::pair{"torch", "loader"}, std::pair{"", ""}}) {
+  for (auto [module, name] : {std::pair{"collections", "OrderedDict"},
+                              std::pair{"torch._utils", "_rebuild_tensor_v2"},
+                              std::pair{"torch", "FloatStorage"},
+                              std::pair{"torch.serialization", "_get_layout"},
+                              std::pair{"argparse", "Namespace"},
+                              std::pair{"types", "SimpleNamespace"},
+                              std::pair{"pathlib", "PosixPath"},
+                              std::pair{"numpy.core.multiarray", "_reconstruct"},
+                              std::pair{"numpy", "dtype"},
+                              std::pair{"builtins", "set"},
+                              std::pair{"__builtin__", "set"},
+                              std::pair{"builtins", "frozenset"},
+                              std::pair{"_codecs", "encode"},
+                              std::pair{"transformers.training_args", "TrainingArguments"},
+                              std::pair{"osmium", "Thing"},
+                              std::pair{"my.os", "system"},
+                              std::pair{"posixpath", "join"},
+                              std::pair{"torch", "float16"},
+                              std::pair{"torch", "loader"},
+                              std::pair{"", ""}}) {
     EXPECT_FALSE(IsDeniedPickleGlobal(module, name)) << module << "." << name;
   }
   EXPECT_FALSE(IsDeniedPickleGlobal("torch", std::string(1 << 20, 'x')));
