@@ -406,6 +406,11 @@ ensure_packages() {
   pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
   [[ -f /usr/share/doc/libfuse3-dev/examples/passthrough_ll.c ]] || missing+=(libfuse3-dev)
   [[ -x $PY ]] || missing+=(python3)
+  # building ckptfs needs the one list README and the other scripts install
+  local p
+  for p in $("$REPO/scripts/packages.sh" build); do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
   if section zstd; then
     "$PY" -c 'import torch' 2>/dev/null || missing+=(python3-torch)
     command -v fincore >/dev/null 2>&1 || missing+=(util-linux)

@@ -1,4 +1,8 @@
+#!/usr/bin/env bash
 # Sourced by setup.sh, test.sh and demo.sh: install Debian packages only when missing.
+# Run as `scripts/packages.sh build` it prints the build packages: README's install command
+# uses that, so README, the scripts and CI share one list (tests/unit/setup_test.cc checks it
+# against CMakeLists.txt's requirements).
 # Each script asks for what it needs, so trying ckptfs does not install a test stack.
 
 # The packages building and running ckptfs need.
@@ -34,3 +38,10 @@ ensure_s3rver() {
   as_root env CI=true npm_config_yes=true npm install --prefix "$dir" s3rver@3 \
     --no-audit --no-fund --no-update-notifier --loglevel=error </dev/null >/dev/null
 }
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  case ${1:-} in
+    build) echo "${CKPTFS_BUILD_PACKAGES[*]}" ;;
+    *) echo "usage: scripts/packages.sh build   (prints the Debian packages building ckptfs needs)" >&2; exit 2 ;;
+  esac
+fi
