@@ -41,6 +41,24 @@ Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const Re
   return volume;
 }
 
+// OpenOrReport for pack and verify, which take one checkpoint: a run SOURCE (no checkpoint
+// at its top) is refused naming the entry to take instead; asked only once opening failed,
+// so a checkpoint costs no second listing.
+Result<std::unique_ptr<Volume>> OpenOneOrReport(const std::string& source, std::string_view verb,
+                                                const ReadOptions& codec,
+                                                const RemoteOptions& remote, int* exit_code) {
+  auto volume = Volume::Open(source, codec, ZipCrcMode::kAuto, remote);
+  if (volume.ok()) return volume;
+  if (std::optional<Status> run = RunInsteadOfCheckpoint(source, verb, codec, remote)) {
+    PrintRefusal(*run);
+    *exit_code = 2;
+    return *run;
+  }
+  PrintRefusal(volume.status());
+  *exit_code = ExitCodeForOpenFailure(volume.status());
+  return volume;
+}
+
 // Decoded bytes per stored byte; 1 for a plain (or empty) file.
 double Ratio(const StoredFile& f) {
   const uint64_t stored = f.source->StoredSize();
@@ -482,7 +500,7 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
 
 int RunVerify(const std::string& source, const ReadOptions& codec, const RemoteOptions& remote) {
   int rc = 0;
-  auto volume = OpenOrReport(source, codec, remote, &rc);
+  auto volume = OpenOneOrReport(source, "verify", codec, remote, &rc);
   if (!volume.ok()) return rc;
   (*volume)->context().StartWorkers();  // remote sources fetch ahead in parallel
   // Structure is sound (Open validated every header and frame index); now decode or read
@@ -514,7 +532,7 @@ int RunPack(const std::string& source, const std::string& dest, const PackOption
   // Packing reads every byte once, front to back: a small cache is plenty.
   ReadOptions codec;
   codec.cache_bytes = 64u << 20;
-  auto volume = OpenOrReport(source, codec, remote, &rc);
+  auto volume = OpenOneOrReport(source, "pack", codec, remote, &rc);
   if (!volume.ok()) return rc;
   (*volume)->context().StartWorkers();  // remote sources fetch ahead in parallel
   ProgressLine progress("pack");

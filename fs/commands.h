@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/cache/read_context.h"
 #include "core/pack/pack.h"
 #include "core/source/remote_options.h"
+#include "core/status.h"
 
 namespace ckptfs {
 
@@ -26,6 +28,12 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& codec,
 // the exit code; nullopt when it is not a run (or cannot be listed: RunInspect then reports).
 std::optional<int> InspectIfRun(const std::string& source, bool json, const ReadOptions& codec,
                                 const RemoteOptions& remote);
+
+// When SOURCE is a run (and so not one checkpoint pack or verify can take): the one-line
+// refusal naming the entry to take instead, "SOURCE is a training run (N checkpoints);
+// pack one: SOURCE/checkpoint-N" (`verb` "pack" or "verify"); nullopt otherwise.
+std::optional<Status> RunInsteadOfCheckpoint(const std::string& source, std::string_view verb,
+                                             const ReadOptions& codec, const RemoteOptions& remote);
 
 // "1.5 MiB": binary units, one decimal.
 std::string HumanBytes(uint64_t n);

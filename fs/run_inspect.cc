@@ -211,4 +211,24 @@ std::optional<int> InspectIfRun(const std::string& source, bool json, const Read
   return 0;
 }
 
+std::optional<Status> RunInsteadOfCheckpoint(const std::string& source, std::string_view verb,
+                                             const ReadOptions& codec,
+                                             const RemoteOptions& remote) {
+  ReadContext context(codec);
+  auto dir = OpenSourceDir(source, context, remote);
+  if (!dir.ok()) return std::nullopt;
+  auto is_run = IsRun(*dir);
+  if (!is_run.ok() || !*is_run) return std::nullopt;
+  auto run = ListRun(*dir);
+  if (!run.ok() || run->entries.empty()) return std::nullopt;
+  // The entry a user most likely means: latest, else the last by name.
+  const std::string& entry = run->latest.empty() ? run->entries.back().name : run->latest;
+  std::string shown = source;
+  while (shown.size() > 1 && shown.back() == '/') shown.pop_back();
+  const size_t n = run->entries.size();
+  return Status::InvalidArgument(shown + " is a training run (" + std::to_string(n) +
+                                 (n == 1 ? " checkpoint" : " checkpoints") + "); " +
+                                 std::string(verb) + " one: " + shown + "/" + entry);
+}
+
 }  // namespace ckptfs

@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "remote_harness.h"
@@ -82,6 +83,25 @@ TEST_F(RunInspectTest, LocalRunTextAndJson) {
 
 // A complete checkpoint whose header is broken: inspect opens it as the mount would and
 // says why, where the mount shows its ERROR file; the others stay plain `complete`.
+// pack and verify take one checkpoint: on a run they say which to take, in one line, exit
+// 2 (a usage error), and write nothing; on the entry they name, they work.
+TEST_F(RunInspectTest, PackAndVerifyOfARunNameTheCheckpointToTake) {
+  const std::string dest = scratch_->Path("packed");
+  for (const std::vector<std::string>& argv :
+       {std::vector<std::string>{kCkptfs, "verify", run_},
+        std::vector<std::string>{kCkptfs, "pack", run_, dest}}) {
+    const ProcessResult r = RunProcess(argv, seconds(60));
+    EXPECT_EQ(r.exit_code, 2) << r.Describe();
+    const std::string verb = argv[1];
+    EXPECT_EQ(r.err, "ckptfs: " + run_ + " is a training run (3 checkpoints); " + verb +
+                         " one: " + run_ + "/checkpoint-300\n")
+        << r.Describe();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dest)) << "pack of a run wrote " << dest;
+  const ProcessResult one = RunProcess({kCkptfs, "verify", run_ + "/checkpoint-300"}, seconds(60));
+  EXPECT_EQ(one.exit_code, 0) << one.Describe();
+}
+
 TEST_F(RunInspectTest, InvalidCheckpointIsNamedWithItsReason) {
   ASSERT_EQ(::mkdir((run_ + "/checkpoint-400").c_str(), 0755), 0);
   {
