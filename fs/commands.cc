@@ -373,8 +373,9 @@ std::vector<std::string> LayoutNotes(const Volume& volume) {
   return lines;
 }
 
-std::string MountSummary(const Volume& volume, const std::string& mountpoint,
-                         const std::string& disk_cache, const std::string& log) {
+std::string MountSummary(const Volume& volume, const std::string& source,
+                         const std::string& mountpoint, const std::string& disk_cache,
+                         const std::string& log) {
   const Checkpoint& ckpt = volume.checkpoint();
   const Layout& layout = volume.layout();
   std::string views;
@@ -387,7 +388,7 @@ std::string MountSummary(const Volume& volume, const std::string& mountpoint,
     }
   }
   std::vector<std::string> lines = {
-      "ckptfs: mounted " + ckpt.source_path + " at " + mountpoint + " (read-only)",
+      "ckptfs: mounted " + source + " at " + mountpoint + " (read-only)",
       "  format   " + std::string(FormatOf(ckpt.format).title) + ", " +
           std::to_string(ckpt.shards.size()) + " shard(s)" +
           (ckpt.index.empty() ? "" : ", index " + ckpt.index[0].name) + ", " +

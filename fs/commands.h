@@ -54,10 +54,12 @@ int RunPack(const std::string& source, const std::string& dest, const PackOption
 // count of the rest, since a checkpoint of many strided tensors would flood the log.
 std::vector<std::string> LayoutNotes(const class Volume& volume);
 
-// What `ckptfs mount -v` prints once the mount answers: source, format, shards, tensors,
-// the views, the caches, where the daemon logs (`log`) and the layout notes.
-std::string MountSummary(const class Volume& volume, const std::string& mountpoint,
-                         const std::string& disk_cache, const std::string& log);
+// What `ckptfs mount -v` prints once the mount answers: `source` as the user named it (a
+// file SOURCE is named, not its directory), format, shards, tensors, the views, the caches,
+// where the daemon logs (`log`) and the layout notes.
+std::string MountSummary(const class Volume& volume, const std::string& source,
+                         const std::string& mountpoint, const std::string& disk_cache,
+                         const std::string& log);
 
 // What `ckptfs mount -v` prints for a training run: its checkpoints, latest and best (or
 // the one pinned at the root), the cache, the log, and what the listing skipped.

@@ -308,8 +308,8 @@ int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_no
     return ckptfs::MountRunAndServe(std::move(opened->run), options);
   }
   if (verbose) {
-    options.summary =
-        ckptfs::MountSummary(*opened->volume, options.mountpoint, remote.cache_dir, log);
+    options.summary = ckptfs::MountSummary(*opened->volume, source_path, options.mountpoint,
+                                           remote.cache_dir, log);
   }
   return ckptfs::MountAndServe(std::move(opened->volume), options);
 }

@@ -24,7 +24,11 @@ TEST_F(MountTest, SingleFileSource) {
   for (const std::string& source : sources) {
     SCOPED_TRACE("SOURCE " + source);
     const std::string mountpoint = scratch_->MakeDir("mnt" + std::to_string(mounts_.size()));
-    ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint));
+    ProcessResult mounted;
+    ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, &mounted, {"-v"}));
+    // -v names SOURCE as given: the file, not its directory.
+    EXPECT_EQ(mounted.out.substr(0, mounted.out.find('\n')),
+              "ckptfs: mounted " + source + " at " + mountpoint + " (read-only)");
     for (const char* check : kMountChecks) RunCheck(check, {source, mountpoint});
   }
 }
