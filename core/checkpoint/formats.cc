@@ -52,7 +52,10 @@ std::string LooksFor() {
 // The refusal when no entry claims anything.
 Status NothingClaimed(const SourceDir& dir, const std::string& shown) {
   if (!dir.named.empty() && !dir.Lists(dir.named)) {
-    return Status::NotFound(shown + (dir.remote ? ": not found" : ": no such file or directory"));
+    if (!dir.remote) return Status::NotFound(shown + ": no such file or directory");
+    // A server that cannot list was asked for the name: it answered 404 (S3: NoSuchKey).
+    return Status::NotFound(shown + (shown.rfind("s3://", 0) == 0 ? ": not found (no such key)"
+                                                                  : ": not found (HTTP 404)"));
   }
   if (!dir.named.empty()) return NotACheckpointFile(shown);
   return Status::InvalidArgument(shown + ": no checkpoint found (" + LooksFor() + ")");

@@ -480,7 +480,13 @@ Result<std::unique_ptr<HttpSource>> HttpSource::Open(std::string url, std::strin
       return Status::NotFound(source->name_ + ": not found at " + shown);
     }
     if (rc == CURLE_OK && code == 403) {
-      return Status::IoError(source->name_ + ": access denied to " + shown + " (HTTP 403)", EACCES);
+      // Servers answer 403 for a directory asked for as a file (S3 website hosting, nginx
+      // without autoindex): a SOURCE that is a directory is named with its trailing '/'.
+      const bool maybe_dir = !shown.empty() && shown.back() != '/';
+      return Status::IoError(
+          source->name_ + ": access denied to " + shown + " (HTTP 403)" +
+              (maybe_dir ? "; if it is a directory, end the URL with '/': " + shown + "/" : ""),
+          EACCES);
     }
     if (!Retryable(rc, code) || Clock::now() + backoff >= deadline) {
       // S3 answers a signed HEAD for a bucket of another region with a bodiless 301 or 400.

@@ -112,6 +112,17 @@ TEST_F(HttpMountTest, ServerDownAtMountIsOneLine) {
   EXPECT_FALSE(IsMounted(mountpoint));
 }
 
+// A name the server does not have: one line saying so as HTTP does, exit 2.
+TEST_F(HttpMountTest, MissingObjectIsNotFoundHttp404) {
+  const std::string source = www_ + "/mixed";
+  ASSERT_NO_FATAL_FAILURE(Generate(source));
+  const ProcessResult r =
+      RunProcess({kCkptfs, "inspect", Url("mixed/missing.safetensors")}, seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_EQ(r.err, "ckptfs: " + Url("mixed/missing.safetensors") + ": not found (HTTP 404)\n")
+      << r.Describe();
+}
+
 // A shard replaced on the server after mount: reads of it fail (EIO), never mixing
 // bytes of two versions, and the daemon stays up for the rest.
 TEST_F(HttpMountTest, ObjectReplacedAfterMountGivesEio) {

@@ -230,7 +230,7 @@ TEST_F(S3MountTest, MissingBucketEmptyPrefixBadUrl) {
   const Case cases[] = {
       {"s3://no-such-bucket/llama/", "no such bucket"},
       {Url("empty/"), "no objects"},
-      {Url("llama/missing.safetensors"), "not found"},
+      {Url("llama/missing.safetensors"), "not found (no such key)"},
       {"s3://Bad_Bucket/llama/", "bucket names"},
       {Url("llama/../other/"), "'..'"},
   };

@@ -241,6 +241,22 @@ class ObjectServer {
   testing::LoopbackHttpServer server_{[this](const std::string& r) { return Answer(r); }};
 };
 
+// A 403 on a URL without a trailing '/' is what servers answer for a directory asked for
+// as a file: the refusal says how to name a directory.
+TEST(HttpSourceOpen, ForbiddenSuggestsTheTrailingSlash) {
+  testing::LoopbackHttpServer server([](const std::string&) {
+    return std::string("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+  });
+  ASSERT_NE(server.port(), 0);
+  auto source = HttpSource::Open(server.Url("models/llama"), "llama", HttpOptions{});
+  ASSERT_FALSE(source.ok());
+  EXPECT_EQ(source.status().errno_value(), EACCES);
+  EXPECT_EQ(source.status().message(),
+            "llama: access denied to " + server.Url("models/llama") +
+                " (HTTP 403); if it is a directory, end the URL with '/': " +
+                server.Url("models/llama/"));
+}
+
 constexpr char kLastModified[] = "Last-Modified: Thu, 01 Jan 2015 00:00:00 GMT\r\n";
 
 // Reads bytes [0, 100) of `source`: their status, and the bytes in `out`.
