@@ -181,32 +181,50 @@ void CheckEntries(const SourceDir& dir, RunListing& run, ReadContext& codec) {
 
 }  // namespace
 
+namespace {
+
+struct ListedRun {
+  SourceDir dir;
+  RunListing run;
+};
+
+// SOURCE listed as a run: nullopt when it is not one or cannot be listed here (the
+// checkpoint path then reports); an error from what makes it a run (a DeepSpeed `latest`
+// naming no tag says more than "no checkpoint found" would) or from listing it.
+Result<std::optional<ListedRun>> ListIfRun(const std::string& source, ReadContext& context,
+                                           const RemoteOptions& remote) {
+  auto dir = OpenSourceDir(source, context, remote);
+  if (!dir.ok()) return std::optional<ListedRun>();
+  auto is_run = IsRun(*dir);
+  if (!is_run.ok() && is_run.status().code() == Status::Code::kInvalidArgument) {
+    return is_run.status();
+  }
+  if (!is_run.ok() || !*is_run) return std::optional<ListedRun>();
+  auto run = ListRun(*dir);
+  if (!run.ok()) return run.status();
+  return std::optional<ListedRun>(ListedRun{std::move(*dir), std::move(*run)});
+}
+
+}  // namespace
+
 std::optional<int> InspectIfRun(const std::string& source, bool json, const ReadOptions& codec,
                                 const RemoteOptions& remote) {
   ReadContext context(codec);
-  auto dir = OpenSourceDir(source, context, remote);
-  // Not openable here: the checkpoint path reports the refusal.
-  if (!dir.ok()) return std::nullopt;
-  auto is_run = IsRun(*dir);
-  // A refusal of what makes it a run (a DeepSpeed `latest` naming no tag) says more than
-  // the checkpoint path's "no checkpoint found" would.
-  if (!is_run.ok() && is_run.status().code() == Status::Code::kInvalidArgument) {
-    PrintRefusal(is_run.status());
-    return ExitCodeForOpenFailure(is_run.status());
+  auto listed = ListIfRun(source, context, remote);
+  if (!listed.ok()) {
+    PrintRefusal(listed.status());
+    return ExitCodeForOpenFailure(listed.status());
   }
-  if (!is_run.ok() || !*is_run) return std::nullopt;
-  auto run = ListRun(*dir);
-  if (!run.ok()) {
-    PrintRefusal(run.status());
-    return ExitCodeForOpenFailure(run.status());
-  }
-  CheckEntries(*dir, *run, context);
+  if (!*listed) return std::nullopt;
+  const SourceDir& dir = (*listed)->dir;
+  RunListing& run = (*listed)->run;
+  CheckEntries(dir, run, context);
   if (json) {
-    std::puts(RunJson(dir->path, *run)
+    std::puts(RunJson(dir.path, run)
                   .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
                   .c_str());
   } else {
-    PrintRun(dir->path, *run);
+    PrintRun(dir.path, run);
   }
   return 0;
 }
@@ -215,17 +233,14 @@ std::optional<Status> RunInsteadOfCheckpoint(const std::string& source, std::str
                                              const ReadOptions& codec,
                                              const RemoteOptions& remote) {
   ReadContext context(codec);
-  auto dir = OpenSourceDir(source, context, remote);
-  if (!dir.ok()) return std::nullopt;
-  auto is_run = IsRun(*dir);
-  if (!is_run.ok() || !*is_run) return std::nullopt;
-  auto run = ListRun(*dir);
-  if (!run.ok() || run->entries.empty()) return std::nullopt;
+  auto listed = ListIfRun(source, context, remote);
+  if (!listed.ok() || !*listed || (*listed)->run.entries.empty()) return std::nullopt;
+  const RunListing& run = (*listed)->run;
   // The entry a user most likely means: latest, else the last by name.
-  const std::string& entry = run->latest.empty() ? run->entries.back().name : run->latest;
+  const std::string& entry = run.latest.empty() ? run.entries.back().name : run.latest;
   std::string shown = source;
   while (shown.size() > 1 && shown.back() == '/') shown.pop_back();
-  const size_t n = run->entries.size();
+  const size_t n = run.entries.size();
   return Status::InvalidArgument(shown + " is a training run (" + std::to_string(n) +
                                  (n == 1 ? " checkpoint" : " checkpoints") + "); " +
                                  std::string(verb) + " one: " + shown + "/" + entry);
