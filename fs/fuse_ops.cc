@@ -679,4 +679,28 @@ int MountRunAndServe(std::unique_ptr<RunTree> run, const MountOptions& options) 
   return MountContext(ctx, source, options);
 }
 
+std::optional<std::string> FirstUnknownFuseOption(const std::vector<std::string>& options) {
+  static const fuse_lowlevel_ops kNoOps{};
+  for (const std::string& option : options) {
+    std::string item = option;
+    std::string name = "ckptfs", dash_o = "-o";
+    char* argv[] = {name.data(), dash_o.data(), item.data()};
+    fuse_args args = FUSE_ARGS_INIT(3, argv);
+    std::fflush(stderr);
+    const int saved = ::dup(2);
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (saved >= 0 && null >= 0) ::dup2(null, 2);
+    fuse_session* se = fuse_session_new(&args, &kNoOps, sizeof(kNoOps), nullptr);
+    if (saved >= 0) {
+      ::dup2(saved, 2);
+      ::close(saved);
+    }
+    if (null >= 0) ::close(null);
+    fuse_opt_free_args(&args);
+    if (se == nullptr) return option;
+    fuse_session_destroy(se);
+  }
+  return std::nullopt;
+}
+
 }  // namespace ckptfs

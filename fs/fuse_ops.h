@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,12 @@ struct MountOptions {
 int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options);
 // The same for a run: its watcher (live entries, idle close) starts in the daemon.
 int MountRunAndServe(std::unique_ptr<RunTree> run, const MountOptions& options);
+
+// The first -o item libfuse (the version linked) does not take, or takes with a bad value,
+// asked of libfuse itself: each item alone goes through fuse_session_new, which parses and
+// allocates but opens and mounts nothing, with its complaint on stderr silenced, so the
+// caller can say one line naming the item instead of libfuse's two that list every option.
+// Call before other threads start: stderr is borrowed for a moment.
+std::optional<std::string> FirstUnknownFuseOption(const std::vector<std::string>& options);
 
 }  // namespace ckptfs

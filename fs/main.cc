@@ -522,6 +522,9 @@ int main(int argc, char** argv) {
     codec.cache_bytes = *bytes;
     codec.warn = [](const std::string& line) { ckptfs::LogWarn("%s", line.c_str()); };
     mount_options.fuse_options = o_options;
+    if (auto unknown = ckptfs::FirstUnknownFuseOption(o_options)) {
+      return Refuse(ckptfs::UnknownMountOptionLine(*unknown, ckptfs::LongOptionsOf(*mount)));
+    }
     if (ckptfs::Status s = ownership.Finish(mount_options.ownership); !s.ok()) {
       ckptfs::PrintRefusal(s);
       return 2;

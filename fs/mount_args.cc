@@ -71,7 +71,45 @@ Status ExpandOptionList(const std::string& list, const std::vector<LongOption>& 
   return Status::Ok();
 }
 
+// Levenshtein distance, for suggesting an option a typo meant.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
+
+std::string UnknownMountOptionLine(const std::string& item,
+                                   const std::vector<LongOption>& options) {
+  std::string name = WithoutEscapes(item.substr(0, item.find('=')));
+  std::replace(name.begin(), name.end(), '-', '_');
+  std::string best;
+  size_t best_distance = 3;
+  for (const LongOption& option : options) {
+    std::string spelt = option.name;
+    std::replace(spelt.begin(), spelt.end(), '-', '_');
+    const size_t distance = EditDistance(name, spelt);
+    if (distance < best_distance && distance < spelt.size() / 2) {
+      best = spelt;
+      best_distance = distance;
+    }
+  }
+  const std::string line = "-o " + item + ": not a mount option of ckptfs or FUSE";
+  if (!best.empty()) return line + "; did you mean -o " + best + "?";
+  return line +
+         " (every `ckptfs mount --help` long option is also -o name=value; FUSE's are in "
+         "man ckptfs, MOUNT OPTIONS)";
+}
 
 std::vector<LongOption> LongOptionsOf(const CLI::App& cmd) {
   std::vector<LongOption> out;

@@ -55,6 +55,11 @@ Result<MountArgs> ExpandMountArgs(const std::vector<std::string>& args,
 // (ckptfs mounts are read-only anyway). Backslash escapes are ignored, as libfuse does.
 bool IsMountOnlyOption(const std::string& option);
 
+// The one line refusing the -o item `item` that neither ckptfs nor libfuse takes: it names
+// the item and, when one of `options` is spelt within two edits of it, suggests that one
+// ("did you mean -o cache_size?"); else it says where the options are listed.
+std::string UnknownMountOptionLine(const std::string& item, const std::vector<LongOption>& options);
+
 // Whether `ckptfs ARG ...` with ARG not a subcommand nor an option is the FUSE convention
 // (`ckptfs SOURCE MOUNTPOINT`): ARG names a URL, holds a '/', or exists. A bare word that
 // is none of these ("inpsect") is a mistyped subcommand instead. A SOURCE that is spelt

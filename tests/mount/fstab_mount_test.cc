@@ -74,6 +74,22 @@ TEST_F(FstabMountTest, LongOptionsAsDashO) {
   }
 }
 
+// An fstab line with an option neither ckptfs nor libfuse takes: one line naming it (and
+// the option a typo meant), exit 2, nothing mounted; not libfuse's two lines listing every
+// option with exit 1.
+TEST_F(FstabMountTest, UnknownOptionIsOneLineNamingIt) {
+  const ProcessResult typo =
+      RunProcess({kCkptfs, source_, mountpoint_, "-o", "rw,nofail,allow_other,cache_sise=64M"},
+                 kRefusalTimeout);
+  ExpectRefusal(typo, {"-o cache_sise=64M"});
+  EXPECT_NE(typo.err.find("did you mean -o cache_size?"), std::string::npos) << typo.Describe();
+  EXPECT_EQ(typo.err.find("allow_other"), std::string::npos) << typo.Describe();
+  const ProcessResult unknown =
+      RunProcess({kCkptfs, "mount", "-o", "frobnicate", source_, mountpoint_}, kRefusalTimeout);
+  ExpectRefusal(unknown, {"-o frobnicate"});
+  EXPECT_FALSE(IsMounted(mountpoint_));
+}
+
 // The documented fstab line, mounted by mount(8) as at boot: no PATH (mount(8) drops it),
 // the binary where `cmake --install` with the default prefix puts it. The install is
 // staged (DESTDIR) and laid over /usr/local/bin in a private mount namespace, so the

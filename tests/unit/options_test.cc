@@ -240,6 +240,21 @@ TEST(ExpandMountArgsTest, Refusals) {
   EXPECT_FALSE(ExpandMountArgs({"SRC", "-o"}, kMountOptions, MountCaller::kUser).ok());
 }
 
+TEST(UnknownMountOptionLineTest, SuggestsTheNearOptionOrSaysWhereTheyAre) {
+  const std::vector<LongOption> ours = {{"cache-size", true}, {"zip-crc", true}, {"uid", true}};
+  EXPECT_EQ(UnknownMountOptionLine("cache_sise=1G", ours),
+            "-o cache_sise=1G: not a mount option of ckptfs or FUSE; did you mean -o cache_size?");
+  EXPECT_NE(UnknownMountOptionLine("zipcrc=off", ours).find("did you mean -o zip_crc?"),
+            std::string::npos);
+  // Nothing near: no guess, and a short name is not "near" a long one by a few edits.
+  for (const char* far : {"frobnicate", "ui", "x"}) {
+    const std::string line = UnknownMountOptionLine(far, ours);
+    EXPECT_EQ(line.find("did you mean"), std::string::npos) << line;
+    EXPECT_NE(line.find(std::string("-o ") + far + ":"), std::string::npos) << line;
+    EXPECT_NE(line.find("man ckptfs"), std::string::npos) << line;
+  }
+}
+
 TEST(LooksLikeSourceTest, PathsUrlsAndExistingNames) {
   EXPECT_TRUE(LooksLikeSource("/data/llama"));
   EXPECT_TRUE(LooksLikeSource("s3://bucket/model/"));
