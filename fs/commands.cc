@@ -527,6 +527,38 @@ int RunVerify(const std::string& source, const ReadOptions& codec, const RemoteO
   return 0;
 }
 
+namespace {
+
+// What `pack` made, read back from DEST (empty before): its .zst shards, the first and
+// last when there are more than two, and how many files it copied as they are. The
+// zip CRC sidecar is ckptfs's own and not counted.
+std::string WhatPackMade(const std::string& dest) {
+  std::vector<std::string> shards;
+  size_t copied = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dest, ec)) {
+    const std::string name = entry.path().filename();
+    if (name.ends_with(".zst")) {
+      shards.push_back(name);
+    } else if (name != kPackedCrcFile) {
+      ++copied;
+    }
+  }
+  std::sort(shards.begin(), shards.end());
+  std::string made;
+  if (shards.size() <= 2) {
+    for (const std::string& name : shards) made += (made.empty() ? "" : " ") + name;
+  } else {
+    made = shards.front() + " ... " + shards.back();
+  }
+  made += " (" + std::to_string(shards.size()) + (shards.size() == 1 ? " shard)" : " shards)");
+  if (copied)
+    made += " and " + std::to_string(copied) + (copied == 1 ? " file" : " files") + " copied";
+  return made;
+}
+
+}  // namespace
+
 int RunPack(const std::string& source, const std::string& dest, const PackOptions& options,
             const RemoteOptions& remote) {
   int rc = 0;
@@ -554,11 +586,12 @@ int RunPack(const std::string& source, const std::string& dest, const PackOption
   const double ratio = summary.compressed_bytes ? static_cast<double>(summary.decoded_bytes) /
                                                       static_cast<double>(summary.compressed_bytes)
                                                 : 1.0;
-  std::printf(
-      "%s: packed %zu tensors into %s: %zu shard(s), %s -> %s (ratio %.2f) in %s, %.1f MB/s\n",
-      ckpt.source_path.c_str(), ckpt.tensors.size(), dest.c_str(), summary.shards,
-      HumanBytes(summary.decoded_bytes).c_str(), HumanBytes(summary.compressed_bytes).c_str(),
-      ratio, Duration(seconds).c_str(), MegabytesPerSecond(summary.decoded_bytes, seconds));
+  std::printf("%s: packed %zu tensors into %s: %s, %s -> %s (ratio %.2f) in %s, %.1f MB/s\n",
+              source.c_str(), ckpt.tensors.size(), dest.c_str(), WhatPackMade(dest).c_str(),
+              HumanBytes(summary.decoded_bytes).c_str(),
+              HumanBytes(summary.compressed_bytes).c_str(), ratio, Duration(seconds).c_str(),
+              MegabytesPerSecond(summary.decoded_bytes, seconds));
+  std::printf("mount it: ckptfs mount %s MOUNTPOINT\n", dest.c_str());
   return 0;
 }
 

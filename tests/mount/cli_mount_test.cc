@@ -229,8 +229,10 @@ TEST_F(CliTest, PackKilledHalfWayCanBeRunAgain) {
   ProcessResult again = Ckptfs({"pack", plain, dest, "--frame-size", kFrameSize}, kCheckTimeout);
   ASSERT_EQ(again.exit_code, 0) << again.Describe();
   EXPECT_TRUE(std::regex_search(
-      again.out, std::regex(R"(packed \d+ tensors into .*: 6 shard\(s\), 48\.\d MiB -> )"
-                            R"(\S+ \S+ \(ratio \d+\.\d\d\) in \S+ s, \d+\.\d MB/s\n)")))
+      again.out,
+      std::regex(
+          R"(packed \d+ tensors into .*: \S+ \.\.\. \S+ \(6 shards\) and \d+ files copied, 48\.\d MiB -> )"
+          R"(\S+ \S+ \(ratio \d+\.\d\d\) in \S+ s, \d+\.\d MB/s\n)")))
       << again.out;
   for (const std::string& name : DirEntries(dest)) {
     EXPECT_FALSE(name.ends_with(".part")) << name << " left in " << dest;
@@ -248,6 +250,36 @@ TEST_F(CliTest, PackKilledHalfWayCanBeRunAgain) {
   const ProcessResult foreign = Ckptfs({"pack", plain, dest, "--force"}, kCheckTimeout);
   ExpectRefusal(foreign, {"notes.txt"});
   EXPECT_EQ(ReadTextFile(dest + "/notes.txt"), "mine");
+}
+
+// `pack FILE DEST` and `pack DIR DEST` say what they made: SOURCE as given, the shard file
+// DEST now holds, what was copied, and the command that mounts DEST.
+TEST_F(CliTest, PackSaysWhatItMade) {
+  const std::string plain = scratch_->Path("plain");
+  ASSERT_NO_FATAL_FAILURE(Generate(plain, {"--kind", "llama", "--single"}));
+  const std::string file = plain + "/model.safetensors";
+  const std::string one = scratch_->Path("one");
+  const ProcessResult pack_file = Ckptfs({"pack", file, one}, kCheckTimeout);
+  ASSERT_EQ(pack_file.exit_code, 0) << pack_file.Describe();
+  EXPECT_EQ(pack_file.out.rfind(file + ": packed ", 0), 0u) << pack_file.out;
+  EXPECT_NE(pack_file.out.find(" into " + one + ": model.safetensors.zst (1 shard), "),
+            std::string::npos)
+      << pack_file.out;
+  EXPECT_NE(pack_file.out.find("\nmount it: ckptfs mount " + one + " MOUNTPOINT\n"),
+            std::string::npos)
+      << pack_file.out;
+  EXPECT_TRUE(fs::exists(one + "/model.safetensors.zst"));
+
+  const std::string all = scratch_->Path("all");
+  const ProcessResult pack_dir = Ckptfs({"pack", plain, all}, kCheckTimeout);
+  ASSERT_EQ(pack_dir.exit_code, 0) << pack_dir.Describe();
+  size_t copied = 0;
+  for (const auto& entry : fs::directory_iterator(plain))
+    copied += !entry.path().string().ends_with(".safetensors");
+  EXPECT_NE(pack_dir.out.find("model.safetensors.zst (1 shard) and " + std::to_string(copied) +
+                              " files copied, "),
+            std::string::npos)
+      << pack_dir.out;
 }
 
 // On a terminal pack and verify rewrite one progress line (bytes, MB/s, ETA); the final
