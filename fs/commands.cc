@@ -519,8 +519,9 @@ int RunVerify(const std::string& source, const ReadOptions& codec, const RemoteO
   if (result.damaged) return 2;
   const uint64_t total = result.bytes_read;
   const double seconds = progress.Elapsed();
-  std::printf("%s: ok (%zu shards, %zu tensors, %s; %s read in %s, %.1f MB/s)\n",
-              ckpt.source_path.c_str(), ckpt.shards.size(), ckpt.tensors.size(),
+  std::printf("%s: ok (%zu %s, %zu tensors, %s; %s read in %s, %.1f MB/s)\n",
+              ckpt.source_path.c_str(), ckpt.shards.size(),
+              ckpt.shards.size() == 1 ? "shard" : "shards", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str(), HumanBytes(total).c_str(),
               Duration(seconds).c_str(), MegabytesPerSecond(total, seconds));
   SaveZipCrcs(**volume, remote);
