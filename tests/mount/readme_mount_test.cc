@@ -1,0 +1,115 @@
+// README's commands, run as written (issue 24): every fenced ```sh block that follows a
+// line `<!-- test -->` in README.md runs, in order, under `bash -euo pipefail` in one
+// scratch directory, as a user who followed README's Install would run it: `ckptfs` and
+// `python3` (Debian's, with numpy and torch) first on PATH, `scripts/` of this tree at hand.
+// The example servers README names are made real: nginx serves the scratch directory
+// for https://models.example/, and s3rver (behind the SigV4 proxy) stands in for the
+// endpoint http://10.0.0.5:9000 with bucket `models`, holding the demo checkpoint `llama/`
+// once a block has made it. A block that fails fails the test, naming its README line.
+#include <regex>
+
+#include "mount_harness.h"
+#include "remote_harness.h"
+
+namespace ckptfs::mount_test {
+namespace {
+
+struct ReadmeBlock {
+  int line;          // of the opening fence, 1-based
+  std::string text;  // the commands, as written
+};
+
+// The ```sh blocks of `readme` that the line right before marks `<!-- test -->`.
+std::vector<ReadmeBlock> TestedBlocks(const std::string& readme) {
+  std::vector<ReadmeBlock> blocks;
+  std::istringstream in(readme);
+  std::string line, previous;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line == "```sh" && previous == "<!-- test -->") {
+      ReadmeBlock block{number, ""};
+      while (std::getline(in, line) && line != "```") {
+        ++number;
+        block.text += line + "\n";
+      }
+      ++number;
+      blocks.push_back(std::move(block));
+    }
+    previous = line;
+  }
+  return blocks;
+}
+
+// `text` with every `from` replaced by `to`.
+std::string ReplaceAll(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
+constexpr char kHttpExample[] = "https://models.example/";
+constexpr char kS3EndpointExample[] = "http://10.0.0.5:9000";
+constexpr char kS3BucketExample[] = "s3://models/";
+constexpr milliseconds kBlockTimeout = seconds(300);
+
+class ReadmeTest : public MountFixture {};
+
+TEST_F(ReadmeTest, MarkedCommandsRunAsWritten) {
+  const std::vector<ReadmeBlock> blocks = TestedBlocks(ReadTextFile(ScriptPath("README.md")));
+  // The tour: a sharded checkpoint, a training file, a run, pack/verify/remote.
+  ASSERT_GE(blocks.size(), 4u) << "README.md lost its tested blocks (<!-- test --> before ```sh)";
+  if (!HasTorch()) GTEST_SKIP() << "README's tour loads with torch: " << kPython << " lacks it";
+  for (const std::string& reason :
+       {NginxServer::UnavailableReason(), S3Server::UnavailableReason()}) {
+    if (!reason.empty()) GTEST_SKIP() << "README's tour mounts over HTTP and S3: " << reason;
+  }
+
+  const std::string work = scratch_->MakeDir("work");
+  const std::string bin = scratch_->MakeDir("bin");
+  fs::create_directory_symlink(ScriptPath("scripts"), work + "/scripts");
+  fs::create_symlink(kCkptfs, bin + "/ckptfs");
+  fs::create_symlink(kPython, bin + "/python3");
+  ScopedEnv env;
+  env.Set("PATH", (bin + ":" + getenv("PATH")).c_str());
+  mounts_.push_back(work + "/mnt");  // teardown unmounts it should a block stop half-way
+
+  NginxServer http(work, scratch_->Path("nginx"));
+  ASSERT_EQ(http.Start(), "");
+  S3Server s3(scratch_->Path("s3"));
+  ASSERT_EQ(s3.Start(), "");
+  s3.SetClientEnv(env);
+  bool uploaded = false;
+
+  for (const ReadmeBlock& block : blocks) {
+    SCOPED_TRACE("README.md line " + std::to_string(block.line) + ":\n" + block.text);
+    std::string script = ReplaceAll(block.text, kHttpExample, http.Url(""));
+    script = ReplaceAll(script, kS3EndpointExample, s3.Endpoint());
+    script = ReplaceAll(script, kS3BucketExample, std::string("s3://") + S3Server::kBucket + "/");
+    if (!uploaded && script.find("s3://") != std::string::npos) {
+      ASSERT_TRUE(fs::exists(work + "/llama")) << "no block before this one made llama/";
+      ASSERT_EQ(s3.Upload(work + "/llama", "llama/"), "");
+      uploaded = true;
+    }
+    const ProcessResult r =
+        RunProcess({"bash", "-euo", "pipefail", "-c", "cd \"$0\"\n" + script, work}, kBlockTimeout);
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    std::cout << r.out;
+    // Each block unmounts what it mounted, as README tells the user to.
+    EXPECT_FALSE(IsMounted(work + "/mnt")) << "the block left " << work << "/mnt mounted";
+  }
+}
+
+// The marker is found only where it stands right before a ```sh fence.
+TEST(ReadmeBlocksTest, OnlyMarkedShellBlocks) {
+  const auto blocks = TestedBlocks(
+      "intro\n<!-- test -->\n```sh\nls\nls -l\n```\n```sh\nnot marked\n```\n<!-- test -->\n"
+      "\n```sh\nmarker not adjacent\n```\n<!-- test -->\n```\nno language\n```\n");
+  ASSERT_EQ(blocks.size(), 1u);
+  EXPECT_EQ(blocks[0].line, 3);
+  EXPECT_EQ(blocks[0].text, "ls\nls -l\n");
+}
+
+}  // namespace
+}  // namespace ckptfs::mount_test
