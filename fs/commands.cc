@@ -373,9 +373,10 @@ std::vector<std::string> LayoutNotes(const Volume& volume) {
   return lines;
 }
 
-std::string MountSummary(const Volume& volume, const std::string& source,
-                         const std::string& mountpoint, const std::string& disk_cache,
-                         const std::string& log) {
+namespace {
+
+// The views at the mount root, as the summary and the log line name them ("tensors/ ...").
+std::string ViewNames(const Volume& volume) {
   const Checkpoint& ckpt = volume.checkpoint();
   const Layout& layout = volume.layout();
   std::string views;
@@ -387,18 +388,34 @@ std::string MountSummary(const Volume& volume, const std::string& source,
       views += (views.empty() ? "" : " ") + name + (node.kind == NodeKind::kDirectory ? "/" : "");
     }
   }
+  return views;
+}
+
+std::string FormatLine(const Checkpoint& ckpt) {
+  return std::string(FormatOf(ckpt.format).title) + ", " + std::to_string(ckpt.shards.size()) +
+         " shard(s)" + (ckpt.index.empty() ? "" : ", index " + ckpt.index[0].name) + ", " +
+         std::to_string(ckpt.others.size()) + " other file(s)";
+}
+
+std::string CacheLine(const Volume& volume, const std::string& disk_cache) {
+  return HumanBytes(volume.context().options().cache_bytes) + " in memory" +
+         (disk_cache.empty() ? "" : ", on disk in " + disk_cache);
+}
+
+}  // namespace
+
+std::string MountSummary(const Volume& volume, const std::string& source,
+                         const std::string& mountpoint, const std::string& disk_cache,
+                         const std::string& log) {
+  const Checkpoint& ckpt = volume.checkpoint();
   std::vector<std::string> lines = {
       "ckptfs: mounted " + source + " at " + mountpoint + " (read-only)",
-      "  format   " + std::string(FormatOf(ckpt.format).title) + ", " +
-          std::to_string(ckpt.shards.size()) + " shard(s)" +
-          (ckpt.index.empty() ? "" : ", index " + ckpt.index[0].name) + ", " +
-          std::to_string(ckpt.others.size()) + " other file(s)",
+      "  format   " + FormatLine(ckpt),
       "  tensors  " + std::to_string(ckpt.tensors.size()) + ", " +
           HumanBytes(ckpt.TotalTensorBytes()),
-      "  views    " + views,
+      "  views    " + ViewNames(volume),
       "  model    " + ModelLine(ckpt),
-      "  cache    " + HumanBytes(volume.context().options().cache_bytes) + " in memory" +
-          (disk_cache.empty() ? "" : ", on disk in " + disk_cache),
+      "  cache    " + CacheLine(volume, disk_cache),
       "  log      " + log,
   };
   for (const std::string& note : LayoutNotes(volume)) lines.push_back("  note     " + note);
@@ -406,6 +423,21 @@ std::string MountSummary(const Volume& volume, const std::string& source,
   // Names in SOURCE may hold control characters: each line stays one line.
   for (const std::string& line : lines) out += EscapeControlChars(line) + "\n";
   return out;
+}
+
+std::string MountLogLine(const Volume& volume, const std::string& source,
+                         const std::string& mountpoint, const std::string& disk_cache) {
+  const Checkpoint& ckpt = volume.checkpoint();
+  return "mounted " + source + " at " + mountpoint + ": " + FormatLine(ckpt) + "; " +
+         std::to_string(ckpt.tensors.size()) + " tensors, " + HumanBytes(ckpt.TotalTensorBytes()) +
+         "; views " + ViewNames(volume) + "; cache " + CacheLine(volume, disk_cache);
+}
+
+std::string RunLogLine(const RunTree& run, const std::string& mountpoint) {
+  return "mounted " + run.path() + " at " + mountpoint + ": " +
+         std::to_string(run.EntryNames().size()) +
+         (run.Pipeline() ? " component(s) of a diffusers pipeline" : " checkpoint(s) of a run") +
+         "; cache " + HumanBytes(run.context().options().cache_bytes) + " in memory";
 }
 
 std::string HumanBytes(uint64_t n) {

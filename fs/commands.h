@@ -66,6 +66,12 @@ std::string MountSummary(const class Volume& volume, const std::string& source,
 std::string RunSummary(const class RunTree& run, const std::string& mountpoint,
                        const std::string& log);
 
+// The daemon log's one line (at info) for a mount: what MountSummary says of format,
+// tensors, views and cache (or RunSummary of the run), on one line.
+std::string MountLogLine(const class Volume& volume, const std::string& source,
+                         const std::string& mountpoint, const std::string& disk_cache);
+std::string RunLogLine(const class RunTree& run, const std::string& mountpoint);
+
 // "ckptfs: MESSAGE" on stderr, control characters escaped: one line whatever names it holds.
 void PrintRefusal(const class Status& status);
 

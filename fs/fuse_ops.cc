@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstddef>
 #include <cstring>
@@ -514,6 +515,24 @@ void LogLayoutNotes(const FsContext& ctx) {
   for (const std::string& line : LayoutNotes(*ctx.volume)) LogWarn("%s", line.c_str());
 }
 
+// The daemon log's last line (info): what this mount served, from the counters of
+// stats.json (a single checkpoint's; a run's are per checkpoint and not summed here).
+void LogUnmounted(const FsContext& ctx, const std::string& mountpoint) {
+  if (!LogEnabled(LogLevel::kInfo)) return;
+  if (!ctx.volume) {
+    LogInfo("unmounted %s", mountpoint.c_str());
+    return;
+  }
+  const Stats& stats = ctx.volume->stats();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stats.started).count();
+  LogInfo("unmounted %s after %.0f s: %llu opens, %llu reads, %llu bytes served, %llu read errors",
+          mountpoint.c_str(), seconds, static_cast<unsigned long long>(stats.opens.load()),
+          static_cast<unsigned long long>(stats.reads.load()),
+          static_cast<unsigned long long>(stats.bytes_read.load()),
+          static_cast<unsigned long long>(stats.read_errors.load()));
+}
+
 // Starts what serves in the background, in the serving process (threads do not survive
 // fork): decode workers, the CRC pass of a single checkpoint, a run's watcher. The
 // watcher tells the kernel when a root name appears or goes, so `ls` sees it at once.
@@ -575,11 +594,13 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
     std::fputs(options.summary.c_str(), stdout);
     std::fflush(stdout);
   }
+  LogInfo("%s", options.log_line.c_str());
   LogLayoutNotes(ctx);
-  // A fact of the data path, not a failure: the daemon's log (a warning, since granting the
-  // capability would make reads cheaper) and stats.json say it; the terminal does not.
+  // A fact of the data path, not a failure, and nothing a plain user can change: info in
+  // the daemon's log (a foreground daemon's is the terminal, which must stay quiet on a
+  // clean mount) and stats.json say it.
   if (!ctx.splice_replies) {
-    LogWarn(
+    LogInfo(
         "replies are copied, not spliced: pipes cannot grow past fs.pipe-max-size "
         "without CAP_SYS_RESOURCE");
   }
@@ -594,6 +615,7 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
   ready.join();
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
+  LogUnmounted(ctx, options.mountpoint);
   // libfuse's signal handlers end the loop with the signal number as its result: a stop
   // asked for by SIGTERM, SIGINT or SIGHUP, after the clean unmount above, is success
   // (so `systemctl stop` leaves the unit inactive, not failed).
@@ -656,7 +678,10 @@ int MountContext(FsContext& ctx, const std::string& source, const MountOptions& 
   ::close(fds[1]);
   int rc = AwaitDaemon(fds[0], pid);
   ::close(fds[0]);
-  if (rc == 0) std::fputs(options.summary.c_str(), stdout);
+  if (rc == 0) {
+    std::fputs(options.summary.c_str(), stdout);
+    if (!options.notice.empty()) std::fprintf(stderr, "%s\n", options.notice.c_str());
+  }
   // The daemon owns the mount now. Exit without destructors: freeing this copy's hundreds
   // of thousands of nodes would only delay the moment `ckptfs mount` returns.
   std::fflush(nullptr);

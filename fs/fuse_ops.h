@@ -20,6 +20,8 @@ struct MountOptions {
   bool debug = false;
   std::string log_file;                   // daemon log; empty: syslog (stderr with -f)
   std::string summary;                    // printed on stdout once the mount answers (-v)
+  std::string notice;                     // printed on stderr once the mount answers
+  std::string log_line;                   // logged (info) once the mount serves
   std::vector<std::string> fuse_options;  // from -o, passed to libfuse as given
   Ownership ownership;                    // --uid, --gid, --umask, --file-mode, --dir-mode
 };

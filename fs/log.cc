@@ -1,7 +1,9 @@
 #include "fs/log.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -19,6 +21,9 @@ std::atomic<Destination> destination{Destination::kStderr};
 int log_fd = 2;
 int log_file_fd = -1;  // from OpenLogFile, used once the daemon detaches
 std::string log_file_path;
+// Why lines do not go where asked (syslog): set when the fallback file was chosen.
+std::string fallback_reason;
+bool fallback_failed = false;  // not even the fallback file could be opened
 LogLevel daemon_threshold = LogLevel::kWarn;
 std::atomic<LogLevel> threshold{LogLevel::kWarn};  // the terminal's until the daemon detaches
 
@@ -57,7 +62,7 @@ void VLog(LogLevel level, const char* fmt, va_list args) {
     std::time_t now = std::time(nullptr);
     std::tm tm;
     std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", ::gmtime_r(&now, &tm));
-    n = std::snprintf(line, sizeof(line), "%sZ ckptfs[%d] %s: %s\n", stamp, ::getpid(),
+    n = std::snprintf(line, sizeof(line), "%sZ ckptfs[%d]: %s: %s\n", stamp, ::getpid(),
                       LevelName(level), message.c_str());
   } else {
     n = std::snprintf(line, sizeof(line), "ckptfs: %s\n", message.c_str());
@@ -90,25 +95,114 @@ bool LogEnabled(LogLevel level) {
   return static_cast<int>(level) <= static_cast<int>(threshold.load(std::memory_order_relaxed));
 }
 
-Status OpenLogFile(const std::string& log_file) {
+namespace {
+
+// Opens `path` to append to, created with `mode`: one line naming `what` on failure.
+Status OpenAppend(const std::string& what, const std::string& path, mode_t mode) {
   // O_NONBLOCK: a FIFO named as the log must not hang the mount; O_NOCTTY: nor a terminal
   // become the daemon's.
-  const int fd = ::open(log_file.c_str(),
-                        O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, mode);
   if (fd < 0) {
     const int err = errno;
-    return Status::InvalidArgument("--log-file " + log_file +
-                                   ": cannot open the log file: " + std::strerror(err));
+    return Status::InvalidArgument(what + ": cannot open the log file: " + std::strerror(err));
   }
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Status::InvalidArgument("--log-file " + log_file + ": not a regular file");
+    return Status::InvalidArgument(what + ": not a regular file");
   }
   ::fcntl(fd, F_SETFL, O_APPEND);  // blocking again: a full disk must not drop lines
   if (log_file_fd >= 0) ::close(log_file_fd);
   log_file_fd = fd;
-  log_file_path = log_file;
+  log_file_path = path;
+  return Status::Ok();
+}
+
+// mkdir -p with `mode` for each directory it creates; existing ones are left as they are.
+Status MakeDirs(const std::string& dir, mode_t mode) {
+  for (size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
+    const std::string prefix = dir.substr(0, slash);
+    if (::mkdir(prefix.c_str(), mode) != 0 && errno != EEXIST) {
+      const int err = errno;
+      return Status::IoError(prefix + ": cannot create the log directory: " + std::strerror(err),
+                             err);
+    }
+    if (slash == std::string::npos) return Status::Ok();
+  }
+}
+
+std::optional<std::string> Env(const char* name) {
+  const char* value = ::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+}  // namespace
+
+Status OpenLogFile(const std::string& log_file) {
+  return OpenAppend("--log-file " + log_file, log_file, 0644);
+}
+
+bool SyslogReachable(const std::string& socket_path) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path)) return false;
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::string FallbackLogPath(uid_t uid, const std::optional<std::string>& home,
+                            const std::optional<std::string>& xdg_state_home) {
+  if (xdg_state_home && !xdg_state_home->empty() && (*xdg_state_home)[0] == '/') {
+    return *xdg_state_home + "/ckptfs/ckptfs.log";
+  }
+  if (uid == 0) return "/var/log/ckptfs/ckptfs.log";
+  if (home && !home->empty() && (*home)[0] == '/') return *home + "/.local/state/ckptfs/ckptfs.log";
+  return "";
+}
+
+DaemonLogChoice ChooseDaemonLog(const DaemonLogInputs& in) {
+  if (in.log_file_given) return {DaemonLogKind::kLogFile, ""};
+  if (in.foreground) return {DaemonLogKind::kStderr, ""};
+  if (in.syslog_reachable) return {DaemonLogKind::kSyslog, ""};
+  return {DaemonLogKind::kFallbackFile, FallbackLogPath(in.uid, in.home, in.xdg_state_home)};
+}
+
+std::optional<std::string> DaemonLogFallback(bool foreground) {
+  DaemonLogInputs in;
+  in.foreground = foreground;
+  // Probed only where it matters: a foreground daemon never uses syslog.
+  in.syslog_reachable = foreground || SyslogReachable(kSyslogSocket);
+  in.uid = ::getuid();
+  in.home = Env("HOME");
+  in.xdg_state_home = Env("XDG_STATE_HOME");
+  const DaemonLogChoice choice = ChooseDaemonLog(in);
+  if (choice.kind != DaemonLogKind::kFallbackFile) return std::nullopt;
+  return choice.path;
+}
+
+Status OpenFallbackLog(const std::string& path, const Status& usable) {
+  fallback_reason = std::string("no syslog at ") + kSyslogSocket;
+  fallback_failed = true;
+  if (path.empty()) {
+    return Status::InvalidArgument(fallback_reason +
+                                   ", and no HOME to keep a log file in: daemon log lines are "
+                                   "lost (use --log-file)");
+  }
+  const size_t slash = path.rfind('/');
+  Status s = usable;
+  if (s.ok()) s = MakeDirs(path.substr(0, slash), 0700);
+  if (s.ok()) s = OpenAppend(path, path, 0600);
+  if (!s.ok()) {
+    return Status::InvalidArgument(fallback_reason + ", and " + s.message() +
+                                   ": daemon log lines are lost (use --log-file)");
+  }
+  fallback_failed = false;
   return Status::Ok();
 }
 
@@ -118,14 +212,25 @@ void LogToDaemonDestination(bool keep_stderr) {
     log_fd = log_file_fd;
     destination = Destination::kFile;
   } else if (!keep_stderr) {
+    // Where the fallback file could not be opened, syslog drops the lines; the user was
+    // told so (OpenFallbackLog's line) before the daemon detached.
     openlog("ckptfs", LOG_PID, LOG_DAEMON);
     destination = Destination::kSyslog;
   }
 }
 
 std::string DaemonLogDescription(bool keep_stderr) {
-  if (log_file_fd >= 0) return log_file_path;
-  return keep_stderr ? "stderr" : "syslog (journalctl -t ckptfs)";
+  if (log_file_fd >= 0) {
+    return fallback_reason.empty() ? log_file_path : log_file_path + " (" + fallback_reason + ")";
+  }
+  if (keep_stderr) return "stderr";
+  if (fallback_failed) return "nowhere (" + fallback_reason + ", and no log file could be opened)";
+  return "syslog (journalctl -t ckptfs)";
+}
+
+std::string FallbackLogNotice() {
+  if (log_file_fd < 0 || fallback_reason.empty()) return "";
+  return "ckptfs: " + fallback_reason + ": the daemon logs to " + EscapeControlChars(log_file_path);
 }
 
 void LogError(const char* fmt, ...) {

@@ -283,6 +283,17 @@ ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mou
     CKPTFS_RETURN_IF_ERROR(
         ckptfs::CheckOutsideMount("--log-file", mount.log_file, mount.mountpoint));
     CKPTFS_RETURN_IF_ERROR(ckptfs::OpenLogFile(mount.log_file));
+  } else if (auto fallback = ckptfs::DaemonLogFallback(mount.foreground)) {
+    // Nothing listens on /dev/log: a detached daemon's lines would vanish, so they go to a
+    // file of its own, opened now for --log-file's reason. Never a refusal: a mount
+    // without its log still serves, and the line says so.
+    const Status usable =
+        fallback->empty()
+            ? Status::Ok()
+            : ckptfs::CheckOutsideMount("daemon log " + *fallback, *fallback, mount.mountpoint);
+    if (Status s = ckptfs::OpenFallbackLog(*fallback, usable); !s.ok()) {
+      ckptfs::LogWarn("%s", s.message().c_str());
+    }
   }
   return Status::Ok();
 }
@@ -298,6 +309,10 @@ int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_no
   }
   const std::string log =
       ckptfs::DaemonLogDescription(options.foreground) + " (level " + log_level + ")";
+  // Without -v the summary does not name the fallback file: one line does (not with -q).
+  if (!verbose && ckptfs::LogEnabled(ckptfs::LogLevel::kWarn)) {
+    options.notice = ckptfs::FallbackLogNotice();
+  }
   auto opened = OpenSource(source_path, codec, zip_crc, remote, run_args);
   if (!opened.ok()) {
     ckptfs::PrintRefusal(opened.status());
@@ -305,12 +320,15 @@ int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_no
   }
   if (opened->run) {
     if (verbose) options.summary = ckptfs::RunSummary(*opened->run, options.mountpoint, log);
+    options.log_line = ckptfs::RunLogLine(*opened->run, options.mountpoint);
     return ckptfs::MountRunAndServe(std::move(opened->run), options);
   }
   if (verbose) {
     options.summary = ckptfs::MountSummary(*opened->volume, source_path, options.mountpoint,
                                            remote.cache_dir, log);
   }
+  options.log_line =
+      ckptfs::MountLogLine(*opened->volume, source_path, options.mountpoint, remote.cache_dir);
   return ckptfs::MountAndServe(std::move(opened->volume), options);
 }
 
@@ -491,7 +509,11 @@ int main(int argc, char** argv) {
       "  AWS_ENDPOINT_URL      S3-compatible endpoint when --endpoint is not given\n"
       "  XDG_CACHE_HOME        where zip CRC sidecars go without --cache-dir (~/.cache)\n"
       "\n"
-      "Logs: syslog as `ckptfs` (journalctl -t ckptfs), or --log-file.");
+      "  XDG_STATE_HOME        where the daemon logs without syslog (~/.local/state)\n"
+      "\n"
+      "Logs: syslog as `ckptfs` (journalctl -t ckptfs), or --log-file; stderr with -f. Without\n"
+      "syslog (no /dev/log) a detached daemon appends to $XDG_STATE_HOME/ckptfs/ckptfs.log,\n"
+      "else ~/.local/state/ckptfs/ckptfs.log, or /var/log/ckptfs/ckptfs.log for root.");
   // Refusals are one line on stderr; only --help and --version print more, to stdout.
   std::string error;
   std::vector<std::string> args = MountCommandLine(app, *mount, argc, argv, error);
