@@ -399,6 +399,8 @@ class MountFixture : public testing::Test {
     // Sidecars of zip CRCs (core/crc) go under XDG_CACHE_HOME: in the scratch directory,
     // so no test leaves files in the machine's ~/.cache or /var/cache.
     ::setenv("XDG_CACHE_HOME", scratch_->MakeDir("xdg-cache").c_str(), 1);
+    // Likewise the daemon's log where no syslog answers (fs/log.h): not /var/log/ckptfs.
+    ::setenv("XDG_STATE_HOME", scratch_->MakeDir("xdg-state").c_str(), 1);
   }
 
   void TearDown() override {
