@@ -2,11 +2,8 @@
 // nothing listens on /dev/log a detached mount logs to its fallback file and says so (one
 // line, or the -v summary's "log" line), its info lines record the mount and the unmount,
 // and a clean `mount -f` prints nothing at all.
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 
-#include <cstring>
 #include <future>
 #include <regex>
 
@@ -14,19 +11,6 @@
 
 namespace ckptfs::mount_test {
 namespace {
-
-// Whether a syslog daemon answers on /dev/log: fs/log.cc's probe, repeated here since the
-// mount tests run the binary and link none of it.
-bool SyslogAnswers() {
-  sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  std::strcpy(addr.sun_path, "/dev/log");
-  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return ok;
-}
 
 // Polls (bounded) until `path` holds `text`; returns the file's text either way.
 std::string WaitForText(const std::string& path, const std::string& text, milliseconds timeout) {
@@ -55,8 +39,7 @@ class LogMountTest : public MountFixture {
 
 TEST_F(LogMountTest, WithoutSyslogADetachedMountLogsToItsFallbackFile) {
   if (SyslogAnswers()) GTEST_SKIP() << "syslog answers on /dev/log: no fallback to test";
-  const std::string state = scratch_->Path("state");
-  ::setenv("XDG_STATE_HOME", state.c_str(), 1);
+  const std::string state = scratch_->Path("xdg-state");  // the harness's XDG_STATE_HOME
   const std::string log = state + "/ckptfs/ckptfs.log";
 
   ProcessResult r;

@@ -15,6 +15,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -286,6 +288,20 @@ inline bool ForceUnmount(const std::string& mountpoint) {
   return !IsMounted(mountpoint);
 }
 
+// Whether a syslog daemon answers on /dev/log: fs/log.cc's probe, repeated here since the
+// mount tests run the binary and link none of it. Where none does, a detached daemon logs
+// to a file of its own and a mount says so in one line (LogNotice).
+inline bool SyslogAnswers() {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::strcpy(addr.sun_path, "/dev/log");
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
 // "" if /dev/fuse can be opened, else why not.
 inline std::string FuseUnavailableReason() {
   const int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
@@ -401,6 +417,14 @@ class MountFixture : public testing::Test {
     ::setenv("XDG_CACHE_HOME", scratch_->MakeDir("xdg-cache").c_str(), 1);
     // Likewise the daemon's log where no syslog answers (fs/log.h): not /var/log/ckptfs.
     ::setenv("XDG_STATE_HOME", scratch_->MakeDir("xdg-state").c_str(), 1);
+  }
+
+  // What a quiet detached mount (no -v, -q or --log-file) prints: nothing, or where no
+  // syslog answers the one line naming the daemon's fallback log file.
+  std::string LogNotice() const {
+    if (SyslogAnswers()) return "";
+    return "ckptfs: no syslog at /dev/log: the daemon logs to " + scratch_->Path("xdg-state") +
+           "/ckptfs/ckptfs.log\n";
   }
 
   void TearDown() override {
