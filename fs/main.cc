@@ -508,7 +508,6 @@ int main(int argc, char** argv) {
       "  AWS_REGION            region of s3:// sources (else AWS_DEFAULT_REGION, the profile's)\n"
       "  AWS_ENDPOINT_URL      S3-compatible endpoint when --endpoint is not given\n"
       "  XDG_CACHE_HOME        where zip CRC sidecars go without --cache-dir (~/.cache)\n"
-      "\n"
       "  XDG_STATE_HOME        where the daemon logs without syslog (~/.local/state)\n"
       "\n"
       "Logs: syslog as `ckptfs` (journalctl -t ckptfs), or --log-file; stderr with -f. Without\n"
