@@ -287,10 +287,9 @@ ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mou
     // Nothing listens on /dev/log: a detached daemon's lines would vanish, so they go to a
     // file of its own, opened now for --log-file's reason. Never a refusal: a mount
     // without its log still serves, and the line says so.
-    const Status usable =
-        fallback->empty()
-            ? Status::Ok()
-            : ckptfs::CheckOutsideMount("daemon log " + *fallback, *fallback, mount.mountpoint);
+    const Status usable = fallback->empty() ? Status::Ok()
+                                            : ckptfs::CheckOutsideMount("the daemon log", *fallback,
+                                                                        mount.mountpoint);
     if (Status s = ckptfs::OpenFallbackLog(*fallback, usable); !s.ok()) {
       ckptfs::LogWarn("%s", s.message().c_str());
     }
