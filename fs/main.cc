@@ -413,16 +413,24 @@ int main(int argc, char** argv) {
   remote.AddCacheDirTo(mount);
   RunArgs run_args;
   run_args.AddTo(mount);
-  mount
-      ->add_option("--zip-crc", zip_crc,
-                   "CRC-32s in pytorch_model.bin for zip testers (torch ignores them): auto "
-                   "(default) uses a sidecar from an earlier mount, verify or pack, else a "
-                   "background pass computes one for the next mount (local sources); mount "
-                   "computes them before serving (reads every tensor); off leaves them 0. "
-                   "--zip-crc alone means mount")
-      ->expected(0, 1)
-      ->default_str("mount")
-      ->check(CLI::IsMember({"auto", "mount", "off"}));
+  CLI::Option* zip_crc_option =
+      mount
+          ->add_option("--zip-crc", zip_crc,
+                       "CRC-32s in pytorch_model.bin for zip testers (torch ignores them). auto, "
+                       "the default: a sidecar from an earlier mount, verify or pack, else a "
+                       "background pass computes them for the next mount (local sources); mount: "
+                       "computed before serving (reads every tensor); off: left 0. --zip-crc "
+                       "alone (-o zip_crc) means mount")
+          ->expected(0, 1)
+          // No default_str: CLI11 would print it as the default and also take it for a bare
+          // --zip-crc, which is read as mount after parsing instead.
+          ->check(CLI::Validator(
+              [](std::string& value) {
+                return value.empty() || ckptfs::ParseZipCrcMode(value)
+                           ? std::string()
+                           : "--zip-crc " + value + ": not auto, mount or off";
+              },
+              "{auto,mount,off} (default auto)"));
   bool verbose = false, quiet = false;
   std::string log_level = "warn";
   mount->add_flag("-v,--verbose", verbose,
@@ -542,6 +550,9 @@ int main(int argc, char** argv) {
     codec.cache_bytes = *bytes;
     codec.warn = [](const std::string& line) { ckptfs::LogWarn("%s", line.c_str()); };
     mount_options.fuse_options = o_options;
+    if (zip_crc_option->count() > 0 && zip_crc_option->as<std::string>().empty()) {
+      zip_crc = "mount";  // a bare --zip-crc (-o zip_crc)
+    }
     if (auto unknown = ckptfs::FirstUnknownFuseOption(o_options)) {
       return Refuse(ckptfs::UnknownMountOptionLine(*unknown, ckptfs::LongOptionsOf(*mount)));
     }

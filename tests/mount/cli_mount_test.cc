@@ -282,6 +282,22 @@ TEST_F(CliTest, PackSaysWhatItMade) {
       << pack_dir.out;
 }
 
+// --zip-crc's help states its default, auto, and nothing that contradicts it: CLI11's
+// printed default was once "=mount" (the value a bare --zip-crc takes).
+TEST_F(CliTest, ZipCrcHelpSaysTheDefaultIsAuto) {
+  const ProcessResult help = Ckptfs({"mount", "--help"}, kCheckTimeout);
+  ASSERT_EQ(help.exit_code, 0) << help.Describe();
+  const size_t at = help.out.find("--zip-crc");
+  ASSERT_NE(at, std::string::npos) << help.out;
+  const std::string entry = help.out.substr(at, help.out.find("\n  -", at) - at);
+  EXPECT_NE(entry.find("{auto,mount,off} (default auto)"), std::string::npos) << entry;
+  EXPECT_EQ(entry.find("=mount"), std::string::npos) << entry;
+  EXPECT_EQ(entry.find("(default)"), std::string::npos) << entry;
+  // A bare --zip-crc still means mount, and a wrong value is one line naming it.
+  ExpectRefusal(Ckptfs({"mount", "--zip-crc", "sometimes", "SRC", "MNT"}, kRefusalTimeout),
+                {"sometimes"});
+}
+
 // On a terminal pack and verify rewrite one progress line (bytes, MB/s, ETA); the final
 // lines are printed either way.
 TEST_F(CliTest, ProgressOnATerminal) {
