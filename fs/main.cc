@@ -364,8 +364,8 @@ std::vector<std::string> MountCommandLine(CLI::App& app, const CLI::App& mount, 
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "ckptfs: mount a sharded ML checkpoint (safetensors or torch.save) as one read-only\n"
-      "file system.\n"
+      "ckptfs: mount an ML checkpoint (safetensors, torch.save, TensorFlow, DeepSpeed, or a\n"
+      "training run of them; local, HTTP or S3) as one read-only file system. man ckptfs.\n"
       "Exit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint.\n"
       "`ckptfs SOURCE MOUNTPOINT [-o OPTS]` is `ckptfs mount` (what mount(8) runs for an\n"
       "fstab line of type fuse.ckptfs).",

@@ -6,7 +6,7 @@
 # Each script asks for what it needs, so trying ckptfs does not install a test stack.
 
 # The packages building and running ckptfs need.
-CKPTFS_BUILD_PACKAGES=(cmake g++ make pkg-config help2man
+CKPTFS_BUILD_PACKAGES=(cmake g++ make pkg-config
                        libfuse3-dev fuse3 nlohmann-json3-dev libzstd-dev libxxhash-dev
                        libcli11-dev zlib1g-dev libcurl4-openssl-dev libtinyxml2-dev
                        libsnappy-dev)
