@@ -1,6 +1,21 @@
-# bash completion for ckptfs. Subcommands and options are read from the binary's own
-# --help when completing, so this script never falls behind it; values that are paths
-# complete as paths, and `ckptfs umount` offers the ckptfs mounts in /proc/self/mounts.
+# bash completion for ckptfs. Subcommands, options and the values of enum options are
+# read from the binary's own --help when completing (an option's `{a,b,c}`), so this
+# script never falls behind it. `--checkpoint` offers latest, best and the entries of the
+# run named on the line (from `ckptfs inspect --json RUN`); values that are paths complete
+# as paths; `ckptfs umount` offers the ckptfs mounts in /proc/self/mounts.
+
+# The choices CLI11 prints for option $2 of subcommand $1: "  --zip-crc TEXT:{auto,mount,off}".
+_ckptfs_choices() {
+  "$3" "$1" --help 2>/dev/null |
+    sed -n "s/^  \(-[^ ,]*,\)\{0,1\}$2 [A-Z]*:{\([^}]*\)}.*/\2/p" | tr ',' ' '
+}
+
+# The entry names of the run at $2 ($1: the binary), one per line.
+_ckptfs_run_entries() {
+  "$1" inspect --json "$2" 2>/dev/null |
+    sed -n '/^  "entries": \[/,/^  \]/s/^      "name": "\(.*\)",$/\1/p'
+}
+
 _ckptfs() {
   local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
   local bin=${COMP_WORDS[0]} cmd="" i
@@ -22,10 +37,37 @@ _ckptfs() {
   case $prev in
     --cache-dir | --spill-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --log-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-    --addressing) COMPREPLY=($(compgen -W "auto path virtual" -- "$cur")); return ;;
-    --log-level) COMPREPLY=($(compgen -W "error warn info debug" -- "$cur")); return ;;
-    --level | --frame-size | --shard-size | --cache-size | --cache-dir-size | --timeout | \
-      --endpoint | --region | -o) return ;;
+    --checkpoint)
+      # SOURCE: the first word after the subcommand, before or after the cursor, that is
+      # neither an option nor an option's value.
+      local source="" entries
+      for ((i = i + 1; i < ${#COMP_WORDS[@]}; i++)); do
+        ((i == COMP_CWORD)) && continue
+        case ${COMP_WORDS[i]} in
+          --checkpoint | --cache-dir | --spill-dir | --log-file | --log-level | --zip-crc | \
+            --addressing | --cache-size | --cache-dir-size | --timeout | --endpoint | \
+            --region | --model-key | --uid | --gid | --umask | --file-mode | --dir-mode | \
+            --idle-close | --relist | -o) ((i++)) ;;
+          -*) ;;
+          *) source=${COMP_WORDS[i]}; break ;;
+        esac
+      done
+      entries=$([[ -n $source ]] && _ckptfs_run_entries "$bin" "$source")
+      local IFS=$'\n'
+      COMPREPLY=($(compgen -W "latest"$'\n'"best"$'\n'"$entries" -- "$cur"))
+      return
+      ;;
+    -o | --level | --frame-size | --shard-size | --cache-size | --cache-dir-size | --timeout | \
+      --endpoint | --region | --model-key | --uid | --gid | --umask | --file-mode | --dir-mode | \
+      --idle-close | --relist) return ;;
+    --*)
+      local choices
+      choices=$(_ckptfs_choices "$cmd" "$prev" "$bin")
+      if [[ -n $choices ]]; then
+        COMPREPLY=($(compgen -W "$choices" -- "$cur"))
+        return
+      fi
+      ;;
   esac
   if [[ $cur == -* ]]; then
     COMPREPLY=($(compgen -W "$("$bin" "$cmd" --help 2>/dev/null | sed -n 's/^  \(-[^ ]*\).*/\1/p' | tr ',' ' ')" -- "$cur"))

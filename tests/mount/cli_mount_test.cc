@@ -181,6 +181,79 @@ TEST_F(CliTest, BashCompletionOffersSubcommandsAndOptions) {
   EXPECT_EQ(r.out, "--force --frame-size\n") << r.Describe();
 }
 
+// A run with three checkpoints, for --checkpoint's completion: checkpoint-1/ to -3/.
+std::string MakeSmallRun(TempDir& scratch) {
+  const std::string run = scratch.Path("run");
+  const ProcessResult made = RunProcess(
+      {kPython, ScriptPath("tests/mount/make_run.py"), "many", run, "3"}, kGenerateTimeout);
+  EXPECT_EQ(made.exit_code, 0) << made.Describe();
+  return run;
+}
+
+// Values, not file names, after an enum option (read from --help's {a,b,c}), and after
+// --checkpoint latest, best and the entries of the run on the line, wherever it stands.
+TEST_F(CliTest, BashCompletionOffersOptionValues) {
+  auto complete = [](const std::string& words, int cword) {
+    const std::string script =
+        "source '" + ScriptPath("completion/ckptfs.bash") + "'; COMP_WORDS=(" + words +
+        "); COMP_CWORD=" + std::to_string(cword) + "; _ckptfs; echo \"${COMPREPLY[*]}\"";
+    return RunProcess({"bash", "-c", script}, kCheckTimeout);
+  };
+  const std::string bin = std::string("'") + kCkptfs + "'";
+  EXPECT_EQ(complete(bin + " mount --zip-crc ''", 3).out, "auto mount off\n");
+  EXPECT_EQ(complete(bin + " mount -v --log-level ''", 4).out, "error warn info debug\n");
+  EXPECT_EQ(complete(bin + " inspect --addressing v", 3).out, "virtual\n");
+  EXPECT_EQ(complete(bin + " mount --cache-size ''", 3).out, "\n");
+  const std::string run = MakeSmallRun(*scratch_);
+  ProcessResult r = complete(bin + " mount --checkpoint '' '" + run + "' mnt", 3);
+  EXPECT_EQ(r.out, "latest best checkpoint-1 checkpoint-2 checkpoint-3\n") << r.Describe();
+  r = complete(bin + " mount -o allow_other '" + run + "' mnt --checkpoint checkpoint-2", 7);
+  EXPECT_EQ(r.out, "checkpoint-2\n") << r.Describe();
+  // A SOURCE that is not a run: the two names alone.
+  EXPECT_EQ(complete(bin + " mount --checkpoint '' /nonexistent mnt", 3).out, "latest best\n");
+}
+
+// zsh's completion (completion/_ckptfs), driven for real on a pseudo-terminal: the
+// subcommands, enum values, --checkpoint's run entries; and every long option a
+// command's --help lists is in the script.
+TEST_F(CliTest, ZshCompletion) {
+  const std::string script = ReadTextFile(ScriptPath("completion/_ckptfs"));
+  for (const char* command : {"mount", "umount", "inspect", "verify", "pack"}) {
+    const ProcessResult help = Ckptfs({command, "--help"}, kRefusalTimeout);
+    std::istringstream lines(help.out);
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch m;
+      if (!std::regex_search(line, m, std::regex(R"(^  (?:-\w,)?(--[a-z][a-z0-9-]+))"))) continue;
+      if (m[1] == "--help") continue;
+      EXPECT_TRUE(std::regex_search(
+          script, std::regex("'(\\([^)]*\\))?(\\{[^}]*)?" + m[1].str() + "[\\[,}]")))
+          << "completion/_ckptfs lacks " << command << " " << m[1];
+    }
+  }
+  if (!HaveProgram("zsh")) GTEST_SKIP() << "no zsh to drive (apt-get install zsh)";
+  // `ckptfs` on PATH is the binary under test, as an installed one would be.
+  const std::string path =
+      "PATH=" + fs::path(kCkptfs).parent_path().string() + ":" + getenv("PATH");
+  auto complete = [&](const std::string& line) {
+    return RunProcess({"env", path, "zsh", "-f", ScriptPath("tests/mount/complete_zsh.zsh"),
+                       ScriptPath("completion"), line},
+                      kCheckTimeout);
+  };
+  const auto expect_words = [](const ProcessResult& r, const std::vector<std::string>& words) {
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    for (const std::string& word : words) {
+      EXPECT_TRUE(std::regex_search(r.out, std::regex("(^|[^a-z0-9-])" + word + "($|[^a-z0-9-])")))
+          << "no " << word << " offered; " << r.Describe();
+    }
+  };
+  expect_words(complete("ckptfs "), {"mount", "umount", "inspect", "verify", "pack"});
+  expect_words(complete("ckptfs mount --zip-crc "), {"auto", "mount", "off"});
+  expect_words(complete("ckptfs mount --log-level "), {"error", "warn", "info", "debug"});
+  const std::string run = MakeSmallRun(*scratch_);
+  expect_words(complete("ckptfs mount " + run + " mnt --checkpoint "),
+               {"latest", "best", "checkpoint-1", "checkpoint-3"});
+}
+
 // layers.2 before layers.10; parameters in total and per dtype; a compressed shard's
 // stored size and ratio; the same in --json.
 TEST_F(CliTest, InspectSortsNaturallyAndCountsParameters) {
