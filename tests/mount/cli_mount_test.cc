@@ -161,23 +161,25 @@ TEST_F(CliTest, ManPageRendersAt80ColumnsAndDocumentsEveryOption) {
   }
 }
 
+// Bash's completion of COMP_WORDS=(`words`) at COMP_CWORD=`cword`: what COMPREPLY holds.
+ProcessResult BashComplete(const std::string& words, int cword) {
+  const std::string script = "source '" + ScriptPath("completion/ckptfs.bash") + "'; COMP_WORDS=(" +
+                             words + "); COMP_CWORD=" + std::to_string(cword) +
+                             "; _ckptfs; echo \"${COMPREPLY[*]}\"";
+  return RunProcess({"bash", "-c", script}, kCheckTimeout);
+}
+
 TEST_F(CliTest, BashCompletionOffersSubcommandsAndOptions) {
-  auto complete = [](const std::string& words, int cword) {
-    const std::string script =
-        "source '" + ScriptPath("completion/ckptfs.bash") + "'; COMP_WORDS=(" + words +
-        "); COMP_CWORD=" + std::to_string(cword) + "; _ckptfs; echo \"${COMPREPLY[*]}\"";
-    return RunProcess({"bash", "-c", script}, kRefusalTimeout);
-  };
   const std::string bin = std::string("'") + kCkptfs + "'";
-  ProcessResult r = complete(bin + " ''", 1);
+  ProcessResult r = BashComplete(bin + " ''", 1);
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   EXPECT_EQ(r.out, "mount umount inspect verify pack\n") << r.Describe();
-  r = complete(bin + " pa", 1);
+  r = BashComplete(bin + " pa", 1);
   EXPECT_EQ(r.out, "pack\n") << r.Describe();
-  r = complete(bin + " umount -", 2);
+  r = BashComplete(bin + " umount -", 2);
   EXPECT_NE(r.out.find("--lazy"), std::string::npos) << r.Describe();
   EXPECT_NE(r.out.find("-z"), std::string::npos) << r.Describe();
-  r = complete(bin + " pack --f", 2);
+  r = BashComplete(bin + " pack --f", 2);
   EXPECT_EQ(r.out, "--force --frame-size\n") << r.Describe();
 }
 
@@ -193,24 +195,18 @@ std::string MakeSmallRun(TempDir& scratch) {
 // Values, not file names, after an enum option (read from --help's {a,b,c}), and after
 // --checkpoint latest, best and the entries of the run on the line, wherever it stands.
 TEST_F(CliTest, BashCompletionOffersOptionValues) {
-  auto complete = [](const std::string& words, int cword) {
-    const std::string script =
-        "source '" + ScriptPath("completion/ckptfs.bash") + "'; COMP_WORDS=(" + words +
-        "); COMP_CWORD=" + std::to_string(cword) + "; _ckptfs; echo \"${COMPREPLY[*]}\"";
-    return RunProcess({"bash", "-c", script}, kCheckTimeout);
-  };
   const std::string bin = std::string("'") + kCkptfs + "'";
-  EXPECT_EQ(complete(bin + " mount --zip-crc ''", 3).out, "auto mount off\n");
-  EXPECT_EQ(complete(bin + " mount -v --log-level ''", 4).out, "error warn info debug\n");
-  EXPECT_EQ(complete(bin + " inspect --addressing v", 3).out, "virtual\n");
-  EXPECT_EQ(complete(bin + " mount --cache-size ''", 3).out, "\n");
+  EXPECT_EQ(BashComplete(bin + " mount --zip-crc ''", 3).out, "auto mount off\n");
+  EXPECT_EQ(BashComplete(bin + " mount -v --log-level ''", 4).out, "error warn info debug\n");
+  EXPECT_EQ(BashComplete(bin + " inspect --addressing v", 3).out, "virtual\n");
+  EXPECT_EQ(BashComplete(bin + " mount --cache-size ''", 3).out, "\n");
   const std::string run = MakeSmallRun(*scratch_);
-  ProcessResult r = complete(bin + " mount --checkpoint '' '" + run + "' mnt", 3);
+  ProcessResult r = BashComplete(bin + " mount --checkpoint '' '" + run + "' mnt", 3);
   EXPECT_EQ(r.out, "latest best checkpoint-1 checkpoint-2 checkpoint-3\n") << r.Describe();
-  r = complete(bin + " mount -o allow_other '" + run + "' mnt --checkpoint checkpoint-2", 7);
+  r = BashComplete(bin + " mount -o allow_other '" + run + "' mnt --checkpoint checkpoint-2", 7);
   EXPECT_EQ(r.out, "checkpoint-2\n") << r.Describe();
   // A SOURCE that is not a run: the two names alone.
-  EXPECT_EQ(complete(bin + " mount --checkpoint '' /nonexistent mnt", 3).out, "latest best\n");
+  EXPECT_EQ(BashComplete(bin + " mount --checkpoint '' /nonexistent mnt", 3).out, "latest best\n");
 }
 
 // zsh's completion (completion/_ckptfs), driven for real on a pseudo-terminal: the
