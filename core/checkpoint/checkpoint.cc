@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "core/checkpoint/formats.h"
-#include "core/run/run_listing.h"
 
 namespace ckptfs {
 std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt) {

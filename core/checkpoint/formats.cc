@@ -87,6 +87,12 @@ Status CheckTensorNames(const Checkpoint& ckpt, const std::string& shown) {
 
 }  // namespace
 
+Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
+                                const RemoteOptions& remote) {
+  static const SourceProbe probe{ProbeNames(), AnyFormatAcceptsFile, NotACheckpointFile};
+  return OpenSourceDir(source, codec, remote, probe);
+}
+
 Status NotACheckpointFile(const std::string& shown) {
   std::string kinds;
   for (const FormatReader& f : Formats()) {

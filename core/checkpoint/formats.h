@@ -38,6 +38,8 @@
 
 #include "core/cache/read_context.h"
 #include "core/checkpoint/checkpoint.h"
+#include "core/source/open_source.h"
+#include "core/source/remote_options.h"
 #include "core/source/source_dir.h"
 #include "core/status.h"
 
@@ -102,6 +104,12 @@ bool AnyFormatAcceptsFile(std::string_view name);
 
 // The refusal of a regular file SOURCE no entry accepts (accepts_file).
 Status NotACheckpointFile(const std::string& shown);
+
+// The SourceDir of a SOURCE path or URL (a local directory, a file path, an http(s):// or
+// s3:// URL), as discovery sees it, probed with this table's names; the same listing
+// OpenCheckpoint starts from.
+Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
+                                const RemoteOptions& remote);
 
 // Walks the table over `dir` and reads what wins, refuses it if a tensor name or TF key
 // breaks the one rule for names of every format (TensorNameProblem, core/layout/escape.h),

@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "core/cache/read_context.h"
+#include "core/checkpoint/formats.h"
 #include "core/source/remote_options.h"
 #include "core/source/source_dir.h"
 #include "core/status.h"
@@ -121,11 +122,6 @@ struct RunListing {
 inline constexpr std::string_view kPipelineIndex = "model_index.json";
 // The name of a pipeline's kFiles entry.
 inline constexpr std::string_view kPipelineFilesEntry = ".";
-
-// The SourceDir of a SOURCE path or URL (a local directory, a file path, an http(s):// or
-// s3:// URL), as discovery sees it; the same listing OpenCheckpoint starts from.
-Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
-                                const RemoteOptions& remote);
 
 // Whether `dir` is a run by the rule above (not a checkpoint itself). InvalidArgument,
 // naming the file, when `dir` holds no checkpoint and nothing else makes it a run but a

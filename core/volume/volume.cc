@@ -8,7 +8,7 @@
 
 #include "core/cache/disk_cache.h"
 #include "core/format/safetensors.h"
-#include "core/run/run_listing.h"
+#include "core/checkpoint/formats.h"
 
 namespace ckptfs {
 
