@@ -22,6 +22,7 @@
 #include "core/cache/read_context.h"
 #include "core/format/dtype.h"
 #include "core/format/safetensors.h"
+#include "core/format/stored_range.h"
 #include "core/source/byte_source.h"
 #include "core/source/remote_options.h"
 #include "core/source/source_dir.h"
@@ -37,13 +38,6 @@ struct StoredFile {
   std::unique_ptr<ByteSource> source;  // the decoded bytes
   uint32_t mode = 0444;        // permission bits to show: the stored file's ByteSource::Mode()
   struct timespec mtime = {};  // the stored file's ByteSource::MTime() ({0, 0}: unknown)
-};
-
-// A stored byte range: `size` bytes at `offset` in shard `shard`.
-struct StoredRange {
-  uint32_t shard = 0;
-  uint64_t offset = 0;
-  uint64_t size = 0;
 };
 
 // The bytes of one storage: a safetensors tensor's data, a torch storage record, or a TF

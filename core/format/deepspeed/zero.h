@@ -42,8 +42,8 @@
 #include <string>
 #include <vector>
 
-#include "core/checkpoint/checkpoint.h"
 #include "core/format/dtype.h"
+#include "core/format/stored_range.h"
 #include "core/format/torch_file.h"
 #include "core/status.h"
 
