@@ -5,7 +5,7 @@
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/hf_layout.h"
 #include "core/checkpoint/model.h"
-#include "core/layout/escape.h"
+#include "core/format/names.h"
 
 namespace ckptfs {
 

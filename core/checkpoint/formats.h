@@ -112,7 +112,7 @@ Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
                                 const RemoteOptions& remote);
 
 // Walks the table over `dir` and reads what wins, refuses it if a tensor name or TF key
-// breaks the one rule for names of every format (TensorNameProblem, core/layout/escape.h),
+// breaks the one rule for names of every format (TensorNameProblem, core/format/names.h),
 // chooses its model view (SelectModel, core/checkpoint/model.h, with
 // codec.options().model_key), then (for a directory SOURCE) reads the other files. `shown`
 // names SOURCE in refusals that concern it as a whole.

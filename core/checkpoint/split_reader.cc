@@ -1,6 +1,6 @@
 // The per-key split entry of the format table (docs/split.md): a directory holding map.pt
 // (torch.save of the list of keys, in order) and one torch.save(tensor) file per key,
-// named by SplitKeyFileName (core/layout/escape.h). SOURCE is
+// named by SplitKeyFileName (core/format/names.h). SOURCE is
 //   - that directory, or its map.pt (Rank::kNamed: map.pt names the rest);
 //   - a directory holding it as pytorch_model/ (an HF model directory: config.json beside
 //     pytorch_model/map.pt); its files are the mount's root files.
@@ -16,7 +16,7 @@
 #include "core/checkpoint/formats.h"
 #include "core/checkpoint/hf_layout.h"
 #include "core/format/torch_file.h"
-#include "core/layout/escape.h"
+#include "core/format/names.h"
 
 namespace ckptfs {
 namespace {
