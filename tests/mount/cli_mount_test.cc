@@ -101,33 +101,17 @@ TEST_F(CliTest, VersionNamesTheCommit) {
   }
 }
 
-// The man page (docs/ckptfs.1, as the build installs it): rendered by man(1) at 80
-// columns with no warning and no line wider, its sections as the peers' (squashfuse,
-// sshfs), the version of the binary, and every long option that `ckptfs --help` or a
-// command's --help lists, so it cannot fall behind the binary.
-TEST_F(CliTest, ManPageRendersAt80ColumnsAndDocumentsEveryOption) {
+// The man page (docs/ckptfs.1, as the build installs it), rendered by man(1), carries
+// the version of the binary and every long option that `ckptfs --help` or a command's
+// --help lists, so it cannot fall behind the binary. Its width, warnings, sections and
+// FILES are checked without FUSE by the unit test ManPageTest.
+TEST_F(CliTest, ManPageDocumentsEveryOption) {
   if (!HaveProgram("man")) GTEST_SKIP() << "no man(1) to render the page (apt-get install man-db)";
   ASSERT_TRUE(fs::exists(CKPTFS_MAN_PAGE)) << CKPTFS_MAN_PAGE;
   const ProcessResult man =
       RunProcess({"env", "MANWIDTH=80", "MANPAGER=cat", "man", "--warnings", "-l", CKPTFS_MAN_PAGE},
                  kCheckTimeout);
   ASSERT_EQ(man.exit_code, 0) << man.Describe();
-  EXPECT_EQ(man.err, "") << "man --warnings complained; " << man.Describe();
-  std::istringstream lines(man.out);
-  int number = 0;
-  for (std::string line; std::getline(lines, line);) {
-    ++number;
-    // Columns, not bytes: man writes a few UTF-8 characters (the hyphen, quotes).
-    size_t columns = 0;
-    for (unsigned char c : line) columns += (c & 0xC0) != 0x80;
-    EXPECT_LE(columns, 80u) << "line " << number << " is wider than 80 columns: " << line;
-  }
-  for (const char* section :
-       {"NAME", "SYNOPSIS", "DESCRIPTION", "COMMANDS", "OPTIONS", "MOUNT OPTIONS", "ENVIRONMENT",
-        "FILES", "EXIT STATUS", "EXAMPLES", "FSTAB", "SYSTEMD", "SEE ALSO"}) {
-    EXPECT_NE(man.out.find(std::string("\n") + section + "\n"), std::string::npos)
-        << "no section " << section;
-  }
   const ProcessResult version = Ckptfs({"--version"}, kRefusalTimeout);
   std::smatch number_match;
   ASSERT_TRUE(std::regex_search(version.out, number_match, std::regex(R"(\d+\.\d+\.\d+)")));
