@@ -6,6 +6,7 @@
 
 #include "core/codec/zstd_source.h"
 #include "core/format/ordered_json.h"
+#include "core/format/safetensors.h"
 
 namespace ckptfs {
 namespace {
@@ -92,7 +93,10 @@ Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
   CKPTFS_ASSIGN_OR_RETURN(auto compressed, dir.open(zst));
   const uint32_t mode = compressed->Mode();
   const struct timespec mtime = compressed->MTime();
-  CKPTFS_ASSIGN_OR_RETURN(auto decoded, ZstdSource::Open(std::move(compressed), codec));
+  // A safetensors header (8 bytes, then up to kMaxSafetensorsHeader) is the largest a
+  // format reads at open.
+  CKPTFS_ASSIGN_OR_RETURN(
+      auto decoded, ZstdSource::Open(std::move(compressed), codec, 8 + kMaxSafetensorsHeader));
   return StoredFile{name, zst, std::move(decoded), mode, mtime};
 }
 

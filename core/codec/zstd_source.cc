@@ -12,16 +12,13 @@
 #include <cstring>
 #include <vector>
 
-#include "core/format/safetensors.h"
-
 namespace ckptfs {
 namespace {
 
-// Reads of a not-yet-spilled shard that start within kPrefixStart and end within
-// kPrefixLimit are served by decoding just that prefix: that is how the safetensors header
-// (8 bytes at 0, then up to 100 MB at 8) is read at mount without decoding the shard.
+// Reads of a not-yet-spilled shard that start within kPrefixStart and end within the
+// caller's header_prefix are served by decoding just that prefix: that is how a format's
+// header is read at mount without decoding the shard.
 constexpr uint64_t kPrefixStart = 64 << 10;
-constexpr uint64_t kPrefixLimit = 8 + kMaxSafetensorsHeader;
 
 using DCtxPtr = std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)>;
 
@@ -47,7 +44,7 @@ Status PreadAll(int fd, uint64_t offset, std::span<uint8_t> out, const std::stri
 }  // namespace
 
 Result<std::unique_ptr<ZstdSource>> ZstdSource::Open(std::unique_ptr<ByteSource> compressed,
-                                                     ReadContext& context) {
+                                                     ReadContext& context, uint64_t header_prefix) {
   CKPTFS_ASSIGN_OR_RETURN(FrameIndex index, ReadFrameIndex(*compressed));
   // Un-grouping needs the whole frame, which only the cached path has (see the header).
   const uint64_t limit = MaxCachedFrame(context.cache().capacity());
@@ -62,14 +59,15 @@ Result<std::unique_ptr<ZstdSource>> ZstdSource::Open(std::unique_ptr<ByteSource>
     }
   }
   return std::unique_ptr<ZstdSource>(
-      new ZstdSource(std::move(compressed), std::move(index), context));
+      new ZstdSource(std::move(compressed), std::move(index), context, header_prefix));
 }
 
 ZstdSource::ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index,
-                       ReadContext& context)
+                       ReadContext& context, uint64_t header_prefix)
     : compressed_(std::move(compressed)),
       index_(std::move(index)),
       context_(context),
+      header_prefix_(header_prefix),
       whole_(std::any_of(index_.frames.begin(), index_.frames.end(),
                          [limit = MaxCachedFrame(context.cache().capacity())](const Frame& f) {
                            return f.decoded_size > limit;
@@ -218,7 +216,7 @@ Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
   if (out.empty()) return Status::Ok();
   if (whole_) {
-    if (spill_fd_ < 0 && offset < kPrefixStart && offset + out.size() <= kPrefixLimit) {
+    if (spill_fd_ < 0 && offset < kPrefixStart && offset + out.size() <= header_prefix_) {
       return ReadPrefix(offset, out);
     }
     CKPTFS_RETURN_IF_ERROR(EnsureSpilled());

@@ -55,9 +55,12 @@ inline constexpr uint64_t MaxCachedFrame(uint64_t cache_bytes) {
 
 class ZstdSource final : public ByteSource, private BlockSet {
  public:
-  // `compressed` holds the .zst bytes; `context` must outlive the source.
+  // `compressed` holds the .zst bytes; `context` must outlive the source. Until a shard
+  // stored as one large frame is spilled, a read that starts in its first 64 KiB and ends
+  // within `header_prefix` bytes decodes just that prefix: the format's header, read at
+  // mount (its caller knows how large a header may be; 0: no such reads).
   static Result<std::unique_ptr<ZstdSource>> Open(std::unique_ptr<ByteSource> compressed,
-                                                  ReadContext& context);
+                                                  ReadContext& context, uint64_t header_prefix = 0);
   ~ZstdSource() override;
 
   uint64_t Size() const override { return index_.decoded_size; }
@@ -96,7 +99,8 @@ class ZstdSource final : public ByteSource, private BlockSet {
                    const std::function<void(uint64_t decoded)>& progress = {}) const;
 
  private:
-  ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index, ReadContext& context);
+  ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index, ReadContext& context,
+             uint64_t header_prefix);
 
   // BlockSet: a block is a frame, loaded by decoding it.
   size_t BlockCount() const override { return index_.frames.size(); }
@@ -115,6 +119,7 @@ class ZstdSource final : public ByteSource, private BlockSet {
   std::unique_ptr<ByteSource> compressed_;
   FrameIndex index_;
   ReadContext& context_;
+  uint64_t header_prefix_;
   bool whole_;
   std::unique_ptr<CachedBlocks> frames_;  // null when whole_
   mutable std::mutex spill_mu_;

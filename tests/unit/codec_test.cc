@@ -13,6 +13,7 @@
 
 #include "core/codec/frame_index.h"
 #include "core/codec/zstd_source.h"
+#include "core/format/safetensors.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -194,7 +195,8 @@ TEST(FrameIndex, CompressibleFramesWithinTheBoundAreCounted) {
 class ZstdSourceTest : public ::testing::Test {
  protected:
   std::unique_ptr<ZstdSource> Open(const std::string& bytes, ReadContext& codec) {
-    auto src = ZstdSource::Open(std::make_unique<MemorySource>("s.safetensors.zst", bytes), codec);
+    auto src = ZstdSource::Open(std::make_unique<MemorySource>("s.safetensors.zst", bytes), codec,
+                                8 + kMaxSafetensorsHeader);
     EXPECT_TRUE(src.ok()) << src.status().message();
     return src.ok() ? std::move(src).value() : nullptr;
   }
