@@ -16,6 +16,14 @@ ensure_s3rver
 # Warnings are errors here: a fresh build prints none, and CI keeps it so.
 scripts/setup.sh build -DCKPTFS_BUILD_TESTS=ON -DCKPTFS_WERROR=ON
 
+# Release (-O3) warns where -O2 does not (GCC 12's -Wrestrict): the binary builds clean there too.
+if [ "${CKPTFS_SKIP_RELEASE:-0}" != 1 ]; then
+  echo "test: Release build of the binary with -Werror (build-release)"
+  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DCKPTFS_WERROR=ON \
+    -DCKPTFS_BUILD_TESTS=OFF >/dev/null
+  cmake --build build-release -j2 --target ckptfs >/dev/null
+fi
+
 if [ "${CKPTFS_SKIP_TSAN:-0}" != 1 ]; then
   echo "test: ThreadSanitizer build of the unit tests (build-tsan)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_TSAN=ON \

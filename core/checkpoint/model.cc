@@ -69,7 +69,10 @@ Status UnknownKey(const Checkpoint& ckpt, const std::string& key, const std::str
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   std::string has = keys.empty() ? "none: every tensor is at the top level" : "";
   constexpr size_t kNamed = 20;
-  for (size_t i = 0; i < keys.size() && i < kNamed; ++i) has += (i ? ", " : "") + keys[i];
+  for (size_t i = 0; i < keys.size() && i < kNamed; ++i) {
+    if (i) has += ", ";
+    has += keys[i];
+  }
   if (keys.size() > kNamed) has += ", ... (" + std::to_string(keys.size() - kNamed) + " more)";
   return Status::InvalidArgument(shown + ": --model-key " + (key.empty() ? "''" : key) +
                                  ": no sub-tree of that name holds tensors (sub-trees that do: " +

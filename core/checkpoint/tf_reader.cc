@@ -262,7 +262,8 @@ class MetadataWriter {
     bool first = true;
     CKPTFS_RETURN_IF_ERROR(
         tf::WalkStringTensor(bytes, Elements(t), t.where, What(t), [&](std::string_view s) {
-          const std::string quoted = (first ? "" : ",") + tf::JsonQuoted(s);
+          std::string quoted = first ? "" : ",";
+          quoted += tf::JsonQuoted(s);
           first = false;
           return budget_.Append(out_, quoted);
         }));

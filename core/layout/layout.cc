@@ -14,6 +14,7 @@
 #include "core/checkpoint/model.h"
 #include "core/format/npy.h"
 #include "core/format/safetensors.h"
+#include "core/format/shape.h"
 #include "core/format/torch_file.h"
 #include "core/format/zip.h"
 #include "core/layout/escape.h"
@@ -242,12 +243,6 @@ std::vector<uint32_t> KeyPathOrder(const Checkpoint& ckpt) {
   order.reserve(paths.size());
   for (const auto& p : paths) order.push_back(p.second);
   return order;
-}
-
-std::string JoinShape(std::span<const uint64_t> dims) {
-  std::string out;
-  for (uint64_t d : dims) out += (out.empty() ? "" : ",") + std::to_string(d);
-  return "(" + out + ")";
 }
 
 // The header entry of tensor `order[j]` of model.safetensors, at data offset
@@ -706,7 +701,8 @@ Layout Layout::Build(const Checkpoint& ckpt) {
     const Tensor& t = ckpt.tensors[i];
     if (!t.contiguous()) {
       layout.notes_.push_back("tensor \"" + t.name + "\" is a strided view (shape " +
-                              JoinShape(t.shape) + ", stride " + JoinShape(t.stride) +
+                              ShapeText(t.shape, '(', ')') + ", stride " +
+                              ShapeText(t.stride, '(', ')') +
                               (t.in_model ? "): only in pytorch_model.bin, not in "
                                             "model.safetensors, pytorch_model/ or tensors/"
                                           : "): in no view (not in tensors/, and not the "

@@ -102,7 +102,8 @@ uint32_t ReachThrough(const std::string& top, std::string_view dir) {
     if (rest.empty()) return reach;
     const size_t slash = rest.find('/');
     const std::string_view component = rest.substr(0, slash);
-    at += (at.ends_with('/') ? "" : "/") + std::string(component);
+    if (!at.ends_with('/')) at += '/';
+    at += component;
     rest.remove_prefix(component.size());
   }
 }

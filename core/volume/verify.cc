@@ -51,7 +51,10 @@ std::string DamagedFrame(const Checkpoint& ckpt, const ZstdSource& zstd, uint32_
   if (hit.empty()) return line + "no tensor (header or padding)";
   constexpr size_t kNamed = 8;
   line += std::to_string(hit.size()) + (hit.size() == 1 ? " tensor: " : " tensors: ");
-  for (size_t i = 0; i < std::min(hit.size(), kNamed); ++i) line += (i ? ", " : "") + hit[i];
+  for (size_t i = 0; i < std::min(hit.size(), kNamed); ++i) {
+    if (i) line += ", ";
+    line += hit[i];
+  }
   if (hit.size() > kNamed) line += ", ... (" + std::to_string(hit.size() - kNamed) + " more)";
   return line;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/format/shape.h"
 #include "core/format/tf/crc32c.h"
 #include "core/format/tf/slices.h"
 #include "core/format/tf/sstable.h"
@@ -12,12 +13,6 @@ namespace {
 
 Status KeyError(const std::string& file_name, std::string_view key, const std::string& what) {
   return Status::Corruption(file_name + ": \"" + std::string(key) + "\": " + what);
-}
-
-std::string ShapeText(std::span<const uint64_t> shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
-  return out + "]";
 }
 
 // OrderedCode (tensorflow/core/lib/strings/ordered_code.cc), the writers TF's slice keys use.

@@ -145,7 +145,10 @@ Result<std::string> StatePathInSource(std::string_view path, const std::string& 
   }
   if (escapes) return std::string(parts.back());
   std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) out += (i ? "/" : "") + std::string(parts[i]);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += '/';
+    out += parts[i];
+  }
   return out;
 }
 
