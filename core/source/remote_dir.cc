@@ -283,7 +283,9 @@ std::optional<HttpListing> ParseAutoindexJson(std::string_view body) {
       return std::nullopt;
     }
     const std::string n = name->get<std::string>();
-    if (n.size() > 255 || !UrlNameProblem(n).empty()) continue;
+    // A name listed twice (nginx never does) keeps its first entry: a later one must not
+    // make it a file and a directory at once, nor show it twice.
+    if (n.size() > 255 || !UrlNameProblem(n).empty() || listing.info.count(n)) continue;
     ListedInfo info;
     if (auto size = item.find("size"); size != item.end() && size->is_number_unsigned()) {
       info.size = size->get<uint64_t>();

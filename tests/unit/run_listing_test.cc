@@ -1241,5 +1241,21 @@ TEST(RemoteListingTest, AutoindexJsonGivesFilesDirsSizesAndTimes) {
   EXPECT_FALSE(ParseAutoindexJson(R"([{"name":1,"type":"file"}])").has_value());
 }
 
+// A lying server lists a name twice, or as a file and a directory: the first entry stands,
+// so the mount never shows a name twice nor as both (found by the http_list fuzz target).
+TEST(RemoteListingTest, AutoindexJsonNameListedTwiceKeepsTheFirst) {
+  auto listing = ParseAutoindexJson(R"([
+    {"name":"x", "type":"file", "size":1},
+    {"name":"x", "type":"directory"},
+    {"name":"x", "type":"file", "size":2},
+    {"name":"d", "type":"directory"},
+    {"name":"d", "type":"directory"}
+  ])");
+  ASSERT_TRUE(listing.has_value());
+  EXPECT_EQ(listing->files, std::vector<std::string>{"x"});
+  EXPECT_EQ(listing->dirs, std::vector<std::string>{"d"});
+  EXPECT_EQ(listing->info["x"].size, 1u);
+}
+
 }  // namespace
 }  // namespace ckptfs
