@@ -10,6 +10,12 @@ _ckptfs_choices() {
     sed -n "s/^  \(-[^ ,]*,\)\{0,1\}$2 [A-Z]*:{\([^}]*\)}.*/\2/p" | tr ',' ' '
 }
 
+# The options of subcommand $1 that take a value ($2: the binary): "  --cache-size TEXT ...".
+_ckptfs_value_options() {
+  "$2" "$1" --help 2>/dev/null |
+    sed -n 's/^  \(-[^ ,]*,\)\{0,1\}\(-[-a-z]*\) \(TEXT\|INT\|FLOAT\|UINT\).*/\2/p'
+}
+
 # The entry names of the run at $2 ($1: the binary), one per line.
 _ckptfs_run_entries() {
   "$1" inspect --json "$2" 2>/dev/null |
@@ -39,16 +45,13 @@ _ckptfs() {
     --log-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --checkpoint)
       # SOURCE: the first word after the subcommand, before or after the cursor, that is
-      # neither an option nor an option's value.
-      local source="" entries
+      # neither an option nor an option's value (the options that take one: from --help).
+      local source="" entries takes
+      takes=" $(_ckptfs_value_options "$cmd" "$bin" | tr '\n' ' ') "
       for ((i = i + 1; i < ${#COMP_WORDS[@]}; i++)); do
         ((i == COMP_CWORD)) && continue
         case ${COMP_WORDS[i]} in
-          --checkpoint | --cache-dir | --spill-dir | --log-file | --log-level | --zip-crc | \
-            --addressing | --cache-size | --cache-dir-size | --timeout | --endpoint | \
-            --region | --model-key | --uid | --gid | --umask | --file-mode | --dir-mode | \
-            --idle-close | --relist | -o) ((i++)) ;;
-          -*) ;;
+          -*) [[ $takes == *" ${COMP_WORDS[i]} "* ]] && ((i++)) ;;
           *) source=${COMP_WORDS[i]}; break ;;
         esac
       done
