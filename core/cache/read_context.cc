@@ -1,6 +1,7 @@
 #include "core/cache/read_context.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "core/cache/disk_cache.h"
@@ -63,6 +64,43 @@ bool ReadContext::TrySubmit(Workers workers, std::function<void()> task) {
   std::lock_guard<std::mutex> lock(pool_mu_);
   ThreadPool* pool = workers == Workers::kDecode ? pool_.get() : fetch_pool_.get();
   return pool && pool->TrySubmit(std::move(task));
+}
+
+void ReadContext::RunAll(std::vector<std::function<void()>> tasks) {
+  if (tasks.empty()) return;
+  // Tasks are claimed by index, by the caller and by helpers queued on workers; a helper
+  // that starts after the caller returned finds nothing left (the state outlives both).
+  struct Shared {
+    std::vector<std::function<void()>> tasks;
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    std::condition_variable done_cv;
+    size_t done = 0;  // guarded by mu
+    void Work() {
+      for (size_t i; (i = next.fetch_add(1)) < tasks.size();) {
+        tasks[i]();
+        std::lock_guard lock(mu);
+        if (++done == tasks.size()) done_cv.notify_all();
+      }
+    }
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->tasks = std::move(tasks);
+  const size_t helpers = shared->tasks.size() - 1;
+  std::unique_ptr<ThreadPool> own;  // destroyed (joined) before returning
+  size_t queued = 0;
+  for (size_t i = 0; i < helpers; ++i) {
+    if (TrySubmit(Workers::kDecode, [shared] { shared->Work(); })) ++queued;
+  }
+  if (queued == 0 && helpers > 0) {
+    size_t threads = options_.prefetch.decode_threads;
+    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+    own = std::make_unique<ThreadPool>(std::min(helpers, threads), helpers);
+    for (size_t i = 0; i < helpers; ++i) own->TrySubmit([shared] { shared->Work(); });
+  }
+  shared->Work();
+  std::unique_lock lock(shared->mu);
+  shared->done_cv.wait(lock, [&] { return shared->done == shared->tasks.size(); });
 }
 
 ReadContext::ScratchLease::ScratchLease(ScratchLease&& other) noexcept

@@ -77,6 +77,11 @@ class ReadContext {
   // Runs `task` on one of the `workers` if their queue has room; false if dropped.
   enum class Workers : uint8_t { kDecode, kFetch };
   bool TrySubmit(Workers workers, std::function<void()> task);
+  // Runs every task to completion, in parallel: on the decode workers when they run, else
+  // (before the daemon forks, and after Shutdown) on workers made for the call and joined
+  // before it returns, so no thread outlives it. The calling thread takes tasks too, so
+  // they finish even when the workers are busy or their queue is full.
+  void RunAll(std::vector<std::function<void()>> tasks);
 
   // A sequential-read detector for `limit` bytes (a file, a source) with the mount's
   // settings: windows start at the remote or the local initial window and stay within a

@@ -1,63 +1,40 @@
 // Layout: the immutable file tree of a mount, built once from a Checkpoint's headers.
 //
-// Every file is a list of extents laid end to end. An extent is either a range of a
-// stored file (a shard, the index, config.json...) or synthesized bytes (a merged
-// safetensors header, an .npy header) kept in one in-memory pool. The views (the two
-// merged files are named by Checkpoint::safetensors_view and torch_view: adapter_model.*
-// for a peft adapter, see HfViewNamesOf; the names below otherwise):
-//   /model.safetensors          merged header + every tensor of the model (Checkpoint::model:
-//                               in_model tensors, named by ModelName), ordered by element
-//                               size (largest first) then name, so all are aligned
-//   /tensors/a/b/leaf.npy       every tensor, model or not: .npy header + the tensor (one-tensor
-//   .safetensors when
-//                               numpy lacks the dtype)
-//   /pytorch_model.bin          a torch.save zip of every model tensor with a torch type:
-//                               synthesized pickle and zip headers around one stored
-//                               record per storage, each an extent over the shard bytes
-//   /pytorch_model/map.pt       the per-key split layout (docs/split.md): map.pt lists the
-//   /pytorch_model/<key>.pt     model's keys (ModelName) in stored order (shard, storage
-//                               as the shard lists them, offset: a split or torch
-//                               source's own order), and each
-//                               <key>.pt (SplitKeyFileName) is torch.save(tensor) of one
-//                               model tensor with a torch type: zip headers and pickle made
-//                               on each read around one record, the tensor's stored bytes
-//   /shards/NAME                each stored weight file and the index, unchanged
-//   /NAME                       every non-weight file of SOURCE, unchanged
-//   /.ckptfs/stats.json         a kStats node, its bytes made at open by the caller
-//   /.ckptfs/metadata.json      the non-tensor values (MetadataJson)
-// Strided tensors (non-contiguous torch views) are only in pytorch_model.bin. Complex
-// tensors (C64, C128) are left out of model.safetensors with a note (safetensors has no
-// C128, and C64 only since 0.6); tensors/ has them as .npy (<c8, <c16), pytorch_model.bin
-// and pytorch_model/ as torch's Complex*Storage.
+// A plain tree of nodes. Every file is a list of extents laid end to end, each a range of
+// one extent source: a stored file (a shard, the index, config.json...) or bytes a view
+// makes (a merged safetensors header, .npy headers, zip headers), which the view owns as
+// a ByteSource of its own. Layout knows no view: SOURCE's own files go at the root, then
+// each view of the table (core/layout/views/views.h) adds its nodes and extents, and
+// owns what it needs to make its bytes.
+//
+// What the views show, and their rules of names, modes and order: views/views.h and the
+// header of each view. The rules every view follows:
 // Modes: a stored file shown unchanged keeps its StoredFile::mode; a file drawn from
 // stored files is no more readable than any of them (bits ANDed, read bits only); files
-// made from the whole checkpoint (model.safetensors, pytorch_model.bin, .ckptfs/*) take
-// the least readable shard's bits. A directory is listable (r-x) by each class that can
-// read something inside it; an empty one is 0555. The FUSE front end narrows these
-// further by the mount's --file-mode, --dir-mode and --umask (fs/ownership.h).
+// made from the whole checkpoint take the least readable shard's bits
+// (LayoutBuilder::whole_mode). A directory is listable (r-x) by each class that can read
+// something inside it; an empty one is 0555. The mount tree narrows these further by the
+// mount's --file-mode, --dir-mode and --umask.
 // Times (MTime): a stored file shown unchanged (root files, shards/) has its StoredFile's
-// mtime; a per-tensor file its shard's; files made from the whole checkpoint the newest
-// shard's; directories SOURCE's own (Checkpoint::dir_mtime), else the newest stored
-// file's. Derived on each call from the ~one timespec kept per stored file, so nodes stay
-// 40 bytes. A remount of the same SOURCE shows the same times.
+// mtime; a per-tensor file (Node::tensor) its shard's; other files the newest shard's;
+// directories SOURCE's own (Checkpoint::dir_mtime), else the newest stored file's.
+// Derived on each call from one timespec kept per stored file. A remount of the same
+// SOURCE shows the same times and the same inode numbers.
 // Inode numbers are node indices; kRoot is 1 as FUSE expects. Memory and build time grow
-// with the number of tensors, never with checkpoint bytes: about 190 bytes a tensor (two
-// nodes, three extents, names, model.safetensors' order; its header entries are made per
-// read), about 85 for pytorch_model/ (a node, a child slot and a name per tensor: its files'
-// extents and bytes are made per read), and 152 more once pytorch_model.bin is used (its
-// extents, pickle and record table; tests/unit/memory_test.cc holds all three). Thread safety:
-// immutable after Build (what the first use of pytorch_model.bin makes is made once, under a
-// once_flag), so any number of readers may use it at once.
+// with the number of tensors, never with checkpoint bytes (tests/unit/memory_test.cc
+// holds the bytes per tensor; docs/memory.md explains them).
+// Thread safety: immutable after Build (what a view makes on first use is made once,
+// thread-safe), so any number of readers may use it at once.
 #pragma once
 
 #include <time.h>
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/checkpoint/checkpoint.h"
@@ -65,48 +42,23 @@
 
 namespace ckptfs {
 
-// 24 bytes: a mount holds three per tensor, two more once pytorch_model.bin is used. A stored range
-// longer than 4 GiB - 1 is laid out as several extents, each under the 32-bit length.
+class ReadContext;
+
+// 24 bytes: a mount holds about three per tensor. A stored range longer than 4 GiB - 1 is
+// laid out as several extents, each under the 32-bit length.
 struct Extent {
-  static constexpr uint32_t kInline = 0x7fffffff;  // bytes in the header pool
-  static constexpr uint32_t kLazy = kInline - 1;   // bytes made on first read (torch zip)
-  // Torch zip bytes made again on every read (GeneratedBytes): the local header of
-  // storage record `source_offset`, or central-directory chunk `source_offset`.
-  static constexpr uint32_t kZipHeader = kInline - 2;
-  static constexpr uint32_t kZipDirectory = kInline - 3;
-  // The merged safetensors header's entries of chunk `source_offset` (Layout's
-  // header_chunks_), made again on every read (GeneratedBytes). A chunk closes after
-  // kHeaderChunk tensors or once its bytes reach kHeaderChunkBytes, whichever comes first:
-  // hostile long names then cost a read at most one entry beyond that, and a chunk's
-  // length always fits an extent.
-  static constexpr uint32_t kHeaderEntries = kInline - 4;
-  // A pytorch_model/<key>.pt file's bytes before and after its tensor's, for tensor
-  // `source_offset` (index into Checkpoint::tensors), made again on every read.
-  static constexpr uint32_t kSplitHead = kInline - 5;
-  static constexpr uint32_t kSplitTail = kInline - 6;
-  // pytorch_model/map.pt's bytes, made on its first read and kept.
-  static constexpr uint32_t kSplitMap = kInline - 7;
-  static constexpr uint32_t kFirstSynthesized = kSplitMap;
-  static constexpr uint32_t kHeaderChunk = 1024;
-  static constexpr uint64_t kHeaderChunkBytes = 1u << 20;
   static constexpr uint64_t kMaxLength = UINT32_MAX;  // longer ranges take several extents
 
   uint64_t file_offset;    // where the extent starts in the file
-  uint64_t source_offset;  // offset in the source, or in the inline pool
+  uint64_t source_offset;  // where its bytes start in the source
   uint32_t length;
-  uint32_t source : 31;  // index into Layout::sources(), or kInline / kLazy
+  uint32_t source : 31;  // index into the layout's extent sources (Layout::Source)
   uint32_t tensor : 1;   // data of one tensor: a read of its start prefetches the rest
-
-  bool synthesized() const { return source >= kFirstSynthesized; }
-  bool generated() const {
-    return source == kZipHeader || source == kZipDirectory || source == kHeaderEntries ||
-           source == kSplitHead || source == kSplitTail;
-  }
 };
 
 // What Layout::Extents returns: a slice of the layout's table, or, for a file whose
-// extents are not kept (pytorch_model/<key>.pt), the few made for the call. Iterate it
-// while it lives; movable, not copyable.
+// extents a view makes on use, the ones made for the call. Iterate it while it lives;
+// movable, not copyable.
 class ExtentList {
  public:
   ExtentList() = default;
@@ -122,16 +74,21 @@ class ExtentList {
   size_t size() const { return view_.size(); }
   bool empty() const { return view_.empty(); }
   const Extent& operator[](size_t i) const { return view_[i]; }
+  bool owned() const { return !own_.empty(); }
 
  private:
   std::vector<Extent> own_;
   std::span<const Extent> view_;
 };
 
+// Appends the extents of `length` bytes of `source` at `offset` to a file of `file_size`
+// bytes, which grows by `length`; returns how many (one per kMaxLength).
+uint32_t AppendExtents(std::vector<Extent>& extents, uint64_t& file_size, uint32_t source,
+                       uint64_t offset, uint64_t length, bool tensor);
+
 enum class NodeKind : uint8_t { kDirectory, kFile, kStats };
 
-// 40 bytes, names in the layout's arena (a mount holds about two nodes per tensor). The
-// three bytes after `kind` are free: room for a 16-bit mode.
+// 40 bytes, names in the layout's arena (a mount holds about two nodes per tensor).
 struct Node {
   const char* name_data = "";  // NUL-terminated (fuse_add_direntry wants that), never null
   uint64_t size = 0;           // files: bytes; directories: 0
@@ -141,17 +98,51 @@ struct Node {
   int32_t tensor = -1;  // per-tensor files: index into Checkpoint::tensors
   uint32_t name_size = 0;
   NodeKind kind = NodeKind::kDirectory;
+  uint8_t maker = 0;     // files whose extents a view makes on use: 1 + its ExtentMaker
   uint16_t mode = 0555;  // permission bits (see Layout: Modes)
 
   std::string_view name() const { return {name_data, name_size}; }
+};
+
+// A view whose files' extents are not kept in the layout's table but made on use: from
+// state the view makes on first use (pytorch_model.bin), or anew on each call
+// (pytorch_model/<key>.pt). Thread-safe.
+class ExtentMaker {
+ public:
+  virtual ~ExtentMaker() = default;
+  // Every extent of file `node`, in file order: a span the maker keeps, or owned ones.
+  virtual ExtentList Extents(const Node& node) const = 0;
+};
+
+// One part of the tree a view adds (a file or a directory of files), made from the
+// checkpoint. Built in two steps: Plan, work that needs only the checkpoint (orders,
+// sizes measured), which Build runs for all views at once on the ReadContext's workers;
+// then LayOut, on the building thread, in the table's order (so inode numbers are the
+// same on every mount). A view lives as long as its Layout: the sources and makers it
+// registers may point into it.
+class View {
+ public:
+  virtual ~View() = default;
+  // The root entry the view adds: a stored file of SOURCE by that name is hidden.
+  virtual std::string RootName() const = 0;
+  virtual void Plan() {}
+  virtual void LayOut(class LayoutBuilder& b) = 0;
+  // Tensors this view leaves out, and why, for log lines at mount (after LayOut).
+  std::vector<std::string> notes;
 };
 
 class Layout {
  public:
   static constexpr uint64_t kRoot = 1;
 
-  // `ckpt` must outlive the Layout: extents point at its sources.
-  static Layout Build(const Checkpoint& ckpt);
+  // `ckpt` must outlive the Layout: extents point at its sources. With `context`, the
+  // views' Plan steps run on its workers (ReadContext::RunAll), else one after another.
+  static Layout Build(const Checkpoint& ckpt, ReadContext* context = nullptr);
+
+  Layout() = default;
+  Layout(Layout&&) noexcept = default;
+  Layout& operator=(Layout&&) noexcept = default;
+  ~Layout();
 
   // nullptr for an inode that does not exist.
   const Node* Find(uint64_t ino) const;
@@ -164,15 +155,10 @@ class Layout {
   std::span<const uint64_t> Children(uint64_t dir) const;
   // The extents of file `ino` overlapping [offset, offset + length), in file order.
   ExtentList Extents(uint64_t ino, uint64_t offset, uint64_t length) const;
-  // The bytes of a synthesized extent. The first call for a kLazy extent makes the
-  // merged torch zip's headers, for a kSplitMap extent map.pt's bytes (each once,
-  // thread-safe); `ckpt` must still be alive then.
-  // Not for generated() extents, whose bytes GeneratedBytes makes.
-  std::string_view InlineBytes(const Extent& e) const;
-  // The bytes of a generated() extent, made from a per-record table on each call (the
-  // first makes the table with the kLazy bytes).
-  std::string GeneratedBytes(const Extent& e) const;
+  // Extent source `index`: a stored file, or bytes a view makes.
   const ByteSource& Source(uint32_t index) const { return *sources_[index]; }
+  // Whether extent source `index` is a stored file (else a view makes its bytes).
+  bool Stored(uint32_t index) const { return index < stored_sources_; }
   uint64_t node_count() const { return nodes_.size() - 1; }
   // Names SOURCE had that the views shadow (e.g. a stray "tensors" file), for a log line.
   const std::vector<std::string>& hidden() const { return hidden_; }
@@ -180,30 +166,7 @@ class Layout {
   const std::vector<std::string>& notes() const { return notes_; }
 
  private:
-  class Builder;
-  class DirectoryWalker;
-  class TorchZipLazy;
-
-  void MakeLazyBytes() const;
-  void MakeSplitMap() const;
-  // Whether `node` is a pytorch_model/<key>.pt file, whose extents Extents makes.
-  bool IsSplitFile(const Node& node) const {
-    return node.tensor >= 0 && node.parent == split_dir_ && split_dir_ != 0;
-  }
-
-  // pytorch_model.bin's extents (48 bytes a tensor), kept synthesized bytes (the pickle,
-  // ~95 bytes a tensor) and the record table its generated headers are made from (12
-  // bytes a tensor). Most mounts never read that file: Build only measures it, and these
-  // are made on its first use.
-  struct LazyBytes {
-    std::once_flag once;
-    std::vector<Extent> extents;  // of pytorch_model.bin (24 bytes, two a tensor)
-    std::string bytes;
-    std::vector<uint32_t> record_storages;  // record key -> index into Checkpoint::storages
-    std::vector<uint64_t> header_offsets;   // record key -> its local header in the file
-    std::once_flag split_once;              // pytorch_model/map.pt's bytes
-    std::string split_map;
-  };
+  friend class LayoutBuilder;
 
   // Node names, NUL-terminated, in blocks that never move (a Layout is returned by value,
   // and one allocation per name would cost more than most names).
@@ -217,23 +180,14 @@ class Layout {
   NameArena names_;
   std::vector<uint64_t> children_;  // directory child lists, each sorted by name
   std::vector<Extent> extents_;
-  std::string pool_;  // synthesized bytes
   const Checkpoint* ckpt_ = nullptr;
-  uint64_t torch_zip_ = 0;  // pytorch_model.bin's inode: its extents are made on first use
-  uint64_t split_dir_ = 0;  // pytorch_model/'s inode
-  std::unique_ptr<LazyBytes> lazy_ = std::make_unique<LazyBytes>();
-  // model.safetensors' tensors in file order, and where each header chunk starts (its
-  // first tensor in that order and that tensor's data offset): the header entries (about
-  // 90 bytes a tensor) are made on each read.
-  struct HeaderChunk {
-    uint32_t begin;
-    uint32_t end;
-    uint64_t data_offset;
-  };
-  std::vector<uint32_t> merged_order_;
-  std::vector<HeaderChunk> header_chunks_;
+  // Extent sources: the stored files first, then the ones views own.
   std::vector<const ByteSource*> sources_;
-  // MTime's inputs: the mtime of each of sources_, the nodes showing one stored file
+  uint32_t stored_sources_ = 0;
+  std::vector<std::unique_ptr<ByteSource>> owned_sources_;
+  std::vector<const ExtentMaker*> makers_;
+  std::vector<std::unique_ptr<View>> views_;
+  // MTime's inputs: the mtime of each stored source, the nodes showing one stored file
   // unchanged as (inode, source) in inode order, the newest shard's and the directories'.
   std::vector<struct timespec> source_mtimes_;
   std::vector<std::pair<uint32_t, uint32_t>> stored_nodes_;
@@ -243,10 +197,72 @@ class Layout {
   std::vector<std::string> notes_;
 };
 
+// What views build a Layout with. Nodes are added in order (inode numbers); a file's
+// extents are appended while it is the file most recently added. Children lists are made
+// at the end (Finish).
+class LayoutBuilder {
+ public:
+  LayoutBuilder(Layout& out, const Checkpoint& ckpt);
+
+  const Checkpoint& checkpoint() const { return ckpt_; }
+  // The mode of files made from the whole checkpoint: the least readable shard's bits.
+  uint16_t whole_mode() const { return whole_; }
+  // The extent source of stored file `i` of Checkpoint::shards, or of index file `i`.
+  uint32_t ShardSource(uint32_t i) const { return i; }
+  uint32_t IndexSource(uint32_t i) const { return first_index_ + i; }
+
+  uint64_t AddDir(uint64_t parent, std::string_view name);
+  // `mode`: the most a file may show; each stored extent appended narrows it.
+  uint64_t AddFile(uint64_t parent, std::string_view name, uint16_t mode,
+                   NodeKind kind = NodeKind::kFile);
+  // A file of `size` bytes whose extents `maker` (see AddMaker) makes on use.
+  uint64_t AddMadeFile(uint64_t parent, std::string_view name, uint16_t mode, uint64_t size,
+                       uint8_t maker);
+  Node& node(uint64_t ino) { return out_.nodes_[ino]; }
+
+  // Registers bytes a view makes as an extent source; returns its index.
+  uint32_t AddSource(std::unique_ptr<ByteSource> source);
+  // Registers a view's ExtentMaker (which must outlive the layout: the view itself, or
+  // something it owns); returns the value of Node::maker for its files.
+  uint8_t AddMaker(const ExtentMaker* maker);
+
+  // Appends an extent of `source` to file `ino`, the file most recently added.
+  void AppendSource(uint64_t ino, uint32_t source, uint64_t offset, uint64_t length,
+                    bool tensor = false);
+  // Appends the bytes of contiguous tensor `t`: one extent per stored range.
+  void AppendTensor(uint64_t ino, const Tensor& t);
+  // Makes file `ino` no more readable than stored file `source`, without an extent.
+  void NarrowMode(uint64_t ino, uint32_t source);
+  // Adds a file showing stored file `source` (an index of Checkpoint::shards, decoded,
+  // index or others, in that order, as ShardSource and IndexSource count) unchanged.
+  uint64_t AddStoredFile(uint64_t parent, std::string_view name, uint32_t source);
+  // Appends `bytes`, kept in the layout's pool of small made bytes (an extent source that
+  // lends them, so replies send them without a copy).
+  void AppendInline(uint64_t ino, std::string_view bytes);
+  // AppendInline for bytes many files repeat (an .npy header depends only on dtype and
+  // shape, and a model has few distinct shapes): the pool keeps one copy of each.
+  // Returns the extent appended, which a caller may append again to other files.
+  Extent AppendShared(uint64_t ino, std::string bytes);
+
+  // Makes children lists and directory modes; the layout is then complete.
+  void Finish();
+
+ private:
+  Layout& out_;
+  const Checkpoint& ckpt_;
+  class Pool;
+  Pool* pool_;  // owned by out_.owned_sources_
+  uint32_t pool_source_ = 0;
+  uint32_t first_index_ = 0;
+  uint16_t whole_ = 0444;
+  std::vector<uint16_t> source_modes_;
+  std::unordered_map<std::string, uint64_t> shared_;  // bytes -> pool offset
+};
+
 // Returns the free pages of the heap to the system (glibc's malloc_trim). Building a Layout
 // of a million tensors frees about as much as it keeps, in pieces between live ones that
-// free() alone never returns; the Volume calls this once built, InlineBytes after making
-// the torch zip bytes.
+// free() alone never returns; the Volume calls this once built, views after making their
+// first-use bytes.
 void ReleaseFreeMemory();
 
 }  // namespace ckptfs

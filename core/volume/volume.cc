@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cache/disk_cache.h"
-#include "core/format/safetensors.h"
 #include "core/checkpoint/formats.h"
+#include "core/format/safetensors.h"
 
 namespace ckptfs {
 
@@ -125,7 +125,6 @@ std::unique_ptr<Readahead> Volume::NewReadahead(uint64_t ino) const {
 
 void Volume::Prefetch(uint64_t ino, ByteRange range) const {
   for (const Extent& e : layout_.Extents(ino, range.begin, range.size())) {
-    if (e.synthesized()) continue;
     const uint64_t from = std::max(range.begin, e.file_offset);
     const uint64_t to = std::min(range.end, e.file_offset + e.length);
     layout_.Source(e.source).Prefetch(e.source_offset + (from - e.file_offset), to - from);
@@ -141,38 +140,19 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
     return Status::InvalidArgument(std::string(node->name()) + ": not a regular file with extents");
   }
   const uint64_t end = offset + std::min(size, node->size - std::min(offset, node->size));
-  // Every generated piece of this read in one buffer: a 1 MiB read of pytorch_model.bin
-  // at a million tensors spans tens of thousands of zip headers, and an allocation each
-  // left the daemon holding tens of MiB of freed heap after a read of the whole file.
-  std::shared_ptr<std::string> made;
-  std::vector<std::pair<size_t, size_t>> made_pieces;  // plan index, offset in `made`
   for (const Extent& e : layout_.Extents(ino, offset, size)) {
     // Clip the extent to the requested window.
     const uint64_t from = std::max(offset, e.file_offset);
     const uint64_t to = std::min(end, e.file_offset + e.length);
     const uint64_t skip = from - e.file_offset;
-    ReadPiece piece;
-    piece.length = to - from;
-    if (e.generated()) {
-      if (!made) made = std::make_shared<std::string>();
-      made_pieces.emplace_back(plan->size(), made->size() + skip);
-      *made += layout_.GeneratedBytes(e);
-    } else if (e.synthesized()) {
-      piece.inline_bytes = layout_.InlineBytes(e).data() + skip;
-    } else {
-      piece.source = &layout_.Source(e.source);
-      piece.offset = e.source_offset + skip;
-      // Reading the start of a tensor (np.load, a loader walking tensors): the rest of it
-      // will follow, so let its source fetch or decode it ahead, in parallel.
-      if (e.tensor && skip == 0 && piece.length < e.length) {
-        piece.source->Prefetch(piece.offset + piece.length, e.length - piece.length);
-      }
+    ReadPiece piece{&layout_.Source(e.source), e.source_offset + skip, to - from,
+                    !layout_.Stored(e.source)};
+    // Reading the start of a tensor (np.load, a loader walking tensors): the rest of it
+    // will follow, so let its source fetch or decode it ahead, in parallel.
+    if (e.tensor && skip == 0 && piece.length < e.length) {
+      piece.source->Prefetch(piece.offset + piece.length, e.length - piece.length);
     }
-    plan->push_back(std::move(piece));
-  }
-  for (const auto& [index, at] : made_pieces) {  // `made` no longer grows
-    (*plan)[index].made = made;
-    (*plan)[index].inline_bytes = made->data() + at;
+    plan->push_back(piece);
   }
   if (readahead && offset < end) {
     const ByteRange ahead = readahead->OnRead(offset, end - offset);
@@ -195,14 +175,6 @@ Status Volume::Gather(std::span<const ReadPiece> plan, bool descriptors,
   for (const ReadPiece& p : plan) {
     const uint64_t here = at;
     at += p.length;
-    if (!p.source) {
-      out->segments.push_back({reinterpret_cast<const uint8_t*>(p.inline_bytes), -1, 0, p.length});
-      if (p.made && (out->keep_alive.empty() || out->keep_alive.back() != p.made)) {
-        out->keep_alive.push_back(p.made);
-      }
-      Stats::Add(stats_.bytes_synthesized, p.length);
-      continue;
-    }
     Status s;
     if (p.source->Fd() >= 0 && (s = p.source->CheckUnchanged()).ok() && descriptors) {
       out->segments.push_back({nullptr, p.source->Fd(), p.offset, p.length, p.source});
@@ -210,7 +182,7 @@ Status Volume::Gather(std::span<const ReadPiece> plan, bool descriptors,
                (s = p.source->Lend(p.offset, p.length, &lent)).ok()) {
       for (LentBytes& l : lent) {
         out->segments.push_back({l.bytes.data(), -1, 0, l.bytes.size()});
-        out->keep_alive.push_back(std::move(l.keep_alive));
+        if (l.keep_alive) out->keep_alive.push_back(std::move(l.keep_alive));
       }
       lent.clear();
     } else if (s.ok()) {
@@ -222,7 +194,7 @@ Status Volume::Gather(std::span<const ReadPiece> plan, bool descriptors,
       Stats::Add(stats_.read_errors, 1);
       return s;
     }
-    Stats::Add(stats_.bytes_fetched, p.length);
+    Stats::Add(p.made ? stats_.bytes_synthesized : stats_.bytes_fetched, p.length);
   }
   return Status::Ok();
 }
@@ -259,7 +231,7 @@ Status Volume::Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* rea
   Stats::Add(stats_.reads, 1);
   for (const ReadPiece& p : plan) Stats::Add(stats_.bytes_read, p.length);
   Status s = Gather(plan, limits.descriptors, buffer, out);
-  plan.clear();  // drops the generated bytes it shares
+  plan.clear();
   if (!s.ok()) return s;
   // writev takes at most IOV_MAX pieces, and a reply the kernel refuses leaves its reader
   // waiting forever: a read across many tiny tensors (a thousand small records in 1 MiB of
@@ -272,17 +244,12 @@ Status Volume::Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* rea
 
 Status Volume::ReadInto(std::span<const ReadPiece> plan, uint8_t* out) const {
   for (const ReadPiece& p : plan) {
-    if (p.source) {
-      Status s = p.source->ReadAt(p.offset, {out, p.length});
-      if (!s.ok()) {
-        Stats::Add(stats_.read_errors, 1);
-        return s;
-      }
-      Stats::Add(stats_.bytes_fetched, p.length);
-    } else {
-      std::memcpy(out, p.inline_bytes, p.length);
-      Stats::Add(stats_.bytes_synthesized, p.length);
+    Status s = p.source->ReadAt(p.offset, {out, p.length});
+    if (!s.ok()) {
+      Stats::Add(stats_.read_errors, 1);
+      return s;
     }
+    Stats::Add(p.made ? stats_.bytes_synthesized : stats_.bytes_fetched, p.length);
     out += p.length;
   }
   return Status::Ok();

@@ -3,9 +3,9 @@
 // directory listing, extended attributes, and reads.
 //
 // A read crosses core once: Read plans it (PlanRead: (inode, offset, size) into pieces,
-// each a range of a stored file or a span of synthesized bytes), gathers the pieces into
-// reply segments with no copy where the front end can take them (descriptors it splices,
-// pinned cache blocks, the header pool), and copies only what it cannot. A read that
+// each a range of one extent source: a stored file, or bytes a view makes), gathers the
+// pieces into reply segments with no copy where the front end can take them (descriptors
+// it splices, pinned cache blocks, bytes a view keeps), and copies only what it cannot. A read that
 // starts a tensor tells the tensor's source to prefetch the rest of it; a read that
 // continues a sequential stream prefetches the stream's next window. Prefetch stays inside
 // the file being read, so reading one tensor file never decodes its neighbours. ReadInto
@@ -33,11 +33,10 @@
 namespace ckptfs {
 
 struct ReadPiece {
-  const ByteSource* source = nullptr;  // nullptr: `inline_bytes` holds the bytes
+  const ByteSource* source = nullptr;  // a stored file, or bytes a view makes (Layout::Source)
   uint64_t offset = 0;                 // in `source`
   uint64_t length = 0;
-  const char* inline_bytes = nullptr;       // valid while the Volume lives, or `made` if set
-  std::shared_ptr<const std::string> made;  // bytes made for this read (torch zip headers)
+  bool made = false;  // the source is a view's (counted as bytes_synthesized)
 };
 
 // One contiguous part of a reply: bytes in memory, or a range of a file descriptor that
@@ -129,8 +128,8 @@ class Volume {
 
  private:
   // Turns a plan into reply segments with as few copies as possible: descriptors of plain
-  // files (checked unchanged since mount) when `descriptors`, cache blocks lent by
-  // compressed sources, the header pool; the rest is read into `buffer`, each piece at its
+  // files (checked unchanged since mount) when `descriptors`, bytes lent by their sources
+  // (cache blocks, bytes a view keeps); the rest is read into `buffer`, each piece at its
   // place in the reply.
   Status Gather(std::span<const ReadPiece> plan, bool descriptors, std::vector<uint8_t>& buffer,
                 Gathered* out) const;
@@ -141,7 +140,7 @@ class Volume {
       : context_(std::move(context)),
         context_use_(use),
         ckpt_(std::move(ckpt)),
-        layout_(Layout::Build(ckpt_)) {}
+        layout_(Layout::Build(ckpt_, context_.get())) {}
 
   std::shared_ptr<ReadContext> context_;  // first: outlives the sources that use it
   ContextUse context_use_;

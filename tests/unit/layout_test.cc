@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/checkpoint/hf_layout.h"
 #include "core/format/npy.h"
 #include "core/format/safetensors.h"
+#include "core/layout/views/views.h"
 #include "core/volume/volume.h"
 #include "tests/unit/test_util.h"
 
@@ -85,6 +88,52 @@ TEST_F(LayoutTest, RootShowsViewsAndNonWeightFiles) {
   EXPECT_EQ(volume_->layout().Find(Resolve({"tensors"}))->kind, NodeKind::kDirectory);
   EXPECT_EQ(volume_->layout().hidden(), std::vector<std::string>{"tensors"});
   EXPECT_EQ(volume_->layout().Find(Resolve({".ckptfs", "stats.json"}))->kind, NodeKind::kStats);
+}
+
+// The view table is the whole of what a mount adds: each view's root entry, and nothing
+// else besides SOURCE's own files; built with the views' plans on a context's workers or
+// one after another, the tree and every file's bytes are the same.
+TEST_F(LayoutTest, EveryRootEntryIsAViewOrAStoredFile) {
+  const Checkpoint& ckpt = volume_->checkpoint();
+  std::set<std::string> expected;
+  for (const ViewEntry& entry : kViews) expected.insert(entry.make(ckpt)->RootName());
+  EXPECT_EQ(expected.size(), kViews.size());  // no two views share a name
+  for (const StoredFile& f : ckpt.others) {
+    if (!expected.contains(f.name)) expected.insert(f.name);
+  }
+  std::set<std::string> names;
+  for (uint64_t ino : volume_->layout().Children(Layout::kRoot)) {
+    names.insert(std::string(volume_->layout().Find(ino)->name()));
+  }
+  EXPECT_EQ(names, expected);
+
+  ReadContext context(ReadOptions{});
+  const Layout serial = Layout::Build(ckpt);
+  const Layout parallel = Layout::Build(ckpt, &context);
+  ASSERT_EQ(serial.node_count(), parallel.node_count());
+  for (uint64_t ino = Layout::kRoot; ino <= serial.node_count(); ++ino) {
+    const Node& a = *serial.Find(ino);
+    const Node& b = *parallel.Find(ino);
+    ASSERT_EQ(a.name(), b.name());
+    ASSERT_EQ(a.size, b.size);
+    ASSERT_EQ(a.mode, b.mode);
+    if (a.kind != NodeKind::kFile) continue;
+    // Both layouts' bytes, through their own sources.
+    auto bytes = [](const Layout& layout, uint64_t i) {
+      std::string out;
+      for (const Extent& e : layout.Extents(i, 0, UINT64_MAX)) {
+        std::string part(e.length, '\0');
+        EXPECT_TRUE(
+            layout.Source(e.source)
+                .ReadAt(e.source_offset, {reinterpret_cast<uint8_t*>(part.data()), e.length})
+                .ok());
+        out += part;
+      }
+      return out;
+    };
+    EXPECT_EQ(bytes(serial, ino), bytes(parallel, ino)) << a.name();
+    EXPECT_EQ(bytes(serial, ino), Read(ino, 0, UINT64_MAX)) << a.name();
+  }
 }
 
 // The root's names of `files` opened as a checkpoint.

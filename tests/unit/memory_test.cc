@@ -64,7 +64,10 @@ TEST(TensorMemory, LayoutBytesPerTensor) {
 
   const uint64_t bin = layout.Lookup(Layout::kRoot, "pytorch_model.bin");
   ASSERT_NE(bin, 0u);
-  for (const Extent& e : layout.Extents(bin, 0, 1)) ASSERT_FALSE(layout.InlineBytes(e).empty());
+  uint8_t first = 0;  // the first read makes what the file's first use makes
+  for (const Extent& e : layout.Extents(bin, 0, 1)) {
+    ASSERT_TRUE(layout.Source(e.source).ReadAt(e.source_offset, {&first, 1}).ok());
+  }
   const uint64_t zip_bytes = (HeapInUse() - built) / kTensors;
   EXPECT_LE(zip_bytes, kTorchZipBytesPerTensor);
   std::printf("layout %llu B/tensor, torch zip bytes %llu B/tensor\n",

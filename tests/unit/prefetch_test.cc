@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/cache/read_context.h"
+
 namespace ckptfs {
 namespace {
 
@@ -126,6 +128,37 @@ Readahead::Options SmallWindows() {
   o.streams = 4;
   o.slack = kMiB;
   return o;
+}
+
+// RunAll finishes every task whether the workers run (a serving daemon), do not yet
+// (before the fork: workers are made for the call and joined), or are busy.
+TEST(ReadContextRunAll, RunsEveryTaskWithAndWithoutWorkers) {
+  for (bool started : {false, true}) {
+    ReadContext context(ReadOptions{});
+    if (started) context.StartWorkers();
+    std::vector<std::atomic<int>> runs(50);
+    std::vector<std::function<void()>> tasks;
+    for (auto& r : runs) tasks.emplace_back([&r] { r.fetch_add(1); });
+    context.RunAll(std::move(tasks));
+    for (auto& r : runs) EXPECT_EQ(r.load(), 1) << "started " << started;
+  }
+}
+
+TEST(ReadContextRunAll, FinishesWhenTheWorkersAreBusy) {
+  ReadOptions options;
+  options.prefetch.decode_threads = 1;
+  options.prefetch.max_queued = 1;
+  ReadContext context(options);
+  context.StartWorkers();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  // The one worker blocks and the queue is full: RunAll's caller must do the work itself.
+  ASSERT_TRUE(context.TrySubmit(ReadContext::Workers::kDecode, [released] { released.wait(); }));
+  context.TrySubmit(ReadContext::Workers::kDecode, [] {});
+  std::atomic<int> done{0};
+  context.RunAll({[&] { ++done; }, [&] { ++done; }, [&] { ++done; }});
+  EXPECT_EQ(done.load(), 3);
+  release.set_value();
 }
 
 TEST(ReadaheadTest, RandomReadsPrefetchNothing) {

@@ -399,7 +399,7 @@ TEST(SplitView, KeyFilesAreZeroCopyAndMadePerRead) {
   EXPECT_GE(node.tensor, 0);  // xattrs, mtime: the tensor's
   uint64_t stored = 0, stored_bytes = 0;
   for (const Extent& e : layout.Extents(ino, 0, UINT64_MAX)) {
-    if (!e.synthesized()) {
+    if (layout.Stored(e.source)) {
       ++stored;
       stored_bytes += e.length;
     }

@@ -1,0 +1,134 @@
+// tensors/a/b/leaf.npy: every tensor, model or not, one file each: an .npy header and the
+// tensor's stored bytes, or a one-tensor .safetensors where numpy lacks the dtype. Paths
+// follow the tensor name's dotted components (TensorPathComponents), or a TensorFlow
+// key's segments (TfTensorPathComponents). Strided tensors are left out with a note. A
+// file is no more readable than its shard; its mtime is its shard's (Node::tensor).
+#include <optional>
+#include <utility>
+
+#include "core/format/npy.h"
+#include "core/format/safetensors.h"
+#include "core/format/shape.h"
+#include "core/layout/escape.h"
+#include "core/layout/views/views.h"
+
+namespace ckptfs {
+namespace {
+
+// Creates the directories of tensor paths visited in sorted order. All paths under one
+// directory are adjacent in that order: keeping the current path as a stack creates each
+// directory exactly once, without a map.
+class DirectoryWalker {
+ public:
+  DirectoryWalker(LayoutBuilder& builder, uint64_t root) : builder_(builder), stack_{{"", root}} {}
+
+  // The directory holding `dirs` (escaped components below the root), creating it.
+  uint64_t Enter(std::vector<std::string>& dirs) {
+    size_t common = 0;
+    while (common < dirs.size() && common + 1 < stack_.size() &&
+           stack_[common + 1].first == dirs[common]) {
+      ++common;
+    }
+    stack_.resize(common + 1);
+    for (size_t i = common; i < dirs.size(); ++i) {
+      uint64_t ino = builder_.AddDir(stack_.back().second, dirs[i]);
+      stack_.emplace_back(std::move(dirs[i]), ino);
+    }
+    return stack_.back().second;
+  }
+
+ private:
+  LayoutBuilder& builder_;
+  std::vector<std::pair<std::string, uint64_t>> stack_;
+};
+
+// TF tensors in the order of their tensors/ paths: a directory's files then come together
+// for the DirectoryWalker, which sorting by dotted name does not promise ("a"/"b" and "a.c"
+// share the dotted prefix "a.").
+std::vector<uint32_t> KeyPathOrder(const Checkpoint& ckpt) {
+  std::vector<std::pair<std::vector<std::string>, uint32_t>> paths;
+  paths.reserve(ckpt.tensors.size());
+  for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
+    paths.emplace_back(TfTensorPathComponents(ckpt.tensor_keys[i]), i);
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<uint32_t> order;
+  order.reserve(paths.size());
+  for (const auto& p : paths) order.push_back(p.second);
+  return order;
+}
+
+std::string OneTensorHeader(const Tensor& t, const Metadata& metadata) {
+  TensorEntry entry{t.name, t.dtype, t.shape, 0, t.size};
+  return BuildSafetensorsHeader({&entry, 1}, metadata);
+}
+
+class TensorsView final : public View {
+ public:
+  explicit TensorsView(const Checkpoint& ckpt) : ckpt_(ckpt) {}
+  std::string RootName() const override { return "tensors"; }
+
+  void Plan() override {
+    if (!ckpt_.tensor_keys.empty()) order_ = KeyPathOrder(ckpt_);
+  }
+
+  void LayOut(LayoutBuilder& b) override {
+    DirectoryWalker walker(b, b.AddDir(Layout::kRoot, RootName()));
+    const bool by_key = !ckpt_.tensor_keys.empty();
+    for (uint32_t k = 0; k < ckpt_.tensors.size(); ++k) {
+      const uint32_t i = by_key ? order_[k] : k;
+      const Tensor& t = ckpt_.tensors[i];
+      if (!t.contiguous()) {
+        notes.push_back("tensor \"" + t.name + "\" is a strided view (shape " +
+                        ShapeText(t.shape, '(', ')') + ", stride " + ShapeText(t.stride, '(', ')') +
+                        (t.in_model ? "): only in pytorch_model.bin, not in "
+                                      "model.safetensors, pytorch_model/ or tensors/"
+                                    : "): in no view (not in tensors/, and not the "
+                                      "model: --model-key to choose)"));
+        continue;
+      }
+      std::vector<std::string> parts =
+          by_key ? TfTensorPathComponents(ckpt_.tensor_keys[i]) : TensorPathComponents(t.name);
+      std::string leaf = std::move(parts.back());
+      parts.pop_back();
+      const uint64_t dir = walker.Enter(parts);
+      const bool npy = !NumpyDescr(t.dtype).empty();
+      const uint64_t ino = b.AddFile(dir, leaf + (npy ? ".npy" : ".safetensors"), 0444);
+      b.node(ino).tensor = static_cast<int32_t>(i);
+      if (npy) {
+        AppendNpyHeader(b, ino, t);
+      } else {
+        b.AppendInline(ino, OneTensorHeader(t, ckpt_.metadata));
+      }
+      b.AppendTensor(ino, t);
+    }
+    order_ = {};
+  }
+
+ private:
+  // The .npy header of `t`: neighbours in name order mostly share dtype and shape, so the
+  // last one is reused without making and hashing the header again.
+  void AppendNpyHeader(LayoutBuilder& b, uint64_t ino, const Tensor& t) {
+    if (last_npy_ && last_dtype_ == t.dtype && last_shape_ == t.shape) {
+      b.AppendSource(ino, last_npy_->source, last_npy_->source_offset, last_npy_->length);
+      return;
+    }
+    last_npy_ = b.AppendShared(ino, BuildNpyHeader(t.dtype, t.shape));
+    last_dtype_ = t.dtype;
+    last_shape_ = t.shape;
+  }
+
+  const Checkpoint& ckpt_;
+  std::vector<uint32_t> order_;  // TF: tensors in path order
+  std::optional<Extent> last_npy_;
+  Dtype last_dtype_ = Dtype::kU8;
+  std::vector<uint64_t> last_shape_;
+};
+
+}  // namespace
+
+std::unique_ptr<View> MakeTensorsView(const Checkpoint& ckpt) {
+  return std::make_unique<TensorsView>(ckpt);
+}
+
+}  // namespace ckptfs
