@@ -212,9 +212,15 @@ void ZstdSource::Prefetch(uint64_t offset, uint64_t length) const {
   frames_->Schedule(offset, end);
 }
 
-Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
-  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
-  if (out.empty()) return Status::Ok();
+Status ZstdSource::Read(uint64_t offset, uint64_t length, ReadSink& sink) const {
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
+  if (length == 0) return Status::Ok();
+  if (!sink.lent || whole_ || !frames_) return ReadInto(offset, sink.Fill());
+  CKPTFS_RETURN_IF_ERROR(frames_->Lend(offset, length, sink.lent));
+  return compressed_->CheckUnchanged();
+}
+
+Status ZstdSource::ReadInto(uint64_t offset, std::span<uint8_t> out) const {
   if (whole_) {
     if (spill_fd_ < 0 && offset < kPrefixStart && offset + out.size() <= header_prefix_) {
       return ReadPrefix(offset, out);
@@ -228,13 +234,6 @@ Status ZstdSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   CKPTFS_RETURN_IF_ERROR(frames_->Read(offset, out));
   // Frames cached before a rewrite hold the old bytes, whole and unmixed; still, a shard
   // changed in place gives EIO on every read from then on, as a plain shard does.
-  return compressed_->CheckUnchanged();
-}
-
-Status ZstdSource::Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const {
-  if (!frames_) return ByteSource::Lend(offset, length, out);
-  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-  CKPTFS_RETURN_IF_ERROR(frames_->Lend(offset, length, out));
   return compressed_->CheckUnchanged();
 }
 

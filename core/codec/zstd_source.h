@@ -1,7 +1,7 @@
 // ZstdSource: a zstd-compressed shard seen as its decoded bytes (a ByteSource again).
 //
 // Frames up to kMaxCachedFrame are decoded on demand, one frame per cache block, through
-// CachedBlocks (core/cache/cached_blocks.h): a read decodes only the frames it touches,
+// CachedBlocks (core/source/cached_blocks.h): a read decodes only the frames it touches,
 // each at most once while it stays cached, several readers of one frame share one decode,
 // and a read spanning two frames decodes them on two cores. Prefetch() decodes frames
 // ahead on the context's decode workers; the volume calls it for sequential readers and
@@ -39,10 +39,10 @@
 #include <mutex>
 #include <string>
 
-#include "core/cache/cached_blocks.h"
 #include "core/cache/read_context.h"
 #include "core/codec/frame_index.h"
 #include "core/source/byte_source.h"
+#include "core/source/cached_blocks.h"
 
 namespace ckptfs {
 
@@ -64,7 +64,9 @@ class ZstdSource final : public ByteSource, private BlockSet {
   ~ZstdSource() override;
 
   uint64_t Size() const override { return index_.decoded_size; }
-  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
+  // Lends cached frames when the reader takes lent spans; a shard decoded whole (a spill
+  // file) is copied.
+  Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override;
   const std::string& Name() const override { return compressed_->Name(); }
   struct timespec MTime() const override {
     return compressed_->MTime();
@@ -79,8 +81,6 @@ class ZstdSource final : public ByteSource, private BlockSet {
   // shard copied anywhere, local or remote, has the same identity. Otherwise "zstd" and
   // the compressed file's identity (empty if it has none).
   std::string Identity() const override;
-  bool CanLend() const override { return !whole_; }
-  Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override;
 
   std::string StorageKind() const override;
   // Bytes of the .zst file as stored (frames and seek table).
@@ -99,6 +99,7 @@ class ZstdSource final : public ByteSource, private BlockSet {
                    const std::function<void(uint64_t decoded)>& progress = {}) const;
 
  private:
+  Status ReadInto(uint64_t offset, std::span<uint8_t> out) const;
   ZstdSource(std::unique_ptr<ByteSource> compressed, FrameIndex index, ReadContext& context,
              uint64_t header_prefix);
 

@@ -3,8 +3,10 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <mutex>
 
 #include "core/cache/read_context.h"
 #include "core/layout/views/views.h"
@@ -47,18 +49,12 @@ uint32_t AppendExtents(std::vector<Extent>& extents, uint64_t& file_size, uint32
 class LayoutBuilder::Pool final : public ByteSource {
  public:
   uint64_t Size() const override { return bytes.size(); }
-  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override {
-    CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
-    std::memcpy(out.data(), bytes.data() + offset, out.size());
+  Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override {
+    CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
+    LendOrCopy({reinterpret_cast<const uint8_t*>(bytes.data()) + offset, length}, sink);
     return Status::Ok();
   }
   const std::string& Name() const override { return name_; }
-  bool CanLend() const override { return true; }
-  Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override {
-    CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-    out->push_back({{reinterpret_cast<const uint8_t*>(bytes.data()) + offset, length}, nullptr});
-    return Status::Ok();
-  }
 
   std::string bytes;
 
@@ -126,6 +122,10 @@ uint64_t LayoutBuilder::AddMadeFile(uint64_t parent, std::string_view name, uint
   out_.nodes_[ino].size = size;
   out_.nodes_[ino].maker = maker;
   return ino;
+}
+
+void LayoutBuilder::BeginExtents(uint64_t ino) {
+  out_.nodes_[ino].first = static_cast<uint32_t>(out_.extents_.size());
 }
 
 uint64_t LayoutBuilder::AddStoredFile(uint64_t parent, std::string_view name, uint32_t source) {
@@ -222,16 +222,48 @@ Layout Layout::Build(const Checkpoint& ckpt, ReadContext* context) {
     layout.views_.push_back(entry.make(ckpt));
     view_names.push_back(layout.views_.back()->RootName());
   }
-  // Plans need only the checkpoint: all at once (at a million tensors the merged header
-  // and the torch zip's size are each most of the build).
-  std::vector<std::function<void()>> plans;
-  for (auto& view : layout.views_) plans.emplace_back([v = view.get()] { v->Plan(); });
-  if (context) {
-    context->RunAll(std::move(plans));
-  } else {
-    for (auto& plan : plans) plan();
+  // Plans need only the checkpoint: they run at once, beside the laying out (at a
+  // million tensors the merged header, the torch zip's size and tensors/ each take most
+  // of a second). The laying out is the last task: every plan is taken before it, so its
+  // waits are for plans under way.
+  const size_t n = layout.views_.size();
+  std::mutex mu;
+  std::condition_variable planned_cv;
+  std::vector<char> planned(n, 0);  // guarded by mu
+  std::vector<std::function<void()>> tasks;
+  for (size_t i = 0; i < n; ++i) {
+    tasks.emplace_back([&, i] {
+      layout.views_[i]->Plan();
+      std::lock_guard lock(mu);
+      planned[i] = 1;
+      planned_cv.notify_all();
+    });
   }
+  tasks.emplace_back([&] {
+    layout.LayOutViews(b, view_names);
+    for (size_t i = 0; i < n; ++i) {
+      {
+        std::unique_lock lock(mu);
+        planned_cv.wait(lock, [&] { return planned[i] != 0; });
+      }
+      View& view = *layout.views_[i];
+      view.Finish(b);
+      layout.notes_.insert(layout.notes_.end(), std::make_move_iterator(view.notes.begin()),
+                           std::make_move_iterator(view.notes.end()));
+      view.notes = {};
+    }
+  });
+  if (context) {
+    context->RunAll(std::move(tasks));
+  } else {
+    for (auto& task : tasks) task();
+  }
+  b.Finish();
+  return layout;
+}
 
+void Layout::LayOutViews(LayoutBuilder& b, const std::vector<std::string>& view_names) {
+  const Checkpoint& ckpt = *ckpt_;
   // Root: non-weight files unchanged, unless a view owns the name. "FOLDER/NAME" (a
   // sentence-transformers module folder's file, OpenHfModuleFolders) goes in FOLDER.
   auto reserved = [&view_names](std::string_view name) {
@@ -248,7 +280,7 @@ Layout Layout::Build(const Checkpoint& ckpt, ReadContext* context) {
     const size_t slash = f.name.find('/');
     const std::string top = f.name.substr(0, slash);
     if (reserved(top)) {
-      layout.hidden_.push_back(f.name);
+      hidden_.push_back(f.name);
       continue;
     }
     uint64_t parent = kRoot;
@@ -262,14 +294,7 @@ Layout Layout::Build(const Checkpoint& ckpt, ReadContext* context) {
                     first_other + i);
   }
 
-  for (auto& view : layout.views_) {
-    view->LayOut(b);
-    layout.notes_.insert(layout.notes_.end(), std::make_move_iterator(view->notes.begin()),
-                         std::make_move_iterator(view->notes.end()));
-    view->notes = {};
-  }
-  b.Finish();
-  return layout;
+  for (auto& view : views_) view->LayOut(b);
 }
 
 const char* Layout::NameArena::Add(std::string_view name) {

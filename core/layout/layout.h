@@ -115,11 +115,15 @@ class ExtentMaker {
 };
 
 // One part of the tree a view adds (a file or a directory of files), made from the
-// checkpoint. Built in two steps: Plan, work that needs only the checkpoint (orders,
-// sizes measured), which Build runs for all views at once on the ReadContext's workers;
-// then LayOut, on the building thread, in the table's order (so inode numbers are the
-// same on every mount). A view lives as long as its Layout: the sources and makers it
-// registers may point into it.
+// checkpoint. Built in three steps, so the long ones overlap:
+// - Plan: work that needs only the checkpoint (an order, a size measured). Build runs
+//   every view's Plan at once on the ReadContext's workers, while views lay out.
+// - LayOut: on the building thread, in the table's order (so inode numbers are the same
+//   on every mount), adds the view's nodes and extents. Must not use what Plan makes.
+// - Finish: then, in the same order, once this view's Plan is done: what needs it (a
+//   file's extents or size, the nodes an order decides).
+// A view lives as long as its Layout: the sources and makers it registers may point
+// into it.
 class View {
  public:
   virtual ~View() = default;
@@ -127,7 +131,9 @@ class View {
   virtual std::string RootName() const = 0;
   virtual void Plan() {}
   virtual void LayOut(class LayoutBuilder& b) = 0;
-  // Tensors this view leaves out, and why, for log lines at mount (after LayOut).
+  virtual void Finish(class LayoutBuilder& /*b*/) {}
+  // Tensors this view leaves out, and why, for log lines at mount (read after Finish;
+  // a view's Plan and LayOut, which may run at once, must not both write them).
   std::vector<std::string> notes;
 };
 
@@ -136,7 +142,8 @@ class Layout {
   static constexpr uint64_t kRoot = 1;
 
   // `ckpt` must outlive the Layout: extents point at its sources. With `context`, the
-  // views' Plan steps run on its workers (ReadContext::RunAll), else one after another.
+  // views' Plan steps run on its workers (ReadContext::RunAll) while the views lay out,
+  // else first, one after another.
   static Layout Build(const Checkpoint& ckpt, ReadContext* context = nullptr);
 
   Layout() = default;
@@ -167,6 +174,9 @@ class Layout {
 
  private:
   friend class LayoutBuilder;
+
+  // SOURCE's own files at the root, then each view's LayOut, in order.
+  void LayOutViews(LayoutBuilder& b, const std::vector<std::string>& view_names);
 
   // Node names, NUL-terminated, in blocks that never move (a Layout is returned by value,
   // and one allocation per name would cost more than most names).
@@ -226,7 +236,9 @@ class LayoutBuilder {
   // something it owns); returns the value of Node::maker for its files.
   uint8_t AddMaker(const ExtentMaker* maker);
 
-  // Appends an extent of `source` to file `ino`, the file most recently added.
+  // Lets file `ino`, added earlier with no extents, take its extents from here on.
+  void BeginExtents(uint64_t ino);
+  // Appends an extent of `source` to file `ino`, the file most recently added or begun.
   void AppendSource(uint64_t ino, uint32_t source, uint64_t offset, uint64_t length,
                     bool tensor = false);
   // Appends the bytes of contiguous tensor `t`: one extent per stored range.

@@ -22,8 +22,31 @@ Status ByteSource::CheckRange(uint64_t offset, uint64_t len) const {
   return Status::Ok();
 }
 
-Status ByteSource::Lend(uint64_t, uint64_t, std::vector<LentBytes>*) const {
-  return Status::Unsupported(Name() + ": cannot lend bytes");
+namespace {
+
+// Memory the reader already has.
+class SpanSink final : public ReadSink {
+ public:
+  explicit SpanSink(std::span<uint8_t> out) : ReadSink(nullptr), out_(out) {}
+  std::span<uint8_t> Fill() override { return out_; }
+
+ private:
+  std::span<uint8_t> out_;
+};
+
+}  // namespace
+
+void LendOrCopy(std::span<const uint8_t> held, ReadSink& sink) {
+  if (sink.lent) {
+    sink.lent->push_back({held, nullptr});
+  } else if (!held.empty()) {
+    std::memcpy(sink.Fill().data(), held.data(), held.size());
+  }
+}
+
+Status ByteSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
+  SpanSink sink(out);
+  return Read(offset, out.size(), sink);
 }
 
 Result<std::unique_ptr<LocalFileSource>> LocalFileSource::Open(const std::string& path,
@@ -116,8 +139,9 @@ Status LocalFileSource::CheckUnchanged() const {
   return Status::Ok();
 }
 
-Status LocalFileSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
-  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+Status LocalFileSource::Read(uint64_t offset, uint64_t length, ReadSink& sink) const {
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
+  const std::span<uint8_t> out = sink.Fill();
   size_t done = 0;
   while (done < out.size()) {
     ssize_t n =
@@ -139,23 +163,23 @@ Status LocalFileSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   return Status::Ok();
 }
 
-Status MemorySource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
-  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
-  if (!out.empty()) std::memcpy(out.data(), bytes_.data() + offset, out.size());
+Status MemorySource::Read(uint64_t offset, uint64_t length, ReadSink& sink) const {
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
+  if (length > 0) std::memcpy(sink.Fill().data(), bytes_.data() + offset, length);
   return Status::Ok();
 }
 
-Status FaultySource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
+Status FaultySource::Read(uint64_t offset, uint64_t length, ReadSink& sink) const {
   const int64_t n = reads_.fetch_add(1);
   if (faults_.delay_us > 0)
     std::this_thread::sleep_for(std::chrono::microseconds(faults_.delay_us));
   if (n == faults_.fail_read_number) {
     return Status::IoError(Name() + ": injected failure of read #" + std::to_string(n));
   }
-  if (offset + out.size() > faults_.readable_bytes) {
+  if (offset + length > faults_.readable_bytes) {
     return Status::IoError(Name() + ": injected short read at offset " + std::to_string(offset));
   }
-  return base_->ReadAt(offset, out);
+  return base_->ReadAt(offset, sink.Fill());  // never lends, as a disk would not
 }
 
 }  // namespace ckptfs

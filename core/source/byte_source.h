@@ -2,8 +2,12 @@
 //
 // Contract:
 // - Size() is fixed for the life of the object: checkpoints are immutable while mounted.
-// - ReadAt(offset, out) fills all of `out` or fails; a range past Size() is a Corruption
-//   error, a failed or short system read an IoError. Messages name the source.
+// - Read(offset, length, sink) is the one read (leveldb's RandomAccessFile::Read shape): a
+//   source holding the bytes in memory (a cache, bytes a view keeps) may lend them, when
+//   the reader takes lent spans; any other fills the reader's memory. Either way all of
+//   [offset, offset + length) or an error: a range past Size() is a Corruption error, a
+//   failed or short system read an IoError. Messages name the source. ReadAt is Read
+//   into memory the caller has.
 // - Fd() optionally exposes a file descriptor whose bytes at the same offsets are this
 //   source's, so the FUSE front end can hand it to the kernel (splice) without a copy.
 //   Whoever reads through Fd() calls CheckUnchanged() first: a file that was truncated or
@@ -24,17 +28,44 @@
 #include <string_view>
 #include <vector>
 
-#include "core/cache/lent_bytes.h"
 #include "core/status.h"
 
 namespace ckptfs {
+
+// Bytes handed out without a copy: `bytes` stays valid while `keep_alive` lives (a pinned
+// cache block; null for bytes that live as long as their source).
+struct LentBytes {
+  std::span<const uint8_t> bytes;
+  std::shared_ptr<const void> keep_alive;
+};
+
+// Where ByteSource::Read puts the bytes of one read.
+class ReadSink {
+ public:
+  // Where a source that holds the bytes in memory appends spans covering the read, in
+  // order; null when the reader wants its own memory filled.
+  std::vector<LentBytes>* const lent;
+  // The reader's memory for the whole read, made when first asked for: a source that
+  // lends never makes the reader allocate it.
+  virtual std::span<uint8_t> Fill() = 0;
+
+ protected:
+  explicit ReadSink(std::vector<LentBytes>* lent_to) : lent(lent_to) {}
+  ~ReadSink() = default;
+};
+
+// For a source whose bytes live as long as it does: lends `held` (a read's bytes) when
+// the reader takes lent spans, else copies them into the reader's memory.
+void LendOrCopy(std::span<const uint8_t> held, ReadSink& sink);
 
 class ByteSource {
  public:
   virtual ~ByteSource() = default;
 
   virtual uint64_t Size() const = 0;
-  virtual Status ReadAt(uint64_t offset, std::span<uint8_t> out) const = 0;
+  virtual Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const = 0;
+  // Read into `out` (its size is the length), nothing lent.
+  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const;
   // Name used in error messages: the file name as the user knows it.
   virtual const std::string& Name() const = 0;
   virtual int Fd() const { return -1; }
@@ -44,11 +75,6 @@ class ByteSource {
   // (remote, in-memory) are readable by everyone.
   virtual uint32_t Mode() const { return 0444; }
   virtual struct timespec MTime() const { return {}; }
-  // Whether Lend works: sources that hold decoded bytes in memory (a cache) lend them,
-  // so a reply can be sent from there without a copy into a buffer first.
-  virtual bool CanLend() const { return false; }
-  // Appends spans covering [offset, offset + length), in order. Same errors as ReadAt.
-  virtual Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const;
   // A hint that [offset, offset + length) will be read soon; sources that fetch or decode
   // may start now. Never required for correctness.
   virtual void Prefetch(uint64_t /*offset*/, uint64_t /*length*/) const {}
@@ -89,7 +115,7 @@ class LocalFileSource final : public ByteSource {
   ~LocalFileSource() override;
 
   uint64_t Size() const override { return size_; }
-  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
+  Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override;
   const std::string& Name() const override { return name_; }
   int Fd() const override { return fd_; }
   // Compares the size and modification time of the held descriptor (one fstat) with those
@@ -136,14 +162,15 @@ class LocalFileSource final : public ByteSource {
   std::string name_;
 };
 
-// Bytes held in memory: for tests and for small synthesized files.
+// Bytes held in memory: for tests and for small made files. Never lends (it stands in
+// for stored files in tests).
 class MemorySource final : public ByteSource {
  public:
   MemorySource(std::string name, std::string bytes)
       : name_(std::move(name)), bytes_(std::move(bytes)) {}
 
   uint64_t Size() const override { return bytes_.size(); }
-  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
+  Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override;
   const std::string& Name() const override { return name_; }
 
  private:
@@ -165,7 +192,7 @@ class FaultySource final : public ByteSource {
       : base_(std::move(base)), faults_(faults) {}
 
   uint64_t Size() const override { return base_->Size(); }
-  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
+  Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override;
   const std::string& Name() const override { return base_->Name(); }
   int64_t reads() const { return reads_; }
 

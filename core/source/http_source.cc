@@ -670,9 +670,10 @@ void HttpSource::NoteResult(uint64_t offset, uint64_t length, const Status& stat
   failures_.push_back({offset, length, now, status});
 }
 
-Status HttpSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
-  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
-  if (out.empty()) return Status::Ok();
+Status HttpSource::Read(uint64_t offset, uint64_t length, ReadSink& sink) const {
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
+  if (length == 0) return Status::Ok();
+  const std::span<uint8_t> out = sink.Fill();
   // The same range failed a moment ago: this is most likely the kernel asking again for
   // the read it was just refused, so it gets one try, without retries. (A range that timed
   // out is not asked for again at all: RemoteSource fails it at once.)

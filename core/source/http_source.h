@@ -130,7 +130,7 @@ class HttpSource final : public ByteSource {
   ~HttpSource() override;
 
   uint64_t Size() const override { return size_; }
-  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
+  Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override;
   const std::string& Name() const override { return name_; }
   // The Last-Modified the HEAD (or the listing) gave; {0, 0} without one.
   struct timespec MTime() const override {

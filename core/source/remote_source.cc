@@ -121,8 +121,8 @@ void RemoteSource::ClearTimeouts(size_t block) const {
                 [&](const TimedOutRange& r) { return r.first <= block && block <= r.last; });
 }
 
-template <typename Read>
-Status RemoteSource::ServeBlocks(uint64_t offset, uint64_t length, Read read) const {
+template <typename ReadBlocks>
+Status RemoteSource::ServeBlocks(uint64_t offset, uint64_t length, ReadBlocks read) const {
   if (length == 0) return read();
   const size_t first = BlockAt(offset), last = BlockAt(offset + length - 1);
   Status status = RecentTimeout(first, last);
@@ -156,17 +156,20 @@ Status RemoteSource::ReadWhileOpening(uint64_t offset, std::span<uint8_t> out) c
   return Status::Ok();
 }
 
-Status RemoteSource::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
+Status RemoteSource::Read(uint64_t offset, uint64_t length, ReadSink& sink) const {
+  if (!sink.lent || !serving_.load(std::memory_order_acquire)) {
+    return ReadInto(offset, sink.Fill());
+  }
+  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
+  return ServeBlocks(offset, length, [&] { return blocks_.Lend(offset, length, sink.lent); });
+}
+
+Status RemoteSource::ReadInto(uint64_t offset, std::span<uint8_t> out) const {
   if (!serving_.load(std::memory_order_acquire)) return ReadWhileOpening(offset, out);
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
   const ByteRange ahead = readahead_->OnRead(offset, out.size());
   if (!ahead.empty()) Prefetch(ahead.begin, ahead.size());
   return ServeBlocks(offset, out.size(), [&] { return blocks_.Read(offset, out); });
-}
-
-Status RemoteSource::Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const {
-  CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-  return ServeBlocks(offset, length, [&] { return blocks_.Lend(offset, length, out); });
 }
 
 }  // namespace ckptfs

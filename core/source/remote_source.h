@@ -7,7 +7,7 @@
 // cache holding every block a header read touches answers it instead, so a second mount
 // sends the server nothing but the requests that check each object is unchanged.) Once
 // the mount serves (BeginServing), every read is cut into kBlockSize blocks, each fetched
-// once into the block cache through CachedBlocks (core/cache/cached_blocks.h) and shared by
+// once into the block cache through CachedBlocks (core/source/cached_blocks.h) and shared by
 // all views, so a read of one tensor fetches that tensor plus at most one partial block at
 // each end.
 //
@@ -51,10 +51,10 @@
 #include <string>
 #include <vector>
 
-#include "core/cache/cached_blocks.h"
 #include "core/cache/prefetch.h"
 #include "core/cache/read_context.h"
 #include "core/source/byte_source.h"
+#include "core/source/cached_blocks.h"
 
 namespace ckptfs {
 
@@ -83,13 +83,12 @@ class RemoteSource final : public ByteSource, private BlockSet {
   ~RemoteSource() override;
 
   uint64_t Size() const override { return object_->Size(); }
-  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
+  // Once serving, lends cached blocks when the reader takes lent spans.
+  Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override;
   const std::string& Name() const override { return object_->Name(); }
   struct timespec MTime() const override {
     return object_->MTime();
   }
-  bool CanLend() const override { return serving_.load(std::memory_order_acquire); }
-  Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override;
   void Prefetch(uint64_t offset, uint64_t length) const override;
   void BeginServing() override;
   // The object's identity (URL, validator, size), or empty if the server gave no
@@ -97,6 +96,7 @@ class RemoteSource final : public ByteSource, private BlockSet {
   std::string Identity() const override;
 
  private:
+  Status ReadInto(uint64_t offset, std::span<uint8_t> out) const;
   // BlockSet: fixed kBlockSize blocks, loaded from the disk cache, else the server (then
   // published to the disk cache).
   size_t BlockCount() const override { return (Size() + kBlockSize - 1) / kBlockSize; }
@@ -118,8 +118,8 @@ class RemoteSource final : public ByteSource, private BlockSet {
   void ClearTimeouts(size_t block) const;
   // A serving read of [offset, offset + length) through `read`, failing at once for a
   // range that just timed out and remembering one that times out now.
-  template <typename Read>
-  Status ServeBlocks(uint64_t offset, uint64_t length, Read read) const;
+  template <typename ReadBlocks>
+  Status ServeBlocks(uint64_t offset, uint64_t length, ReadBlocks read) const;
 
   std::unique_ptr<ByteSource> object_;
   const std::string identity_;

@@ -161,15 +161,35 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
   return Status::Ok();
 }
 
+namespace {
+
+// Where a gathered piece goes: spans its source lends, or its bytes read into the caller's
+// buffer at the piece's place in the reply. The buffer is sized to the whole reply once,
+// when a piece is first copied, before any segment points into it.
+class PieceSink final : public ReadSink {
+ public:
+  PieceSink(std::vector<LentBytes>* lent_to, std::vector<uint8_t>& buffer, uint64_t total,
+            uint64_t at, uint64_t length)
+      : ReadSink(lent_to), buffer_(buffer), total_(total), at_(at), length_(length) {}
+  std::span<uint8_t> Fill() override {
+    if (buffer_.size() < total_) buffer_.resize(total_);
+    filled_ = true;
+    return {buffer_.data() + at_, length_};
+  }
+  bool filled() const { return filled_; }
+
+ private:
+  std::vector<uint8_t>& buffer_;
+  uint64_t total_, at_, length_;
+  bool filled_ = false;
+};
+
+}  // namespace
+
 Status Volume::Gather(std::span<const ReadPiece> plan, bool descriptors,
                       std::vector<uint8_t>& buffer, Gathered* out) const {
   uint64_t total = 0;
   for (const ReadPiece& p : plan) total += p.length;
-  // Sized once, before any segment points into it, and only if something is copied.
-  auto copy_area = [&](uint64_t at, uint64_t n) {
-    if (buffer.size() < total) buffer.resize(total);
-    return std::span<uint8_t>(buffer.data() + at, n);
-  };
   std::vector<LentBytes> lent;
   uint64_t at = 0;  // where the piece goes in the reply
   for (const ReadPiece& p : plan) {
@@ -178,17 +198,18 @@ Status Volume::Gather(std::span<const ReadPiece> plan, bool descriptors,
     Status s;
     if (p.source->Fd() >= 0 && (s = p.source->CheckUnchanged()).ok() && descriptors) {
       out->segments.push_back({nullptr, p.source->Fd(), p.offset, p.length, p.source});
-    } else if (s.ok() && p.source->CanLend() &&
-               (s = p.source->Lend(p.offset, p.length, &lent)).ok()) {
-      for (LentBytes& l : lent) {
-        out->segments.push_back({l.bytes.data(), -1, 0, l.bytes.size()});
-        if (l.keep_alive) out->keep_alive.push_back(std::move(l.keep_alive));
+    } else if (s.ok()) {
+      PieceSink sink(&lent, buffer, total, here, p.length);
+      s = p.source->Read(p.offset, p.length, sink);
+      if (s.ok() && sink.filled()) {
+        out->segments.push_back({buffer.data() + here, -1, 0, p.length});
+      } else if (s.ok()) {
+        for (LentBytes& l : lent) {
+          out->segments.push_back({l.bytes.data(), -1, 0, l.bytes.size()});
+          if (l.keep_alive) out->keep_alive.push_back(std::move(l.keep_alive));
+        }
       }
       lent.clear();
-    } else if (s.ok()) {
-      const std::span<uint8_t> area = copy_area(here, p.length);
-      s = p.source->ReadAt(p.offset, area);
-      out->segments.push_back({area.data(), -1, 0, p.length});
     }
     if (!s.ok()) {
       Stats::Add(stats_.read_errors, 1);

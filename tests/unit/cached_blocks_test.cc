@@ -1,9 +1,9 @@
-// CachedBlocks (core/cache/cached_blocks.h), the one cached-block mechanism of zstd frames
+// CachedBlocks (core/source/cached_blocks.h), the one cached-block mechanism of zstd frames
 // and remote blocks, over a fake BlockSet: bytes, loads only of touched blocks, one load per
 // block however many readers, parallel loads of one read's blocks, scheduling within the
 // budget, failed loads retried, lent blocks pinned. Part of scripts/test.sh's
 // ThreadSanitizer subset.
-#include "core/cache/cached_blocks.h"
+#include "core/source/cached_blocks.h"
 
 #include <gtest/gtest.h>
 

@@ -21,6 +21,7 @@
 #include "core/source/remote_source.h"
 #include "core/source/s3.h"
 #include "tests/unit/loopback_server.h"
+#include "tests/unit/test_util.h"
 
 namespace ckptfs {
 namespace {
@@ -159,16 +160,16 @@ TEST(HttpSourceTimeLimits, ARangeThatJustTimedOutFailsAtOnceThroughRemoteSource)
   source.BeginServing();
   std::vector<LentBytes> lent;
   auto start = Clock::now();
-  Status s = source.Lend(0, 100, &lent);
+  Status s = testing::Lend(source, 0, 100, &lent);
   EXPECT_EQ(s.errno_value(), EIO) << s.message();
   EXPECT_GE(Clock::now() - start, milliseconds(400));
   start = Clock::now();
-  EXPECT_FALSE(source.Lend(0, 100, &lent).ok());
-  EXPECT_FALSE(source.Lend(4096, 4096, &lent).ok());
+  EXPECT_FALSE(testing::Lend(source, 0, 100, &lent).ok());
+  EXPECT_FALSE(testing::Lend(source, 4096, 4096, &lent).ok());
   EXPECT_LT(Clock::now() - start, milliseconds(100)) << "the kernel's retries must fail at once";
   // Another block is asked for.
   start = Clock::now();
-  EXPECT_FALSE(source.Lend(RemoteSource::kBlockSize, 100, &lent).ok());
+  EXPECT_FALSE(testing::Lend(source, RemoteSource::kBlockSize, 100, &lent).ok());
   EXPECT_GE(Clock::now() - start, milliseconds(400));
   context.Shutdown();
 }

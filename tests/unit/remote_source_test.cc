@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/cache/disk_cache.h"
+#include "tests/unit/test_util.h"
 
 namespace ckptfs {
 namespace {
@@ -39,8 +40,9 @@ class FakeObject final : public ByteSource {
   explicit FakeObject(std::string bytes) : bytes_(std::move(bytes)) {}
   uint64_t Size() const override { return bytes_.size(); }
   const std::string& Name() const override { return name_; }
-  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override {
-    CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+  Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override {
+    CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
+    const std::span<uint8_t> out = sink.Fill();
     const int now = ++in_flight_;
     for (int seen = max_in_flight_;
          now > seen && !max_in_flight_.compare_exchange_weak(seen, now);) {
@@ -121,7 +123,8 @@ TEST(RemoteSourceTest, WhileOpeningReadsExactlyTheBytesAsked) {
   EXPECT_EQ(f.Read(3 * kBlock - 10, 20), f.bytes.substr(3 * kBlock - 10, 20));
   const std::vector<std::pair<uint64_t, uint64_t>> want = {{8, 100}, {3 * kBlock - 10, 20}};
   EXPECT_EQ(f.fake->ranges(), want);
-  EXPECT_FALSE(f.source->CanLend());
+  std::vector<LentBytes> lent;  // while opening, reads are copied: nothing is lent
+  EXPECT_EQ(ckptfs::testing::Lend(*f.source, 8, 100, &lent).code(), Status::Code::kUnsupported);
 }
 
 TEST(RemoteSourceTest, ServingFetchesWholeBlocksOnceAndServesRepeatsFromCache) {
@@ -148,7 +151,7 @@ TEST(RemoteSourceTest, OneTensorCostsAtMostItsSizePlusTwoBlocks) {
     const uint64_t n = std::min<uint64_t>(128 << 10, length - off);
     if (off == 0) f.source->Prefetch(begin + n, length - n);
     std::vector<LentBytes> lent;
-    ASSERT_TRUE(f.source->Lend(begin + off, n, &lent).ok());
+    ASSERT_TRUE(ckptfs::testing::Lend(*f.source, begin + off, n, &lent).ok());
     for (const LentBytes& l : lent) {
       got.append(reinterpret_cast<const char*>(l.bytes.data()), l.bytes.size());
     }
@@ -200,7 +203,7 @@ TEST(RemoteSourceTest, FailedBlockIsNotCachedAndTheNextReadRetries) {
 Status TimedLend(const RemoteSource& source, uint64_t offset, uint64_t length, int64_t* ms) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<LentBytes> lent;
-  Status s = source.Lend(offset, length, &lent);
+  Status s = ckptfs::testing::Lend(source, offset, length, &lent);
   *ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                               start)
             .count();
@@ -261,7 +264,7 @@ TEST(RemoteSourceTest, ABlockFetchedSinceATimeoutIsServed) {
   for (int i = 0; i < 200 && f.fake->ranges().size() < 2; ++i) ::usleep(10'000);
   ::usleep(100'000);  // the worker has published block 2
   std::vector<LentBytes> lent;
-  EXPECT_TRUE(f.source->Lend(2 * kBlock, 4096, &lent).ok());
+  EXPECT_TRUE(ckptfs::testing::Lend(*f.source, 2 * kBlock, 4096, &lent).ok());
   EXPECT_FALSE(TimedLend(*f.source, kBlock, 4096, &ms).ok());
   EXPECT_LT(ms, 150) << "block 1 itself still fails at once";
   EXPECT_EQ(f.fake->ranges().size(), 2u);
@@ -285,15 +288,14 @@ TEST(RemoteSourceTest, RememberedTimeoutsAreBounded) {
 TEST(RemoteSourceTest, LendHandsOutCachedBlocks) {
   Fixture f(3 * kBlock);
   f.source->BeginServing();
-  ASSERT_TRUE(f.source->CanLend());
   std::vector<LentBytes> lent;
-  ASSERT_TRUE(f.source->Lend(kBlock - 10, kBlock + 20, &lent).ok());
+  ASSERT_TRUE(ckptfs::testing::Lend(*f.source, kBlock - 10, kBlock + 20, &lent).ok());
   ASSERT_EQ(lent.size(), 3u);
   std::string got;
   for (const LentBytes& l : lent)
     got.append(reinterpret_cast<const char*>(l.bytes.data()), l.bytes.size());
   EXPECT_EQ(got, f.bytes.substr(kBlock - 10, kBlock + 20));
-  EXPECT_FALSE(f.source->Lend(3 * kBlock - 1, 2, &lent).ok());  // past the end
+  EXPECT_FALSE(ckptfs::testing::Lend(*f.source, 3 * kBlock - 1, 2, &lent).ok());  // past the end
 }
 
 TEST(RemoteSourceTest, DiskCacheServesASecondMountWithoutTheServer) {

@@ -27,6 +27,29 @@ struct TestTensor {
 };
 
 // Deterministic bytes for a tensor, different per name so mix-ups show.
+// A read taking lent spans, as a mount's reply does: appends them to `lent`. A source that
+// fills the reader's memory instead lends nothing: Unsupported.
+inline Status Lend(const ByteSource& source, uint64_t offset, uint64_t length,
+                   std::vector<LentBytes>* lent) {
+  class Sink final : public ReadSink {
+   public:
+    explicit Sink(std::vector<LentBytes>* to, uint64_t n) : ReadSink(to), n_(n) {}
+    std::span<uint8_t> Fill() override {
+      scratch_.resize(n_);
+      filled = true;
+      return scratch_;
+    }
+    bool filled = false;
+
+   private:
+    uint64_t n_;
+    std::vector<uint8_t> scratch_;
+  } sink(lent, length);
+  CKPTFS_RETURN_IF_ERROR(source.Read(offset, length, sink));
+  if (sink.filled) return Status::Unsupported(source.Name() + ": copied, not lent");
+  return Status::Ok();
+}
+
 inline std::string TensorBytes(const TestTensor& t) {
   std::string out(*TensorByteSize(t.dtype, t.shape), '\0');
   uint32_t x = 2166136261u;

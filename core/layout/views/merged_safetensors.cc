@@ -52,6 +52,10 @@ class MergedSafetensorsView final : public View {
   }
 
   void LayOut(LayoutBuilder& b) override {
+    ino_ = b.AddFile(Layout::kRoot, RootName(), b.whole_mode());
+  }
+
+  void Finish(LayoutBuilder& b) override {
     for (const Tensor& t : ckpt_.tensors) {
       if (t.in_model && t.contiguous() && IsComplex(t.dtype)) {
         notes.push_back("tensor \"" + t.name + "\" is " + std::string(DtypeName(t.dtype)) +
@@ -59,7 +63,8 @@ class MergedSafetensorsView final : public View {
                         "for every reader; in tensors/ and pytorch_model.bin");
       }
     }
-    const uint64_t ino = b.AddFile(Layout::kRoot, RootName(), b.whole_mode());
+    const uint64_t ino = ino_;
+    b.BeginExtents(ino);
     // BuildSafetensorsHeader's bytes: the JSON body is the opening, the entries and '}';
     // the 8-byte length before it counts the padding too.
     const std::string opening = SafetensorsHeaderOpening(ckpt_.metadata);
@@ -91,8 +96,10 @@ class MergedSafetensorsView final : public View {
     explicit EntryBytes(const MergedSafetensorsView& view) : view_(view) {}
     uint64_t Size() const override { return view_.entries_size_; }
     const std::string& Name() const override { return view_.ckpt_.safetensors_view; }
-    Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override {
-      CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+    Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override {
+      CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
+      if (length == 0) return Status::Ok();
+      const std::span<uint8_t> out = sink.Fill();
       const std::vector<Chunk>& chunks = view_.chunks_;
       auto it = std::upper_bound(chunks.begin(), chunks.end(), offset,
                                  [](uint64_t off, const Chunk& c) { return off < c.at; });
@@ -127,6 +134,7 @@ class MergedSafetensorsView final : public View {
   }
 
   const Checkpoint& ckpt_;
+  uint64_t ino_ = 0;
   std::vector<uint32_t> order_;
   std::vector<Chunk> chunks_;
   uint64_t entries_size_ = 0;

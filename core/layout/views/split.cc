@@ -121,12 +121,17 @@ class SplitView final : public View, public ExtentMaker {
     map_size_ = MakeMapFile(ckpt_, order_).size();
   }
 
-  // A key file's size depends only on its dtype and shape, which neighbours mostly share.
-  // Children are sorted by LayoutBuilder::Finish.
   void LayOut(LayoutBuilder& b) override {
-    const uint64_t dir = b.AddDir(Layout::kRoot, RootName());
-    const uint64_t map = b.AddFile(dir, kSplitMapFile, b.whole_mode());
-    b.AppendSource(map, b.AddSource(std::make_unique<MapBytes>(*this)), 0, map_size_);
+    dir_ = b.AddDir(Layout::kRoot, RootName());
+    map_ = b.AddFile(dir_, kSplitMapFile, b.whole_mode());
+  }
+
+  // The key files, in map.pt's order (the plan's). A key file's size depends only on its
+  // dtype and shape, which neighbours mostly share. Children are sorted by
+  // LayoutBuilder::Finish.
+  void Finish(LayoutBuilder& b) override {
+    b.BeginExtents(map_);
+    b.AppendSource(map_, b.AddSource(std::make_unique<MapBytes>(*this)), 0, map_size_);
     made_source_ = b.AddSource(std::make_unique<KeyFileBytes>(*this));
     const uint8_t maker = b.AddMaker(this);
     const Tensor* last = nullptr;
@@ -138,7 +143,7 @@ class SplitView final : public View, public ExtentMaker {
         last = &t;
       }
       const uint64_t ino =
-          b.AddMadeFile(dir, SplitKeyFileName(ModelName(ckpt_, t)), 0444, last_size, maker);
+          b.AddMadeFile(dir_, SplitKeyFileName(ModelName(ckpt_, t)), 0444, last_size, maker);
       b.node(ino).tensor = static_cast<int32_t>(i);
       StoredRange one;
       for (const StoredRange& r : RangesOf(ckpt_, t, one)) b.NarrowMode(ino, r.shard);
@@ -176,7 +181,7 @@ class SplitView final : public View, public ExtentMaker {
     explicit KeyFileBytes(const SplitView& view) : view_(view) {}
     uint64_t Size() const override { return UINT64_MAX; }
     const std::string& Name() const override { return name_; }
-    Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override {
+    Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override {
       const uint64_t tensor = offset >> 32;
       const uint64_t k = offset & UINT32_MAX;
       if (tensor >= view_.ckpt_.tensors.size()) {
@@ -184,10 +189,10 @@ class SplitView final : public View, public ExtentMaker {
       }
       const SplitFile file = view_.MakeFileOf(static_cast<uint32_t>(tensor));
       const std::string bytes = file.head + file.tail;
-      if (k > bytes.size() || out.size() > bytes.size() - k) {
+      if (k > bytes.size() || length > bytes.size() - k) {
         return Status::Corruption(name_ + ": read past the made bytes of a key file");
       }
-      std::memcpy(out.data(), bytes.data() + k, out.size());
+      if (length > 0) std::memcpy(sink.Fill().data(), bytes.data() + k, length);
       return Status::Ok();
     }
 
@@ -202,16 +207,9 @@ class SplitView final : public View, public ExtentMaker {
     explicit MapBytes(const SplitView& view) : view_(view) {}
     uint64_t Size() const override { return view_.map_size_; }
     const std::string& Name() const override { return name_; }
-    Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override {
-      CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
-      std::memcpy(out.data(), Bytes().data() + offset, out.size());
-      return Status::Ok();
-    }
-    bool CanLend() const override { return true; }
-    Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override {
+    Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override {
       CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-      out->push_back(
-          {{reinterpret_cast<const uint8_t*>(Bytes().data()) + offset, length}, nullptr});
+      LendOrCopy({reinterpret_cast<const uint8_t*>(Bytes().data()) + offset, length}, sink);
       return Status::Ok();
     }
 
@@ -233,7 +231,9 @@ class SplitView final : public View, public ExtentMaker {
   }
 
   const Checkpoint& ckpt_;
-  std::vector<uint32_t> order_;  // until LayOut
+  uint64_t dir_ = 0;
+  uint64_t map_ = 0;
+  std::vector<uint32_t> order_;  // until Finish
   uint64_t map_size_ = 0;
   uint32_t made_source_ = 0;
 };

@@ -165,8 +165,10 @@ class TorchZipView final : public View, public ExtentMaker {
     made_source_ = b.AddSource(std::make_unique<MadeBytes>(*this));
     // Every piece is a whole-checkpoint file's, so whole_mode is already no more readable
     // than any shard they will name.
-    b.AddMadeFile(Layout::kRoot, RootName(), b.whole_mode(), size_, b.AddMaker(this));
+    ino_ = b.AddMadeFile(Layout::kRoot, RootName(), b.whole_mode(), 0, b.AddMaker(this));
   }
+
+  void Finish(LayoutBuilder& b) override { b.node(ino_).size = size_; }
 
   ExtentList Extents(const Node&) const override {
     Make();
@@ -229,16 +231,10 @@ class TorchZipView final : public View, public ExtentMaker {
       return view_.made_.kept.size();
     }
     const std::string& Name() const override { return view_.ckpt_.torch_view; }
-    Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override {
-      CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
-      std::memcpy(out.data(), view_.made_.kept.data() + offset, out.size());
-      return Status::Ok();
-    }
-    bool CanLend() const override { return true; }
-    Status Lend(uint64_t offset, uint64_t length, std::vector<LentBytes>* out) const override {
+    Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override {
       CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-      out->push_back(
-          {{reinterpret_cast<const uint8_t*>(view_.made_.kept.data()) + offset, length}, nullptr});
+      LendOrCopy({reinterpret_cast<const uint8_t*>(view_.made_.kept.data()) + offset, length},
+                 sink);
       return Status::Ok();
     }
 
@@ -253,8 +249,10 @@ class TorchZipView final : public View, public ExtentMaker {
     explicit MadeBytes(const TorchZipView& view) : view_(view) {}
     uint64_t Size() const override { return view_.size_; }
     const std::string& Name() const override { return view_.ckpt_.torch_view; }
-    Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override {
-      CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
+    Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override {
+      CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
+      if (length == 0) return Status::Ok();
+      const std::span<uint8_t> out = sink.Fill();
       view_.Make();
       std::string bytes;
       for (size_t done = 0; done < out.size();) {
@@ -312,6 +310,7 @@ class TorchZipView final : public View, public ExtentMaker {
   }
 
   const Checkpoint& ckpt_;
+  uint64_t ino_ = 0;
   uint64_t size_ = 0;
   uint32_t kept_source_ = 0;
   uint32_t made_source_ = 0;

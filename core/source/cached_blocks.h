@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "core/cache/block_cache.h"
-#include "core/cache/lent_bytes.h"
 #include "core/cache/prefetch.h"
 #include "core/cache/read_context.h"
+#include "core/source/byte_source.h"
 #include "core/status.h"
 
 namespace ckptfs {

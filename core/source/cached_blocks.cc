@@ -1,4 +1,4 @@
-#include "core/cache/cached_blocks.h"
+#include "core/source/cached_blocks.h"
 
 #include <algorithm>
 #include <cstring>
