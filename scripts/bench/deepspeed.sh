@@ -14,8 +14,11 @@ c_cat_ds_files() { printf '%s\n' "${DS_FILES[@]}"; }
 DSCONTENDERS=(ckptfs_ds cat_ds)
 DSRATIOS=("ckptfs_ds cat_ds cold 0.8" "ckptfs_ds cat_ds warm 0.8")
 
+# the daemon's RSS after a mount of the tag dir (mount_rounds' hook)
+ds_note_rss() { if [[ -n $CKPTFS_PID ]]; then DSRSS=$(proc_kb "$CKPTFS_PID" VmRSS); fi; }
+
 deepspeed_section() {
-  local dir=$WORKDIR/ds-zero3-${DS_SIZE_MB}m mnt=$SCRATCH/mnt/dsmount r mode
+  local dir=$WORKDIR/ds-zero3-${DS_SIZE_MB}m mnt=$SCRATCH/mnt/dsmount
   if [[ ! -d $dir ]]; then
     rm -rf --one-file-system -- "$dir.tmp"
     log "generating $dir (ZeRO-3, 4 ranks, about ${DS_SIZE_MB} MiB of rank files)"
@@ -31,22 +34,10 @@ deepspeed_section() {
   DSBYTES=$(du -cb "$DSTAG" | tail -n 1 | cut -f1)
   DSMOUNT_COLD=() DSMOUNT_WARM=()
   log "deepspeed: mount of $DSTAG, $REPS reps cold + warm"
-  for ((r = 1; r <= REPS; r++)); do
-    for mode in cold warm; do
-      [[ $mode == cold ]] && drop_caches
-      ckptfs_mount "$DSTAG" "$mnt"
-      if [[ $mode == cold ]]; then DSMOUNT_COLD+=("$CKPTFS_MOUNT_SECS"); else DSMOUNT_WARM+=("$CKPTFS_MOUNT_SECS"); fi
-      if [[ -n $CKPTFS_PID ]]; then DSRSS=$(proc_kb "$CKPTFS_PID" VmRSS); fi
-      unmount_one "$mnt" || die "could not unmount $mnt"
-    done
-  done
+  mount_rounds "$DSTAG" "$mnt" DSMOUNT_COLD DSMOUNT_WARM ds_note_rss
   log "deepspeed: sequential read, ${#DSCONTENDERS[@]} contenders x {cold,warm} x $REPS reps"
   read_files "${DS_FILES[@]}"
-  for ((r = 1; r <= REPS; r++)); do
-    for mode in cold warm; do
-      for id in "${DSCONTENDERS[@]}"; do run_sample "$id" "$mode"; done
-    done
-  done
+  sample_rounds "cold warm" "${DSCONTENDERS[@]}"
 }
 DS_SIZE_MB=2048
 DSRSS=''

@@ -245,6 +245,39 @@ run_sample() {
   log "  $mode $id: $(gib "$bytes") GiB in ${secs}s = ${mbps} MB/s${res:+; backing files ${res}% resident before}"
 }
 
+# sample_rounds MODES ID...: REPS rounds of run_sample, each round every mode
+# and, within a mode, every contender in turn (A B C A B C), so that what
+# drifts during the run (other work, the host's cache) hits all of them alike.
+sample_rounds() {
+  local modes=$1 r mode id
+  shift
+  for ((r = 1; r <= REPS; r++)); do
+    log "rep $r/$REPS"
+    for mode in $modes; do
+      for id in "$@"; do run_sample "$id" "$mode"; done
+    done
+  done
+}
+
+# mount_rounds SRC MNT COLD WARM [HOOK]: REPS rounds of a cold (drop_caches
+# first) then a warm `ckptfs mount SRC MNT`, appending CKPTFS_MOUNT_SECS (until
+# the command returned) to the arrays named COLD and WARM; HOOK, a function,
+# runs while each mount is up (e.g. to read the daemon's RSS).
+mount_rounds() {
+  local src=$1 mnt=$2 hook=${5:-} r mode
+  local -n mount_cold_=$3 mount_warm_=$4
+  for ((r = 1; r <= REPS; r++)); do
+    for mode in cold warm; do
+      [[ $mode == cold ]] && drop_caches
+      ckptfs_mount "$src" "$mnt"
+      if [[ $mode == cold ]]; then mount_cold_+=("$CKPTFS_MOUNT_SECS"); else mount_warm_+=("$CKPTFS_MOUNT_SECS"); fi
+      [[ -z $hook ]] || "$hook"
+      log "  $mode mount: ${CKPTFS_MOUNT_SECS}s"
+      unmount_one "$mnt" || die "could not unmount $mnt"
+    done
+  done
+}
+
 # ---------------------------------------------------------- daemon stats
 # stats_fields MNT KEY...: values of MNT/.ckptfs/stats.json on one line; a KEY
 # may be dotted (remote.bytes_fetched); a missing one prints '-'
@@ -328,3 +361,4 @@ ratio_rows() {
     fi
   done
 }
+

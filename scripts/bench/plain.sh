@@ -33,6 +33,7 @@ RATIOS=(
 
 # plain_section: the throughput samples (the data, DATA and SHARD_FILES, is the driver's).
 plain_section() {
+  local id
   for id in "${CONTENDERS[@]}"; do
     if has_fn "c_${id}_prepare"; then "c_${id}_prepare"; fi
   done
@@ -44,12 +45,7 @@ plain_section() {
   read_files "${SHARD_FILES[@]}"
 
   log "throughput: ${#CONTENDERS[@]} contenders x {cold,warm} x $REPS reps, interleaved"
-  for ((r = 1; r <= REPS; r++)); do
-    log "rep $r/$REPS"
-    for mode in cold warm; do
-      for id in "${CONTENDERS[@]}"; do run_sample "$id" "$mode"; done
-    done
-  done
+  sample_rounds "cold warm" "${CONTENDERS[@]}"
 }
 
 plain_report() {

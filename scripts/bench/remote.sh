@@ -274,7 +274,7 @@ remote_cache_dir() {
 
 # The whole remote section: data, nginx, (a), (b), (c); nginx stopped at the end.
 remote_section() {
-  local r id key value t0 ts
+  local r key value t0 ts
   RDATA=$WORKDIR/bench-f32-${SIZE}-${SHARDS}shards-${RTENSORS}tensors
   gen_data "$RDATA" --kind bench --total-bytes "$SIZE" --dtype F32 --shards "$SHARDS" --tensors "$RTENSORS"
   mapfile -t RSHARD_FILES < <(shard_files "$RDATA")
@@ -299,10 +299,7 @@ remote_section() {
   RSEQ_SENT=() RSEQ_REQS=() RSEQ_ERRS=0 RSEQ_CPU=()
   log "(b) sequential read: ${#RCONTENDERS[@]} contenders x $REPS reps, interleaved"
   t0=$(now_ns)
-  for ((r = 1; r <= REPS; r++)); do
-    log "rep $r/$REPS"
-    for id in "${RCONTENDERS[@]}"; do run_sample "$id" fresh; done
-  done
+  sample_rounds fresh "${RCONTENDERS[@]}"
   log "(b) took $(elapsed "$t0" "$(now_ns)") s"
 
   log "(c) --cache-dir: read, unmount, drop_caches, mount with the same dir, read again"

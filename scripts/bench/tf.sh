@@ -27,32 +27,24 @@ c_cat_tf_files() { printf '%s\n' "${TF_FILES[@]}"; }
 TFCONTENDERS=(ckptfs_tf cat_tf)
 TFRATIOS=("ckptfs_tf cat_tf cold 0.8" "ckptfs_tf cat_tf warm 0.8")
 
+# the daemon's RSS after a mount of the many-variable bundle (mount_rounds' hook)
+tf_note_rss() {
+  if [[ -n $CKPTFS_PID ]]; then TFRSS=$(proc_kb "$CKPTFS_PID" VmRSS); TFHWM=$(proc_kb "$CKPTFS_PID" VmHWM); fi
+}
+
 tf_section() {
   TFMANY=$WORKDIR/tf-many-${TF_VARIABLES}
   TFBIG=$WORKDIR/tf-big-$SIZE
   tf_gen "$TFMANY" many --count "$TF_VARIABLES"
   tf_gen "$TFBIG" big --size "$(size_to_bytes "$SIZE")" --shards 8
   mapfile -t TF_FILES < <(ls -1 "$TFBIG"/ckpt-1.data-* | sort)
-  local mnt=$SCRATCH/mnt/tfmany r mode
+  local mnt=$SCRATCH/mnt/tfmany
   TFMOUNT_COLD=() TFMOUNT_WARM=()
   log "tf: mount cost of $TF_VARIABLES variables, $REPS reps cold + warm"
-  for ((r = 1; r <= REPS; r++)); do
-    for mode in cold warm; do
-      [[ $mode == cold ]] && drop_caches
-      ckptfs_mount "$TFMANY" "$mnt"
-      if [[ $mode == cold ]]; then TFMOUNT_COLD+=("$CKPTFS_MOUNT_SECS"); else TFMOUNT_WARM+=("$CKPTFS_MOUNT_SECS"); fi
-      if [[ -n $CKPTFS_PID ]]; then TFRSS=$(proc_kb "$CKPTFS_PID" VmRSS); TFHWM=$(proc_kb "$CKPTFS_PID" VmHWM); fi
-      log "  $mode mount: ${CKPTFS_MOUNT_SECS}s"
-      unmount_one "$mnt" || die "could not unmount $mnt"
-    done
-  done
+  mount_rounds "$TFMANY" "$mnt" TFMOUNT_COLD TFMOUNT_WARM tf_note_rss
   log "tf: sequential read, ${#TFCONTENDERS[@]} contenders x {cold,warm} x $REPS reps"
   read_files "${TF_FILES[@]}"
-  for ((r = 1; r <= REPS; r++)); do
-    for mode in cold warm; do
-      for id in "${TFCONTENDERS[@]}"; do run_sample "$id" "$mode"; done
-    done
-  done
+  sample_rounds "cold warm" "${TFCONTENDERS[@]}"
 }
 TF_VARIABLES=50000
 TFRSS='' TFHWM=''

@@ -284,15 +284,7 @@ torch_section() {
   local tm=$SCRATCH/mnt/tmount
   TMOUNT_COLD=() TMOUNT_WARM=()
   log "mount cost of the sharded torch source: $REPS reps cold + warm"
-  for ((r = 1; r <= REPS; r++)); do
-    for mode in cold warm; do
-      [[ $mode == cold ]] && drop_caches
-      ckptfs_mount "$TDATA" "$tm"
-      if [[ $mode == cold ]]; then TMOUNT_COLD+=("$CKPTFS_MOUNT_SECS"); else TMOUNT_WARM+=("$CKPTFS_MOUNT_SECS"); fi
-      log "  $mode mount: ${CKPTFS_MOUNT_SECS}s"
-      unmount_one "$tm" || die "could not unmount $tm"
-    done
-  done
+  mount_rounds "$TDATA" "$tm" TMOUNT_COLD TMOUNT_WARM
   drop_caches
   ckptfs_mount "$TDATA" "$tm"
   TRSS_MOUNT='' THWM_MOUNT=''

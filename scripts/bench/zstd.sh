@@ -240,7 +240,7 @@ EOF
 
 # The whole zstd section: data, sequential contenders, random reads, peak RSS.
 zstd_section() {
-  local tag=L$LEVEL r mode id key value f
+  local tag=L$LEVEL key value f
   ZSECTION_T0=$(now_ns)
   [[ -n $FRAME ]] && tag+=-F$FRAME
   ZDATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards-zst-$tag
@@ -280,21 +280,12 @@ zstd_section() {
   read_files "${ZST_FILES[@]}" "${ZGST_FILES[@]}" "$SQFS"
   log "zstd throughput: ${#ZCONTENDERS[@]} contenders x {cold,cached} x $REPS reps, interleaved"
   ZSEQ_T0=$(now_ns) ZLOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
-  for ((r = 1; r <= REPS; r++)); do
-    log "rep $r/$REPS"
-    for mode in cold cached; do
-      for id in "${ZCONTENDERS[@]}"; do run_sample "$id" "$mode"; done
-    done
-  done
+  sample_rounds "cold cached" "${ZCONTENDERS[@]}"
   ZSEQ_SECS=$(elapsed "$ZSEQ_T0" "$(now_ns)") ZLOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
   log "trained weights: ${#TWCONTENDERS[@]} contenders x {cold,cached} x $REPS reps, interleaved"
   read_files "$TWZ/pytorch_model.bin.zst" "$TWZG/pytorch_model.bin.zst" "$TWSQFS"
-  for ((r = 1; r <= REPS; r++)); do
-    for mode in cold cached; do
-      for id in "${TWCONTENDERS[@]}"; do run_sample "$id" "$mode"; done
-    done
-  done
+  sample_rounds "cold cached" "${TWCONTENDERS[@]}"
 
   log "random reads: $RANDOM_TENSORS tensors, fresh mounts, dropped caches"
   declare -gA RR_CKPTFS=() RR_SQFS=()
