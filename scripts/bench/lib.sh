@@ -145,37 +145,30 @@ ckptfs_mount() {
   CKPTFS_PID=$pid
 }
 
-# passthrough_ll with its defaults, in the foreground (-f) only so we own its pid.
-ptll_mount() {
-  local src=$1 mnt=$2 pid i
+# fg_mount NAME MNT CMD...: run CMD (a FUSE daemon kept in the foreground, so
+# that we own its pid) in the background, logging to logs/NAME.log, and wait,
+# bounded by MOUNT_TIMEOUT, until MNT is mounted; die if it exits first.
+fg_mount() {
+  local name=$1 mnt=$2 pid i
+  shift 2
   mkdir -p -- "$mnt"
   is_mounted "$mnt" && die "$mnt is already mounted"
-  "$PTLL" -f -o "source=$src" "$mnt" >>"$SCRATCH/logs/passthrough_ll.log" 2>&1 &
+  "$@" >>"$SCRATCH/logs/$name.log" 2>&1 &
   pid=$!
   register_mount "$mnt" "$pid" "fusermount3 -u"
   for ((i = 0; i < MOUNT_TIMEOUT * 20; i++)); do
     is_mounted "$mnt" && return 0
-    pid_alive "$pid" || { cat "$SCRATCH/logs/passthrough_ll.log" >&2; die "passthrough_ll exited before mounting $mnt"; }
+    pid_alive "$pid" || { cat "$SCRATCH/logs/$name.log" >&2; die "$name exited before mounting $mnt"; }
     sleep 0.05
   done
-  die "passthrough_ll did not mount $mnt within ${MOUNT_TIMEOUT}s"
+  die "$name did not mount $mnt within ${MOUNT_TIMEOUT}s"
 }
 
-# squashfuse_ll in the foreground (-f) only so we own its pid; otherwise defaults.
-sqfs_mount() {
-  local img=$1 mnt=$2 pid i
-  mkdir -p -- "$mnt"
-  is_mounted "$mnt" && die "$mnt is already mounted"
-  squashfuse_ll -f "$img" "$mnt" >>"$SCRATCH/logs/squashfuse_ll.log" 2>&1 &
-  pid=$!
-  register_mount "$mnt" "$pid" "fusermount3 -u"
-  for ((i = 0; i < MOUNT_TIMEOUT * 20; i++)); do
-    is_mounted "$mnt" && return 0
-    pid_alive "$pid" || { cat "$SCRATCH/logs/squashfuse_ll.log" >&2; die "squashfuse_ll exited before mounting $mnt"; }
-    sleep 0.05
-  done
-  die "squashfuse_ll did not mount $mnt within ${MOUNT_TIMEOUT}s"
-}
+# passthrough_ll SRC MNT with its defaults, in the foreground (-f) only so we own its pid.
+ptll_mount() { fg_mount passthrough_ll "$2" "$PTLL" -f -o "source=$1" "$2"; }
+
+# squashfuse_ll IMG MNT in the foreground (-f) only so we own its pid; otherwise defaults.
+sqfs_mount() { fg_mount squashfuse_ll "$2" squashfuse_ll -f "$1" "$2"; }
 
 has_fn() { declare -F "$1" >/dev/null; }
 
