@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checked.h"
 #include "core/codec/byte_group.h"
 #include "core/source/byte_source.h"
 #include "core/status.h"
@@ -66,9 +67,7 @@ inline constexpr uint64_t kMaxStreamDecodeRatio = 128;
 inline constexpr uint64_t kMinStreamDecodeLimit = 256ull << 20;
 inline constexpr uint64_t StreamDecodeLimit(uint64_t compressed_size) {
   return compressed_size > kMinStreamDecodeLimit / kMaxStreamDecodeRatio
-             ? (compressed_size > UINT64_MAX / kMaxStreamDecodeRatio
-                    ? UINT64_MAX
-                    : compressed_size * kMaxStreamDecodeRatio)
+             ? CheckedMul(compressed_size, kMaxStreamDecodeRatio).value_or(UINT64_MAX)
              : kMinStreamDecodeLimit;
 }
 

@@ -21,9 +21,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "core/checked.h"
 #include "core/status.h"
 
 namespace ckptfs {
@@ -47,13 +49,14 @@ class MetadataBudget {
   }
   // Adds `bytes` to what was spent; false once that is past the limit (and from then on).
   bool Charge(uint64_t bytes) {
-    used_ = bytes > UINT64_MAX - used_ ? UINT64_MAX : used_ + bytes;
+    used_ = SaturatingAdd(used_, bytes);
     peak_ = std::max(peak_, used_);
     return used_ <= limit();
   }
   // Counts `bytes` more held; refused (and not counted) when the total would pass the limit.
   Status ChargeOrRefuse(uint64_t bytes) {
-    if (bytes > limit() || used_ > limit() - bytes) {
+    const std::optional<uint64_t> total = CheckedAdd(used_, bytes);
+    if (!total || *total > limit()) {
       return Status::Unsupported(file_name_ + ": metadata " + Exceeded());
     }
     Charge(bytes);
