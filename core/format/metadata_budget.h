@@ -10,8 +10,8 @@
 // allocates *before* it allocates (a growing vector's new capacity while the old one is
 // still held, a heap string, a decoded block), releases only what it has freed, and
 // refuses the record once a charge fails, so its own peak stays within the limit. Why 32:
-// a torch state dict's tree costs ~20 times its pickle, a TF index's entries and
-// Checkpoint ~6 times (50k variables), so 16 would refuse ordinary checkpoints.
+// it admits the ordinary checkpoints of every format that charges it, with room to spare,
+// where 16 would refuse some (ratios measured: docs/security.md, docs/tensorflow.md).
 //
 // Two ways to charge: Charge (bool: counted even past the limit, false from then on; for
 // the pickle's own Refuse) and ChargeOrRefuse (a Status: refused and not counted, one line
