@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/checked.h"
+
 namespace ckptfs {
 namespace {
-
-uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 // Stragglers of a stream's own out-of-order requests land behind it by up to the few
 // requests the kernel keeps in flight; 4 covers that without swallowing real seeks.

@@ -23,12 +23,10 @@
 //   LeaseScratch, which holds at most kScratchBytes (16 MiB) of such buffers, leased or
 //   kept for reuse, or one region when a region is larger (at most a quarter of the cache,
 //   like any cached frame).
-// - Fixed: about 6 MiB of code, libraries and mount state; per FUSE worker (16) up to
-//   about 1.4 MiB (a reply copied or read into a buffer of at most 1 MiB, a 256 KiB
-//   compressed-input buffer, a zstd context); the stream decode above.
-// Measured with --cache-size 1M, 16 tensors/ readers plus one of model.safetensors: 31 MiB
-// peak over 4 MiB frames (`pack`), 30 MiB over 60 MiB single-frame shards (were 77 and
-// 372 MiB). The one excess the cache allows is a stalled reply's blocks (BlockCache).
+// - Fixed: code, libraries and mount state; per FUSE worker (16) a reply copied or read
+//   into a buffer of at most 1 MiB, a 256 KiB compressed-input buffer and a zstd context;
+//   the stream decode above. (What these came to when measured: docs/security.md.)
+// The one excess the cache allows is a stalled reply's blocks (BlockCache).
 #pragma once
 
 #include <atomic>

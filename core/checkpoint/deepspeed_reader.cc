@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/checked.h"
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
 #include "core/format/deepspeed/zero.h"
@@ -481,7 +482,7 @@ Status VerifyDeepSpeed(const Checkpoint& ckpt, const std::function<void(const St
     uint64_t bytes = 0;
     for (const StoredRange& r : RangesOf(ckpt, t, one)) {
       const StoredFile& shard = ckpt.shards[r.shard];
-      if (r.offset > shard.source->Size() || r.size > shard.source->Size() - r.offset) {
+      if (!RangeWithin(r.offset, r.size, shard.source->Size())) {
         report(
             Status::Corruption(shard.name + ": tensor \"" + t.name + "\" reaches past the file"));
       }

@@ -194,9 +194,10 @@ Result<FrameIndex> ScanFrames(const ByteSource& src) {
         return Status::Corruption(At(src, offset) +
                                   "byte-group record in a shard without a seek table");
       }
-      offset += kSkippableHeaderSize + h.frameContentSize;
-      if (offset > src.Size())
+      if (!RangeWithin(offset, kSkippableHeaderSize + h.frameContentSize, src.Size())) {
         return Status::Corruption(src.Name() + ": skippable frame is truncated");
+      }
+      offset += kSkippableHeaderSize + h.frameContentSize;
       continue;
     }
     CKPTFS_ASSIGN_OR_RETURN(uint64_t end, FrameEnd(src, reader, offset, h));
@@ -211,10 +212,9 @@ Result<FrameIndex> ScanFrames(const ByteSource& src) {
     } else {
       f.decoded_size = h.frameContentSize;
     }
-    index.decoded_size += f.decoded_size;
-    if (index.decoded_size < f.decoded_size) {
-      return Status::Corruption(At(src, offset) + "decoded sizes overflow");
-    }
+    const std::optional<uint64_t> decoded = CheckedAdd(index.decoded_size, f.decoded_size);
+    if (!decoded) return Status::Corruption(At(src, offset) + "decoded sizes overflow");
+    index.decoded_size = *decoded;
     index.frames.push_back(f);
     offset = end;
   }

@@ -4,7 +4,7 @@
 // skippable frame with the 0x8F92EAB1 footer), else by walking frame and block headers
 // from the start (plain multi-frame or single-frame zstd, as `zstd` writes by default).
 // A frame whose header lacks its content size is decoded once, here, to learn it, within
-// StreamDecodeLimit (below): a bomb of such frames is refused, not decoded for minutes.
+// StreamDecodeLimit (below): a bomb of such frames is refused once it passes that bound.
 // Both paths treat the file as untrusted: every size is checked against the file, frames
 // must tile the file exactly, and sizes are bounded. A seekable shard packed with
 // --byte-group ends its frames with a byte-group record (core/codec/byte_group.h), the
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checked.h"
 #include "core/codec/byte_group.h"
 #include "core/source/byte_source.h"
 #include "core/status.h"
@@ -59,16 +60,14 @@ struct FrameIndex {
 // whole (ZstdSource's spill file). At most kMaxStreamDecodeRatio times the .zst file's size,
 // and kMinStreamDecodeLimit whatever its size. Real checkpoints compress far less than
 // 128-fold (bf16 weights ~1.2, a half-zero optimizer state a few-fold); a file that does is
-// nearly all one byte value, while zstd's RLE blocks reach 32768-fold: an 8 MiB file would
-// decode to 256 GiB, minutes of work at mount before anything could be said of it. With the
-// bound such a file is refused after at most ~1 GiB of decoding (a fraction of a second).
+// nearly all one byte value, while zstd's RLE blocks reach 32768-fold: an 8 MiB file could
+// decode to 256 GiB at mount before anything could be said of it. With the bound such a
+// file is refused after at most 1 GiB of decoding (128 times its 8 MiB).
 inline constexpr uint64_t kMaxStreamDecodeRatio = 128;
 inline constexpr uint64_t kMinStreamDecodeLimit = 256ull << 20;
 inline constexpr uint64_t StreamDecodeLimit(uint64_t compressed_size) {
   return compressed_size > kMinStreamDecodeLimit / kMaxStreamDecodeRatio
-             ? (compressed_size > UINT64_MAX / kMaxStreamDecodeRatio
-                    ? UINT64_MAX
-                    : compressed_size * kMaxStreamDecodeRatio)
+             ? CheckedMul(compressed_size, kMaxStreamDecodeRatio).value_or(UINT64_MAX)
              : kMinStreamDecodeLimit;
 }
 

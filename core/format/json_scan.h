@@ -11,7 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
+
+#include "core/checked.h"
 
 namespace ckptfs {
 
@@ -67,8 +70,10 @@ class JsonScan {
     uint64_t v = 0;
     while (p_ != end_ && *p_ >= '0' && *p_ <= '9') {
       const auto digit = static_cast<uint64_t>(*p_ - '0');
-      if (v > (UINT64_MAX - digit) / 10) return false;  // nlohmann makes it a float
-      v = v * 10 + digit;
+      const std::optional<uint64_t> tens = CheckedMul(v, 10);
+      const std::optional<uint64_t> next = tens ? CheckedAdd(*tens, digit) : std::nullopt;
+      if (!next) return false;  // nlohmann makes it a float
+      v = *next;
       ++p_;
     }
     out = v;

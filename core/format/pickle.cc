@@ -10,6 +10,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "core/checked.h"
 #include "core/format/metadata_budget.h"
 
 namespace ckptfs {
@@ -337,7 +338,7 @@ class Unpickler {
 
   // Every length comes from the file: compared with what is left, never added to pos_ first.
   Result<std::string_view> Take(uint64_t n) {
-    if (n > data_.size() - pos_) {
+    if (!RangeWithin(pos_, n, data_.size())) {
       return Error("truncated: needs " + std::to_string(n) + " bytes, " +
                    std::to_string(data_.size() - pos_) + " left");
     }
@@ -651,7 +652,7 @@ Status Unpickler::Step(uint8_t op) {
     }
     case kFrame: {  // protocol 4 framing is a read-ahead hint; the frame must still fit
       CKPTFS_ASSIGN_OR_RETURN(const uint64_t length, Le(8));
-      if (length > data_.size() - pos_) return Error("frame runs past the end");
+      if (!RangeWithin(pos_, length, data_.size())) return Error("frame runs past the end");
       return Status::Ok();
     }
     case kMark:

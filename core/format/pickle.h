@@ -53,10 +53,10 @@
 // kMaxPickleDepth. The memory the tree and the parser's own tables take is charged as it
 // is allocated to a MetadataBudget (core/format/metadata_budget.h) of the input's size:
 // past 32 times the pickle plus 64 MiB the pickle is refused (Unsupported, "unpickling
-// would take more than N bytes of memory"). A value costs ~100 bytes however small its
-// opcode, so millions of 2-byte ints (~50 times) are what reaches that; torch state dicts
-// (~20 times their pickle) do not. Cycles (a list appended to itself) are representable; walkers
-// must bound their recursion.
+// would take more than N bytes of memory"). A value's tree node costs far more than its
+// opcode, so input of many tiny values (millions of 2-byte ints) is what reaches that;
+// torch state dicts stay within it (the ratios measured: docs/security.md). Cycles (a list
+// appended to itself) are representable; walkers must bound their recursion.
 //
 // Thread safety: Unpickle is a pure function.
 #pragma once
@@ -72,8 +72,8 @@
 namespace ckptfs {
 
 inline constexpr uint32_t kMaxPickleDepth = 256;
-// About 350 MB of tree at most; a torch pickle spends ~15 values per tensor, so this
-// still admits a single file of a quarter million tensors.
+// At most 2^22 values whatever the input; a torch pickle spends about 15 values a tensor,
+// so this admits a single file of a quarter million tensors.
 inline constexpr size_t kMaxPickleValues = size_t{1} << 22;
 
 enum class PickleKind : uint8_t {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/checked.h"
 #include "core/format/json_scan.h"
 
 namespace ckptfs {
@@ -291,12 +292,7 @@ Status CheckTiling(const std::vector<TensorEntry>& sorted, uint64_t data_size,
 }  // namespace
 
 std::optional<uint64_t> TensorByteSize(Dtype dtype, std::span<const uint64_t> shape) {
-  uint64_t n = DtypeSize(dtype);
-  for (uint64_t dim : shape) {
-    if (dim != 0 && n > UINT64_MAX / dim) return std::nullopt;
-    n *= dim;
-  }
-  return n;
+  return CheckedProduct(shape, DtypeSize(dtype));
 }
 
 // A one-byte dtype's byte size is the element count.
@@ -361,7 +357,7 @@ Result<SafetensorsHeader> ReadSafetensorsHeader(const ByteSource& source) {
     return Status::Corruption(file + ": header length " + std::to_string(n) +
                               " exceeds the 100 MB safetensors limit");
   }
-  if (n > source.Size() - 8) {
+  if (!RangeWithin(8, n, source.Size())) {
     return Status::Corruption(file + ": header length " + std::to_string(n) +
                               " runs past end of file (" + std::to_string(source.Size()) +
                               " bytes)");

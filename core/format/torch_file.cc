@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "core/checked.h"
 #include "core/format/metadata_budget.h"
 #include "core/format/ordered_json.h"
 #include "core/format/pickle.h"
@@ -164,7 +165,8 @@ class Interpreter {
                                  " is compressed; torch.save stores records uncompressed");
     }
     const uint64_t element = DtypeSize(known->dtype);
-    if (numel > UINT64_MAX / element || numel * element != e.size) {
+    const std::optional<uint64_t> bytes = CheckedMul(numel, element);
+    if (!bytes || *bytes != e.size) {
       return Bad("record " + e.name + " holds " + std::to_string(e.size) + " bytes but its " + cls +
                  " claims " + std::to_string(numel) + " elements");
     }
@@ -198,10 +200,11 @@ class Interpreter {
     uint64_t last = t.storage_offset;
     for (size_t i = 0; i < t.shape.size(); ++i) {
       if (t.shape[i] == 0) empty = true;
-      uint64_t reach = 0;
       if (t.shape[i] > 0) {
-        overflow |= __builtin_mul_overflow(t.shape[i] - 1, t.stride[i], &reach);
-        overflow |= __builtin_add_overflow(last, reach, &last);
+        const std::optional<uint64_t> reach = CheckedMul(t.shape[i] - 1, t.stride[i]);
+        const std::optional<uint64_t> next = reach ? CheckedAdd(last, *reach) : std::nullopt;
+        overflow |= !next;
+        last = next.value_or(last);
       }
     }
     if (!empty && (overflow || last >= storage_numel)) {
@@ -671,11 +674,7 @@ class Interpreter {
 
   // Bytes of a dense tensor, nullopt on overflow.
   static std::optional<uint64_t> TensorBytes(Dtype dtype, std::span<const uint64_t> shape) {
-    uint64_t n = DtypeSize(dtype);
-    for (uint64_t d : shape) {
-      if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
-    }
-    return n;
+    return CheckedProduct(shape, DtypeSize(dtype));
   }
 
   // A numpy scalar's value where JSON has one (little-endian numbers, bool), else its dtype.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/checked.h"
+
 namespace ckptfs {
 namespace {
 
@@ -66,8 +68,8 @@ Result<Directory> ReadEnd(const ByteSource& source) {
     Directory dir{Le(end + 10, 2), Le(end + 16, 4), Le(end + 12, 4)};
     if (at >= kLocator64Size && Le(end - kLocator64Size, 4) == kLocator64Sig) {
       const uint64_t end64_at = Le(end - kLocator64Size + 8, 8);
-      if (end64_at > size - tail_len + at - kLocator64Size ||
-          size - tail_len + at - kLocator64Size - end64_at < kEnd64Size) {
+      // The zip64 end record lies wholly before its locator.
+      if (!RangeWithin(end64_at, kEnd64Size, size - tail_len + at - kLocator64Size)) {
         return Bad(source, "zip64 end record out of place");
       }
       CKPTFS_ASSIGN_OR_RETURN(std::string rec, ReadRange(source, end64_at, kEnd64Size));
@@ -75,7 +77,7 @@ Result<Directory> ReadEnd(const ByteSource& source) {
       if (Le(r, 4) != kEnd64Sig) return Bad(source, "bad zip64 end record signature");
       dir = Directory{Le(r + 32, 8), Le(r + 48, 8), Le(r + 40, 8)};
     }
-    if (dir.offset > size || dir.size > size - dir.offset) {
+    if (!RangeWithin(dir.offset, dir.size, size)) {
       return Bad(source, "central directory outside the file");
     }
     if (dir.size > kMaxDirectory) return Bad(source, "central directory larger than 512 MiB");
@@ -91,7 +93,8 @@ Status ApplyZip64(const ByteSource& source, std::string_view extra, ZipEntry& e,
   const auto* p = reinterpret_cast<const uint8_t*>(extra.data());
   for (size_t at = 0; at + 4 <= extra.size();) {
     const uint64_t id = Le(p + at, 2), len = Le(p + at + 2, 2);
-    if (at + 4 + len > extra.size()) return Bad(source, e.name + ": extra field overruns");
+    if (!RangeWithin(at + 4, len, extra.size()))
+      return Bad(source, e.name + ": extra field overruns");
     if (id == kZip64ExtraId) {
       uint64_t* fields[] = {&e.uncompressed_size, &e.size, &header_offset};
       size_t used = 0;
@@ -117,12 +120,12 @@ Result<std::vector<ZipEntry>> ReadZipDirectory(const ByteSource& source) {
   entries.reserve(dir.entries);
   uint64_t at = 0;
   for (uint64_t i = 0; i < dir.entries; ++i) {
-    if (cd.size() - at < kCentralSize || Le(p + at, 4) != kCentralSig) {
+    if (!RangeWithin(at, kCentralSize, cd.size()) || Le(p + at, 4) != kCentralSig) {
       return Bad(source, "central directory entry " + std::to_string(i) + " is damaged");
     }
     const uint8_t* c = p + at;
     const uint64_t name_len = Le(c + 28, 2), extra_len = Le(c + 30, 2), comment_len = Le(c + 32, 2);
-    if (cd.size() - at - kCentralSize < name_len + extra_len + comment_len) {
+    if (!RangeWithin(at + kCentralSize, name_len + extra_len + comment_len, cd.size())) {
       return Bad(source, "central directory entry " + std::to_string(i) + " overruns");
     }
     ZipEntry e;
@@ -139,7 +142,7 @@ Result<std::vector<ZipEntry>> ReadZipDirectory(const ByteSource& source) {
 
     // The data starts after the local header, whose extra field may differ from the
     // central one (torch pads it to align the data).
-    if (header > source.Size() || source.Size() - header < kLocalSize + name_len) {
+    if (!RangeWithin(header, kLocalSize + name_len, source.Size())) {
       return Bad(source, e.name + ": local header outside the file");
     }
     CKPTFS_ASSIGN_OR_RETURN(std::string local, ReadRange(source, header, kLocalSize + name_len));
@@ -149,7 +152,7 @@ Result<std::vector<ZipEntry>> ReadZipDirectory(const ByteSource& source) {
       return Bad(source, e.name + ": local header does not match the central directory");
     }
     e.data_offset = header + kLocalSize + name_len + Le(l + 28, 2);
-    if (e.data_offset > source.Size() || e.size > source.Size() - e.data_offset) {
+    if (!RangeWithin(e.data_offset, e.size, source.Size())) {
       return Bad(source, e.name + ": data runs past the end of the file (truncated?)");
     }
     entries.push_back(std::move(e));

@@ -10,11 +10,13 @@
 #include <filesystem>
 #include <thread>
 
+#include "core/checked.h"
+
 namespace ckptfs {
 
 Status ByteSource::CheckRange(uint64_t offset, uint64_t len) const {
   const uint64_t size = Size();
-  if (offset > size || len > size - offset) {
+  if (!RangeWithin(offset, len, size)) {
     return Status::Corruption(Name() + ": read of " + std::to_string(len) + " bytes at offset " +
                               std::to_string(offset) + " past end of file (" +
                               std::to_string(size) + " bytes)");
@@ -176,7 +178,7 @@ Status FaultySource::Read(uint64_t offset, uint64_t length, ReadSink& sink) cons
   if (n == faults_.fail_read_number) {
     return Status::IoError(Name() + ": injected failure of read #" + std::to_string(n));
   }
-  if (offset + length > faults_.readable_bytes) {
+  if (!RangeWithin(offset, length, faults_.readable_bytes)) {
     return Status::IoError(Name() + ": injected short read at offset " + std::to_string(offset));
   }
   return base_->ReadAt(offset, sink.Fill());  // never lends, as a disk would not

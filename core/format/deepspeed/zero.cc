@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "core/checked.h"
 #include "core/format/ordered_json.h"
 
 namespace ckptfs::deepspeed {
@@ -58,10 +59,9 @@ class FileView {
     if (!IsRowMajor(t.shape, t.stride)) {
       return Status::Unsupported(rf_.name + ": tensor \"" + t.name + "\" is not contiguous");
     }
-    uint64_t numel = 1;
-    for (uint64_t d : t.shape) {
-      if (__builtin_mul_overflow(numel, d, &numel)) return Bad("tensor \"" + t.name + "\" size");
-    }
+    const std::optional<uint64_t> elements = CheckedProduct(t.shape);
+    if (!elements) return Bad("tensor \"" + t.name + "\" size");
+    const uint64_t numel = *elements;
     *dtype = s.dtype;
     // ReadTorchFile checked the view against its storage.
     return Piece{rf_.shard, s.data_offset + (numel ? t.storage_offset * DtypeSize(s.dtype) : 0),
@@ -78,9 +78,10 @@ Result<uint64_t> Numel(const json& shape, const std::string& what, const FileVie
   if (!shape.is_array()) return file.Bad(what + ": shape is not a list");
   uint64_t n = 1;
   for (const json& d : shape) {
-    if (!d.is_number_unsigned() || __builtin_mul_overflow(n, d.get<uint64_t>(), &n)) {
-      return file.Bad(what + ": bad shape");
-    }
+    const std::optional<uint64_t> next =
+        d.is_number_unsigned() ? CheckedMul(n, d.get<uint64_t>()) : std::nullopt;
+    if (!next) return file.Bad(what + ": bad shape");
+    n = *next;
   }
   return n;
 }
@@ -570,7 +571,7 @@ class Consolidator {
       uint64_t offset = 0;
       for (const auto& [name, shape] : shapes.items()) {
         CKPTFS_ASSIGN_OR_RETURN(const uint64_t numel, Numel(shape, "param \"" + name + "\"", m0));
-        if (numel > total - offset) {
+        if (!RangeWithin(offset, numel, total)) {
           return m0.Bad("param \"" + name + "\" (elements " + std::to_string(offset) + " to " +
                         std::to_string(offset + numel) + ") lies past flat group " +
                         std::to_string(g) + " of " + std::to_string(total) + " elements");
@@ -656,7 +657,7 @@ class Consolidator {
       for (const auto& [name, shape] : shapes.items()) {
         CKPTFS_ASSIGN_OR_RETURN(const uint64_t numel, Numel(shape, "param \"" + name + "\"", m0));
         const uint64_t chunk = numel / d + (numel % d ? 1 : 0);
-        if (chunk > per_rank - offset) {
+        if (!RangeWithin(offset, chunk, per_rank)) {
           return m0.Bad("param \"" + name + "\" (chunk elements " + std::to_string(offset) +
                         " to " + std::to_string(offset + chunk) + ") lies past the flat group of " +
                         std::to_string(per_rank) + " elements per rank");

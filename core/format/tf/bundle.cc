@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/checked.h"
 #include "core/format/shape.h"
 #include "core/format/tf/crc32c.h"
 #include "core/format/tf/slices.h"
@@ -166,15 +167,10 @@ Result<BundleHeader> ParseHeader(std::string_view value, const std::string& file
 
 std::optional<uint64_t> ShapeBytes(std::span<const uint64_t> shape, uint64_t element_size) {
   constexpr uint64_t kLimit = uint64_t{1} << 62;
-  uint64_t n = element_size;
-  for (uint64_t d : shape) {
-    if (d != 0 && n > kLimit / d) {
-      // A zero later on still makes it empty.
-      if (std::find(shape.begin(), shape.end(), 0u) != shape.end()) return 0;
-      return std::nullopt;
-    }
-    n *= d;
-  }
+  // A zero anywhere makes it empty, even after dimensions whose product is too large.
+  if (std::find(shape.begin(), shape.end(), 0u) != shape.end()) return 0;
+  const std::optional<uint64_t> n = CheckedProduct(shape, element_size);
+  if (!n || *n > kLimit) return std::nullopt;
   return n;
 }
 
@@ -285,7 +281,7 @@ Status CheckDataFileExtents(const TensorBundle& bundle, std::span<const uint64_t
   }
   auto check = [&](const TfLocation& w, const std::string& key) {
     const uint64_t file_size = data_sizes[w.shard_id];
-    if (w.offset > file_size || w.size > file_size - w.offset) {
+    if (!RangeWithin(w.offset, w.size, file_size)) {
       return Status::Corruption(DataFileName(prefix, w.shard_id, n) + ": \"" + key +
                                 "\" at offset " + std::to_string(w.offset) + " size " +
                                 std::to_string(w.size) + " runs past the end of the file (" +

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/checked.h"
+
 namespace ckptfs::tf {
 namespace {
 
@@ -23,7 +25,7 @@ Status PlaceSlice(const TfTensor& t, const TfSlicePiece& piece, uint64_t esize,
   for (size_t a = 0; a < rank; ++a) {
     start[a] = piece.slice[a].start;
     len[a] = piece.slice[a].length.value_or(t.shape[a] - std::min(start[a], t.shape[a]));
-    if (start[a] > t.shape[a] || len[a] > t.shape[a] - start[a]) {
+    if (!RangeWithin(start[a], len[a], t.shape[a])) {
       return Bad(file_name, t, "slice extent outside the shape on axis " + std::to_string(a));
     }
   }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 
+#include "core/checked.h"
 #include "core/format/tf/crc32c.h"
 #include "core/format/tf/varint.h"
 
@@ -39,7 +40,9 @@ Result<BlockHandle> ReadHandle(std::string_view& in, uint64_t limit, const std::
   const auto offset = ReadVarint64(in, &error);
   const auto size = offset ? ReadVarint64(in, &error) : std::nullopt;
   if (!size) return Corrupt(file_name, where + ": block handle: " + VarintErrorText(error));
-  if (*size > limit || *offset > limit - *size || limit - *size - *offset < kSstTrailerSize) {
+  // The block and its trailer lie within the table.
+  const std::optional<uint64_t> stored = CheckedAdd(*size, kSstTrailerSize);
+  if (!stored || !RangeWithin(*offset, *stored, limit)) {
     return Corrupt(file_name, where + ": block at offset " + std::to_string(*offset) + " of " +
                                   std::to_string(*size) + " bytes runs past the table (" +
                                   std::to_string(limit) + " bytes before the footer)");

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/checked.h"
 #include "core/format/tf/crc32c.h"
 #include "core/format/tf/varint.h"
 
@@ -141,7 +142,7 @@ Status WalkStringTensor(std::string_view bytes, uint64_t elements, const TfLocat
     char le[8];
     for (int b = 0; b < 8; ++b) le[b] = static_cast<char>(*len >> (8 * b));
     crc = Crc32cExtend(crc, std::string_view(le, *len <= UINT32_MAX ? 4 : 8));
-    if (*len > bytes.size() - total) return bad("string lengths run past the tensor");
+    if (!RangeWithin(total, *len, bytes.size())) return bad("string lengths run past the tensor");
     total += *len;
   }
   const size_t lengths_size = bytes.size() - in.size();

@@ -18,7 +18,7 @@
 // Memory: WalkStringTensor copies nothing (two passes over the bytes: check, then hand
 // over views), and AppendObjectGraphJson writes the JSON text straight into the caller's
 // string, charging its growth to a MetadataBudget: no tree of JSON values is built
-// (one per empty string or node cost 50 to 1000 times the bytes it came from).
+// (one per empty string or node costs many times the bytes it came from; docs/tensorflow.md).
 #pragma once
 
 #include <cstdint>
