@@ -22,7 +22,7 @@ struct MountOptions {
   std::string notice;                     // printed on stderr once the mount answers
   std::string log_line;                   // logged (info) once the mount serves
   std::vector<std::string> fuse_options;  // from -o, passed to libfuse as given
-  Ownership ownership;                    // --uid, --gid, --umask, --file-mode, --dir-mode
+  Ownership ownership;  // --uid, --gid, --umask, --file-mode, --dir-mode: for OpenMount
 };
 
 // Mounts `tree` (OpenMount) and serves it. In the background mode the calling process exits with

@@ -175,7 +175,7 @@ class MountTree {
   Result<std::string> XattrNames(uint64_t ino, size_t buffer_size);
   FsFigures Figures() const;
 
-  // The mount's time, and the owner every node shows.
+  // The mount's time (when the tree was made): the time of nodes that give none.
   const struct timespec& mount_time() const { return mount_time_; }
   // One of the two is set: a single checkpoint's Volume, or the run.
   Volume* volume() const { return volume_.get(); }
