@@ -26,19 +26,13 @@
 namespace ckptfs {
 namespace {
 
-// The checkpoint is immutable while mounted, so the kernel may cache names and attributes
-// for as long as it likes; only the stats file changes.
-constexpr double kCacheTimeout = 86400.0;
 constexpr uint64_t kMaxRead = 1u << 20;
 constexpr size_t kMaxReplySegments = 256;  // well under IOV_MAX (1024), header included
 
+// What the session serves: the mount tree (core/mount, where every policy lives) and how
+// replies may be sent.
 struct FsContext {
-  std::shared_ptr<Volume> volume;  // a single checkpoint (identity inodes)...
-  std::unique_ptr<RunTree> run;    // ...or a training run (core/run/run_tree.h)
-  uid_t uid = 0;
-  gid_t gid = 0;
-  Ownership ownership;  // the modes asked for (uid and gid are above)
-  struct timespec mount_time = {};
+  std::unique_ptr<MountTree> tree;
   bool splice_replies = true;  // see CanSpliceReplies
 };
 
@@ -55,161 +49,72 @@ bool CanSpliceReplies() {
   return ok;
 }
 
-FsContext& Ctx(fuse_req_t req) { return *static_cast<FsContext*>(fuse_req_userdata(req)); }
-
-// The one resolver: `ino` as a node of a checkpoint's Volume (with its global<->local
-// inode mapping: identity for a single checkpoint) or as a node of the run. With
-// `open_entry`, a run entry not opened yet is opened (lookups and listings inside it).
-Result<RunNode> Resolve(FsContext& ctx, uint64_t ino, bool open_entry) {
-  if (ctx.run) return ctx.run->Resolve(ino, open_entry);
-  if (ino > UINT32_MAX) return Status::NotFound("inode " + std::to_string(ino) + ": no such file");
-  return RunNode::Single(ctx.volume);
-}
-
-// The node of `ino` in a kVolume RunNode, or null.
-const Node* LocalNode(const RunNode& n, uint64_t ino) {
-  return n.volume ? n.volume->layout().Find(n.Local(ino)) : nullptr;
-}
-
-// What one open() keeps: the checkpoint it reads (kept open while the file is, whatever
-// the run does meanwhile), the readahead state of this reader, or a snapshot of bytes
-// made at open (stats.json, a run's ERROR file).
-struct OpenFile {
-  std::shared_ptr<Volume> volume;
-  uint64_t local = 0;
-  std::unique_ptr<Readahead> readahead;
-  std::string snapshot;
-};
+MountTree& Tree(fuse_req_t req) { return *static_cast<FsContext*>(fuse_req_userdata(req))->tree; }
 
 OpenFile& Open(fuse_file_info* fi) { return *reinterpret_cast<OpenFile*>(fi->fh); }
 
-// The one place a core Status becomes a FUSE reply; failures worth a look are logged.
+// The one place a core Status becomes a FUSE error reply: its errno (EIO when it names
+// none). Failures worth a look are logged; a missing name or a refusal (EISDIR, EROFS,
+// ENODATA...) is an answer, not a failure.
 void ReplyError(fuse_req_t req, const Status& status) {
-  if (status.code() != Status::Code::kNotFound) LogError("%s", status.message().c_str());
+  if (status.code() != Status::Code::kNotFound && !IsRefusal(status)) {
+    LogError("%s", status.message().c_str());
+  }
   fuse_reply_err(req, status.errno_value() ? status.errno_value() : EIO);
 }
 
-// When a node last changed: a checkpoint node's sources' time (Layout::MTime), a run
-// node's listed time, the mount time where they give none, and now for live stats files.
-struct timespec ModifiedAt(const FsContext& ctx, const RunNode& n, uint64_t ino, const Node* node) {
-  struct timespec t = node ? n.volume->layout().MTime(n.Local(ino)) : n.mtime;
-  if ((node && node->kind == NodeKind::kStats) || (!node && n.kind == RunNode::Kind::kFile)) {
-    ::clock_gettime(CLOCK_REALTIME, &t);
-  } else if (t.tv_sec == 0 && t.tv_nsec == 0) {
-    t = ctx.mount_time;
-  }
-  return t;
+struct stat ToStat(const Attr& a) {
+  struct stat st = {};
+  st.st_ino = a.ino;
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
+  st.st_atim = st.st_mtim = st.st_ctim = a.mtime;
+  st.st_blksize = kMaxRead;
+  st.st_nlink = a.nlink;
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_blocks = static_cast<blkcnt_t>(a.blocks);
+  const mode_t type = a.kind == Attr::Kind::kDirectory ? S_IFDIR
+                      : a.kind == Attr::Kind::kSymlink ? S_IFLNK
+                                                       : S_IFREG;
+  st.st_mode = type | a.mode;
+  return st;
 }
 
-// The attributes of `ino`, resolved as `n`; false if it has no node.
-bool MakeStat(const FsContext& ctx, const RunNode& n, uint64_t ino, struct stat* st) {
-  const Node* node = LocalNode(n, ino);
-  if (n.volume && !node) return false;
-  *st = {};
-  st->st_ino = ino;
-  st->st_uid = ctx.uid;
-  st->st_gid = ctx.gid;
-  st->st_atim = st->st_mtim = st->st_ctim = ModifiedAt(ctx, n, ino, node);
-  st->st_blksize = kMaxRead;
-  const Ownership& own = ctx.ownership;
-  const bool dir = node ? node->kind == NodeKind::kDirectory : n.kind == RunNode::Kind::kDirectory;
-  if (!node && n.kind == RunNode::Kind::kSymlink) {
-    st->st_mode = S_IFLNK | 0777;
-    st->st_nlink = 1;
-    st->st_size = static_cast<off_t>(n.text.size());
-  } else if (dir) {
-    st->st_mode = S_IFDIR | ShownMode(node ? node->mode : n.mode, own.dir_mode, own.umask);
-    st->st_nlink = 2;
-  } else {
-    st->st_mode = S_IFREG | ShownMode(node ? node->mode : n.mode & 0444, own.file_mode, own.umask);
-    st->st_nlink = 1;
-    const bool stats = node && node->kind == NodeKind::kStats;
-    st->st_size = static_cast<off_t>(!node   ? n.text.size()
-                                     : stats ? n.volume->StatsJson().size()
-                                             : node->size);
-    // 512-byte units, rounded up: never 0 for a file with bytes, which GNU tar (and cp
-    // --sparse=auto) would take for a file that is all holes and store as such.
-    st->st_blocks = (st->st_size + 511) / 512;
-  }
-  return true;
-}
-
-// A checkpoint is immutable for the life of its inodes: long timeouts, except the live
-// stats file. The run's own nodes, and a pinned root's children, change: one second.
-constexpr double kRunTimeout = 1.0;
-double TimeoutFor(const RunNode& n, uint64_t ino) {
-  const Node* node = LocalNode(n, ino);
-  if (node && node->kind == NodeKind::kStats) return 0.0;
-  return !node || n.short_lived ? kRunTimeout : kCacheTimeout;
-}
-
-// Child `name` of directory `dir` (resolved from `parent`), as its own RunNode.
-Result<RunNode> ChildOf(FsContext& ctx, const RunNode& dir, uint64_t parent, const char* name) {
-  if (!dir.volume) {
-    if (!ctx.run) return Status::NotFound(name);
-    return ctx.run->Lookup(dir, name);
-  }
-  const uint64_t local = dir.volume->layout().Lookup(dir.Local(parent), name);
-  if (local == 0) return Status::NotFound(name);
-  RunNode child = dir;
-  child.ino = dir.Global(local);
-  child.short_lived = dir.short_children;
-  return child;
+fuse_entry_param ToEntry(const Attr& a) {
+  fuse_entry_param e = {};
+  e.ino = a.ino;
+  e.generation = 1;
+  e.attr = ToStat(a);
+  e.attr_timeout = e.entry_timeout = a.timeout;
+  return e;
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  FsContext& ctx = Ctx(req);
-  Result<RunNode> dir = Resolve(ctx, parent, /*open_entry=*/true);
-  if (!dir.ok()) return ReplyError(req, dir.status());
-  Result<RunNode> child = ChildOf(ctx, *dir, parent, name);
-  fuse_entry_param e = {};
-  if (!child.ok() || !MakeStat(ctx, *child, child->ino, &e.attr)) {
-    return (void)fuse_reply_err(req, ENOENT);
-  }
-  e.ino = child->ino;
-  e.generation = 1;
-  e.attr_timeout = e.entry_timeout = TimeoutFor(*child, child->ino);
+  Result<Attr> a = Tree(req).Lookup(parent, name);
+  if (!a.ok()) return ReplyError(req, a.status());
+  const fuse_entry_param e = ToEntry(*a);
   fuse_reply_entry(req, &e);
 }
 
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
-  FsContext& ctx = Ctx(req);
-  Result<RunNode> n = Resolve(ctx, ino, /*open_entry=*/false);
-  struct stat st;
-  if (!n.ok() || !MakeStat(ctx, *n, ino, &st)) return (void)fuse_reply_err(req, ENOENT);
-  fuse_reply_attr(req, &st, TimeoutFor(*n, ino));
+  Result<Attr> a = Tree(req).GetAttr(ino);
+  if (!a.ok()) return ReplyError(req, a.status());
+  const struct stat st = ToStat(*a);
+  fuse_reply_attr(req, &st, a->timeout);
 }
 
 void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
-  Result<RunNode> n = Resolve(Ctx(req), ino, /*open_entry=*/false);
-  if (!n.ok()) return ReplyError(req, n.status());
-  if (n->kind != RunNode::Kind::kSymlink) return (void)fuse_reply_err(req, EINVAL);
-  fuse_reply_readlink(req, n->text.c_str());
+  Result<std::string> target = Tree(req).Readlink(ino);
+  if (!target.ok()) return ReplyError(req, target.status());
+  fuse_reply_readlink(req, target->c_str());
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Result<RunNode> n = Resolve(Ctx(req), ino, /*open_entry=*/true);
-  if (!n.ok()) return ReplyError(req, n.status());
-  const Node* node = LocalNode(*n, ino);
-  if (n->volume && !node) return (void)fuse_reply_err(req, ENOENT);
-  const bool dir = node ? node->kind == NodeKind::kDirectory : n->kind == RunNode::Kind::kDirectory;
-  if (dir) return (void)fuse_reply_err(req, EISDIR);
-  if (!node && n->kind != RunNode::Kind::kFile) return (void)fuse_reply_err(req, ELOOP);
-  if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EROFS);
-  auto file = std::make_unique<OpenFile>();
-  if (!node || node->kind == NodeKind::kStats) {
-    // A snapshot per open, read without the page cache, so `cat` sees one consistent
-    // document that is fresh each time.
-    file->snapshot = node ? n->volume->StatsJson() : n->text;
-    fi->direct_io = 1;
-  } else {
-    file->volume = n->volume;
-    file->local = n->Local(ino);
-    file->readahead = n->volume->NewReadahead(file->local);
-    fi->keep_cache = 1;
-  }
-  if (n->volume) Stats::Add(n->volume->stats().opens, 1);
-  fi->fh = reinterpret_cast<uint64_t>(file.release());
+  Result<std::unique_ptr<OpenFile>> file = Tree(req).Open(ino, fi->flags);
+  if (!file.ok()) return ReplyError(req, file.status());
+  fi->direct_io = (*file)->direct_io;
+  fi->keep_cache = (*file)->keep_cache;
+  fi->fh = reinterpret_cast<uint64_t>(file->release());
   fuse_reply_open(req, fi);
 }
 
@@ -218,14 +123,10 @@ void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
-void ReplySnapshotRead(fuse_req_t req, const std::string& snapshot, size_t size, off_t off) {
-  const size_t start = std::min(static_cast<size_t>(off), snapshot.size());
-  fuse_reply_buf(req, snapshot.data() + start, std::min(size, snapshot.size() - start));
-}
-// Replies with the bytes Volume::Read gathered: plain shards by descriptor in a fuse_bufvec
-// (libfuse splices them), cache blocks and headers by pointer. Nothing is copied here;
-// pinned blocks stay pinned until the reply has been written.
-void ReplyGathered(fuse_req_t req, const Volume& volume, const Gathered& gathered) {
+// Replies with the bytes MountTree::Read gathered: plain shards by descriptor in a
+// fuse_bufvec (libfuse splices them), cache blocks, headers and snapshots by pointer.
+// Nothing is copied here; pinned blocks stay pinned until the reply has been written.
+void ReplyGathered(fuse_req_t req, const Volume* volume, const Gathered& gathered) {
   // All in memory (cache blocks, headers): writev them straight into the reply. libfuse's
   // splice path would first copy them into a pipe, a second copy for nothing.
   const bool all_memory = std::none_of(gathered.segments.begin(), gathered.segments.end(),
@@ -259,100 +160,54 @@ void ReplyGathered(fuse_req_t req, const Volume& volume, const Gathered& gathere
   }
   int err = fuse_reply_data(req, bufv, FUSE_BUF_SPLICE_MOVE);
   if (err != 0) {
-    Stats::Add(volume.stats().read_errors, 1);
+    if (volume) Stats::Add(volume->stats().read_errors, 1);
     LogError("read reply failed: %s", std::strerror(err < 0 ? -err : err));
   }
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
-  FsContext& ctx = Ctx(req);
+  const FsContext& ctx = *static_cast<FsContext*>(fuse_req_userdata(req));
   OpenFile& file = Open(fi);
-  if (!file.volume) return ReplySnapshotRead(req, file.snapshot, size, off);
   // Per worker thread, so its pages stay mapped across replies.
   thread_local std::vector<uint8_t> copy_buffer;
   Gathered gathered;
-  Status s =
-      file.volume->Read(file.local, static_cast<uint64_t>(off), size, file.readahead.get(),
-                        {.descriptors = ctx.splice_replies, .max_segments = kMaxReplySegments},
-                        copy_buffer, &gathered);
+  Status s = ctx.tree->Read(file, static_cast<uint64_t>(off), size,
+                            {.descriptors = ctx.splice_replies, .max_segments = kMaxReplySegments},
+                            copy_buffer, &gathered);
   if (!s.ok()) return ReplyError(req, s);
-  ReplyGathered(req, *file.volume, gathered);
-}
-
-// Child `i` of directory `dir` (resolved from `ino`): "." and ".." first, then a
-// checkpoint directory's children from its Layout, or a run directory's from `run_kids`.
-// False past the end.
-bool DirEntryAt(const FsContext& ctx, const RunNode& dir, uint64_t ino, size_t i,
-                const std::vector<std::pair<std::string, RunNode>>& run_kids, const char** name,
-                fuse_entry_param* e) {
-  const Node* node = LocalNode(dir, ino);
-  std::span<const uint64_t> kids;
-  if (node) kids = dir.volume->layout().Children(dir.Local(ino));
-  if (i >= (node ? kids.size() : run_kids.size()) + 2) return false;
-  *e = {};
-  if (i < 2) {
-    *name = i == 0 ? "." : "..";
-    const uint64_t up = node && node->parent ? dir.Global(node->parent) : dir.parent;
-    (void)MakeStat(ctx, dir, ino, &e->attr);
-    e->attr.st_ino = i == 0 || up == 0 ? ino : up;
-    return true;
-  }
-  RunNode child = node ? dir : run_kids[i - 2].second;
-  if (node) {
-    child.ino = dir.Global(kids[i - 2]);
-    child.short_lived = dir.short_children;
-    *name = dir.volume->layout().Find(kids[i - 2])->name_data;
-  } else {
-    *name = run_kids[i - 2].first.c_str();
-  }
-  (void)MakeStat(ctx, child, child.ino, &e->attr);
-  e->ino = child.ino;
-  e->generation = 1;
-  e->attr_timeout = e->entry_timeout = TimeoutFor(child, child.ino);
-  return true;
+  ReplyGathered(req, file.volume.get(), gathered);
 }
 
 // Lists a directory; with `plus` each entry also carries its attributes (READDIRPLUS), so
 // `ls -l`, `find` and os.walk over 100k tensors do not pay one LOOKUP round trip per file.
 // Offsets: 0 and 1 are "." and "..", 2 + i is child i; each entry carries the next offset.
 void ReplyDirectory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
-  FsContext& ctx = Ctx(req);
-  Result<RunNode> dir = Resolve(ctx, ino, /*open_entry=*/true);
-  if (!dir.ok()) return ReplyError(req, dir.status());
-  const Node* node = LocalNode(*dir, ino);
-  if (dir->volume ? !node || node->kind != NodeKind::kDirectory
-                  : dir->kind != RunNode::Kind::kDirectory) {
-    return (void)fuse_reply_err(req, ENOTDIR);
-  }
-  const auto run_kids = node ? std::vector<std::pair<std::string, RunNode>>{} : ctx.run->List(*dir);
+  MountTree& tree = Tree(req);
+  Result<Listing> listing = tree.List(ino);
+  if (!listing.ok()) return ReplyError(req, listing.status());
   // Not zero-filled: the kernel may offer a 1 MiB buffer for a one-entry directory.
   std::unique_ptr<char[]> buf(new char[size]);
   size_t used = 0;
-  const char* name = nullptr;
-  fuse_entry_param e;
-  for (auto i = static_cast<size_t>(off); DirEntryAt(ctx, *dir, ino, i, run_kids, &name, &e); ++i) {
+  DirEntry entry;
+  for (auto i = static_cast<size_t>(off); tree.EntryAt(*listing, i, &entry); ++i) {
+    fuse_entry_param e = ToEntry(entry.attr);
     // "." and ".." must not be looked up by the kernel: ino 0 tells it so.
+    if (entry.dot) e.ino = 0, e.generation = 0, e.attr_timeout = e.entry_timeout = 0;
     const auto next = static_cast<off_t>(i + 1);
     const size_t need =
-        plus ? fuse_add_direntry_plus(req, buf.get() + used, size - used, name, &e, next)
-             : fuse_add_direntry(req, buf.get() + used, size - used, name, &e.attr, next);
+        plus ? fuse_add_direntry_plus(req, buf.get() + used, size - used, entry.name, &e, next)
+             : fuse_add_direntry(req, buf.get() + used, size - used, entry.name, &e.attr, next);
     if (need > size - used) break;
     used += need;
   }
   fuse_reply_buf(req, buf.get(), used);
 }
 
-// A checkpoint's directories never change for their inodes: let the kernel cache their
-// listings across opens. The run's directories, and a pinned root, do change.
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Result<RunNode> dir = Resolve(Ctx(req), ino, /*open_entry=*/true);
-  if (!dir.ok()) return ReplyError(req, dir.status());
-  const Node* node = LocalNode(*dir, ino);
-  if (dir->volume ? !node || node->kind != NodeKind::kDirectory
-                  : dir->kind != RunNode::Kind::kDirectory) {
-    return (void)fuse_reply_err(req, ENOTDIR);
-  }
-  fi->cache_readdir = fi->keep_cache = node && !dir->short_children;
+  bool cacheable = false;
+  Result<Listing> listing = Tree(req).List(ino, &cacheable);
+  if (!listing.ok()) return ReplyError(req, listing.status());
+  fi->cache_readdir = fi->keep_cache = cacheable;
   fuse_reply_open(req, fi);
 }
 
@@ -364,43 +219,28 @@ void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   ReplyDirectory(req, ino, size, off, /*plus=*/true);
 }
 
-std::vector<std::pair<std::string, std::string>> XattrsOf(fuse_req_t req, fuse_ino_t ino) {
-  Result<RunNode> n = Resolve(Ctx(req), ino, /*open_entry=*/false);
-  if (!n.ok() || !n->volume) return {};
-  return n->volume->Xattrs(n->Local(ino));
+// A value, or with `size` 0 only its size.
+void ReplyXattr(fuse_req_t req, const Result<std::string>& value, size_t size) {
+  if (!value.ok()) return ReplyError(req, value.status());
+  if (size == 0) return (void)fuse_reply_xattr(req, value->size());
+  fuse_reply_buf(req, value->data(), value->size());
 }
 
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  for (const auto& [key, value] : XattrsOf(req, ino)) {
-    if (key != name) continue;
-    if (size == 0) return (void)fuse_reply_xattr(req, value.size());
-    if (size < value.size()) return (void)fuse_reply_err(req, ERANGE);
-    return (void)fuse_reply_buf(req, value.data(), value.size());
-  }
-  fuse_reply_err(req, ENODATA);
+  ReplyXattr(req, Tree(req).Xattr(ino, name, size), size);
 }
 
 void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  std::string names;
-  for (const auto& kv : XattrsOf(req, ino)) names.append(kv.first).push_back('\0');
-  if (size == 0) return (void)fuse_reply_xattr(req, names.size());
-  if (size < names.size()) return (void)fuse_reply_err(req, ERANGE);
-  fuse_reply_buf(req, names.data(), names.size());
+  ReplyXattr(req, Tree(req).XattrNames(ino, size), size);
 }
 
-// A single checkpoint: its tensor bytes and nodes. A run: its checkpoints, not summed
-// (that would open every one of them).
 void OpStatfs(fuse_req_t req, fuse_ino_t) {
-  const FsContext& ctx = Ctx(req);
+  const FsFigures f = Tree(req).Figures();
   struct statvfs sv = {};
-  sv.f_bsize = sv.f_frsize = 4096;
-  if (ctx.volume) {
-    sv.f_blocks = (ctx.volume->checkpoint().TotalTensorBytes() + 4095) / 4096;
-    sv.f_files = ctx.volume->layout().node_count();
-  } else {
-    sv.f_files = ctx.run->EntryNames().size();
-  }
-  sv.f_namemax = 255;
+  sv.f_bsize = sv.f_frsize = f.block_size;
+  sv.f_blocks = f.blocks;
+  sv.f_files = f.files;
+  sv.f_namemax = f.name_max;
   fuse_reply_statfs(req, &sv);
 }
 
@@ -511,19 +351,19 @@ void RedirectStdioToDevNull() {
 // What the views leave out or shadow, to the daemon's log (the terminal sees them in the
 // -v summary only): a successful mount prints nothing.
 void LogLayoutNotes(const FsContext& ctx) {
-  if (!ctx.volume) return;
-  for (const std::string& line : LayoutNotes(*ctx.volume)) LogWarn("%s", line.c_str());
+  if (!ctx.tree->volume()) return;
+  for (const std::string& line : LayoutNotes(*ctx.tree->volume())) LogWarn("%s", line.c_str());
 }
 
 // The daemon log's last line (info): what this mount served, from the counters of
 // stats.json (a single checkpoint's; a run's are per checkpoint and not summed here).
 void LogUnmounted(const FsContext& ctx, const std::string& mountpoint) {
   if (!LogEnabled(LogLevel::kInfo)) return;
-  if (!ctx.volume) {
+  if (!ctx.tree->volume()) {
     LogInfo("unmounted %s", mountpoint.c_str());
     return;
   }
-  const Stats& stats = ctx.volume->stats();
+  const Stats& stats = ctx.tree->volume()->stats();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - stats.started).count();
   LogInfo("unmounted %s after %.0f s: %llu opens, %llu reads, %llu bytes served, %llu read errors",
@@ -537,19 +377,15 @@ void LogUnmounted(const FsContext& ctx, const std::string& mountpoint) {
 // fork): decode workers, the CRC pass of a single checkpoint, a run's watcher. The
 // watcher tells the kernel when a root name appears or goes, so `ls` sees it at once.
 void StartBackground(FsContext& ctx, fuse_session* se) {
-  if (ctx.volume) {
-    ctx.volume->context().StartWorkers();
-    ctx.volume->StartZipCrcPass([](const std::string& line) { LogInfo("%s", line.c_str()); });
-    return;
-  }
-  ctx.run->context().StartWorkers();
-  ctx.run->StartWatching([se](const std::string& name) {
-    if (name.empty()) {
-      fuse_lowlevel_notify_inval_inode(se, RunTree::kRootIno, 0, 0);
-    } else {
-      fuse_lowlevel_notify_inval_entry(se, RunTree::kRootIno, name.c_str(), name.size());
-    }
-  });
+  ctx.tree->StartBackground([](const std::string& line) { LogInfo("%s", line.c_str()); },
+                            [se](const std::string& name) {
+                              if (name.empty()) {
+                                fuse_lowlevel_notify_inval_inode(se, MountTree::kRootIno, 0, 0);
+                              } else {
+                                fuse_lowlevel_notify_inval_entry(se, MountTree::kRootIno,
+                                                                 name.c_str(), name.size());
+                              }
+                            });
 }
 
 // Mounts and runs the session loop in this process. Failures before the loop starts are
@@ -610,7 +446,7 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
   fuse_loop_cfg_set_max_threads(config, 16);
   int rc = fuse_session_loop_mt(se, config);
   fuse_loop_cfg_destroy(config);
-  if (ctx.run) ctx.run->StopWatching();  // it notifies this session
+  ctx.tree->StopBackground();  // a run's watcher notifies this session
   fuse_session_unmount(se);
   ready.join();
   fuse_remove_signal_handlers(se);
@@ -647,16 +483,12 @@ int AwaitDaemon(int fd, pid_t child) {
   return 1;
 }
 
-// Serves `ctx` (a checkpoint or a run) at options.mountpoint, in a daemon unless in the
+// Serves `ctx`'s tree (a checkpoint or a run) at options.mountpoint, in a daemon unless in the
 // foreground.
 int MountContext(FsContext& ctx, const std::string& source, const MountOptions& options) {
   // The mount point was checked before the checkpoint was opened (CheckMountPoint).
-  ctx.uid = options.ownership.uid.value_or(::getuid());
-  ctx.gid = options.ownership.gid.value_or(::getgid());
-  ctx.ownership = options.ownership;
-  ::clock_gettime(CLOCK_REALTIME, &ctx.mount_time);
   ctx.splice_replies = CanSpliceReplies();
-  if (ctx.volume) ctx.volume->stats().replies_spliced = ctx.splice_replies;
+  if (ctx.tree->volume()) ctx.tree->volume()->stats().replies_spliced = ctx.splice_replies;
   if (options.foreground) return Serve(ctx, source, options, -1);
 
   int fds[2];
@@ -690,17 +522,10 @@ int MountContext(FsContext& ctx, const std::string& source, const MountOptions& 
 
 }  // namespace
 
-int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options) {
+int MountAndServe(std::unique_ptr<MountTree> tree, const MountOptions& options) {
   FsContext ctx;
-  const std::string source = volume->checkpoint().source_path;
-  ctx.volume = std::move(volume);
-  return MountContext(ctx, source, options);
-}
-
-int MountRunAndServe(std::unique_ptr<RunTree> run, const MountOptions& options) {
-  FsContext ctx;
-  const std::string source = run->path();
-  ctx.run = std::move(run);
+  const std::string source = tree->source();
+  ctx.tree = std::move(tree);
   return MountContext(ctx, source, options);
 }
 

@@ -1,6 +1,6 @@
-// The FUSE front end: low-level callbacks over a core Volume (one checkpoint) or a RunTree
-// (a training run, each checkpoint a Volume), and the mount lifecycle. Every callback
-// resolves its inode once (ino -> Volume + local inode, or a run node) and goes on alike.
+// The FUSE front end: low-level callbacks over a core MountTree (a training run or one
+// checkpoint alike), and the mount lifecycle. Every callback unpacks its request, makes
+// one MountTree call and replies; a refusal's Status becomes its errno in one place.
 #pragma once
 
 #include <memory>
@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/run/run_tree.h"
-#include "core/volume/volume.h"
+#include "core/mount/mount_tree.h"
 #include "fs/ownership.h"
 
 namespace ckptfs {
@@ -23,17 +22,17 @@ struct MountOptions {
   std::string notice;                     // printed on stderr once the mount answers
   std::string log_line;                   // logged (info) once the mount serves
   std::vector<std::string> fuse_options;  // from -o, passed to libfuse as given
-  Ownership ownership;                    // --uid, --gid, --umask, --file-mode, --dir-mode
+  Ownership ownership;  // --uid, --gid, --umask, --file-mode, --dir-mode: for OpenMount
 };
 
-// Mounts `volume` and serves it. In the background mode the calling process exits with
+// Mounts `tree` (OpenMount) and serves it. In the background mode the calling process exits with
 // status 0 once the mount answers requests, or 1 with a line on stderr if it failed;
 // the forked daemon serves until unmounted. With `foreground` it serves in
 // this process and returns when unmounted. Returns a process exit code. The caller has
 // checked the mount point (CheckMountPoint in fs/preflight.h).
-int MountAndServe(std::unique_ptr<Volume> volume, const MountOptions& options);
-// The same for a run: its watcher (live entries, idle close) starts in the daemon.
-int MountRunAndServe(std::unique_ptr<RunTree> run, const MountOptions& options);
+// Background work (decode workers, a checkpoint's CRC pass, a run's watcher) starts in
+// the daemon.
+int MountAndServe(std::unique_ptr<MountTree> tree, const MountOptions& options);
 
 // The first -o item libfuse (the version linked) does not take, or takes with a bad value,
 // asked of libfuse itself: each item alone goes through fuse_session_new, which parses and

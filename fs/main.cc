@@ -205,44 +205,23 @@ struct RunArgs {
   }
 };
 
-// SOURCE listed once (OpenSourceDir), then mounted as a run if it is one (IsRun, run_listing.h)
-// or as one checkpoint from the same listing.
-struct OpenedSource {
-  std::unique_ptr<ckptfs::RunTree> run;
-  std::unique_ptr<ckptfs::Volume> volume;
-};
-
-ckptfs::Result<OpenedSource> OpenSource(const std::string& path, const ckptfs::ReadOptions& codec,
-                                        ckptfs::ZipCrcMode zip_crc,
-                                        const ckptfs::RemoteOptions& remote, const RunArgs& args) {
-  auto context = std::make_shared<ckptfs::ReadContext>(codec);
-  CKPTFS_ASSIGN_OR_RETURN(ckptfs::SourceDir dir, ckptfs::OpenSourceDir(path, *context, remote));
-  CKPTFS_ASSIGN_OR_RETURN(bool is_run, ckptfs::IsRun(dir));
-  OpenedSource opened;
-  if (!is_run) {
-    if (!args.checkpoint.empty()) {
-      return ckptfs::Status::InvalidArgument(
-          dir.path + ": --checkpoint " + args.checkpoint +
-          ": SOURCE is not a training run (a directory of checkpoints)");
-    }
-    CKPTFS_ASSIGN_OR_RETURN(opened.volume,
-                            ckptfs::Volume::OpenListed(dir, path, context, zip_crc, remote));
-    return opened;
-  }
-  ckptfs::RunTreeOptions options;
-  options.pin = args.checkpoint;
+// How OpenMount (core/mount/mount_tree.h, which decides run or checkpoint) is to open
+// SOURCE and show it.
+ckptfs::MountTreeOptions TreeOptions(const ckptfs::ReadOptions& codec, ckptfs::ZipCrcMode zip_crc,
+                                     const ckptfs::RemoteOptions& remote, const RunArgs& args,
+                                     const ckptfs::Ownership& ownership) {
+  ckptfs::MountTreeOptions options;
+  options.codec = codec;
+  options.zip_crc = zip_crc;
+  options.remote = remote;
+  options.ownership = ownership;
+  options.run.pin = args.checkpoint;
   auto seconds = [](double s) {
     return std::chrono::duration_cast<ckptfs::RunClock::duration>(std::chrono::duration<double>(s));
   };
-  options.idle_close = seconds(args.idle_close_s);
-  options.relist = seconds(args.relist_s);
-  // Local runs are watched with inotify; remote ones listed again on access to the root.
-  const std::string watch = dir.remote ? "" : path;
-  CKPTFS_ASSIGN_OR_RETURN(
-      opened.run,
-      ckptfs::RunTree::Open(ckptfs::RunSourceOf(std::move(dir), path, context, remote, watch),
-                            context, options));
-  return opened;
+  options.run.idle_close = seconds(args.idle_close_s);
+  options.run.relist = seconds(args.relist_s);
+  return options;
 }
 
 // Everything about a mount that can be judged without the checkpoint, so that a bad
@@ -312,23 +291,25 @@ int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_no
   if (!verbose && ckptfs::LogEnabled(ckptfs::LogLevel::kWarn)) {
     options.notice = ckptfs::FallbackLogNotice();
   }
-  auto opened = OpenSource(source_path, codec, zip_crc, remote, run_args);
+  auto opened = ckptfs::OpenMount(source_path,
+                                  TreeOptions(codec, zip_crc, remote, run_args, options.ownership));
   if (!opened.ok()) {
     ckptfs::PrintRefusal(opened.status());
     return ckptfs::ExitCodeForOpenFailure(opened.status());
   }
-  if (opened->run) {
-    if (verbose) options.summary = ckptfs::RunSummary(*opened->run, options.mountpoint, log);
-    options.log_line = ckptfs::RunLogLine(*opened->run, options.mountpoint);
-    return ckptfs::MountRunAndServe(std::move(opened->run), options);
+  const ckptfs::MountTree& tree = **opened;
+  if (tree.run()) {
+    if (verbose) options.summary = ckptfs::RunSummary(*tree.run(), options.mountpoint, log);
+    options.log_line = ckptfs::RunLogLine(*tree.run(), options.mountpoint);
+  } else {
+    if (verbose) {
+      options.summary = ckptfs::MountSummary(*tree.volume(), source_path, options.mountpoint,
+                                             remote.cache_dir, log);
+    }
+    options.log_line =
+        ckptfs::MountLogLine(*tree.volume(), source_path, options.mountpoint, remote.cache_dir);
   }
-  if (verbose) {
-    options.summary = ckptfs::MountSummary(*opened->volume, source_path, options.mountpoint,
-                                           remote.cache_dir, log);
-  }
-  options.log_line =
-      ckptfs::MountLogLine(*opened->volume, source_path, options.mountpoint, remote.cache_dir);
-  return ckptfs::MountAndServe(std::move(opened->volume), options);
+  return ckptfs::MountAndServe(std::move(opened.value()), options);
 }
 
 // The arguments CLI11 is to parse: `ckptfs SOURCE MOUNTPOINT ...` (the FUSE convention

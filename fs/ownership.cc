@@ -8,10 +8,6 @@
 
 namespace ckptfs {
 
-uint32_t ShownMode(uint32_t source_mode, uint32_t mode, uint32_t umask) {
-  return ((source_mode & mode & 0555) | (mode & 0222)) & ~umask & 0777;
-}
-
 Result<uint32_t> ParseMode(const std::string& option, const std::string& text) {
   std::string digits = text;
   if (digits.rfind("0o", 0) == 0 || digits.rfind("0O", 0) == 0) digits.erase(0, 2);

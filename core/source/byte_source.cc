@@ -86,7 +86,7 @@ Result<std::unique_ptr<LocalFileSource>> LocalFileSource::Adopt(int fd, std::str
 namespace {
 
 // See LocalFileSource::Mode in the header.
-uint32_t ShownMode(const struct stat& st, uint32_t reach) {
+uint32_t SourceDerivedMode(const struct stat& st, uint32_t reach) {
   const uint32_t other = st.st_mode & 05;
   uint32_t group = (st.st_mode >> 3) & 05;
   if (st.st_gid != ::getgid()) group &= other;
@@ -103,7 +103,7 @@ LocalFileSource::LocalFileSource(int fd, const struct stat& st, uint32_t reach, 
       mtime_(st.st_mtim),
       dev_(st.st_dev),
       ino_(st.st_ino),
-      mode_(ShownMode(st, reach)),
+      mode_(SourceDerivedMode(st, reach)),
       path_(std::move(path)),
       name_(std::move(name)) {}
 
