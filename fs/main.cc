@@ -213,10 +213,11 @@ struct OpenedSource {
 };
 
 ckptfs::Result<OpenedSource> OpenSource(const std::string& path, const ckptfs::ReadOptions& codec,
-                                        ckptfs::ZipCrcMode zip_crc,
-                                        const ckptfs::RemoteOptions& remote, const RunArgs& args) {
+                                        ckptfs::ZipCrcMode zip_crc, const ckptfs::OpenOptions& open,
+                                        const RunArgs& args) {
   auto context = std::make_shared<ckptfs::ReadContext>(codec);
-  CKPTFS_ASSIGN_OR_RETURN(ckptfs::SourceDir dir, ckptfs::OpenSourceDir(path, *context, remote));
+  CKPTFS_ASSIGN_OR_RETURN(ckptfs::SourceDir dir,
+                          ckptfs::OpenSourceDir(path, *context, open.remote));
   CKPTFS_ASSIGN_OR_RETURN(bool is_run, ckptfs::IsRun(dir));
   OpenedSource opened;
   if (!is_run) {
@@ -226,7 +227,7 @@ ckptfs::Result<OpenedSource> OpenSource(const std::string& path, const ckptfs::R
           ": SOURCE is not a training run (a directory of checkpoints)");
     }
     CKPTFS_ASSIGN_OR_RETURN(opened.volume,
-                            ckptfs::Volume::OpenListed(dir, path, context, zip_crc, remote));
+                            ckptfs::Volume::OpenListed(dir, path, context, zip_crc, open));
     return opened;
   }
   ckptfs::RunTreeOptions options;
@@ -240,7 +241,7 @@ ckptfs::Result<OpenedSource> OpenSource(const std::string& path, const ckptfs::R
   const std::string watch = dir.remote ? "" : path;
   CKPTFS_ASSIGN_OR_RETURN(
       opened.run,
-      ckptfs::RunTree::Open(ckptfs::RunSourceOf(std::move(dir), path, context, remote, watch),
+      ckptfs::RunTree::Open(ckptfs::RunSourceOf(std::move(dir), path, context, open, watch),
                             context, options));
   return opened;
 }
@@ -298,10 +299,10 @@ ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mou
 }
 
 int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_non_empty,
-          ckptfs::ReadOptions codec, ckptfs::ZipCrcMode zip_crc, ckptfs::RemoteOptions remote,
+          ckptfs::ReadOptions codec, ckptfs::ZipCrcMode zip_crc, ckptfs::OpenOptions open,
           const RunArgs& run_args, bool verbose, const std::string& log_level) {
   const std::string source_path = SourceArg(source);
-  if (ckptfs::Status s = PrepareMount(source_path, options, allow_non_empty, codec, remote);
+  if (ckptfs::Status s = PrepareMount(source_path, options, allow_non_empty, codec, open.remote);
       !s.ok()) {
     ckptfs::PrintRefusal(s);
     return 2;
@@ -312,7 +313,7 @@ int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_no
   if (!verbose && ckptfs::LogEnabled(ckptfs::LogLevel::kWarn)) {
     options.notice = ckptfs::FallbackLogNotice();
   }
-  auto opened = OpenSource(source_path, codec, zip_crc, remote, run_args);
+  auto opened = OpenSource(source_path, codec, zip_crc, open, run_args);
   if (!opened.ok()) {
     ckptfs::PrintRefusal(opened.status());
     return ckptfs::ExitCodeForOpenFailure(opened.status());
@@ -324,10 +325,10 @@ int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_no
   }
   if (verbose) {
     options.summary = ckptfs::MountSummary(*opened->volume, source_path, options.mountpoint,
-                                           remote.cache_dir, log);
+                                           open.remote.cache_dir, log);
   }
   options.log_line =
-      ckptfs::MountLogLine(*opened->volume, source_path, options.mountpoint, remote.cache_dir);
+      ckptfs::MountLogLine(*opened->volume, source_path, options.mountpoint, open.remote.cache_dir);
   return ckptfs::MountAndServe(std::move(opened->volume), options);
 }
 
@@ -539,7 +540,8 @@ int main(int argc, char** argv) {
   RaiseOpenFileLimit();
   BoundAllocatorMemory();
   if (!remote.Finish()) return 2;
-  codec.model_key = model_key.Value();
+  // The key is discovery's (OpenOptions), not the read path's.
+  const ckptfs::OpenOptions open(remote.options, model_key.Value());
   if (mount->parsed()) {
     mount_options.mountpoint = mountpoint;
     mount_options.foreground |= mount_options.debug;
@@ -565,11 +567,11 @@ int main(int argc, char** argv) {
                                    : ckptfs::LogLevel::kWarn,
                          *ckptfs::ParseLogLevel(log_level));
     return Mount(source, mount_options, allow_non_empty, codec, *ckptfs::ParseZipCrcMode(zip_crc),
-                 remote.options, run_args, verbose, log_level);
+                 open, run_args, verbose, log_level);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint, lazy);
-  if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, remote.options);
-  if (verify->parsed()) return ckptfs::RunVerify(source, codec, remote.options);
+  if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, open);
+  if (verify->parsed()) return ckptfs::RunVerify(source, codec, open);
   if (pack->parsed()) {
     auto frame = ckptfs::ParseByteSize(frame_size);
     auto shard = ckptfs::ParseByteSize(shard_size);

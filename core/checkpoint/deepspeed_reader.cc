@@ -19,6 +19,7 @@
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
+#include "core/checkpoint/model.h"
 #include "core/format/deepspeed/zero.h"
 #include "core/format/torch_file.h"
 #include "core/format/zip.h"
@@ -497,6 +498,16 @@ Status VerifyDeepSpeed(const Checkpoint& ckpt, const std::function<void(const St
   return Status::Ok();
 }
 
+// With no key: the consolidated model, under zero_to_fp32's names.
+void DeepSpeedModel(Checkpoint& ckpt) {
+  if (TakeModelSubtree(ckpt, "model", /*dicts_only=*/true)) ckpt.model.rule = "DeepSpeed: model";
+}
+
+// inspect's line: the tag's ZeRO stage, world sizes, precision and rank files.
+std::vector<std::pair<std::string, std::string>> DeepSpeedInspect(const Checkpoint& ckpt) {
+  return {{"zero", ds::ZeroSummary(ckpt.state_json)}};
+}
+
 }  // namespace
 
 FormatReader DeepSpeedFormat() {
@@ -514,6 +525,8 @@ FormatReader DeepSpeedFormat() {
       .read = &ReadDeepSpeed,
       .hidden = &DeepSpeedHidden,
       .verify = &VerifyDeepSpeed,
+      .model = {.top_key = &PickledTopKey, .by_default = &DeepSpeedModel},
+      .inspect = &DeepSpeedInspect,
   };
 }
 

@@ -12,6 +12,8 @@
 #include <set>
 
 #include "core/checkpoint/hf_layout.h"
+#include "core/checkpoint/model.h"
+#include "core/checkpoint/tf_state.h"
 #include "core/source/source_dir.h"
 #include "tests/unit/test_util.h"
 
@@ -80,6 +82,52 @@ TEST(FormatTable, EveryEntryIsCompleteAndDistinct) {
     auto others_only = f.detect(MemoryDir({{"config.json", "{}"}, {"README.md", "x"}}));
     ASSERT_TRUE(others_only.ok());
     EXPECT_FALSE(others_only->has_value());
+  }
+}
+
+// (issue 25) What only one format knows is its entry's: the model rule, the keys it stores
+// tensors under, inspect's lines. Shared code asks the entry of the checkpoint's format.
+TEST(FormatTable, ModelRuleKeysAndInspectLinesAreTheEntrys) {
+  auto checkpoint = [](CheckpointFormat format) {
+    Checkpoint ckpt;
+    ckpt.format = format;
+    // A torch container `model` (a dict) holding one tensor, and one tensor at the top.
+    ckpt.tensors.resize(2);
+    ckpt.tensors[0].name = "model.w";
+    ckpt.tensors[0].top_is_dict = true;
+    ckpt.tensors[0].top_key_size = 5;
+    ckpt.tensors[1].name = "step";
+    auto tf = std::make_unique<TfState>();
+    tf->keys = {"model/w", "step"};
+    ckpt.format_state = std::move(tf);
+    ckpt.state_json = R"({"zero": {"stage": 2, "dp_world_size": 2}})";
+    return ckpt;
+  };
+  for (const FormatReader& f : Formats()) {
+    SCOPED_TRACE(std::string(f.name));
+    ASSERT_NE(f.model.top_key, nullptr) << "every entry says what its sub-trees are";
+    Checkpoint ckpt = checkpoint(f.format);
+    EXPECT_EQ(f.model.top_key(ckpt, 0), "model");
+    EXPECT_EQ(f.model.top_key(ckpt, 1), "");
+    // Without a key, the entry's rule: DeepSpeed's consolidated `model`, torch's first of
+    // kTorchModelKeys; every other format keeps every tensor.
+    ASSERT_TRUE(SelectModel(ckpt, std::nullopt, "SRC").ok());
+    const bool narrows =
+        f.format == CheckpointFormat::kTorch || f.format == CheckpointFormat::kDeepSpeed;
+    EXPECT_EQ(ckpt.model.whole, !narrows);
+    EXPECT_EQ(ckpt.model.key, narrows ? "model" : "");
+    EXPECT_EQ(ckpt.tensors[1].in_model, !narrows);
+    // Only TF stores tensors under keys that are not their names.
+    EXPECT_EQ(TensorKeys(ckpt).size(), f.format == CheckpointFormat::kTensorflow ? 2u : 0u);
+    // Only DeepSpeed has an inspect line of its own: its ZeRO summary.
+    const auto lines = f.inspect ? f.inspect(ckpt) : decltype(f.inspect(ckpt))();
+    if (f.format == CheckpointFormat::kDeepSpeed) {
+      ASSERT_EQ(lines.size(), 1u);
+      EXPECT_EQ(lines[0].first, "zero");
+      EXPECT_NE(lines[0].second.find("stage 2"), std::string::npos) << lines[0].second;
+    } else {
+      EXPECT_TRUE(lines.empty());
+    }
   }
 }
 
