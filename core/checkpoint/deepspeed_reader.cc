@@ -503,6 +503,14 @@ void DeepSpeedModel(Checkpoint& ckpt) {
   if (TakeModelSubtree(ckpt, "model", /*dicts_only=*/true)) ckpt.model.rule = "DeepSpeed: model";
 }
 
+// A run's view: the `global_stepN/` tag DeepSpeed saves inside an HF Trainer checkpoint.
+bool IsTagDir(std::string_view name) {
+  constexpr std::string_view kTag = "global_step";
+  if (!name.starts_with(kTag) || name.size() == kTag.size()) return false;
+  return std::all_of(name.begin() + kTag.size(), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // inspect's line: the tag's ZeRO stage, world sizes, precision and rank files.
 std::vector<std::pair<std::string, std::string>> DeepSpeedInspect(const Checkpoint& ckpt) {
   return {{"zero", ds::ZeroSummary(ckpt.state_json)}};
@@ -527,6 +535,7 @@ FormatReader DeepSpeedFormat() {
       .verify = &VerifyDeepSpeed,
       .model = {.top_key = &PickledTopKey, .by_default = &DeepSpeedModel},
       .inspect = &DeepSpeedInspect,
+      .run = {.nested_dir = &IsTagDir, .signs_claimed_folder = true, .torch_files_are_one = true},
   };
 }
 

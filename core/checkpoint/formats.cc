@@ -9,6 +9,13 @@
 
 namespace ckptfs {
 
+// The entries (each defined in its <fmt>_reader.cc).
+FormatReader SafetensorsFormat();
+FormatReader TorchFormat();
+FormatReader TensorflowFormat();
+FormatReader SplitFormat();
+FormatReader DeepSpeedFormat();
+
 std::span<const FormatReader> Formats() {
   // Order is precedence among equal ranks (see formats.h).
   static const FormatReader kTable[] = {
@@ -22,6 +29,13 @@ const FormatReader& FormatOf(CheckpointFormat format) {
     if (f.format == format) return f;
   }
   return Formats().front();  // unreachable: every CheckpointFormat has an entry
+}
+
+const FormatReader* FormatNamed(std::string_view name) {
+  for (const FormatReader& f : Formats()) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
 }
 
 std::vector<std::string> ProbeNames() {

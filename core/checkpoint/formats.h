@@ -25,8 +25,11 @@
 // claim that carries a problem (several indexes, several lone files) is the refusal.
 //
 // Adding a format: a folder of parsers (core/format/<fmt>/), a reader
-// (core/checkpoint/<fmt>_reader.cc) that defines a FormatReader, and its line in
-// Formats() (formats.cc). Nothing else in discovery changes.
+// (core/checkpoint/<fmt>_reader.cc) that defines a FormatReader (its detect and read, and
+// the hooks below for what only it knows: its model rule, the keys it stores tensors
+// under, inspect's lines, verify's checks), its CheckpointFormat value (checkpoint.h) and
+// its line in Formats() (formats.cc). Nothing else in discovery, the views, the run
+// listing or fs/ names a format (docs/architecture.md lists the exceptions left).
 #pragma once
 
 #include <functional>
@@ -111,12 +114,28 @@ struct FormatReader {
     // every tensor, names unchanged.
     void (*by_default)(Checkpoint& ckpt) = nullptr;
   };
-  ModelRule model;
+  ModelRule model = {};
 
   // inspect's lines of what only this format knows (DeepSpeed: its ZeRO stage and world
   // sizes), each {label, text}: the table's `label` line and the JSON's "label" key. Null:
   // none.
   std::vector<std::pair<std::string, std::string>> (*inspect)(const Checkpoint& ckpt) = nullptr;
+
+  // How a run directory (core/run/run_listing.h) sees this format's checkpoints.
+  struct RunRule {
+    // Subdirectories this format writes inside another format's checkpoint directory:
+    // parts of that checkpoint, not entries of a run (DeepSpeed's `global_stepN/` in an HF
+    // Trainer checkpoint). Null: none.
+    bool (*nested_dir)(std::string_view name) = nullptr;
+    // Its claim's folder holds the checkpoint's own files (split's key files, a Trainer
+    // checkpoint's ZeRO tag): a run entry's signature covers them, so a rewritten one is a
+    // new checkpoint.
+    bool signs_claimed_folder = false;
+    // The torch files of a directory it claims are one checkpoint (DeepSpeed's rank
+    // files), never several torch entries of a run.
+    bool torch_files_are_one = false;
+  };
+  RunRule run = {};
 };
 
 // The table, in precedence order.
@@ -124,6 +143,8 @@ std::span<const FormatReader> Formats();
 
 // The entry of `format`.
 const FormatReader& FormatOf(CheckpointFormat format);
+// The entry named `name` (FormatReader::name, RunEntry::format), or null.
+const FormatReader* FormatNamed(std::string_view name);
 
 // Every entry's probe_names, in table order, each once.
 std::vector<std::string> ProbeNames();
@@ -147,12 +168,5 @@ Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
 // to codec.options().warn.
 Result<Checkpoint> ReadFilesOnly(const SourceDir& dir, const std::vector<std::string>& folders,
                                  ReadContext& codec);
-
-// The entries' readers (defined in <fmt>_reader.cc).
-FormatReader SafetensorsFormat();
-FormatReader TorchFormat();
-FormatReader TensorflowFormat();
-FormatReader SplitFormat();
-FormatReader DeepSpeedFormat();
 
 }  // namespace ckptfs

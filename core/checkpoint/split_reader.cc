@@ -152,6 +152,7 @@ FormatReader SplitFormat() {
       .read = &ReadSplit,
       .hidden = nullptr,
       .model = {.top_key = &DottedTopKey},
+      .run = {.signs_claimed_folder = true},
   };
 }
 

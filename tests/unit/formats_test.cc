@@ -131,6 +131,28 @@ TEST(FormatTable, ModelRuleKeysAndInspectLinesAreTheEntrys) {
   }
 }
 
+// (issue 25) How a run sees a format's checkpoints is the entry's too: DeepSpeed's tag
+// directories inside another checkpoint, rank files that are one checkpoint, and the
+// folders (split's key files, a ZeRO tag) a run entry's signature covers.
+TEST(FormatTable, RunRulesAreTheEntrys) {
+  const FormatReader* deepspeed = FormatNamed("deepspeed");
+  ASSERT_NE(deepspeed, nullptr);
+  EXPECT_EQ(deepspeed, &FormatOf(CheckpointFormat::kDeepSpeed));
+  EXPECT_EQ(FormatNamed("no such format"), nullptr);
+  ASSERT_NE(deepspeed->run.nested_dir, nullptr);
+  EXPECT_TRUE(deepspeed->run.nested_dir("global_step1000"));
+  for (std::string_view not_tag : {"global_step", "global_step1a", "xglobal_step1", "step1"}) {
+    EXPECT_FALSE(deepspeed->run.nested_dir(not_tag)) << not_tag;
+  }
+  for (const FormatReader& f : Formats()) {
+    SCOPED_TRACE(std::string(f.name));
+    EXPECT_EQ(f.run.nested_dir != nullptr, f.format == CheckpointFormat::kDeepSpeed);
+    EXPECT_EQ(f.run.torch_files_are_one, f.format == CheckpointFormat::kDeepSpeed);
+    EXPECT_EQ(f.run.signs_claimed_folder,
+              f.format == CheckpointFormat::kDeepSpeed || f.format == CheckpointFormat::kSplit);
+  }
+}
+
 TEST(FormatTable, EachFormatClaimsItsOwnCheckpointAndNoOther) {
   const auto minimal = MinimalCheckpoints();
   for (const FormatReader& f : Formats()) {
@@ -192,14 +214,14 @@ TEST(FormatTable, TrainerFilesAreNeverWeights) {
       {"rng_state_0.pth.zst", "x"}, {"config.json", "{}"}};
   EXPECT_EQ(Winner(MemoryDir(trainer)), "");
   trainer["model.pt"] = "x";
-  auto claim = TorchFormat().detect(MemoryDir(trainer));
+  auto claim = FormatOf(CheckpointFormat::kTorch).detect(MemoryDir(trainer));
   ASSERT_TRUE(claim.ok() && *claim) << claim.status().message();
   EXPECT_TRUE((*claim)->problem.ok()) << (*claim)->problem.message();
   EXPECT_EQ((*claim)->file, "model.pt");
   // A SOURCE naming one of them asked for it: read as any torch.save file.
   SourceDir named = MemoryDir({{"optimizer.pt.zst", "x"}});
   named.named = "optimizer.pt.zst";
-  claim = TorchFormat().detect(named);
+  claim = FormatOf(CheckpointFormat::kTorch).detect(named);
   ASSERT_TRUE(claim.ok() && *claim) << claim.status().message();
   EXPECT_EQ((*claim)->file, "optimizer.pt");
   for (const char* name : {"rng_state.pth", "rng_state_3.pth", "training_args.bin", "scaler.pt.zst",
