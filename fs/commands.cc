@@ -20,7 +20,6 @@
 #include "core/checkpoint/model.h"
 #include "core/checkpoint/natural_order.h"
 #include "core/crc/zip_crc.h"
-#include "core/format/deepspeed/zero.h"
 #include "core/format/safetensors.h"
 #include "core/pack/pack.h"
 #include "core/run/run_tree.h"
@@ -32,8 +31,8 @@ namespace ckptfs {
 namespace {
 
 Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const ReadOptions& codec,
-                                             const RemoteOptions& remote, int* exit_code) {
-  auto volume = Volume::Open(source, codec, ZipCrcMode::kAuto, remote);
+                                             const OpenOptions& open, int* exit_code) {
+  auto volume = Volume::Open(source, codec, ZipCrcMode::kAuto, open);
   if (!volume.ok()) {
     PrintRefusal(volume.status());
     *exit_code = ExitCodeForOpenFailure(volume.status());
@@ -45,11 +44,11 @@ Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const Re
 // at its top) is refused naming the entry to take instead; asked only once opening failed,
 // so a checkpoint costs no second listing.
 Result<std::unique_ptr<Volume>> OpenOneOrReport(const std::string& source, std::string_view verb,
-                                                const ReadOptions& codec,
-                                                const RemoteOptions& remote, int* exit_code) {
-  auto volume = Volume::Open(source, codec, ZipCrcMode::kAuto, remote);
+                                                const ReadOptions& codec, const OpenOptions& open,
+                                                int* exit_code) {
+  auto volume = Volume::Open(source, codec, ZipCrcMode::kAuto, open);
   if (volume.ok()) return volume;
-  if (std::optional<Status> run = RunInsteadOfCheckpoint(source, verb, codec, remote)) {
+  if (std::optional<Status> run = RunInsteadOfCheckpoint(source, verb, codec, open.remote)) {
     PrintRefusal(*run);
     *exit_code = 2;
     return *run;
@@ -165,7 +164,7 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
                   {"shape", t.shape},      {"parameters", Elements(t)},
                   {"bytes", ViewBytes(t)}, {"shard", ShardFile(ckpt, t.shard).name},
                   {"offset", t.offset}};
-    if (!ckpt.tensor_keys.empty()) entry["tf_key"] = ckpt.tensor_keys[i];
+    if (!TensorKeys(ckpt).empty()) entry["tf_key"] = TensorKeys(ckpt)[i];
     if (!ckpt.model.whole) entry["in_model"] = t.in_model;
     if (!t.contiguous()) {
       // A strided view: where its storage starts and how it steps through it.
@@ -194,9 +193,9 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
               {"metadata", metadata},
               {"zip_crc", ZipCrcInspectJson(crcs)},
               {"tensors", tensors}};
-  // DeepSpeed: the tag's ZeRO stage, world sizes, precision and rank files.
-  if (ckpt.format == CheckpointFormat::kDeepSpeed) {
-    out["zero"] = deepspeed::ZeroSummary(ckpt.state_json);
+  // What only the format knows (DeepSpeed: the tag's ZeRO stage and world sizes).
+  if (const auto lines = FormatOf(ckpt.format).inspect) {
+    for (const auto& [label, text] : lines(ckpt)) out[label] = text;
   }
   return out;
 }
@@ -221,8 +220,10 @@ void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   std::printf("tensors  %zu, %s\n", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str());
   std::printf("model    %s\n", ModelLine(ckpt).c_str());
-  if (ckpt.format == CheckpointFormat::kDeepSpeed) {
-    std::printf("zero     %s\n", deepspeed::ZeroSummary(ckpt.state_json).c_str());
+  if (const auto lines = FormatOf(ckpt.format).inspect) {
+    for (const auto& [label, text] : lines(ckpt)) {
+      std::printf("%-8s %s\n", label.c_str(), text.c_str());
+    }
   }
   const ParameterCount params = CountParameters(ckpt);
   std::printf("params   %s\n", Grouped(params.total).c_str());
@@ -487,7 +488,7 @@ int ExitCodeForOpenFailure(const Status& status) {
 }
 
 int RunInspect(const std::string& source, bool json, const ReadOptions& options,
-               const RemoteOptions& remote) {
+               const OpenOptions& open) {
   // What opening warns about (a server that gives nothing to tell a replaced object by) is
   // part of what inspect reports: `warning` lines after the table, "warnings" in JSON.
   auto warnings = std::make_shared<std::vector<std::string>>();
@@ -503,7 +504,7 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
       std::printf("warning  %s\n", EscapeControlChars(line).c_str());
     }
   };
-  if (std::optional<int> run_rc = InspectIfRun(source, json, codec, remote)) {
+  if (std::optional<int> run_rc = InspectIfRun(source, json, codec, open)) {
     if (json) {  // the run's JSON is printed already: warnings go beside it
       std::lock_guard<std::mutex> lock(*warnings_mu);
       for (const std::string& line : *warnings) {
@@ -515,7 +516,7 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
     return *run_rc;
   }
   int rc = 0;
-  auto volume = OpenOrReport(source, codec, remote, &rc);
+  auto volume = OpenOrReport(source, codec, open, &rc);
   if (!volume.ok()) return rc;
   if (json) {
     nlohmann::json out = InspectJson((*volume)->checkpoint(), (*volume)->zip_crcs());
@@ -531,9 +532,9 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
   return 0;
 }
 
-int RunVerify(const std::string& source, const ReadOptions& codec, const RemoteOptions& remote) {
+int RunVerify(const std::string& source, const ReadOptions& codec, const OpenOptions& open) {
   int rc = 0;
-  auto volume = OpenOneOrReport(source, "verify", codec, remote, &rc);
+  auto volume = OpenOneOrReport(source, "verify", codec, open, &rc);
   if (!volume.ok()) return rc;
   (*volume)->context().StartWorkers();  // remote sources fetch ahead in parallel
   // Structure is sound (Open validated every header and frame index); now decode or read
@@ -556,7 +557,7 @@ int RunVerify(const std::string& source, const ReadOptions& codec, const RemoteO
               ckpt.shards.size() == 1 ? "shard" : "shards", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str(), HumanBytes(total).c_str(),
               Duration(seconds).c_str(), MegabytesPerSecond(total, seconds));
-  SaveZipCrcs(**volume, remote);
+  SaveZipCrcs(**volume, open.remote);
   return 0;
 }
 

@@ -208,12 +208,12 @@ struct RunArgs {
 // How OpenMount (core/mount/mount_tree.h, which decides run or checkpoint) is to open
 // SOURCE and show it.
 ckptfs::MountTreeOptions TreeOptions(const ckptfs::ReadOptions& codec, ckptfs::ZipCrcMode zip_crc,
-                                     const ckptfs::RemoteOptions& remote, const RunArgs& args,
+                                     const ckptfs::OpenOptions& open, const RunArgs& args,
                                      const ckptfs::Ownership& ownership) {
   ckptfs::MountTreeOptions options;
   options.codec = codec;
   options.zip_crc = zip_crc;
-  options.remote = remote;
+  options.open = open;
   options.ownership = ownership;
   options.run.pin = args.checkpoint;
   auto seconds = [](double s) {
@@ -277,10 +277,10 @@ ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mou
 }
 
 int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_non_empty,
-          ckptfs::ReadOptions codec, ckptfs::ZipCrcMode zip_crc, ckptfs::RemoteOptions remote,
+          ckptfs::ReadOptions codec, ckptfs::ZipCrcMode zip_crc, ckptfs::OpenOptions open,
           const RunArgs& run_args, bool verbose, const std::string& log_level) {
   const std::string source_path = SourceArg(source);
-  if (ckptfs::Status s = PrepareMount(source_path, options, allow_non_empty, codec, remote);
+  if (ckptfs::Status s = PrepareMount(source_path, options, allow_non_empty, codec, open.remote);
       !s.ok()) {
     ckptfs::PrintRefusal(s);
     return 2;
@@ -292,7 +292,7 @@ int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_no
     options.notice = ckptfs::FallbackLogNotice();
   }
   auto opened = ckptfs::OpenMount(source_path,
-                                  TreeOptions(codec, zip_crc, remote, run_args, options.ownership));
+                                  TreeOptions(codec, zip_crc, open, run_args, options.ownership));
   if (!opened.ok()) {
     ckptfs::PrintRefusal(opened.status());
     return ckptfs::ExitCodeForOpenFailure(opened.status());
@@ -304,10 +304,10 @@ int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_no
   } else {
     if (verbose) {
       options.summary = ckptfs::MountSummary(*tree.volume(), source_path, options.mountpoint,
-                                             remote.cache_dir, log);
+                                             open.remote.cache_dir, log);
     }
-    options.log_line =
-        ckptfs::MountLogLine(*tree.volume(), source_path, options.mountpoint, remote.cache_dir);
+    options.log_line = ckptfs::MountLogLine(*tree.volume(), source_path, options.mountpoint,
+                                            open.remote.cache_dir);
   }
   return ckptfs::MountAndServe(std::move(opened.value()), options);
 }
@@ -520,7 +520,8 @@ int main(int argc, char** argv) {
   RaiseOpenFileLimit();
   BoundAllocatorMemory();
   if (!remote.Finish()) return 2;
-  codec.model_key = model_key.Value();
+  // The key is discovery's (OpenOptions), not the read path's.
+  const ckptfs::OpenOptions open(remote.options, model_key.Value());
   if (mount->parsed()) {
     mount_options.mountpoint = mountpoint;
     mount_options.foreground |= mount_options.debug;
@@ -546,11 +547,11 @@ int main(int argc, char** argv) {
                                    : ckptfs::LogLevel::kWarn,
                          *ckptfs::ParseLogLevel(log_level));
     return Mount(source, mount_options, allow_non_empty, codec, *ckptfs::ParseZipCrcMode(zip_crc),
-                 remote.options, run_args, verbose, log_level);
+                 open, run_args, verbose, log_level);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint, lazy);
-  if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, remote.options);
-  if (verify->parsed()) return ckptfs::RunVerify(source, codec, remote.options);
+  if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, open);
+  if (verify->parsed()) return ckptfs::RunVerify(source, codec, open);
   if (pack->parsed()) {
     auto frame = ckptfs::ParseByteSize(frame_size);
     auto shard = ckptfs::ParseByteSize(shard_size);

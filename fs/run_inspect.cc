@@ -150,13 +150,14 @@ void PrintRun(const std::string& source, const RunListing& run) {
 }
 
 // Opens each complete entry of `run` as the mount would, and records why one fails.
-void CheckEntries(const SourceDir& dir, RunListing& run, ReadContext& codec) {
+void CheckEntries(const SourceDir& dir, RunListing& run, ReadContext& codec,
+                  const OpenOptions& open) {
   for (RunEntry& e : run.entries) {
     if (!e.complete || !e.problem.empty() || e.kind == RunEntry::Kind::kFiles) continue;
     Result<SourceDir> entry_dir = EntrySourceDir(dir, e);
     Status status = entry_dir.status();
     if (entry_dir.ok())
-      status = ReadCheckpoint(*entry_dir, codec, dir.path + "/" + e.name).status();
+      status = OpenCheckpointIn(*entry_dir, codec, open, dir.path + "/" + e.name).status();
     if (!status.ok()) e.problem = status.message();
   }
   // As a mount does (RunTree): latest and best never name a checkpoint that fails to open.
@@ -208,9 +209,9 @@ Result<std::optional<ListedRun>> ListIfRun(const std::string& source, ReadContex
 }  // namespace
 
 std::optional<int> InspectIfRun(const std::string& source, bool json, const ReadOptions& codec,
-                                const RemoteOptions& remote) {
+                                const OpenOptions& open) {
   ReadContext context(codec);
-  auto listed = ListIfRun(source, context, remote);
+  auto listed = ListIfRun(source, context, open.remote);
   if (!listed.ok()) {
     PrintRefusal(listed.status());
     return ExitCodeForOpenFailure(listed.status());
@@ -218,7 +219,7 @@ std::optional<int> InspectIfRun(const std::string& source, bool json, const Read
   if (!*listed) return std::nullopt;
   const SourceDir& dir = (*listed)->dir;
   RunListing& run = (*listed)->run;
-  CheckEntries(dir, run, context);
+  CheckEntries(dir, run, context, open);
   if (json) {
     std::puts(RunJson(dir.path, run)
                   .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)

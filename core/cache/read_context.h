@@ -35,7 +35,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,10 +52,6 @@ struct ReadOptions {
   // Receives one line for events a user should see that are not a failed read (a corrupt
   // disk cache entry dropped): core never logs itself. May be empty.
   std::function<void(const std::string&)> warn = {};
-  // Which sub-tree the merged views show (SelectModel, core/checkpoint/model.h): unset, the
-  // format's rule; "" every tensor as stored; a key, that top-level sub-tree. Not a codec
-  // matter, but every opener of a checkpoint (ReadCheckpoint) is handed these options.
-  std::optional<std::string> model_key = std::nullopt;
 };
 
 class ReadContext {

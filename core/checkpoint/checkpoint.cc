@@ -141,6 +141,11 @@ std::string MetadataJson(const Checkpoint& ckpt) {
   return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
+std::span<const std::string> TensorKeys(const Checkpoint& ckpt) {
+  const auto keys = FormatOf(ckpt.format).keys;
+  return keys ? keys(ckpt) : std::span<const std::string>();
+}
+
 const StoredFile& ShardFile(const Checkpoint& ckpt, uint32_t shard) {
   return shard < ckpt.shards.size() ? ckpt.shards[shard] : ckpt.decoded[shard - ckpt.shards.size()];
 }
@@ -205,22 +210,18 @@ Status ComputeStorageCrcs(Checkpoint& ckpt) {
   return Status::Ok();
 }
 
-Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, ReadContext& codec) {
-  return ReadCheckpoint(dir, codec, dir.path);
-}
-
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path, ReadContext& codec,
-                                  const RemoteOptions& remote) {
-  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source_path, codec, remote));
-  return OpenCheckpointListed(dir, source_path, codec);
-}
-
-Result<Checkpoint> OpenCheckpointListed(const SourceDir& dir, const std::string& source_path,
-                                        ReadContext& codec) {
+                                  const OpenOptions& options, const SourceDir* listed) {
+  std::optional<SourceDir> own;
+  if (!listed) {
+    CKPTFS_ASSIGN_OR_RETURN(own, OpenSourceDir(source_path, codec, options.remote));
+    listed = &*own;
+  }
+  const SourceDir& dir = *listed;
   // A local path naming a file or prefix is shown as written; a URL redacted (dir.path).
   const bool local_named = !dir.remote && !dir.named.empty();
-  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt,
-                          ReadCheckpoint(dir, codec, local_named ? source_path : dir.path));
+  CKPTFS_ASSIGN_OR_RETURN(
+      Checkpoint ckpt, OpenCheckpointIn(dir, codec, options, local_named ? source_path : dir.path));
   struct stat st;
   if (!dir.remote && dir.named.empty() && ::stat(source_path.c_str(), &st) == 0) {
     ckpt.dir_mtime = st.st_mtim;

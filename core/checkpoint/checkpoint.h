@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -94,6 +95,13 @@ struct ModelView {
   bool whole = true;     // every tensor, names unchanged (weights-only, or --model-key '')
 };
 
+// What only one format knows of a checkpoint, beyond what every format fills (TF's raw
+// keys, core/checkpoint/tf_state.h): its reader keeps it in Checkpoint::format_state and
+// its table entry's hooks read it (FormatReader, formats.h); no other code looks inside.
+struct FormatState {
+  virtual ~FormatState() = default;
+};
+
 // A packed checkpoint's zip CRC sidecar (see core/crc/zip_crc.h): read at open, never shown.
 inline constexpr std::string_view kPackedCrcFile = ".ckptfs-zip-crc";
 
@@ -117,10 +125,7 @@ struct Checkpoint {
   std::vector<Tensor> tensors;      // sorted by name
   std::vector<Storage> storages;    // in shard order, then offset
   std::vector<StoredRange> ranges;  // of storages made of several ranges (Storage::range_count)
-  // TF: the raw index key of each tensor (parallel to `tensors`), which names tensors/ paths
-  // and the xattr user.ckptfs.tf_key; empty for other formats.
-  std::vector<std::string> tensor_keys;
-  Metadata metadata;  // union of the shards' __metadata__, first shard wins
+  Metadata metadata;                // union of the shards' __metadata__, first shard wins
   CheckpointFormat format = CheckpointFormat::kSafetensors;
   std::string state_json;  // torch: the non-tensor values, as JSON; empty if none
   ModelView model;         // what the merged views hold (SelectModel)
@@ -137,10 +142,17 @@ struct Checkpoint {
   // SOURCE's own modification time when it is a local directory; {0, 0} otherwise (a
   // file path, a URL), where the mount's directories show the newest stored file's.
   struct timespec dir_mtime = {};
-  std::unique_ptr<ByteSource> packed_crcs;  // SOURCE's kPackedCrcFile, if it has one
+  std::unique_ptr<ByteSource> packed_crcs;    // SOURCE's kPackedCrcFile, if it has one
+  std::unique_ptr<FormatState> format_state;  // the format's own (above); null if none
 
   uint64_t TotalTensorBytes() const;
 };
+
+// The keys `ckpt`'s format stores its tensors under where they are not their names (TF's
+// raw index keys, which name tensors/ paths, the xattr user.ckptfs.tf_key and inspect's
+// tf_key), parallel to `tensors`; empty for a format whose keys are its names
+// (FormatReader::keys).
+std::span<const std::string> TensorKeys(const Checkpoint& ckpt);
 
 // The file shard number `shard` names: ckpt.shards[shard], or past them ckpt.decoded (the
 // decoded data of a torch file, named as that file).
@@ -172,22 +184,44 @@ Result<uint32_t> ReadStorageCrc(const Checkpoint& ckpt, const Storage& storage);
 // element size with no padding: the order of every safetensors file ckptfs writes.
 std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt);
 
-// Finds and validates the checkpoint in `dir`: the index if there is one (preferring
-// model.safetensors.index.json among several), else its only .safetensors file.
-Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, ReadContext& codec);
+// What discovery is told besides the ReadContext its sources share: how to reach a
+// remote SOURCE, and which model the merged views show. A RemoteOptions alone converts to
+// one (the format's model rule).
+struct OpenOptions {
+  OpenOptions(RemoteOptions remote_options = {},  // NOLINT(google-explicit-constructor)
+              std::optional<std::string> key = std::nullopt)
+      : remote(std::move(remote_options)), model_key(std::move(key)) {}
 
-// OpenCheckpointIn over a local directory, or over the directory of a .safetensors
-// path, in which case only that file is used. Local files are opened through a
-// LocalDirectory (core/source/local_dir.h): only regular files inside SOURCE (the file's
-// directory for a file path) are served; a shard that is not one is refused, another
-// file left out with a line to `codec.options().warn`.
-// An http(s):// or s3:// SOURCE is read through RemoteSources (see SourceDir::remote)
-// with `remote`'s options, sharing `remote.cache_dir` when one is given.
+  RemoteOptions remote;
+  // Which sub-tree the merged views show (SelectModel, core/checkpoint/model.h; the CLI's
+  // --model-key): unset, the format's rule; "" every tensor as stored; a key, that
+  // top-level sub-tree.
+  std::optional<std::string> model_key;
+};
+
+// The two ways to open a checkpoint. Both walk the format table (formats.h) over a
+// listing, read what wins, refuse it if a name breaks the rule for names
+// (TensorNameProblem, core/format/names.h), choose its model view (SelectModel, with
+// `options.model_key`) and, for a directory, read the other files.
+
+// SOURCE by its path or URL: a local directory, or the directory of a file path, in which
+// case only that file is used. Local files are opened through a LocalDirectory
+// (core/source/local_dir.h): only regular files inside SOURCE (the file's directory for a
+// file path) are served; a shard that is not one is refused, another file left out with
+// a line to `codec.options().warn`. An http(s):// or s3:// SOURCE is read through
+// RemoteSources (see SourceDir::remote) with `options.remote`, sharing its cache_dir when
+// one is given. `listed`: SOURCE's listing as OpenSourceDir (formats.h) made it, if the
+// caller has one (a mount that first asked whether SOURCE is a run lists it once). A local
+// directory's own mtime becomes Checkpoint::dir_mtime.
 Result<Checkpoint> OpenCheckpoint(const std::string& source_path, ReadContext& codec,
-                                  const RemoteOptions& remote = {});
-// OpenCheckpoint over `dir`, SOURCE `source_path` as OpenSourceDir listed it with `codec`
-// (a mount that first asked whether SOURCE is a run lists it once).
-Result<Checkpoint> OpenCheckpointListed(const SourceDir& dir, const std::string& source_path,
-                                        ReadContext& codec);
+                                  const OpenOptions& options = {},
+                                  const SourceDir* listed = nullptr);
+
+// The checkpoint in listing `dir` (a run's entry, an in-memory listing): the index if there
+// is one (preferring model.safetensors.index.json among several), else its only
+// .safetensors file... as the table decides. `shown` names SOURCE in refusals that concern
+// it as a whole ("": dir.path).
+Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, ReadContext& codec,
+                                    const OpenOptions& options = {}, const std::string& shown = "");
 
 }  // namespace ckptfs

@@ -20,6 +20,7 @@
 #include "core/checked.h"
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
+#include "core/checkpoint/model.h"
 #include "core/format/deepspeed/zero.h"
 #include "core/format/torch_file.h"
 #include "core/format/zip.h"
@@ -498,6 +499,24 @@ Status VerifyDeepSpeed(const Checkpoint& ckpt, const std::function<void(const St
   return Status::Ok();
 }
 
+// With no key: the consolidated model, under zero_to_fp32's names.
+void DeepSpeedModel(Checkpoint& ckpt) {
+  if (TakeModelSubtree(ckpt, "model", /*dicts_only=*/true)) ckpt.model.rule = "DeepSpeed: model";
+}
+
+// A run's view: the `global_stepN/` tag DeepSpeed saves inside an HF Trainer checkpoint.
+bool IsTagDir(std::string_view name) {
+  constexpr std::string_view kTag = "global_step";
+  if (!name.starts_with(kTag) || name.size() == kTag.size()) return false;
+  return std::all_of(name.begin() + kTag.size(), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// inspect's line: the tag's ZeRO stage, world sizes, precision and rank files.
+std::vector<std::pair<std::string, std::string>> DeepSpeedInspect(const Checkpoint& ckpt) {
+  return {{"zero", ds::ZeroSummary(ckpt.state_json)}};
+}
+
 }  // namespace
 
 FormatReader DeepSpeedFormat() {
@@ -515,6 +534,9 @@ FormatReader DeepSpeedFormat() {
       .read = &ReadDeepSpeed,
       .hidden = &DeepSpeedHidden,
       .verify = &VerifyDeepSpeed,
+      .model = {.top_key = &PickledTopKey, .by_default = &DeepSpeedModel},
+      .inspect = &DeepSpeedInspect,
+      .run = {.nested_dir = &IsTagDir, .signs_claimed_folder = true, .torch_files_are_one = true},
   };
 }
 

@@ -9,6 +9,13 @@
 
 namespace ckptfs {
 
+// The entries (each defined in its <fmt>_reader.cc).
+FormatReader SafetensorsFormat();
+FormatReader TorchFormat();
+FormatReader TensorflowFormat();
+FormatReader SplitFormat();
+FormatReader DeepSpeedFormat();
+
 std::span<const FormatReader> Formats() {
   // Order is precedence among equal ranks (see formats.h).
   static const FormatReader kTable[] = {
@@ -22,6 +29,13 @@ const FormatReader& FormatOf(CheckpointFormat format) {
     if (f.format == format) return f;
   }
   return Formats().front();  // unreachable: every CheckpointFormat has an entry
+}
+
+const FormatReader* FormatNamed(std::string_view name) {
+  for (const FormatReader& f : Formats()) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
 }
 
 std::vector<std::string> ProbeNames() {
@@ -72,7 +86,7 @@ Status CheckTensorNames(const Checkpoint& ckpt, const std::string& shown) {
     return Status::Corruption(where + ": tensor \"" + std::string(name.substr(0, 200)) +
                               "\": " + problem + " (names become paths)");
   };
-  for (const std::string& key : ckpt.tensor_keys) {
+  for (const std::string& key : TensorKeys(ckpt)) {
     if (std::string problem = TensorNameProblem(key); !problem.empty()) {
       return refuse(ckpt.index, 0, key, problem);
     }
@@ -103,8 +117,11 @@ Status NotACheckpointFile(const std::string& shown) {
                                  " file (or .zst of one), or a directory");
 }
 
-Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, ReadContext& codec,
-                                  const std::string& shown) {
+// Both openers come here (OpenCheckpoint through this one): the table's walk over `dir`,
+// then the checks and choices every format shares.
+Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, ReadContext& codec,
+                                    const OpenOptions& options, const std::string& shown_or_empty) {
+  const std::string& shown = shown_or_empty.empty() ? dir.path : shown_or_empty;
   const FormatReader* winner = nullptr;
   std::optional<Claim> best;
   for (const FormatReader& f : Formats()) {
@@ -122,7 +139,7 @@ Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, ReadContext& codec,
   ckpt.format = winner->format;
   CKPTFS_RETURN_IF_ERROR(winner->read(dir, *best, codec, ckpt));
   CKPTFS_RETURN_IF_ERROR(CheckTensorNames(ckpt, shown));
-  CKPTFS_RETURN_IF_ERROR(SelectModel(ckpt, codec.options().model_key, shown));
+  CKPTFS_RETURN_IF_ERROR(SelectModel(ckpt, options.model_key, shown));
   // A SOURCE naming one file or prefix is that checkpoint alone.
   if (dir.named.empty()) {
     const std::vector<std::string> hidden =

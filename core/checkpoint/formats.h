@@ -25,8 +25,11 @@
 // claim that carries a problem (several indexes, several lone files) is the refusal.
 //
 // Adding a format: a folder of parsers (core/format/<fmt>/), a reader
-// (core/checkpoint/<fmt>_reader.cc) that defines a FormatReader, and its line in
-// Formats() (formats.cc). Nothing else in discovery changes.
+// (core/checkpoint/<fmt>_reader.cc) that defines a FormatReader (its detect and read, and
+// the hooks below for what only it knows: its model rule, the keys it stores tensors
+// under, inspect's lines, verify's checks), its CheckpointFormat value (checkpoint.h) and
+// its line in Formats() (formats.cc). Nothing else in discovery, the views, the run
+// listing or fs/ names a format (docs/architecture.md lists the exceptions left).
 #pragma once
 
 #include <functional>
@@ -34,6 +37,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/cache/read_context.h"
@@ -88,6 +92,50 @@ struct FormatReader {
   // problem found goes to `report` (one line naming the file); an error return ends them.
   Status (*verify)(const Checkpoint& ckpt,
                    const std::function<void(const Status&)>& report) = nullptr;
+
+  // The keys this format stores tensors under where they are not their names, parallel to
+  // ckpt.tensors (TF's raw keys, kept in its Checkpoint::format_state): what TensorKeys
+  // (checkpoint.h) returns. Null: the names are the keys.
+  std::span<const std::string> (*keys)(const Checkpoint& ckpt) = nullptr;
+
+  // The model rule (SelectModel, core/checkpoint/model.h): what this format calls a
+  // top-level sub-tree (--model-key KEY takes one), which tensors no model holds, and the
+  // model when no key is given.
+  struct ModelRule {
+    // The top-level sub-tree tensor `i` of `ckpt` lies in, "" if none: DottedTopKey (the
+    // name up to its first '.') or PickledTopKey (Tensor::top_key_size), model.h, or the
+    // format's own (TF splits its raw keys).
+    std::string (*top_key)(const Checkpoint& ckpt, size_t i) = nullptr;
+    // Tensors no model holds, whatever the key (an object-based TF checkpoint's training
+    // state): a test of tensor indices, made once per selection; empty or null: none.
+    std::function<bool(size_t)> (*never_model)(const Checkpoint& ckpt) = nullptr;
+    // The model when no key is given, on a checkpoint whose every tensor is in_model with
+    // `model` whole: may narrow it (TakeModelSubtree, model.h), setting `model.rule`. Null:
+    // every tensor, names unchanged.
+    void (*by_default)(Checkpoint& ckpt) = nullptr;
+  };
+  ModelRule model = {};
+
+  // inspect's lines of what only this format knows (DeepSpeed: its ZeRO stage and world
+  // sizes), each {label, text}: the table's `label` line and the JSON's "label" key. Null:
+  // none.
+  std::vector<std::pair<std::string, std::string>> (*inspect)(const Checkpoint& ckpt) = nullptr;
+
+  // How a run directory (core/run/run_listing.h) sees this format's checkpoints.
+  struct RunRule {
+    // Subdirectories this format writes inside another format's checkpoint directory:
+    // parts of that checkpoint, not entries of a run (DeepSpeed's `global_stepN/` in an HF
+    // Trainer checkpoint). Null: none.
+    bool (*nested_dir)(std::string_view name) = nullptr;
+    // Its claim's folder holds the checkpoint's own files (split's key files, a Trainer
+    // checkpoint's ZeRO tag): a run entry's signature covers them, so a rewritten one is a
+    // new checkpoint.
+    bool signs_claimed_folder = false;
+    // The torch files of a directory it claims are one checkpoint (DeepSpeed's rank
+    // files), never several torch entries of a run.
+    bool torch_files_are_one = false;
+  };
+  RunRule run = {};
 };
 
 // The table, in precedence order.
@@ -95,6 +143,8 @@ std::span<const FormatReader> Formats();
 
 // The entry of `format`.
 const FormatReader& FormatOf(CheckpointFormat format);
+// The entry named `name` (FormatReader::name, RunEntry::format), or null.
+const FormatReader* FormatNamed(std::string_view name);
 
 // Every entry's probe_names, in table order, each once.
 std::vector<std::string> ProbeNames();
@@ -107,17 +157,9 @@ Status NotACheckpointFile(const std::string& shown);
 
 // The SourceDir of a SOURCE path or URL (a local directory, a file path, an http(s):// or
 // s3:// URL), as discovery sees it, probed with this table's names; the same listing
-// OpenCheckpoint starts from.
+// OpenCheckpoint (checkpoint.h) starts from.
 Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
                                 const RemoteOptions& remote);
-
-// Walks the table over `dir` and reads what wins, refuses it if a tensor name or TF key
-// breaks the one rule for names of every format (TensorNameProblem, core/format/names.h),
-// chooses its model view (SelectModel, core/checkpoint/model.h, with
-// codec.options().model_key), then (for a directory SOURCE) reads the other files. `shown`
-// names SOURCE in refusals that concern it as a whole.
-Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, ReadContext& codec,
-                                  const std::string& shown);
 
 // The files of `dir` without any checkpoint: every file at its top, and the files of each
 // of `folders` (AddFolderFiles, hf_layout.h), as `others` of a Checkpoint with no tensors,
@@ -126,12 +168,5 @@ Result<Checkpoint> ReadCheckpoint(const SourceDir& dir, ReadContext& codec,
 // to codec.options().warn.
 Result<Checkpoint> ReadFilesOnly(const SourceDir& dir, const std::vector<std::string>& folders,
                                  ReadContext& codec);
-
-// The entries' readers (defined in <fmt>_reader.cc).
-FormatReader SafetensorsFormat();
-FormatReader TorchFormat();
-FormatReader TensorflowFormat();
-FormatReader SplitFormat();
-FormatReader DeepSpeedFormat();
 
 }  // namespace ckptfs

@@ -2,7 +2,8 @@
 // (model.safetensors, pytorch_model.bin) hold, and under which names. tensors/ and
 // .ckptfs/metadata.json show everything whatever the model is.
 //
-// The rule, per format, when no key is given:
+// The rule, per format, when no key is given, is the format's table entry's
+// (FormatReader::ModelRule, core/checkpoint/formats.h); today's rules:
 //   - torch.save: if the pickled root is a dict, the first of `model_state_dict`,
 //     `state_dict`, `model`, `module` whose value is a dict holding tensors is the model,
 //     and that one key and its '.' are cut from its tensors' names, so
@@ -17,7 +18,7 @@
 //     name-based checkpoints: every tensor.
 //   - DeepSpeed ZeRO tags: `model`, the consolidated model (core/format/deepspeed/zero.h).
 //   - safetensors and per-key split checkpoints: every tensor.
-// A key (`--model-key`, ReadOptions::model_key) overrides the rule: "" keeps every
+// A key (`--model-key`, OpenOptions::model_key, checkpoint.h) overrides the rule: "" keeps every
 // tensor with its name unchanged; KEY takes the top-level sub-tree KEY, with `KEY.` cut
 // from the names. A top-level sub-tree is, for torch, a container (dict or list) that is a
 // value of the root dict; for TF, the keys whose first segment is KEY; for safetensors and split,
@@ -41,10 +42,22 @@ namespace ckptfs {
 inline constexpr std::string_view kTorchModelKeys[] = {"model_state_dict", "state_dict", "model",
                                                        "module"};
 
-// Chooses the model of `ckpt` (its tensors sorted, tensor_keys filled for TF): sets
+// Chooses the model of `ckpt` (its tensors sorted, its format_state filled): sets
 // `ckpt.model` and every tensor's `in_model`. `shown` names SOURCE in the refusal.
 Status SelectModel(Checkpoint& ckpt, const std::optional<std::string>& model_key,
                    const std::string& shown);
+
+// Makes top-level sub-tree `key` (dicts only: a torch container that is a dict) the model,
+// leaving out the tensors the format's rule never holds: sets `ckpt.model` (all but its
+// rule) and every tensor's `in_model`. False, and `ckpt` unchanged, if no tensor lies in
+// it. For the formats' default rules (FormatReader::ModelRule::by_default).
+bool TakeModelSubtree(Checkpoint& ckpt, const std::string& key, bool dicts_only);
+
+// The two ways a format names its top-level sub-trees (FormatReader::ModelRule::top_key):
+// the name up to its first '.' (safetensors, split), or the root key a pickle's container
+// hangs from (Tensor::top_key_size: torch, DeepSpeed).
+std::string DottedTopKey(const Checkpoint& ckpt, size_t i);
+std::string PickledTopKey(const Checkpoint& ckpt, size_t i);
 
 // The name model tensor `t` has in the merged views: its name without ckpt.model.strip.
 inline std::string_view ModelName(const Checkpoint& ckpt, const Tensor& t) {

@@ -1,6 +1,7 @@
 // The safetensors entry of the format table: an HF index of .safetensors shards, or one
 // .safetensors file. Each tensor is its own storage.
 #include "core/checkpoint/hf_layout.h"
+#include "core/checkpoint/model.h"
 #include "core/format/safetensors.h"
 
 namespace ckptfs {
@@ -54,6 +55,7 @@ FormatReader SafetensorsFormat() {
       .read = [](const SourceDir& dir, const Claim& claim, ReadContext& codec,
                  Checkpoint& ckpt) { return ReadHf(dir, claim, codec, kLayout, ckpt); },
       .hidden = &HfHidden,
+      .model = {.top_key = &DottedTopKey},
   };
 }
 

@@ -15,8 +15,9 @@
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
 #include "core/checkpoint/hf_layout.h"
-#include "core/format/torch_file.h"
+#include "core/checkpoint/model.h"
 #include "core/format/names.h"
+#include "core/format/torch_file.h"
 
 namespace ckptfs {
 namespace {
@@ -150,6 +151,8 @@ FormatReader SplitFormat() {
       .detect = &DetectSplit,
       .read = &ReadSplit,
       .hidden = nullptr,
+      .model = {.top_key = &DottedTopKey},
+      .run = {.signs_claimed_folder = true},
   };
 }
 

@@ -8,7 +8,8 @@
 // Each data file is a shard; each numeric tensor one storage over its bytes, a partitioned
 // variable one storage made of several stored ranges (Checkpoint::ranges). Strings, the
 // object graph and the entries ckptfs does not serve go to state_json. Raw keys are kept in
-// Checkpoint::tensor_keys for tensors/ paths, the xattr and inspect.
+// the checkpoint's TfState (tf_state.h) for tensors/ paths, the xattr and inspect
+// (TensorKeys), and for the model rule, which this entry holds.
 //
 // Memory: one MetadataBudget (core/format/metadata_budget.h) per bundle counts what
 // reading it holds: the index bytes, the parsed entries (bundle.h), each tensor's
@@ -22,6 +23,8 @@
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
+#include "core/checkpoint/model.h"
+#include "core/checkpoint/tf_state.h"
 #include "core/format/metadata_budget.h"
 #include "core/format/tf/bundle.h"
 #include "core/format/tf/checkpoint_state.h"
@@ -32,6 +35,12 @@
 
 namespace ckptfs {
 namespace {
+
+// The raw keys of `ckpt`, a TF checkpoint being read: its TfState's, made on first use.
+std::vector<std::string>& KeysOf(Checkpoint& ckpt) {
+  if (!ckpt.format_state) ckpt.format_state = std::make_unique<TfState>();
+  return static_cast<TfState&>(*ckpt.format_state).keys;
+}
 
 constexpr std::string_view kIndexSuffix = ".index";
 constexpr std::string_view kStateFile = "checkpoint";
@@ -311,21 +320,22 @@ Status AddNumeric(const tf::TfTensor& t, const std::string& index_name, Checkpoi
                                 .offset = s.offset,
                                 .size = s.size,
                                 .storage = storage});
-  ckpt.tensor_keys.push_back(t.key);
+  KeysOf(ckpt).push_back(t.key);
   return Status::Ok();
 }
 
 // Sorts tensors (and their keys) by name; two keys with one name are refused, naming both.
 Status SortByName(const std::string& index_name, Checkpoint& ckpt) {
+  std::vector<std::string>& tensor_keys = KeysOf(ckpt);
   std::vector<uint32_t> order(ckpt.tensors.size());
   std::iota(order.begin(), order.end(), 0u);
   std::sort(order.begin(), order.end(),
             [&](uint32_t a, uint32_t b) { return ckpt.tensors[a].name < ckpt.tensors[b].name; });
   for (size_t i = 1; i < order.size(); ++i) {
     if (ckpt.tensors[order[i]].name != ckpt.tensors[order[i - 1]].name) continue;
-    return Status::Corruption(index_name + ": keys \"" + ckpt.tensor_keys[order[i - 1]] +
-                              "\" and \"" + ckpt.tensor_keys[order[i]] +
-                              "\" both map to tensor name \"" + ckpt.tensors[order[i]].name + "\"");
+    return Status::Corruption(index_name + ": keys \"" + tensor_keys[order[i - 1]] + "\" and \"" +
+                              tensor_keys[order[i]] + "\" both map to tensor name \"" +
+                              ckpt.tensors[order[i]].name + "\"");
   }
   std::vector<Tensor> tensors;
   std::vector<std::string> keys;
@@ -333,10 +343,10 @@ Status SortByName(const std::string& index_name, Checkpoint& ckpt) {
   keys.reserve(order.size());
   for (uint32_t i : order) {
     tensors.push_back(std::move(ckpt.tensors[i]));
-    keys.push_back(std::move(ckpt.tensor_keys[i]));
+    keys.push_back(std::move(tensor_keys[i]));
   }
   ckpt.tensors = std::move(tensors);
-  ckpt.tensor_keys = std::move(keys);
+  tensor_keys = std::move(keys);
   return Status::Ok();
 }
 
@@ -450,6 +460,44 @@ Status VerifyTensorflow(const Checkpoint& ckpt, const std::function<void(const S
   return Status::Ok();
 }
 
+std::span<const std::string> TfKeys(const Checkpoint& ckpt) {
+  if (!ckpt.format_state) return {};
+  return static_cast<const TfState&>(*ckpt.format_state).keys;
+}
+
+// The model rule (model.h): a sub-tree is the keys whose first segment is KEY; an
+// object-based checkpoint's (keys with `.ATTRIBUTES`) training state is never the model.
+std::string TfTopKey(const Checkpoint& ckpt, size_t i) {
+  const tf::TfName name = tf::TfKeyToName(TfKeys(ckpt)[i]);
+  return name.segments.size() > 1 ? name.segments[0] : std::string();
+}
+
+bool IsObjectBasedTf(const Checkpoint& ckpt) {
+  const std::span<const std::string> keys = TfKeys(ckpt);
+  return std::any_of(keys.begin(), keys.end(),
+                     [](const std::string& key) { return tf::IsObjectBasedKey(key); });
+}
+
+std::function<bool(size_t)> TfTrainingState(const Checkpoint& ckpt) {
+  if (!IsObjectBasedTf(ckpt)) return {};
+  return [keys = TfKeys(ckpt)](size_t i) { return tf::IsTrainingStateKey(keys[i]); };
+}
+
+// With no key: an object-based checkpoint without its training state.
+void DropTrainingState(Checkpoint& ckpt) {
+  const std::function<bool(size_t)> training_state = TfTrainingState(ckpt);
+  if (!training_state) return;
+  uint64_t count = 0;
+  for (size_t i = 0; i < ckpt.tensors.size(); ++i) {
+    ckpt.tensors[i].in_model = !training_state(i);
+    count += ckpt.tensors[i].in_model ? 1 : 0;
+  }
+  if (count == ckpt.tensors.size()) return;
+  ckpt.model.tensors = count;
+  ckpt.model.whole = false;
+  ckpt.model.rule = "TensorFlow object checkpoint without optimizer slots and variables";
+}
+
 }  // namespace
 
 FormatReader TensorflowFormat() {
@@ -465,6 +513,10 @@ FormatReader TensorflowFormat() {
       .read = &ReadTensorflow,
       .hidden = &TfHidden,
       .verify = &VerifyTensorflow,
+      .keys = &TfKeys,
+      .model = {.top_key = &TfTopKey,
+                .never_model = &TfTrainingState,
+                .by_default = &DropTrainingState},
   };
 }
 

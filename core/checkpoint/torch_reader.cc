@@ -3,6 +3,7 @@
 // Storages are torch's, tensors view them (tied weights share one), and non-tensor values become
 // state_json.
 #include "core/checkpoint/hf_layout.h"
+#include "core/checkpoint/model.h"
 #include "core/format/torch_file.h"
 
 namespace ckptfs {
@@ -83,6 +84,16 @@ Result<std::optional<Claim>> DetectTorch(const SourceDir& dir) {
   return DetectHf(dir, kLayout);
 }
 
+// With no key: the first of kTorchModelKeys whose value is a dict holding tensors.
+void TorchModel(Checkpoint& ckpt) {
+  for (std::string_view key : kTorchModelKeys) {
+    if (TakeModelSubtree(ckpt, std::string(key), /*dicts_only=*/true)) {
+      ckpt.model.rule = "first of model_state_dict, state_dict, model, module";
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 FormatReader TorchFormat() {
@@ -97,6 +108,7 @@ FormatReader TorchFormat() {
       .detect = &DetectTorch,
       .read = &ReadTorch,
       .hidden = &HfHidden,
+      .model = {.top_key = &PickledTopKey, .by_default = &TorchModel},
   };
 }
 

@@ -12,7 +12,7 @@ namespace ckptfs {
 
 // Empty if `name` (a tensor name or raw key, from any format's parser) may name files,
 // else why not: it holds a NUL byte, which every path, listing and xattr would cut short,
-// so that two tensors could meet. One rule for every format: ReadCheckpoint
+// so that two tensors could meet. One rule for every format: OpenCheckpointIn
 // (core/checkpoint/formats.h) refuses a checkpoint with such a name, whatever its format.
 std::string TensorNameProblem(std::string_view name);
 

@@ -314,7 +314,7 @@ void MountTree::StopBackground() {
 Result<std::unique_ptr<MountTree>> OpenMount(const std::string& source,
                                              const MountTreeOptions& options) {
   auto context = std::make_shared<ReadContext>(options.codec);
-  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source, *context, options.remote));
+  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source, *context, options.open.remote));
   CKPTFS_ASSIGN_OR_RETURN(bool is_run, IsRun(dir));
   if (!is_run) {
     if (!options.run.pin.empty()) {
@@ -323,7 +323,7 @@ Result<std::unique_ptr<MountTree>> OpenMount(const std::string& source,
     }
     CKPTFS_ASSIGN_OR_RETURN(
         std::unique_ptr<Volume> volume,
-        Volume::OpenListed(dir, source, context, options.zip_crc, options.remote));
+        Volume::OpenListed(dir, source, context, options.zip_crc, options.open));
     return std::make_unique<MountTree>(std::shared_ptr<Volume>(std::move(volume)),
                                        options.ownership);
   }
@@ -331,7 +331,7 @@ Result<std::unique_ptr<MountTree>> OpenMount(const std::string& source,
   const std::string watch = dir.remote ? "" : source;
   CKPTFS_ASSIGN_OR_RETURN(
       std::unique_ptr<RunTree> run,
-      RunTree::Open(RunSourceOf(std::move(dir), source, context, options.remote, watch), context,
+      RunTree::Open(RunSourceOf(std::move(dir), source, context, options.open, watch), context,
                     options.run));
   return std::make_unique<MountTree>(std::move(run), options.ownership);
 }

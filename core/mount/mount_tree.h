@@ -131,7 +131,7 @@ bool IsRefusal(const Status& status);
 struct MountTreeOptions {
   ReadOptions codec;
   ZipCrcMode zip_crc = ZipCrcMode::kAuto;
-  RemoteOptions remote;
+  OpenOptions open;    // remote settings and --model-key
   RunTreeOptions run;  // a run's (run.pin: --checkpoint; refused for a single checkpoint)
   Ownership ownership;
 };

@@ -125,14 +125,23 @@ Result<std::optional<Claim>> TopClaim(const SourceDir& dir, std::string* format)
 }
 
 // Subdirectories that belong to the checkpoint at the top of `dir`, not to a run: the
-// directory of a claimed path (a SavedModel's `variables/`), and DeepSpeed's
-// `global_stepN/` that an HF Trainer writes inside its checkpoint directory.
+// directory of a claimed path (a SavedModel's `variables/`), and those a format writes
+// inside another's checkpoint directory (FormatReader::RunRule::nested_dir: DeepSpeed's
+// `global_stepN/` in an HF Trainer checkpoint).
 bool PartOfTopCheckpoint(const std::optional<Claim>& top, const std::string& sub) {
   if (!top) return false;
   const size_t slash = top->file.find('/');
   if (slash != std::string::npos && top->file.substr(0, slash) == sub) return true;
-  static const std::regex kDeepSpeed(R"(global_step\d+)");
-  return std::regex_match(sub, kDeepSpeed);
+  return std::any_of(Formats().begin(), Formats().end(), [&](const FormatReader& f) {
+    return f.run.nested_dir && f.run.nested_dir(sub);
+  });
+}
+
+// The run rule of the format named `format` (RunEntry::format), or none's.
+const FormatReader::RunRule& RunRuleOf(const std::string& format) {
+  static const FormatReader::RunRule kNone;
+  const FormatReader* f = FormatNamed(format);
+  return f ? f->run : kNone;
 }
 
 // The prefixes a `checkpoint` state file lists (all_model_checkpoint_paths, then
@@ -537,7 +546,7 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
       return Status::Ok();
     }
     inner = std::move(opened).value();
-    if (entry.format == "split" || entry.format == "deepspeed") {
+    if (RunRuleOf(entry.format).signs_claimed_folder) {
       // The key files (a Trainer checkpoint's ZeRO tag) are the checkpoint: a rewritten one
       // is a new one.
       for (const std::string& f : inner->files) {
@@ -1024,7 +1033,7 @@ Result<bool> IsRun(const SourceDir& dir) {
     if (claim.ok() && *claim) return true;  // the table claims split (map.pt) directories too
   }
   // A DeepSpeed tag's rank files are one checkpoint, not torch entries of a run.
-  if (top_format != "deepspeed" && TorchEntryFiles(dir).size() >= 2) return true;
+  if (!RunRuleOf(top_format).torch_files_are_one && TorchEntryFiles(dir).size() >= 2) return true;
   std::vector<std::string> ignored;
   // A DeepSpeed save dir: `latest` names a tag directory holding a checkpoint.
   std::vector<std::string> latest_problems;

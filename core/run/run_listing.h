@@ -140,7 +140,7 @@ Result<RunListing> ListRun(const SourceDir& dir);
 // name: `llama2-7b.bin`) or it exceeds 64 bits.
 std::optional<uint64_t> StepInName(const std::string& name);
 
-// The SourceDir that holds entry `entry` of run `dir` (for ReadCheckpoint, formats.h): the
+// The SourceDir that holds entry `entry` of run `dir` (for OpenCheckpointIn, checkpoint.h): the
 // subdirectory, or `dir` with `named` set to the file or prefix; for kFiles, `dir` itself
 // (read with ReadFilesOnly, hf_layout.h).
 Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry);

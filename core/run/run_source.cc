@@ -9,7 +9,7 @@
 namespace ckptfs {
 
 RunSource RunSourceOf(SourceDir first, const std::string& source,
-                      std::shared_ptr<ReadContext> codec, const RemoteOptions& remote,
+                      std::shared_ptr<ReadContext> codec, const OpenOptions& open,
                       std::string watch_dir) {
   // A SourceDir is a listing made once: each listing of the run opens SOURCE again, and
   // entries are opened through the SourceDir of the listing that showed them. A SourceDir
@@ -31,13 +31,13 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
     bool fresh = true;  // `dir` is the listing main just made: use it for the first list
     std::string source;
     std::shared_ptr<ReadContext> codec;
-    RemoteOptions remote;
+    OpenOptions open;
   };
   auto shared = std::make_shared<Shared>();
   shared->dir = std::move(first);
   shared->source = source;
   shared->codec = std::move(codec);
-  shared->remote = remote;
+  shared->open = open;
   RunSource run;
   run.path = shared->dir.path;
   run.watch_dir = std::move(watch_dir);
@@ -46,7 +46,7 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
     if (!shared->fresh) {
       const Clock::time_point began = Clock::now();
       CKPTFS_ASSIGN_OR_RETURN(shared->dir,
-                              OpenSourceDir(shared->source, *shared->codec, shared->remote));
+                              OpenSourceDir(shared->source, *shared->codec, shared->open.remote));
       shared->listed_at = began;
     }
     shared->fresh = false;
@@ -57,7 +57,7 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
     if (shared->dir.remote && Clock::now() - shared->listed_at > kFreshFor) {
       const Clock::time_point began = Clock::now();
       CKPTFS_ASSIGN_OR_RETURN(shared->dir,
-                              OpenSourceDir(shared->source, *shared->codec, shared->remote));
+                              OpenSourceDir(shared->source, *shared->codec, shared->open.remote));
       shared->listed_at = began;
     }
     CKPTFS_ASSIGN_OR_RETURN(SourceDir entry_dir, EntrySourceDir(shared->dir, entry));
@@ -65,7 +65,7 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
     if (!shared->dir.remote) lock.unlock();
     if (entry.kind == RunEntry::Kind::kFiles)
       return ReadFilesOnly(entry_dir, entry.folders, context);
-    return ReadCheckpoint(entry_dir, context, shown);
+    return OpenCheckpointIn(entry_dir, context, shared->open, shown);
   };
   return run;
 }

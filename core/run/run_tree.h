@@ -77,7 +77,7 @@ namespace ckptfs {
 using RunClock = std::chrono::steady_clock;
 
 // How a RunTree reaches its run: production uses RunSourceOf (ListRun, EntrySourceDir,
-// ReadCheckpoint); tests use in-memory listings and checkpoints.
+// OpenCheckpointIn); tests use in-memory listings and checkpoints.
 struct RunSource {
   std::function<Result<RunListing>()> list;
   std::function<Result<Checkpoint>(const RunEntry& entry, ReadContext& codec)> open;
@@ -89,7 +89,7 @@ struct RunSource {
 // first one used; later listings open SOURCE again. `watch_dir`: SOURCE's absolute path
 // when it is a local directory, else "".
 RunSource RunSourceOf(SourceDir first, const std::string& source,
-                      std::shared_ptr<ReadContext> codec, const RemoteOptions& remote,
+                      std::shared_ptr<ReadContext> codec, const OpenOptions& open,
                       std::string watch_dir);
 
 struct RunTreeOptions {

@@ -35,23 +35,22 @@ void BeginServing(Checkpoint& ckpt) {
 
 Result<std::unique_ptr<Volume>> Volume::Open(const std::string& source_path,
                                              const ReadOptions& read_options, ZipCrcMode zip_crc,
-                                             const RemoteOptions& remote) {
+                                             const OpenOptions& open) {
   auto context = std::make_shared<ReadContext>(read_options);
-  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source_path, *context, remote));
-  return OpenListed(dir, source_path, std::move(context), zip_crc, remote);
+  CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source_path, *context, open.remote));
+  return OpenListed(dir, source_path, std::move(context), zip_crc, open);
 }
 
 Result<std::unique_ptr<Volume>> Volume::OpenListed(const SourceDir& dir,
                                                    const std::string& source_path,
                                                    std::shared_ptr<ReadContext> context,
-                                                   ZipCrcMode zip_crc,
-                                                   const RemoteOptions& remote) {
-  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpointListed(dir, source_path, *context));
+                                                   ZipCrcMode zip_crc, const OpenOptions& open) {
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(source_path, *context, open, &dir));
   // Reading every tensor (--zip-crc mount) is serving, not opening: a remote checkpoint's
   // open deadline bounds its headers, not a pass over all its bytes (each read keeps
   // --timeout).
   if (zip_crc == ZipCrcMode::kMount) BeginServing(ckpt);
-  CrcStore store(CrcSidecarDir(remote.cache_dir));
+  CrcStore store(CrcSidecarDir(open.remote.cache_dir));
   CKPTFS_ASSIGN_OR_RETURN(ZipCrcStatus crcs,
                           ResolveZipCrcs(ckpt, zip_crc, store, context->options().warn));
   auto volume = FromCheckpoint(std::move(ckpt), std::move(context));
@@ -284,8 +283,8 @@ std::vector<std::pair<std::string, std::string>> Volume::Xattrs(uint64_t ino) co
       {"user.ckptfs.dtype", std::string(DtypeName(t.dtype))},
       {"user.ckptfs.shape", ShapeToJson(t.shape)},
       {"user.ckptfs.name", t.name}};
-  if (!ckpt_.tensor_keys.empty()) {
-    out.emplace_back("user.ckptfs.tf_key", ckpt_.tensor_keys[static_cast<size_t>(node->tensor)]);
+  if (const std::span<const std::string> keys = TensorKeys(ckpt_); !keys.empty()) {
+    out.emplace_back("user.ckptfs.tf_key", keys[static_cast<size_t>(node->tensor)]);
   }
   return out;
 }

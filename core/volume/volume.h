@@ -70,17 +70,17 @@ class Volume {
   // Storages without a CRC-32 (safetensors ones) get theirs as `zip_crc` says (see
   // core/crc/zip_crc.h): from a sidecar (kAuto, kMount), else computed now (kMount), else
   // left 0 for this mount (kAuto: StartZipCrcPass computes them for the next one). The
-  // sidecars live in CrcSidecarDir(remote.cache_dir); ignored ones go to options.warn.
+  // sidecars live in CrcSidecarDir(open.remote.cache_dir); ignored ones go to options.warn.
   static Result<std::unique_ptr<Volume>> Open(const std::string& source_path,
                                               const ReadOptions& options = {},
                                               ZipCrcMode zip_crc = ZipCrcMode::kAuto,
-                                              const RemoteOptions& remote = {});
+                                              const OpenOptions& open = {});
   // Open over SOURCE `source_path` as OpenSourceDir listed it (`dir`) with `context`.
   static Result<std::unique_ptr<Volume>> OpenListed(const SourceDir& dir,
                                                     const std::string& source_path,
                                                     std::shared_ptr<ReadContext> context,
                                                     ZipCrcMode zip_crc = ZipCrcMode::kAuto,
-                                                    const RemoteOptions& remote = {});
+                                                    const OpenOptions& open = {});
   // Wraps an already opened checkpoint whose compressed sources use `context`.
   static std::unique_ptr<Volume> FromCheckpoint(Checkpoint ckpt,
                                                 std::shared_ptr<ReadContext> context,

@@ -12,6 +12,8 @@
 #include <set>
 
 #include "core/checkpoint/hf_layout.h"
+#include "core/checkpoint/model.h"
+#include "core/checkpoint/tf_state.h"
 #include "core/source/source_dir.h"
 #include "tests/unit/test_util.h"
 
@@ -83,6 +85,74 @@ TEST(FormatTable, EveryEntryIsCompleteAndDistinct) {
   }
 }
 
+// (issue 25) What only one format knows is its entry's: the model rule, the keys it stores
+// tensors under, inspect's lines. Shared code asks the entry of the checkpoint's format.
+TEST(FormatTable, ModelRuleKeysAndInspectLinesAreTheEntrys) {
+  auto checkpoint = [](CheckpointFormat format) {
+    Checkpoint ckpt;
+    ckpt.format = format;
+    // A torch container `model` (a dict) holding one tensor, and one tensor at the top.
+    ckpt.tensors.resize(2);
+    ckpt.tensors[0].name = "model.w";
+    ckpt.tensors[0].top_is_dict = true;
+    ckpt.tensors[0].top_key_size = 5;
+    ckpt.tensors[1].name = "step";
+    auto tf = std::make_unique<TfState>();
+    tf->keys = {"model/w", "step"};
+    ckpt.format_state = std::move(tf);
+    ckpt.state_json = R"({"zero": {"stage": 2, "dp_world_size": 2}})";
+    return ckpt;
+  };
+  for (const FormatReader& f : Formats()) {
+    SCOPED_TRACE(std::string(f.name));
+    ASSERT_NE(f.model.top_key, nullptr) << "every entry says what its sub-trees are";
+    Checkpoint ckpt = checkpoint(f.format);
+    EXPECT_EQ(f.model.top_key(ckpt, 0), "model");
+    EXPECT_EQ(f.model.top_key(ckpt, 1), "");
+    // Without a key, the entry's rule: DeepSpeed's consolidated `model`, torch's first of
+    // kTorchModelKeys; every other format keeps every tensor.
+    ASSERT_TRUE(SelectModel(ckpt, std::nullopt, "SRC").ok());
+    const bool narrows =
+        f.format == CheckpointFormat::kTorch || f.format == CheckpointFormat::kDeepSpeed;
+    EXPECT_EQ(ckpt.model.whole, !narrows);
+    EXPECT_EQ(ckpt.model.key, narrows ? "model" : "");
+    EXPECT_EQ(ckpt.tensors[1].in_model, !narrows);
+    // Only TF stores tensors under keys that are not their names.
+    EXPECT_EQ(TensorKeys(ckpt).size(), f.format == CheckpointFormat::kTensorflow ? 2u : 0u);
+    // Only DeepSpeed has an inspect line of its own: its ZeRO summary.
+    const auto lines = f.inspect ? f.inspect(ckpt) : decltype(f.inspect(ckpt))();
+    if (f.format == CheckpointFormat::kDeepSpeed) {
+      ASSERT_EQ(lines.size(), 1u);
+      EXPECT_EQ(lines[0].first, "zero");
+      EXPECT_NE(lines[0].second.find("stage 2"), std::string::npos) << lines[0].second;
+    } else {
+      EXPECT_TRUE(lines.empty());
+    }
+  }
+}
+
+// (issue 25) How a run sees a format's checkpoints is the entry's too: DeepSpeed's tag
+// directories inside another checkpoint, rank files that are one checkpoint, and the
+// folders (split's key files, a ZeRO tag) a run entry's signature covers.
+TEST(FormatTable, RunRulesAreTheEntrys) {
+  const FormatReader* deepspeed = FormatNamed("deepspeed");
+  ASSERT_NE(deepspeed, nullptr);
+  EXPECT_EQ(deepspeed, &FormatOf(CheckpointFormat::kDeepSpeed));
+  EXPECT_EQ(FormatNamed("no such format"), nullptr);
+  ASSERT_NE(deepspeed->run.nested_dir, nullptr);
+  EXPECT_TRUE(deepspeed->run.nested_dir("global_step1000"));
+  for (std::string_view not_tag : {"global_step", "global_step1a", "xglobal_step1", "step1"}) {
+    EXPECT_FALSE(deepspeed->run.nested_dir(not_tag)) << not_tag;
+  }
+  for (const FormatReader& f : Formats()) {
+    SCOPED_TRACE(std::string(f.name));
+    EXPECT_EQ(f.run.nested_dir != nullptr, f.format == CheckpointFormat::kDeepSpeed);
+    EXPECT_EQ(f.run.torch_files_are_one, f.format == CheckpointFormat::kDeepSpeed);
+    EXPECT_EQ(f.run.signs_claimed_folder,
+              f.format == CheckpointFormat::kDeepSpeed || f.format == CheckpointFormat::kSplit);
+  }
+}
+
 TEST(FormatTable, EachFormatClaimsItsOwnCheckpointAndNoOther) {
   const auto minimal = MinimalCheckpoints();
   for (const FormatReader& f : Formats()) {
@@ -144,14 +214,14 @@ TEST(FormatTable, TrainerFilesAreNeverWeights) {
       {"rng_state_0.pth.zst", "x"}, {"config.json", "{}"}};
   EXPECT_EQ(Winner(MemoryDir(trainer)), "");
   trainer["model.pt"] = "x";
-  auto claim = TorchFormat().detect(MemoryDir(trainer));
+  auto claim = FormatOf(CheckpointFormat::kTorch).detect(MemoryDir(trainer));
   ASSERT_TRUE(claim.ok() && *claim) << claim.status().message();
   EXPECT_TRUE((*claim)->problem.ok()) << (*claim)->problem.message();
   EXPECT_EQ((*claim)->file, "model.pt");
   // A SOURCE naming one of them asked for it: read as any torch.save file.
   SourceDir named = MemoryDir({{"optimizer.pt.zst", "x"}});
   named.named = "optimizer.pt.zst";
-  claim = TorchFormat().detect(named);
+  claim = FormatOf(CheckpointFormat::kTorch).detect(named);
   ASSERT_TRUE(claim.ok() && *claim) << claim.status().message();
   EXPECT_EQ((*claim)->file, "optimizer.pt");
   for (const char* name : {"rng_state.pth", "rng_state_3.pth", "training_args.bin", "scaler.pt.zst",

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/checkpoint/formats.h"
+#include "core/checkpoint/tf_state.h"
 #include "core/format/safetensors.h"
 #include "core/format/tf/names.h"
 #include "core/format/torch_file.h"
@@ -115,10 +116,9 @@ struct Opened {
 
 Opened Open(const std::string& file, const std::string& name,
             std::optional<std::string> model_key = std::nullopt) {
-  ReadOptions options;
-  options.model_key = std::move(model_key);
-  auto codec = std::make_shared<ReadContext>(options);
-  auto ckpt = ReadCheckpoint(testing::MemoryDir({{name, file}}), *codec, "SRC/" + name);
+  auto codec = std::make_shared<ReadContext>(ReadOptions{});
+  auto ckpt = OpenCheckpointIn(testing::MemoryDir({{name, file}}), *codec,
+                               OpenOptions({}, std::move(model_key)), "SRC/" + name);
   if (!ckpt.ok()) return {nullptr, ckpt.status()};
   return {Volume::FromCheckpoint(std::move(ckpt).value(), codec), Status::Ok()};
 }
@@ -288,11 +288,13 @@ TEST(ModelView, SafetensorsIsWholeUnlessAKeyIsGiven) {
 Checkpoint TfCheckpoint(const std::vector<std::string>& keys) {
   Checkpoint ckpt;
   ckpt.format = CheckpointFormat::kTensorflow;
+  auto state = std::make_unique<TfState>();
   for (const std::string& key : keys) {
     Tensor t{.name = tf::TfKeyToName(key).dotted, .dtype = Dtype::kF32, .shape = {1}, .size = 4};
     ckpt.tensors.push_back(t);
-    ckpt.tensor_keys.push_back(key);
+    state->keys.push_back(key);
   }
+  ckpt.format_state = std::move(state);
   return ckpt;
 }
 

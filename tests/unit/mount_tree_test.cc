@@ -22,7 +22,7 @@ std::map<std::string, std::string> OneFile(const std::string& tensor = "w") {
 }
 
 std::unique_ptr<MountTree> SingleTree(const Ownership& ownership = {}) {
-  auto ckpt = ReadCheckpoint(MemoryDir(OneFile()), testing::TestCodec(), "ckpt");
+  auto ckpt = OpenCheckpointIn(MemoryDir(OneFile()), testing::TestCodec(), {}, "ckpt");
   EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
   if (!ckpt.ok()) return nullptr;
   std::shared_ptr<Volume> volume =
@@ -46,7 +46,7 @@ std::unique_ptr<MountTree> RunTreeOf(const std::string& pin = "") {
   source.path = "run";
   source.list = [listing]() -> Result<RunListing> { return listing; };
   source.open = [](const RunEntry& entry, ReadContext& codec) -> Result<Checkpoint> {
-    return ReadCheckpoint(MemoryDir(OneFile()), codec, "run/" + entry.name);
+    return OpenCheckpointIn(MemoryDir(OneFile()), codec, {}, "run/" + entry.name);
   };
   RunTreeOptions options;
   options.pin = pin;

@@ -76,7 +76,7 @@ class RunListingTest : public ::testing::Test {
       auto sub = EntrySourceDir(*dir, e);
       EXPECT_TRUE(sub.ok()) << sub.status().message();
       if (!sub.ok()) return {};
-      auto ckpt = ReadCheckpoint(*sub, TestCodec(), sub->path);
+      auto ckpt = OpenCheckpointIn(*sub, TestCodec(), {}, sub->path);
       EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
       if (!ckpt.ok()) return {};
       std::vector<std::string> names;
@@ -232,7 +232,7 @@ TEST_F(RunListingTest, ALoneShardIsASaveInProgress) {
   Write(run_ / "lone" / "model-00002-of-00005.safetensors", Weights("a"));
   auto lone = OpenSourceDir((run_ / "lone").string(), TestCodec(), {});
   ASSERT_TRUE(lone.ok());
-  auto ckpt = ReadCheckpoint(*lone, TestCodec(), lone->path);
+  auto ckpt = OpenCheckpointIn(*lone, TestCodec(), {}, lone->path);
   ASSERT_FALSE(ckpt.ok());
   EXPECT_NE(ckpt.status().message().find("model-00002-of-00005.safetensors: shard 2 of 5"),
             std::string::npos)
@@ -644,10 +644,10 @@ TEST_F(RunListingTest, TfPrefixNamedCheckpointOpensByTheLatestCheckpointPath) {
   auto dir = OpenSourceDir((trial / "checkpoint").string(), TestCodec(), {});
   ASSERT_TRUE(dir.ok()) << dir.status().message();
   EXPECT_EQ(dir->named, "checkpoint");
-  auto ckpt = ReadCheckpoint(*dir, TestCodec(), dir->path);
+  auto ckpt = OpenCheckpointIn(*dir, TestCodec(), {}, dir->path);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  auto whole =
-      ReadCheckpoint(*OpenSourceDir(trial.string(), TestCodec(), {}), TestCodec(), trial.string());
+  auto whole = OpenCheckpointIn(*OpenSourceDir(trial.string(), TestCodec(), {}), TestCodec(), {},
+                                trial.string());
   ASSERT_TRUE(whole.ok()) << whole.status().message();
   EXPECT_EQ(ckpt->tensors.size(), whole->tensors.size());
   EXPECT_FALSE(ckpt->tensors.empty());
@@ -785,7 +785,7 @@ TEST_F(RunListingTest, TrainerWithDeepSpeedCheckpointsAreOneCheckpointEach) {
   auto open = [&](const char* name) {
     auto dir = OpenSourceDir((run_ / name).string(), TestCodec(), {});
     EXPECT_TRUE(dir.ok()) << dir.status().message();
-    return ReadCheckpoint(*dir, TestCodec(), dir->path);
+    return OpenCheckpointIn(*dir, TestCodec(), {}, dir->path);
   };
   auto zero = open("checkpoint-10");
   ASSERT_TRUE(zero.ok()) << zero.status().message();
@@ -1083,7 +1083,7 @@ TEST_F(RunListingTest, EntryWithFilesLinkingOutsideIsThatEntrysProblemOnly) {
   for (const char* name : {"checkpoint-3", "checkpoint-4"}) {
     auto sub = EntrySourceDir(*dir, *Entry(run, name));
     ASSERT_TRUE(sub.ok()) << sub.status().message();
-    auto ckpt = ReadCheckpoint(*sub, TestCodec(), sub->path);
+    auto ckpt = OpenCheckpointIn(*sub, TestCodec(), {}, sub->path);
     ASSERT_FALSE(ckpt.ok()) << name;
     EXPECT_NE(ckpt.status().message().find("leads outside"), std::string::npos)
         << ckpt.status().message();

@@ -71,7 +71,7 @@ struct FakeRun {
         if (it == files.end()) return Status::NotFound(entry.name + ": gone");
         entry_files = it->second;
       }
-      return ReadCheckpoint(MemoryDir(entry_files), codec, "run/" + entry.name);
+      return OpenCheckpointIn(MemoryDir(entry_files), codec, {}, "run/" + entry.name);
     };
     return source;
   }

@@ -898,11 +898,11 @@ TEST(TfReaderTest, PartitionedTensorIsRangesOverTheDataFiles) {
   auto ckpt = OpenCheckpoint(dir.string(), testing::TestCodec());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   EXPECT_EQ(ckpt->format, CheckpointFormat::kTensorflow);
-  ASSERT_EQ(ckpt->tensor_keys.size(), ckpt->tensors.size());
+  ASSERT_EQ(TensorKeys(*ckpt).size(), ckpt->tensors.size());
   auto it = std::find_if(ckpt->tensors.begin(), ckpt->tensors.end(),
                          [](const Tensor& t) { return t.name == "part.axis1"; });
   ASSERT_NE(it, ckpt->tensors.end());
-  EXPECT_EQ(ckpt->tensor_keys[static_cast<size_t>(it - ckpt->tensors.begin())], "part/axis1");
+  EXPECT_EQ(TensorKeys(*ckpt)[static_cast<size_t>(it - ckpt->tensors.begin())], "part/axis1");
   const Storage& s = ckpt->storages[it->storage];
   ASSERT_GT(s.range_count, 1u) << "slices on axis 1 interleave rows";
   StoredRange one;

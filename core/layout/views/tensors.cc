@@ -49,7 +49,7 @@ std::vector<uint32_t> KeyPathOrder(const Checkpoint& ckpt) {
   std::vector<std::pair<std::vector<std::string>, uint32_t>> paths;
   paths.reserve(ckpt.tensors.size());
   for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
-    paths.emplace_back(TfTensorPathComponents(ckpt.tensor_keys[i]), i);
+    paths.emplace_back(TfTensorPathComponents(TensorKeys(ckpt)[i]), i);
   }
   std::sort(paths.begin(), paths.end());
   std::vector<uint32_t> order;
@@ -69,12 +69,12 @@ class TensorsView final : public View {
   std::string RootName() const override { return "tensors"; }
 
   void Plan() override {
-    if (!ckpt_.tensor_keys.empty()) order_ = KeyPathOrder(ckpt_);
+    if (!TensorKeys(ckpt_).empty()) order_ = KeyPathOrder(ckpt_);
   }
 
   void LayOut(LayoutBuilder& b) override {
     DirectoryWalker walker(b, b.AddDir(Layout::kRoot, RootName()));
-    const bool by_key = !ckpt_.tensor_keys.empty();
+    const bool by_key = !TensorKeys(ckpt_).empty();
     for (uint32_t k = 0; k < ckpt_.tensors.size(); ++k) {
       const uint32_t i = by_key ? order_[k] : k;
       const Tensor& t = ckpt_.tensors[i];
@@ -88,7 +88,7 @@ class TensorsView final : public View {
         continue;
       }
       std::vector<std::string> parts =
-          by_key ? TfTensorPathComponents(ckpt_.tensor_keys[i]) : TensorPathComponents(t.name);
+          by_key ? TfTensorPathComponents(TensorKeys(ckpt_)[i]) : TensorPathComponents(t.name);
       std::string leaf = std::move(parts.back());
       parts.pop_back();
       const uint64_t dir = walker.Enter(parts);
