@@ -68,15 +68,12 @@ class TensorsView final : public View {
   explicit TensorsView(const Checkpoint& ckpt) : ckpt_(ckpt) {}
   std::string RootName() const override { return "tensors"; }
 
-  void Plan() override {
-    if (!TensorKeys(ckpt_).empty()) order_ = KeyPathOrder(ckpt_);
-  }
-
   void LayOut(LayoutBuilder& b) override {
     DirectoryWalker walker(b, b.AddDir(Layout::kRoot, RootName()));
     const bool by_key = !TensorKeys(ckpt_).empty();
+    const std::vector<uint32_t> order = by_key ? KeyPathOrder(ckpt_) : std::vector<uint32_t>();
     for (uint32_t k = 0; k < ckpt_.tensors.size(); ++k) {
-      const uint32_t i = by_key ? order_[k] : k;
+      const uint32_t i = by_key ? order[k] : k;
       const Tensor& t = ckpt_.tensors[i];
       if (!t.contiguous()) {
         notes.push_back("tensor \"" + t.name + "\" is a strided view (shape " +
@@ -102,7 +99,6 @@ class TensorsView final : public View {
       }
       b.AppendTensor(ino, t);
     }
-    order_ = {};
   }
 
  private:
@@ -119,7 +115,6 @@ class TensorsView final : public View {
   }
 
   const Checkpoint& ckpt_;
-  std::vector<uint32_t> order_;  // TF: tensors in path order
   std::optional<Extent> last_npy_;
   Dtype last_dtype_ = Dtype::kU8;
   std::vector<uint64_t> last_shape_;
