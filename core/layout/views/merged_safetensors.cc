@@ -76,7 +76,9 @@ class MergedSafetensorsView final : public View {
     }
     b.AppendInline(ino, prefix + opening);
     b.AppendSource(ino, b.AddSource(std::make_unique<EntryBytes>(*this)), 0, entries_size_);
-    b.AppendInline(ino, "}" + std::string(padding, ' '));
+    std::string closing(padding + 1, ' ');
+    closing.front() = '}';
+    b.AppendInline(ino, closing);
     for (uint32_t i : order_) b.AppendTensor(ino, ckpt_.tensors[i]);
   }
 
