@@ -100,26 +100,19 @@ class MergedSafetensorsView final : public View {
     const std::string& Name() const override { return view_.ckpt_.safetensors_view; }
     Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override {
       CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-      if (length == 0) return Status::Ok();
-      const std::span<uint8_t> out = sink.Fill();
-      const std::vector<Chunk>& chunks = view_.chunks_;
-      auto it = std::upper_bound(chunks.begin(), chunks.end(), offset,
-                                 [](uint64_t off, const Chunk& c) { return off < c.at; });
-      std::string bytes;
-      for (size_t done = 0; done < out.size(); ++it) {
-        const Chunk& chunk = *(it - 1);
-        bytes.clear();
+      return ReadMadePieces(offset, length, sink, Name(), [this](uint64_t at, std::string& bytes) {
+        const std::vector<Chunk>& chunks = view_.chunks_;
+        const Chunk& chunk =
+            *(std::upper_bound(chunks.begin(), chunks.end(), at,
+                               [](uint64_t off, const Chunk& c) { return off < c.at; }) -
+              1);
         uint64_t data_offset = chunk.data_offset;
         for (uint32_t j = chunk.begin; j < chunk.end; ++j) {
           view_.AppendEntry(bytes, j, data_offset);
           data_offset += view_.ckpt_.tensors[view_.order_[j]].size;
         }
-        const uint64_t skip = offset + done - chunk.at;
-        const size_t n = std::min<uint64_t>(out.size() - done, bytes.size() - skip);
-        std::memcpy(out.data() + done, bytes.data() + skip, n);
-        done += n;
-      }
-      return Status::Ok();
+        return chunk.at;
+      });
     }
 
    private:

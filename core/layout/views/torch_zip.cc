@@ -251,21 +251,10 @@ class TorchZipView final : public View, public ExtentMaker {
     const std::string& Name() const override { return view_.ckpt_.torch_view; }
     Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override {
       CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-      if (length == 0) return Status::Ok();
-      const std::span<uint8_t> out = sink.Fill();
       view_.Make();
-      std::string bytes;
-      for (size_t done = 0; done < out.size();) {
-        const uint64_t at = offset + done;
-        const uint64_t start = view_.Piece(at, bytes);
-        if (at < start || at - start >= bytes.size()) {
-          return Status::Corruption(Name() + ": no made bytes at offset " + std::to_string(at));
-        }
-        const size_t n = std::min<uint64_t>(out.size() - done, bytes.size() - (at - start));
-        std::memcpy(out.data() + done, bytes.data() + (at - start), n);
-        done += n;
-      }
-      return Status::Ok();
+      return ReadMadePieces(offset, length, sink, Name(), [this](uint64_t at, std::string& bytes) {
+        return view_.Piece(at, bytes);
+      });
     }
 
    private:

@@ -19,8 +19,10 @@
 // pytorch_model/ as torch's Complex*Storage. Each view's own rules: its file's header.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "core/checkpoint/checkpoint.h"
@@ -35,5 +37,12 @@ struct ViewEntry {
 };
 
 extern const std::span<const ViewEntry> kViews;
+
+// The Read of a view's source whose bytes are made on each read, piece by piece:
+// `piece(at, bytes)` makes the piece holding offset `at` into `bytes` and returns the
+// offset where that piece starts. Fills `sink` with [offset, offset + length); a piece
+// that does not hold `at` is a Corruption error naming `name`.
+Status ReadMadePieces(uint64_t offset, uint64_t length, ReadSink& sink, const std::string& name,
+                      const std::function<uint64_t(uint64_t at, std::string& bytes)>& piece);
 
 }  // namespace ckptfs
