@@ -29,7 +29,7 @@ std::string RuleOf(const RunListing& run) {
   for (const RunEntry& e : run.entries) {
     dirs += e.kind == RunEntry::Kind::kDirectory;
     files += e.kind == RunEntry::Kind::kFile;
-    prefixes += e.kind == RunEntry::Kind::kTfPrefix;
+    prefixes += e.kind == RunEntry::Kind::kPrefix;
     finals += e.kind == RunEntry::Kind::kFinal;
   }
   std::string parts;
@@ -56,7 +56,7 @@ const char* KindName(RunEntry::Kind kind) {
       return "directory";
     case RunEntry::Kind::kFile:
       return "file";
-    case RunEntry::Kind::kTfPrefix:
+    case RunEntry::Kind::kPrefix:
       return "tf_prefix";
     case RunEntry::Kind::kFinal:
       return "final";

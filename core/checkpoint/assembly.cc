@@ -60,6 +60,15 @@ Result<std::string> ReadWhole(const ByteSource& source, uint64_t max_bytes) {
   return text;
 }
 
+bool ListsStored(const SourceDir& dir, const std::string& name) {
+  return dir.Lists(name) || dir.Lists(name + std::string(kZstdSuffix));
+}
+
+Result<bool> StoredOrAsked(const SourceDir& dir, const std::string& name) {
+  if (ListsStored(dir, name) || !dir.probe) return ListsStored(dir, name);
+  return dir.Has(name);
+}
+
 Result<StoredFile> OpenStored(const SourceDir& dir, const std::string& name) {
   CKPTFS_ASSIGN_OR_RETURN(auto source, dir.open(name));
   const uint32_t mode = source->Mode();

@@ -32,6 +32,12 @@ std::string_view StripZst(std::string_view name);
 // The whole of a small file (an index, a state file); Corruption past `max_bytes`.
 Result<std::string> ReadWhole(const ByteSource& source, uint64_t max_bytes = 256ull << 20);
 
+// `name` is listed in `dir`, plain or as NAME.zst (no request).
+bool ListsStored(const SourceDir& dir, const std::string& name);
+// ListsStored, or, where the store cannot list (HTTP without an autoindex), there when
+// asked (SourceDir::Has of NAME).
+Result<bool> StoredOrAsked(const SourceDir& dir, const std::string& name);
+
 // Opens `name` as a StoredFile with its mode and mtime.
 Result<StoredFile> OpenStored(const SourceDir& dir, const std::string& name);
 

@@ -177,12 +177,45 @@ Result<std::string> LatestTag(const SourceDir& dir) {
   auto text = ReadWhole(**file, kMaxLatestBytes);
   if (!text.ok()) return std::string();
   std::string tag(ds::StripLatest(*text));
-  if (tag.empty()) return std::string();
-  const bool plain = tag != "." && tag != ".." && tag.size() <= 255 &&
-                     std::none_of(tag.begin(), tag.end(), [](char c) {
-                       return c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
-                     });
-  return plain ? tag : std::string();
+  return IsPlainName(tag) ? tag : std::string();
+}
+
+// The record of a DeepSpeed save dir (RunRule::record): the tag `latest` names. DeepSpeed
+// writes the tag alone, a directory of the save dir, after every rank's files
+// (DeepSpeedEngine.save_checkpoint: a barrier, then rank 0 writes `latest`): anything but
+// a plain name (`../secret_tag`, `a/b`) is refused, never reduced to a name nor asked for.
+// A directory named `latest` is an entry of its own, not this record.
+Result<std::optional<RunRecord>> DeepSpeedRunRecord(const SourceDir& dir,
+                                                    std::vector<std::string>& skipped) {
+  const std::string name(kLatestFile);
+  if (std::find(dir.dirs.begin(), dir.dirs.end(), name) != dir.dirs.end()) {
+    return std::optional<RunRecord>();
+  }
+  CKPTFS_ASSIGN_OR_RETURN(const bool has, dir.Has(name));
+  if (!has) return std::optional<RunRecord>();
+  RunRecord record;
+  record.title = "DeepSpeed latest file";
+  // A record naming nothing (unreadable, or no plain name) is said, and refuses a directory
+  // that holds nothing else.
+  auto refused = [&](std::string line) {
+    skipped.push_back(line);
+    record.problem = Status::InvalidArgument(line);
+    return std::optional<RunRecord>(std::move(record));
+  };
+  auto file = dir.open(name);
+  if (!file.ok()) return refused(file.status().message());
+  auto text = ReadWhole(**file, kMaxLatestBytes);
+  if (!text.ok()) return refused(text.status().message());
+  const std::string tag(ds::StripLatest(*text));  // as DeepSpeed's load_checkpoint
+  if (!IsPlainName(tag)) {
+    return refused(JoinShown(dir.path, name) + ": \"" + EscapeControlChars(text->substr(0, 200)) +
+                   "\" names no tag of " + dir.path + " (a tag is a plain directory name)");
+  }
+  record.latest = tag;
+  record.latest_is_dir = true;
+  record.latest_unusable =
+      "latest file: tag \"" + EscapeControlChars(tag) + "\" is no complete entry, skipped";
+  return std::optional<RunRecord>(std::move(record));
 }
 
 // The claim on the tag `latest` names inside an HF Trainer checkpoint (Claim::Rank::kInside),
@@ -536,7 +569,10 @@ FormatReader DeepSpeedFormat() {
       .verify = &VerifyDeepSpeed,
       .model = {.top_key = &PickledTopKey, .by_default = &DeepSpeedModel},
       .inspect = &DeepSpeedInspect,
-      .run = {.nested_dir = &IsTagDir, .signs_claimed_folder = true, .torch_files_are_one = true},
+      .run = {.nested_dir = &IsTagDir,
+              .signs_claimed_folder = true,
+              .torch_files_are_one = true,
+              .record = &DeepSpeedRunRecord},
   };
 }
 

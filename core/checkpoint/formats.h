@@ -65,6 +65,50 @@ struct Claim {
   Status problem = Status::Ok();
 };
 
+// An entry of a run that a format's record makes of files sharing a prefix, neither a
+// directory nor a torch file: TF's PREFIX.index with its PREFIX.data-K-of-N, in SOURCE or
+// in the subdirectory the record names. Its files are those of that directory whose names
+// start with "PREFIX." (core/run/run_listing.h, RunEntry::Kind::kPrefix).
+struct RecordEntry {
+  std::string name;    // the prefix: a plain name (IsPlainName)
+  std::string within;  // the plain path below SOURCE its files lie in ("" for SOURCE)
+  // The file that stands for it where the store cannot list (PREFIX.index): its size and
+  // time sign the entry.
+  std::string key_file;
+  // The record names it now: only such an entry may be latest by its step.
+  bool named = true;
+  // Not named, yet kept on purpose by the writer (TF's keep_checkpoint_every_n_hours):
+  // complete all the same. An entry neither named nor kept is a save the record does not
+  // name yet: incomplete.
+  bool kept = false;
+};
+
+// What a format's record in a run directory says (FormatReader::RunRule::record): TF's
+// `checkpoint` state file, the `latest` file DeepSpeed's rank 0 writes. Names in it are
+// plain names of SOURCE, matched against the run's entries, never resolved here; lines for
+// what it names but cannot be used go to the listing's `skipped`.
+struct RunRecord {
+  std::string title;  // for latest_from and lines: "checkpoint file", "DeepSpeed latest file"
+  // The entry it names as latest, "" for none; the line to say when that entry is not a
+  // complete one (the run's next rule then decides).
+  std::string latest;
+  std::string latest_unusable;
+  // A line when the record says there is no latest (TF's empty model_checkpoint_path:
+  // tf.train.latest_checkpoint raises): no later rule guesses one.
+  std::string no_latest;
+  // `latest` is a directory its writer fills before writing the record (DeepSpeed: every
+  // rank's files, a barrier, then `latest`): a directory of a higher step is a save in
+  // progress. A store that cannot list is asked for it by name.
+  bool latest_is_dir = false;
+  // Not Ok: the record names nothing a run may show (a `latest` of "../secret_tag"): the
+  // refusal of a directory that holds nothing else, saying more than "no checkpoint found".
+  Status problem = Status::Ok();
+  std::vector<RecordEntry> entries;  // those whose files are there (or asked for)
+  // Directories below SOURCE the record names entries in (`sub` of `sub/ckpt-3`): parts
+  // of those entries, never entries of their own.
+  std::vector<std::string> holds;
+};
+
 struct FormatReader {
   std::string_view name;   // unique; inspect's "format" ("safetensors", "torch")
   std::string_view title;  // the mount's summary line ("torch.save")
@@ -134,6 +178,22 @@ struct FormatReader {
     // The torch files of a directory it claims are one checkpoint (DeepSpeed's rank
     // files), never several torch entries of a run.
     bool torch_files_are_one = false;
+    // Its claim on a run's top directory is the run's record (TF's state file, naming one
+    // of the run's prefixes), not a checkpoint at the top.
+    bool claim_is_record = false;
+    // A checkpoint of it at the top of a run, beside config.json, is the final model HF
+    // Trainer.save_model leaves there: entry `final` (docs/runs.md, "The final model").
+    bool final_model = false;
+    // The record this format keeps in a run directory `dir`, read from it (small files
+    // only); nullopt when there is none. Lines for what cannot be used go to `skipped`;
+    // errors are failures that may pass (core/transient.h), never "not mine".
+    Result<std::optional<RunRecord>> (*record)(const SourceDir& dir,
+                                               std::vector<std::string>& skipped) = nullptr;
+    // Why the checkpoint `file` of `dir` names (its claim's file, or a record entry's
+    // name) is not whole yet, "" when it is, where this format knows better than the
+    // listing's own rule (a torch zip's end record, an index's shards): a TF bundle's
+    // PREFIX.index and every data file. Errors: failures that may pass.
+    Result<std::string> (*incomplete)(const SourceDir& dir, const std::string& file) = nullptr;
   };
   RunRule run = {};
 };

@@ -56,6 +56,7 @@ FormatReader SafetensorsFormat() {
                  Checkpoint& ckpt) { return ReadHf(dir, claim, codec, kLayout, ckpt); },
       .hidden = &HfHidden,
       .model = {.top_key = &DottedTopKey},
+      .run = {.final_model = true},
   };
 }
 

@@ -24,6 +24,7 @@
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
 #include "core/checkpoint/model.h"
+#include "core/checkpoint/tf_run.h"
 #include "core/checkpoint/tf_state.h"
 #include "core/format/metadata_budget.h"
 #include "core/format/tf/bundle.h"
@@ -517,6 +518,7 @@ FormatReader TensorflowFormat() {
       .model = {.top_key = &TfTopKey,
                 .never_model = &TfTrainingState,
                 .by_default = &DropTrainingState},
+      .run = {.claim_is_record = true, .record = &TfRunRecord, .incomplete = &TfBundleIncomplete},
   };
 }
 

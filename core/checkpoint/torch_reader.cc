@@ -109,6 +109,7 @@ FormatReader TorchFormat() {
       .read = &ReadTorch,
       .hidden = &HfHidden,
       .model = {.top_key = &PickledTopKey, .by_default = &TorchModel},
+      .run = {.final_model = true},
   };
 }
 

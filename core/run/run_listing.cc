@@ -10,7 +10,6 @@
 #include <array>
 #include <cstring>
 #include <iterator>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -18,10 +17,8 @@
 #include "core/checkpoint/formats.h"
 #include "core/checkpoint/hf_layout.h"
 #include "core/checkpoint/natural_order.h"
-#include "core/format/deepspeed/zero.h"
 #include "core/format/hf_index.h"
 #include "core/format/ordered_json.h"
-#include "core/format/tf/checkpoint_state.h"
 #include "core/format/torch_file.h"
 #include "core/source/remote_dir.h"
 #include "core/source/s3.h"
@@ -30,15 +27,10 @@
 namespace ckptfs {
 namespace {
 
-constexpr std::string_view kTfStateFile = "checkpoint";
 constexpr std::string_view kTrainerState = "trainer_state.json";
 constexpr std::string_view kLightningLast = "last.ckpt";
 constexpr std::string_view kSplitMap = "map.pt";
 constexpr std::string_view kFinalEntry = "final";
-// DeepSpeed's save dir: rank 0 writes the tag (`global_step1000`, no newline) here.
-constexpr std::string_view kDeepSpeedLatest = "latest";
-constexpr uint64_t kMaxDeepSpeedLatestBytes = 4096;
-constexpr uint64_t kMaxStateFileBytes = 1u << 20;
 constexpr uint64_t kMaxTrainerStateBytes = 16u << 20;
 
 // The last path component of a record's path: matched against entries, never resolved.
@@ -46,15 +38,6 @@ std::string LastComponent(std::string path) {
   while (!path.empty() && path.back() == '/') path.pop_back();
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-// A name a run may show: plain, printable, and no longer than a file name may be.
-bool IsEntryName(std::string_view name) {
-  if (name.empty() || name == "." || name == ".." || name.size() > 255) return false;
-  return std::none_of(name.begin(), name.end(), [](char c) {
-    const auto byte = static_cast<unsigned char>(c);
-    return c == '/' || c == '\\' || byte < 0x20 || byte == 0x7f;
-  });
 }
 
 // Which "last" save Lightning's ModelCheckpoint made of `name`: 0 for `last.ckpt`, N for
@@ -144,192 +127,22 @@ const FormatReader::RunRule& RunRuleOf(const std::string& format) {
   return f ? f->run : kNone;
 }
 
-// The prefixes a `checkpoint` state file lists (all_model_checkpoint_paths, then
-// model_checkpoint_path), each by its last component; `latest` the one it names.
-struct TfState {
-  bool present = false;
-  std::vector<std::string> prefixes;
-  std::string latest;
-  std::string latest_written;  // as written, for messages
-  // model_checkpoint_path is empty: tf.train.latest_checkpoint raises (get_checkpoint_state:
-  // "Invalid checkpoint state"), so the run has no latest, never a guess.
-  bool names_no_latest = false;
-  // Prefixes in a subdirectory (`sub/ckpt-3`): the prefix's name -> that subdirectory.
-  std::map<std::string, std::string> within;
+// A format's record of the run directory (RunRule::record), in table order.
+struct Record {
+  const FormatReader* format;
+  RunRecord record;
 };
+using Records = std::vector<Record>;
 
-// Whether `path` (relative, inside SOURCE) is a chain of plain names.
-bool IsPlainPath(const std::string& path) {
-  size_t begin = 0;
-  while (begin <= path.size()) {
-    size_t slash = path.find('/', begin);
-    if (slash == std::string::npos) slash = path.size();
-    if (!IsEntryName(std::string_view(path).substr(begin, slash - begin))) return false;
-    begin = slash + 1;
+Result<Records> ReadRecords(const SourceDir& dir, std::vector<std::string>& skipped) {
+  Records records;
+  for (const FormatReader& f : Formats()) {
+    if (!f.run.record) continue;
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<RunRecord> record, f.run.record(dir, skipped));
+    if (record) records.push_back({&f, std::move(*record)});
   }
-  return true;
+  return records;
 }
-
-// The directory prefix `prefix` of the state file lies in: `dir`, or the subdirectory the
-// state file joined it to, opened one plain name at a time (a link out of SOURCE is refused
-// by OpenDir).
-Result<SourceDir> PrefixHome(const SourceDir& dir, const std::string& within) {
-  SourceDir home = dir;
-  size_t begin = 0;
-  while (!within.empty() && begin <= within.size()) {
-    size_t slash = within.find('/', begin);
-    if (slash == std::string::npos) slash = within.size();
-    CKPTFS_ASSIGN_OR_RETURN(home, home.OpenDir(within.substr(begin, slash - begin)));
-    begin = slash + 1;
-  }
-  return home;
-}
-
-std::string WithinOf(const TfState& state, const std::string& prefix) {
-  auto it = state.within.find(prefix);
-  return it == state.within.end() ? std::string() : it->second;
-}
-
-Result<TfState> ReadTfState(const SourceDir& dir, std::vector<std::string>& skipped) {
-  TfState state;
-  CKPTFS_ASSIGN_OR_RETURN(const bool has, dir.Has(std::string(kTfStateFile)));
-  if (!has) return state;
-  const std::string shown = JoinShown(dir.path, std::string(kTfStateFile));
-  auto file = dir.open(std::string(kTfStateFile));
-  if (!file.ok()) {
-    skipped.push_back(file.status().message());
-    return state;
-  }
-  auto text = ReadWhole(**file, kMaxStateFileBytes);
-  if (!text.ok()) {
-    skipped.push_back(text.status().message());
-    return state;
-  }
-  auto parsed = tf::ParseCheckpointState(*text, shown);
-  if (!parsed.ok()) {
-    skipped.push_back(parsed.status().message());
-    return state;
-  }
-  state.present = true;
-  state.names_no_latest = parsed->model_checkpoint_path.empty();
-  std::vector<std::string> written = parsed->all_model_checkpoint_paths;
-  std::vector<std::string> refused;  // TF lists the latest twice: one line per path
-  if (!parsed->model_checkpoint_path.empty()) written.push_back(parsed->model_checkpoint_path);
-  for (const std::string& path : written) {
-    // Taken by its last component, inside SOURCE: a stale absolute path from another
-    // machine names the prefix beside the state file; nothing outside is ever named.
-    auto prefix = tf::StatePathInSource(path, shown);
-    // A relative path with directories (`sub/ckpt-3`) is joined to the state file's
-    // directory (checkpoint_management.get_checkpoint_state): the prefix in that
-    // subdirectory, shown by its own name; one of the same name beside the state file wins.
-    std::string within;
-    if (prefix.ok() && prefix->find('/') != std::string::npos && IsPlainPath(*prefix)) {
-      const size_t slash = prefix->rfind('/');
-      within = prefix->substr(0, slash);
-      *prefix = prefix->substr(slash + 1);
-      const auto known = state.within.find(*prefix);
-      if (dir.Lists(*prefix + ".index") ||
-          (known != state.within.end() && known->second != within) ||
-          (known == state.within.end() && std::find(state.prefixes.begin(), state.prefixes.end(),
-                                                    *prefix) != state.prefixes.end())) {
-        within.clear();
-        prefix = Status::InvalidArgument("taken");
-      }
-    }
-    if (!prefix.ok() || !IsEntryName(*prefix) || prefix->find('/') != std::string::npos) {
-      if (std::find(refused.begin(), refused.end(), path) != refused.end()) continue;
-      refused.push_back(path);
-      skipped.push_back(shown + ": \"" + EscapeControlChars(path.substr(0, 200)) +
-                        "\" is not a prefix in " + dir.path + ", skipped");
-      continue;
-    }
-    if (std::find(state.prefixes.begin(), state.prefixes.end(), *prefix) == state.prefixes.end()) {
-      state.prefixes.push_back(*prefix);
-    }
-    if (!within.empty()) state.within[*prefix] = within;
-    if (&path == &written.back() && !parsed->model_checkpoint_path.empty()) {
-      state.latest = *prefix;
-      state.latest_written = path;
-    }
-  }
-  return state;
-}
-
-// The tag a DeepSpeed `latest` file names ("" when there is no such file, or it names
-// nothing a run may show: then with a line in `skipped`). DeepSpeed writes the tag alone,
-// a directory of the save dir: anything but a plain name (`../secret_tag`, `a/b`) is
-// refused, never reduced to a name nor asked for. A directory named `latest` is an entry
-// of its own, not this record.
-Result<std::string> ReadDeepSpeedLatest(const SourceDir& dir, std::vector<std::string>& skipped) {
-  const std::string name(kDeepSpeedLatest);
-  if (std::find(dir.dirs.begin(), dir.dirs.end(), name) != dir.dirs.end()) return std::string();
-  CKPTFS_ASSIGN_OR_RETURN(const bool has, dir.Has(name));
-  if (!has) return std::string();
-  auto file = dir.open(name);
-  if (!file.ok()) {
-    skipped.push_back(file.status().message());
-    return std::string();
-  }
-  auto text = ReadWhole(**file, kMaxDeepSpeedLatestBytes);
-  if (!text.ok()) {
-    skipped.push_back(text.status().message());
-    return std::string();
-  }
-  const std::string tag(deepspeed::StripLatest(*text));  // as DeepSpeed's load_checkpoint
-  if (!IsEntryName(tag)) {
-    skipped.push_back(JoinShown(dir.path, name) + ": \"" +
-                      EscapeControlChars(text->substr(0, 200)) + "\" names no tag of " + dir.path +
-                      " (a tag is a plain directory name)");
-    return std::string();
-  }
-  return tag;
-}
-
-// ---------------------------------------------------------------------------
-// Steps
-
-}  // namespace
-
-std::optional<uint64_t> StepInName(const std::string& name) {
-  static const std::regex kStep(R"(step[=_-]?(\d+))");
-  // HF Trainer's `checkpoint-N`, TF's `ckpt-N` / `model.ckpt-N`.
-  static const std::regex kCheckpoint(R"((?:checkpoint|ckpt)[=_-]?(\d+))");
-  static const std::regex kEpoch(R"(epoch[=_-]?(\d+))");
-  static const std::regex kNumber(R"(\d+)");
-  // Lightning's version counter (ModelCheckpoint: CHECKPOINT_JOIN_CHAR + "v" + N) says
-  // which save of that name it is, never a step.
-  static const std::regex kVersion(R"(-v\d+$)");
-  std::string stem(StripZst(name));
-  for (std::string_view ext : {".ckpt", ".pt", ".pth", ".bin", ".safetensors"}) {
-    if (EndsWith(stem, ext)) stem.resize(stem.size() - ext.size());
-  }
-  stem = std::regex_replace(stem, kVersion, "");
-  std::smatch m;
-  std::string digits;
-  std::string rest = stem;
-  while (std::regex_search(rest, m, kStep)) {
-    digits = m[1];
-    rest = m.suffix();
-  }
-  if (digits.empty() && std::regex_search(stem, m, kCheckpoint)) digits = m[1];
-  if (digits.empty() && std::regex_search(stem, m, kEpoch)) digits = m[1];
-  // Otherwise a number is a step only when it is the name's one number and the name has no
-  // `key=value` parts (`model_00010.pt`, TF Serving's `00000123`): a name of metrics
-  // (`val_loss=0.25`, `model_loss0.123.pt`, Keras' `weights.05-0.43`) or of a model
-  // (`llama2-7b`) orders nothing by its digits (the run orders it by time).
-  if (digits.empty() && stem.find('=') == std::string::npos &&
-      std::distance(std::sregex_iterator(stem.begin(), stem.end(), kNumber),
-                    std::sregex_iterator()) == 1 &&
-      std::regex_search(stem, m, kNumber)) {
-    digits = m[0];
-  }
-  if (digits.empty()) return std::nullopt;
-  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
-  if (digits.size() > 19) return std::nullopt;  // beyond uint64: no step
-  return std::stoull(digits);
-}
-
-namespace {
 
 // ---------------------------------------------------------------------------
 // Completeness
@@ -370,17 +183,6 @@ Status Skip(std::vector<std::string>& skipped, const Status& why) {
 void Incomplete(RunEntry& entry, std::string why) {
   entry.complete = false;
   if (entry.why_incomplete.empty()) entry.why_incomplete = std::move(why);
-}
-
-// A file `name` is listed, plain or as name.zst.
-bool Stored(const SourceDir& dir, const std::string& name) {
-  return dir.Lists(name) || dir.Lists(name + std::string(kZstdSuffix));
-}
-
-// Stored, or, where the store cannot list (HTTP without an autoindex), there when asked.
-Result<bool> StoredOrAsked(const SourceDir& dir, const std::string& name) {
-  if (Stored(dir, name) || !dir.probe) return Stored(dir, name);
-  return dir.Has(name);
 }
 
 // A torch.save zip is whole once its end of central directory record is: the writer puts
@@ -427,7 +229,7 @@ Result<std::string> SafetensorsTailProblem(const ByteSource& file) {
 Result<std::string> FileProblem(const SourceDir& dir, const std::string& name) {
   // Compressed files are whole once decodable; the mount's reader checks them. A claim
   // names x.pt for a stored x.pt.zst.
-  if (EndsWith(name, kZstdSuffix) || (!dir.Lists(name) && Stored(dir, name))) {
+  if (EndsWith(name, kZstdSuffix) || (!dir.Lists(name) && ListsStored(dir, name))) {
     return std::string();
   }
   const bool torch = !TorchWeightName(name).empty();
@@ -459,44 +261,9 @@ Status CheckIndexed(const SourceDir& dir, const std::string& index_name, RunEntr
   // A bad index is complete but invalid: the mount shows its error.
   if (!index.ok()) return Status::Ok();
   for (const std::string& shard : index->shard_files) {
-    if (!Stored(dir, shard)) {
+    if (!ListsStored(dir, shard)) {
       Incomplete(entry, "shard " + shard + " named in " + index_name + " is missing");
       return Status::Ok();
-    }
-  }
-  return Status::Ok();
-}
-
-// TF prefix `prefix` of `dir`: PREFIX.index and every PREFIX.data-K-of-N there. A store
-// that cannot list (HTTP without an autoindex) is asked for PREFIX.index only: its data
-// files are known once the index is read, by the mount.
-Status CheckTfPrefix(const SourceDir& dir, const std::string& prefix, RunEntry& entry) {
-  CKPTFS_ASSIGN_OR_RETURN(const bool has_index, StoredOrAsked(dir, prefix + ".index"));
-  if (!has_index) {
-    Incomplete(entry, prefix + ".index is missing");
-    return Status::Ok();
-  }
-  static const std::regex kData(R"(\.data-(\d+)-of-(\d+)$)");
-  uint64_t total = 0;
-  std::vector<bool> seen;
-  for (const std::string& f : dir.files) {
-    std::string plain(StripZst(f));
-    std::smatch m;
-    if (!plain.starts_with(prefix + ".data-") || !std::regex_search(plain, m, kData)) continue;
-    if (m[1].length() > 6 || m[2].length() > 6) continue;
-    const uint64_t k = std::stoull(m[1]), n = std::stoull(m[2]);
-    if (total == 0) {
-      total = n;
-      seen.assign(n, false);
-    }
-    if (n == total && k < n) seen[k] = true;
-  }
-  // No data file listed: a bundle of scalars only, or a store that cannot list.
-  for (uint64_t k = 0; k < total; ++k) {
-    if (!seen[k]) {
-      Incomplete(entry, prefix + ": data file " + std::to_string(k) + " of " +
-                            std::to_string(total) + " is missing");
-      break;
     }
   }
   return Status::Ok();
@@ -510,18 +277,10 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
     Incomplete(entry, "being written (HF Trainer renames tmp-checkpoint-* when done)");
   }
   if (EndsWith(claim.file, ".index.json")) return CheckIndexed(sub, claim.file, entry);
-  if (entry.format == "tensorflow") {
-    // A SavedModel's variables/ or a prefix named by the state file: the bundle's files.
-    const size_t slash = claim.file.rfind('/');
-    if (slash == std::string::npos) return CheckTfPrefix(sub, claim.file, entry);
-    auto inner = sub.OpenDir(claim.file.substr(0, slash));
-    if (inner.ok()) {
-      CKPTFS_RETURN_IF_ERROR(CheckTfPrefix(*inner, claim.file.substr(slash + 1), entry));
-    } else if (IsTransient(inner.status())) {
-      return inner.status();
-    } else {
-      Incomplete(entry, inner.status().message());
-    }
+  if (const auto incomplete = RunRuleOf(entry.format).incomplete) {
+    // The format knows its files best (a TF bundle's index and data files).
+    CKPTFS_ASSIGN_OR_RETURN(std::string why, incomplete(sub, claim.file));
+    if (!why.empty()) Incomplete(entry, std::move(why));
     return Status::Ok();
   }
   if (!claim.problem.ok()) {
@@ -620,8 +379,8 @@ Result<std::optional<RunEntry>> FinalEntry(const SourceDir& dir, const Claim& to
                                            const std::string& format,
                                            std::vector<std::string>& skipped) {
   const std::string shown = JoinShown(dir.path, top.file);
-  const bool hf_model = (format == "safetensors" || format == "torch") &&
-                        top.rank != Claim::Rank::kInside && dir.Lists("config.json");
+  const bool hf_model =
+      RunRuleOf(format).final_model && top.rank != Claim::Rank::kInside && dir.Lists("config.json");
   if (!hf_model) {
     skipped.push_back(shown + ": a checkpoint at the top of the run, not one of its entries");
     return std::optional<RunEntry>();
@@ -658,83 +417,34 @@ Result<RunEntry> FileEntry(const SourceDir& dir, const std::string& name) {
   return entry;
 }
 
-// A prefix the state file no longer lists but TF keeps: CheckpointManager (and Saver) drop
-// a checkpoint kept by keep_checkpoint_every_n_hours from all_model_checkpoint_paths and
-// leave its files. Its step is below every listed one (save_counter only grows); a prefix
-// of a step past the listed ones is a save the state file does not name yet.
-bool KeptButUnlisted(const TfState& state, const RunEntry& entry) {
-  if (!entry.step || state.prefixes.empty()) return false;
-  for (const std::string& listed : state.prefixes) {
-    const std::optional<uint64_t> step = StepInName(listed);
-    if (!step || *step <= *entry.step) return false;
-  }
-  return true;
-}
-
-Result<RunEntry> TfEntry(const SourceDir& run_dir, const std::string& prefix,
-                         const TfState& state) {
+// The entry of prefix `recorded` that `record` of format `format` makes: its files are
+// those of its directory whose names start with "PREFIX.".
+Result<RunEntry> PrefixEntry(const SourceDir& run_dir, const FormatReader& format,
+                             const RunRecord& record, const RecordEntry& recorded) {
   RunEntry entry;
-  entry.name = prefix;
-  entry.kind = RunEntry::Kind::kTfPrefix;
-  entry.within = WithinOf(state, prefix);
-  entry.step = StepInName(prefix);
-  entry.format = "tensorflow";
+  entry.name = recorded.name;
+  entry.kind = RunEntry::Kind::kPrefix;
+  entry.within = recorded.within;
+  entry.step = StepInName(recorded.name);
+  entry.format = std::string(format.name);
   entry.complete = true;
-  CKPTFS_ASSIGN_OR_RETURN(const SourceDir dir, PrefixHome(run_dir, entry.within));
+  CKPTFS_ASSIGN_OR_RETURN(const SourceDir dir, OpenDirPath(run_dir, entry.within));
   bool listed = false;
   for (const std::string& f : dir.files) {
-    if (!f.starts_with(prefix + ".")) continue;
+    if (!f.starts_with(recorded.name + ".")) continue;
     CKPTFS_RETURN_IF_ERROR(AddFile(dir, f, entry));
     listed = true;
   }
-  CKPTFS_RETURN_IF_ERROR(CheckTfPrefix(dir, prefix, entry));
-  // A store that cannot list: the index's size and time sign the entry.
-  if (!listed && entry.complete) CKPTFS_RETURN_IF_ERROR(AddFile(dir, prefix + ".index", entry));
-  if (std::find(state.prefixes.begin(), state.prefixes.end(), prefix) == state.prefixes.end() &&
-      !KeptButUnlisted(state, entry)) {
-    Incomplete(entry, "not (yet) named in the checkpoint file");
+  if (format.run.incomplete) {
+    CKPTFS_ASSIGN_OR_RETURN(std::string why, format.run.incomplete(dir, recorded.name));
+    if (!why.empty()) Incomplete(entry, std::move(why));
+  }
+  // A store that cannot list: the key file's size and time sign the entry.
+  if (!listed && entry.complete) CKPTFS_RETURN_IF_ERROR(AddFile(dir, recorded.key_file, entry));
+  if (!recorded.named && !recorded.kept) {
+    Incomplete(entry, "not (yet) named in the " + record.title);
   }
   return entry;
-}
-
-// The TF prefixes of `dir` when a state file is there: those with a listed PREFIX.index,
-// and, where the store cannot list (HTTP without an autoindex), those the state file names
-// whose index is there when asked. Prefixes whose files are gone (retention) are absent.
-Result<std::vector<std::string>> TfPrefixes(const SourceDir& dir, const TfState& state,
-                                            std::vector<std::string>& skipped) {
-  std::vector<std::string> prefixes;
-  if (!state.present) return prefixes;
-  for (const std::string& prefix : state.prefixes) {
-    const std::string within = WithinOf(state, prefix);
-    if (!within.empty()) {
-      // In a subdirectory: there when its index is (a link out of SOURCE, a missing
-      // directory: not an entry, with a line).
-      auto home = PrefixHome(dir, within);
-      if (!home.ok() && IsTransient(home.status())) return home.status();
-      if (!home.ok()) {
-        skipped.push_back(JoinShown(dir.path, std::string(kTfStateFile)) + ": \"" +
-                          EscapeControlChars(within + "/" + prefix) +
-                          "\": " + EscapeControlChars(home.status().message()) + ", skipped");
-        continue;
-      }
-      CKPTFS_ASSIGN_OR_RETURN(const bool there, StoredOrAsked(*home, prefix + ".index"));
-      if (there) prefixes.push_back(prefix);
-      continue;
-    }
-    if (!dir.probe || Stored(dir, prefix + ".index")) continue;
-    CKPTFS_ASSIGN_OR_RETURN(const bool there, dir.Has(prefix + ".index"));
-    if (there) prefixes.push_back(prefix);
-  }
-  for (const std::string& f : dir.files) {
-    std::string plain(StripZst(f));
-    if (EndsWith(plain, ".index") && !EndsWith(plain, ".index.json")) {
-      std::string prefix = plain.substr(0, plain.size() - 6);
-      if (std::find(prefixes.begin(), prefixes.end(), prefix) == prefixes.end()) {
-        prefixes.push_back(std::move(prefix));
-      }
-    }
-  }
-  return prefixes;
 }
 
 // ---------------------------------------------------------------------------
@@ -753,7 +463,7 @@ bool Usable(const RunEntry* e) { return e && e->complete && e->problem.empty(); 
 void MatchBest(RunListing& run, const std::string& written, const std::string& record,
                const std::string& where) {
   const std::string name = LastComponent(written);
-  const RunEntry* e = IsEntryName(name) ? Find(run, name) : nullptr;
+  const RunEntry* e = IsPlainName(name) ? Find(run, name) : nullptr;
   if (!Usable(e)) {
     run.skipped.push_back(where + ": best \"" + EscapeControlChars(written.substr(0, 200)) +
                           "\" is " + (e ? "not complete" : "no entry of the run") + ", skipped");
@@ -860,10 +570,10 @@ Status BestFromLightning(const SourceDir& dir, RunListing& run) {
 // - HF Trainer (Trainer._save_checkpoint): the model (save_pretrained), optimizer,
 //   scheduler, RNG state, then trainer_state.json. Where the run's checkpoints carry one, a
 //   `checkpoint-N` directory without it is still being written.
-// - DeepSpeed (DeepSpeedEngine.save_checkpoint): every rank writes its files into the tag
-//   directory, a barrier, then rank 0 writes `latest`. A tag of a higher step than the one
-//   `latest` names is still being written.
-void AwaitSaves(RunListing& run, const TrainerStates& states, const std::string& deepspeed_latest) {
+// - A record written after the directory it names (RunRecord::latest_is_dir: DeepSpeed's
+//   `latest`, after every rank's files): a directory of a higher step than the one it
+//   names is still being written.
+void AwaitSaves(RunListing& run, const TrainerStates& states, const Records& records) {
   static const std::regex kTrainerCheckpoint(R"(checkpoint-\d+)");
   const bool trainer_run =
       std::any_of(states.begin(), states.end(), [](const auto& s) { return !s.first.empty(); });
@@ -876,42 +586,47 @@ void AwaitSaves(RunListing& run, const TrainerStates& states, const std::string&
         std::any_of(states.begin(), states.end(), [&](const auto& s) { return s.first == e.name; });
     if (!has_state) Incomplete(e, "no trainer_state.json yet (HF Trainer writes it last)");
   }
-  const RunEntry* named = deepspeed_latest.empty() ? nullptr : Find(run, deepspeed_latest);
-  if (!named || !named->step) return;
-  const uint64_t latest_step = *named->step;
-  for (RunEntry& e : run.entries) {
-    if (e.kind == RunEntry::Kind::kDirectory && e.step && *e.step > latest_step) {
-      Incomplete(e, "being written: the DeepSpeed latest file still names " + deepspeed_latest);
+  for (const auto& [format, record] : records) {
+    if (!record.latest_is_dir || record.latest.empty()) continue;
+    const RunEntry* named = Find(run, record.latest);
+    if (!named || !named->step) continue;
+    const uint64_t latest_step = *named->step;
+    for (RunEntry& e : run.entries) {
+      if (e.kind == RunEntry::Kind::kDirectory && e.step && *e.step > latest_step) {
+        Incomplete(e, "being written: the " + record.title + " still names " + record.latest);
+      }
     }
   }
 }
 
-void ChooseLatest(RunListing& run, const TfState& tf, const std::string& deepspeed_latest) {
-  if (!deepspeed_latest.empty()) {
-    if (Usable(Find(run, deepspeed_latest))) {
-      run.latest = deepspeed_latest;
-      run.latest_from = "DeepSpeed latest file";
+// A prefix entry its record does not name now (RecordEntry::named): no checkpoint the
+// format restores, so never latest by its step.
+bool Unnamed(const Records& records, const RunEntry& e) {
+  if (e.kind != RunEntry::Kind::kPrefix) return false;
+  for (const auto& [format, record] : records) {
+    for (const RecordEntry& r : record.entries) {
+      if (r.name == e.name) return !r.named;
+    }
+  }
+  return false;
+}
+
+void ChooseLatest(RunListing& run, const Records& records) {
+  // A record's word first (DeepSpeed's `latest`, TF's model_checkpoint_path).
+  for (const auto& [format, record] : records) {
+    if (!record.latest.empty()) {
+      if (Usable(Find(run, record.latest))) {
+        run.latest = record.latest;
+        run.latest_from = record.title;
+        return;
+      }
+      // DeepSpeed's rank 0 writes `latest` before the other ranks finish their files.
+      run.skipped.push_back(record.latest_unusable);
+    }
+    if (!record.no_latest.empty()) {
+      run.skipped.push_back(record.no_latest);
       return;
     }
-    // Rank 0 writes it before the other ranks finish their files.
-    run.skipped.push_back("latest file: tag \"" + EscapeControlChars(deepspeed_latest) +
-                          "\" is no complete entry, skipped");
-  }
-  if (tf.names_no_latest) {
-    run.skipped.push_back(
-        "checkpoint file: model_checkpoint_path is empty: no latest "
-        "(tf.train.latest_checkpoint raises)");
-    return;
-  }
-  if (!tf.latest.empty()) {
-    if (Usable(Find(run, tf.latest))) {
-      run.latest = tf.latest;
-      run.latest_from = "checkpoint file";
-      return;
-    }
-    run.skipped.push_back("checkpoint file: latest \"" +
-                          EscapeControlChars(tf.latest_written.substr(0, 200)) +
-                          "\" is no complete entry, skipped");
   }
   // Lightning: the newest "last" save (last.ckpt, last-v1.ckpt, ...: LightningLastVersion).
   const RunEntry* last = nullptr;
@@ -928,13 +643,9 @@ void ChooseLatest(RunListing& run, const TfState& tf, const std::string& deepspe
   const RunEntry* highest = nullptr;
   const RunEntry* newest = nullptr;
   for (const RunEntry& e : run.entries) {
-    // The final model is what training ended with, not a checkpoint it resumes from; a TF
-    // prefix the state file no longer lists (KeptButUnlisted) is no checkpoint TF restores.
-    if (!Usable(&e) || e.kind == RunEntry::Kind::kFinal) continue;
-    if (e.kind == RunEntry::Kind::kTfPrefix &&
-        std::find(tf.prefixes.begin(), tf.prefixes.end(), e.name) == tf.prefixes.end()) {
-      continue;
-    }
+    // The final model is what training ended with, not a checkpoint it resumes from; a
+    // prefix its record no longer names (TF keeps some unlisted) is no checkpoint restored.
+    if (!Usable(&e) || e.kind == RunEntry::Kind::kFinal || Unnamed(records, e)) continue;
     if (e.step && (!highest || *e.step >= *highest->step)) highest = &e;
     if (!newest || !Later(newest->mtime, e.mtime)) newest = &e;
   }
@@ -966,7 +677,7 @@ Result<RunListing> ListPipeline(const SourceDir& dir) {
   files.complete = true;
   for (const std::string& f : dir.files) CKPTFS_RETURN_IF_ERROR(AddFile(dir, f, files));
   for (const std::string& name : dir.dirs) {
-    if (!IsEntryName(name)) {
+    if (!IsPlainName(name)) {
       run.skipped.push_back(dir.path + ": \"" + EscapeControlChars(name.substr(0, 200)) +
                             "\" is not a plain name, skipped");
       continue;
@@ -1022,7 +733,7 @@ Result<bool> IsRun(const SourceDir& dir) {
   std::string top_format;
   CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, &top_format));
   for (const std::string& name : dir.dirs) {
-    if (!IsEntryName(name) || PartOfTopCheckpoint(top, name)) continue;
+    if (!IsPlainName(name) || PartOfTopCheckpoint(top, name)) continue;
     auto sub = dir.OpenDir(name);
     // A link out of SOURCE, not a directory: not an entry. A transient failure is said.
     if (!sub.ok() && IsTransient(sub.status())) return sub.status();
@@ -1035,31 +746,30 @@ Result<bool> IsRun(const SourceDir& dir) {
   // A DeepSpeed tag's rank files are one checkpoint, not torch entries of a run.
   if (!RunRuleOf(top_format).torch_files_are_one && TorchEntryFiles(dir).size() >= 2) return true;
   std::vector<std::string> ignored;
-  // A DeepSpeed save dir: `latest` names a tag directory holding a checkpoint.
-  std::vector<std::string> latest_problems;
-  CKPTFS_ASSIGN_OR_RETURN(const std::string tag, ReadDeepSpeedLatest(dir, latest_problems));
-  if (!tag.empty() && !PartOfTopCheckpoint(top, tag)) {
-    if (auto sub = dir.OpenDir(tag); sub.ok()) {
-      auto claim = TopClaim(*sub, nullptr);
-      if (!claim.ok() && IsTransient(claim.status())) return claim.status();
-      if (claim.ok() && *claim) return true;
+  CKPTFS_ASSIGN_OR_RETURN(const Records records, ReadRecords(dir, ignored));
+  size_t named = 0;
+  for (const auto& [format, record] : records) {
+    // A DeepSpeed save dir: `latest` names a tag directory holding a checkpoint.
+    if (record.latest_is_dir && !record.latest.empty() &&
+        !PartOfTopCheckpoint(top, record.latest)) {
+      if (auto sub = dir.OpenDir(record.latest); sub.ok()) {
+        auto claim = TopClaim(*sub, nullptr);
+        if (!claim.ok() && IsTransient(claim.status())) return claim.status();
+        if (claim.ok() && *claim) return true;
+      }
+    }
+    // A TF `checkpoint` file naming two prefixes that are there.
+    named += std::count_if(record.entries.begin(), record.entries.end(),
+                           [](const RecordEntry& e) { return e.named; });
+  }
+  // Nothing but a record that names nothing a run may show (`latest` naming `../secret_tag`):
+  // its line says more than "no checkpoint found" would.
+  if (named < 2 && !top) {
+    for (const auto& [format, record] : records) {
+      if (!record.problem.ok()) return record.problem;
     }
   }
-  CKPTFS_ASSIGN_OR_RETURN(TfState tf, ReadTfState(dir, ignored));
-  size_t listed = 0;
-  for (const std::string& prefix : tf.prefixes) {
-    auto home = PrefixHome(dir, WithinOf(tf, prefix));
-    if (!home.ok() && IsTransient(home.status())) return home.status();
-    if (!home.ok()) continue;
-    CKPTFS_ASSIGN_OR_RETURN(const bool there, StoredOrAsked(*home, prefix + ".index"));
-    listed += there ? 1 : 0;
-  }
-  // Nothing but a `latest` file that names no tag (`../secret_tag`): that line says more
-  // than "no checkpoint found" would.
-  if (listed < 2 && !top && !latest_problems.empty()) {
-    return Status::InvalidArgument(latest_problems.front());
-  }
-  return listed >= 2;
+  return named >= 2;
 }
 
 Result<RunListing> ListRun(const SourceDir& dir) {
@@ -1070,26 +780,31 @@ Result<RunListing> ListRun(const SourceDir& dir) {
   std::string top_format;
   CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, &top_format));
   std::optional<RunEntry> final_model;
-  if (top && top_format != "tensorflow" && !top->file.empty()) {
+  // A claim that is the run's record (TF's state file) names one of its entries.
+  if (top && !RunRuleOf(top_format).claim_is_record && !top->file.empty()) {
     CKPTFS_ASSIGN_OR_RETURN(final_model, FinalEntry(dir, *top, top_format, run.skipped));
   }
-  CKPTFS_ASSIGN_OR_RETURN(const std::string deepspeed_latest,
-                          ReadDeepSpeedLatest(dir, run.skipped));
-  CKPTFS_ASSIGN_OR_RETURN(TfState tf, ReadTfState(dir, run.skipped));
+  CKPTFS_ASSIGN_OR_RETURN(const Records records, ReadRecords(dir, run.skipped));
   std::vector<std::string> dirs = dir.dirs;
   // A store that cannot list (HTTP without an autoindex) still shows the tag `latest` names.
-  if (!deepspeed_latest.empty() && dirs.empty()) dirs.push_back(deepspeed_latest);
+  if (dirs.empty()) {
+    for (const auto& [format, record] : records) {
+      if (record.latest_is_dir && !record.latest.empty()) dirs.push_back(record.latest);
+    }
+  }
   for (const std::string& name : dirs) {
-    if (!IsEntryName(name)) {
+    if (!IsPlainName(name)) {
       run.skipped.push_back(dir.path + ": \"" + EscapeControlChars(name.substr(0, 200)) +
                             "\" is not a plain name, skipped");
       continue;
     }
     if (PartOfTopCheckpoint(top, name)) continue;
-    // The directory of a prefix the state file names inside it (`sub/ckpt-3`): that
-    // prefix is the entry.
-    if (std::any_of(tf.within.begin(), tf.within.end(), [&](const auto& w) {
-          return w.second == name || w.second.starts_with(name + "/");
+    // The directory of a prefix a record names inside it (`sub/ckpt-3`): that prefix is
+    // the entry.
+    if (std::any_of(records.begin(), records.end(), [&](const Record& r) {
+          return std::any_of(r.record.holds.begin(), r.record.holds.end(), [&](const auto& held) {
+            return held == name || held.starts_with(name + "/");
+          });
         })) {
       continue;
     }
@@ -1097,10 +812,10 @@ Result<RunListing> ListRun(const SourceDir& dir) {
                             DirectoryEntry(dir, name, run.skipped, trainer_states));
     if (entry) run.entries.push_back(std::move(*entry));
   }
-  AwaitSaves(run, trainer_states, deepspeed_latest);
+  AwaitSaves(run, trainer_states, records);
   for (const std::string& name : TorchEntryFiles(dir)) {
     if (final_model && StripZst(name) == top->file) continue;  // the final model's file
-    if (!IsEntryName(name)) {
+    if (!IsPlainName(name)) {
       run.skipped.push_back(dir.path + ": \"" + EscapeControlChars(name.substr(0, 200)) +
                             "\" is not a plain name, skipped");
       continue;
@@ -1113,16 +828,17 @@ Result<RunListing> ListRun(const SourceDir& dir) {
     }
     run.entries.push_back(std::move(entry).value());
   }
-  CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> prefixes, TfPrefixes(dir, tf, run.skipped));
-  for (const std::string& prefix : prefixes) {
-    if (!IsEntryName(prefix) || Find(run, prefix)) continue;
-    CKPTFS_ASSIGN_OR_RETURN(RunEntry entry, TfEntry(dir, prefix, tf));
-    run.entries.push_back(std::move(entry));
+  for (const auto& [format, record] : records) {
+    for (const RecordEntry& recorded : record.entries) {
+      if (!IsPlainName(recorded.name) || Find(run, recorded.name)) continue;
+      CKPTFS_ASSIGN_OR_RETURN(RunEntry entry, PrefixEntry(dir, *format, record, recorded));
+      run.entries.push_back(std::move(entry));
+    }
   }
   if (final_model) run.entries.push_back(std::move(*final_model));
   std::sort(run.entries.begin(), run.entries.end(),
             [](const RunEntry& a, const RunEntry& b) { return NaturalLess(a.name, b.name); });
-  ChooseLatest(run, tf, deepspeed_latest);
+  ChooseLatest(run, records);
   CKPTFS_RETURN_IF_ERROR(BestFromTrainerState(dir, std::move(trainer_states), run));
   if (run.best.empty()) CKPTFS_RETURN_IF_ERROR(BestFromLightning(dir, run));
   return run;
@@ -1130,7 +846,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
 
 Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry) {
   if (entry.kind == RunEntry::Kind::kFiles) return dir;  // its folders: entry.folders
-  if (!IsEntryName(entry.name)) {
+  if (!IsPlainName(entry.name)) {
     return Status::InvalidArgument(dir.path + ": \"" + EscapeControlChars(entry.name) +
                                    "\" is not an entry name");
   }
@@ -1140,12 +856,12 @@ Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry) {
     one.dirs.clear();  // its checkpoint-N/ are the run's, not the final model's
     return one;
   }
-  if (entry.kind == RunEntry::Kind::kTfPrefix && !entry.within.empty()) {
+  if (entry.kind == RunEntry::Kind::kPrefix && !entry.within.empty()) {
     if (!IsPlainPath(entry.within)) {
       return Status::InvalidArgument(dir.path + ": \"" + EscapeControlChars(entry.within) +
                                      "\" is not a plain path");
     }
-    CKPTFS_ASSIGN_OR_RETURN(one, PrefixHome(dir, entry.within));
+    CKPTFS_ASSIGN_OR_RETURN(one, OpenDirPath(dir, entry.within));
   }
   const std::vector<std::string> files = std::move(one.files);
   one.dirs.clear();

@@ -63,6 +63,7 @@
 
 #include "core/cache/read_context.h"
 #include "core/checkpoint/formats.h"
+#include "core/checkpoint/natural_order.h"
 #include "core/source/remote_options.h"
 #include "core/source/source_dir.h"
 #include "core/status.h"
@@ -75,12 +76,14 @@ struct RunEntry {
   // own files, never latest (docs/runs.md, "The final model").
   // kFiles: a pipeline's top files and folders without weights, shown unchanged at the
   // mount root (name "."; never a directory of its own, never latest).
-  enum class Kind : uint8_t { kDirectory, kFile, kTfPrefix, kFinal, kFiles };
+  // kPrefix: files sharing a prefix that a format's record makes an entry (RecordEntry,
+  // core/checkpoint/formats.h: a TF bundle's PREFIX.index and data files).
+  enum class Kind : uint8_t { kDirectory, kFile, kPrefix, kFinal, kFiles };
   std::string name;  // as in SOURCE: a directory, a file, or a TF prefix (no file itself)
   Kind kind = Kind::kDirectory;
-  // kTfPrefix only: the subdirectory of SOURCE its files lie in, "" for SOURCE itself (a
-  // state file's `model_checkpoint_path: "sub/ckpt-3"`, joined to the state file's
-  // directory as TF does; plain names only, opened one by one, so it stays inside SOURCE).
+  // kPrefix only: the subdirectory of SOURCE its files lie in, "" for SOURCE itself
+  // (RecordEntry::within: a TF state file's `model_checkpoint_path: "sub/ckpt-3"`; plain
+  // names only, opened one by one, so it stays inside SOURCE).
   std::string within;
   // kFiles only: SOURCE's subdirectories without weights, shown with their files (plain
   // names, one level deep, at most kMaxModuleFolders of kMaxModuleFiles files).
@@ -130,15 +133,6 @@ Result<bool> IsRun(const SourceDir& dir);
 
 // The entries of run `dir`, with `latest` and `best`.
 Result<RunListing> ListRun(const SourceDir& dir);
-
-// The step number entry name `name` carries, only where the name says so: the number after
-// "step" (`step=1000`, `global_step1000`, `epoch=3-step=1000.ckpt`), else after "checkpoint"
-// or "ckpt" (`checkpoint-1500`, `ckpt-3`, `model.ckpt-1000`), else after "epoch"
-// (`epoch=3.ckpt`), else the name's one number when it has no other and no `=`
-// (`model_00010.pt`, `00000123`); Lightning's `-vN` version suffix is no step. nullopt when
-// there is none (metrics only: `epoch-val_loss=0.25.ckpt`, `model_loss0.123.pt`; a model's
-// name: `llama2-7b.bin`) or it exceeds 64 bits.
-std::optional<uint64_t> StepInName(const std::string& name);
 
 // The SourceDir that holds entry `entry` of run `dir` (for OpenCheckpointIn, checkpoint.h): the
 // subdirectory, or `dir` with `named` set to the file or prefix; for kFiles, `dir` itself

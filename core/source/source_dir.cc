@@ -19,6 +19,37 @@ Result<SourceDir> SourceDir::OpenDir(const std::string& name) const {
   return open_dir(name);
 }
 
+bool IsPlainName(std::string_view name) {
+  if (name.empty() || name == "." || name == ".." || name.size() > 255) return false;
+  return std::none_of(name.begin(), name.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return c == '/' || c == '\\' || byte < 0x20 || byte == 0x7f;
+  });
+}
+
+bool IsPlainPath(std::string_view path) {
+  size_t begin = 0;
+  while (begin <= path.size()) {
+    size_t slash = path.find('/', begin);
+    if (slash == std::string_view::npos) slash = path.size();
+    if (!IsPlainName(path.substr(begin, slash - begin))) return false;
+    begin = slash + 1;
+  }
+  return true;
+}
+
+Result<SourceDir> OpenDirPath(const SourceDir& dir, const std::string& path) {
+  SourceDir home = dir;
+  size_t begin = 0;
+  while (!path.empty() && begin <= path.size()) {
+    size_t slash = path.find('/', begin);
+    if (slash == std::string::npos) slash = path.size();
+    CKPTFS_ASSIGN_OR_RETURN(home, home.OpenDir(path.substr(begin, slash - begin)));
+    begin = slash + 1;
+  }
+  return home;
+}
+
 Result<ListedInfo> SourceDir::Info(const std::string& name) const {
   if (info) return info(name);
   if (!open) return Status::NotFound(path + "/" + name + ": no such file");

@@ -87,6 +87,16 @@ struct SourceDir {
   Result<ListedInfo> Info(const std::string& name) const;
 };
 
+// A name a SOURCE may offer as its own: plain, printable, never "." or "..", no '/' or
+// '\\', and no longer than a file name may be. Names a record writes (a state file's
+// prefix, a `latest` tag) are taken only when they are such names.
+bool IsPlainName(std::string_view name);
+// A relative path of plain names joined by '/' (`sub/ckpt-3`).
+bool IsPlainPath(std::string_view path);
+// The directory `path` (IsPlainPath, or "" for `dir` itself) below `dir`, opened one plain
+// name at a time, so a link out of SOURCE is refused as OpenDir refuses it.
+Result<SourceDir> OpenDirPath(const SourceDir& dir, const std::string& path);
+
 // A SourceDir over local directory `root` offering `files` (its listing, or the one file
 // a path SOURCE names, then with a probe for siblings). Every file is opened through
 // `root`, so nothing outside it is served (core/source/local_dir.h).

@@ -534,7 +534,7 @@ TEST_F(RunListingTest, TfPrefixesListedInTheStateFileAreARun) {
   EXPECT_TRUE(IsRunAt(run_));
   const RunListing run = List();
   EXPECT_EQ(Names(run), "ckpt-1 ckpt-2 ckpt-3 ckpt-4");
-  EXPECT_EQ(Entry(run, "ckpt-2")->kind, RunEntry::Kind::kTfPrefix);
+  EXPECT_EQ(Entry(run, "ckpt-2")->kind, RunEntry::Kind::kPrefix);
   EXPECT_TRUE(Entry(run, "ckpt-1")->complete) << Entry(run, "ckpt-1")->why_incomplete;
   EXPECT_FALSE(Entry(run, "ckpt-3")->complete);
   EXPECT_NE(Entry(run, "ckpt-3")->why_incomplete.find("data file 1 of 2"), std::string::npos);
