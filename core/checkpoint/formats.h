@@ -141,6 +141,9 @@ struct FormatReader {
   // ckpt.tensors (TF's raw keys, kept in its Checkpoint::format_state): what TensorKeys
   // (checkpoint.h) returns. Null: the names are the keys.
   std::span<const std::string> (*keys)(const Checkpoint& ckpt) = nullptr;
+  // The segments of one of those keys, leaf last: the directories and file of its tensors/
+  // path (TF: tf::TfKeyToName's segments). Set with `keys`.
+  std::vector<std::string> (*key_segments)(std::string_view key) = nullptr;
 
   // The model rule (SelectModel, core/checkpoint/model.h): what this format calls a
   // top-level sub-tree (--model-key KEY takes one), which tensors no model holds, and the

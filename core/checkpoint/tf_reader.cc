@@ -515,6 +515,7 @@ FormatReader TensorflowFormat() {
       .hidden = &TfHidden,
       .verify = &VerifyTensorflow,
       .keys = &TfKeys,
+      .key_segments = [](std::string_view key) { return tf::TfKeyToName(key).segments; },
       .model = {.top_key = &TfTopKey,
                 .never_model = &TfTrainingState,
                 .by_default = &DropTrainingState},

@@ -1,6 +1,6 @@
 #include "core/layout/escape.h"
 
-#include "core/format/tf/names.h"
+#include <utility>
 
 namespace ckptfs {
 
@@ -23,8 +23,8 @@ std::vector<std::string> TensorPathComponents(std::string_view tensor_name) {
   return parts;
 }
 
-std::vector<std::string> TfTensorPathComponents(std::string_view key) {
-  std::vector<std::string> parts = tf::TfKeyToName(key).segments;
+std::vector<std::string> KeyPathComponents(std::vector<std::string> segments) {
+  std::vector<std::string> parts = std::move(segments);
   for (std::string& part : parts) part = EscapeComponent(part);
   if (parts.empty()) parts.emplace_back("%");  // never: a key has at least one segment
   return parts;

@@ -22,8 +22,8 @@ std::string EscapeComponent(std::string_view component);
 // The escaped directory components and leaf of `tensor_name`, leaf last (without suffix).
 std::vector<std::string> TensorPathComponents(std::string_view tensor_name);
 
-// The same for a TensorFlow tensor, from its raw index key: the path follows the key's
-// segments (tf::TfKeyToName), so a segment holding '.' stays one component.
-std::vector<std::string> TfTensorPathComponents(std::string_view key);
+// The same for a tensor stored under a key of `segments` (FormatReader::key_segments, a
+// TF key's): the path follows them, so a segment holding '.' stays one component.
+std::vector<std::string> KeyPathComponents(std::vector<std::string> segments);
 
 }  // namespace ckptfs

@@ -1,11 +1,12 @@
 // tensors/a/b/leaf.npy: every tensor, model or not, one file each: an .npy header and the
 // tensor's stored bytes, or a one-tensor .safetensors where numpy lacks the dtype. Paths
-// follow the tensor name's dotted components (TensorPathComponents), or a TensorFlow
-// key's segments (TfTensorPathComponents). Strided tensors are left out with a note. A
-// file is no more readable than its shard; its mtime is its shard's (Node::tensor).
+// follow the tensor name's dotted components (TensorPathComponents), or the segments of
+// the key a format stores it under (FormatReader::key_segments, TF's). Strided tensors are left out
+// with a note. A file is no more readable than its shard; its mtime is its shard's (Node::tensor).
 #include <optional>
 #include <utility>
 
+#include "core/checkpoint/formats.h"
 #include "core/format/npy.h"
 #include "core/format/safetensors.h"
 #include "core/format/shape.h"
@@ -42,15 +43,22 @@ class DirectoryWalker {
   std::vector<std::pair<std::string, uint64_t>> stack_;
 };
 
-// TF tensors in the order of their tensors/ paths: a directory's files then come together
-// for the DirectoryWalker, which sorting by dotted name does not promise ("a"/"b" and "a.c"
-// share the dotted prefix "a.").
-std::vector<uint32_t> KeyPathOrder(const Checkpoint& ckpt) {
+// The tensors/ path of tensor `i` of `ckpt`, stored under keys of `segments` (or null).
+std::vector<std::string> PathOf(const Checkpoint& ckpt, uint32_t i,
+                                std::vector<std::string> (*segments)(std::string_view)) {
+  if (!segments) return TensorPathComponents(ckpt.tensors[i].name);
+  return KeyPathComponents(segments(TensorKeys(ckpt)[i]));
+}
+
+// Keyed tensors in the order of their tensors/ paths: a directory's files then come
+// together for the DirectoryWalker, which sorting by dotted name does not promise ("a"/"b"
+// and "a.c" share the dotted prefix "a.").
+std::vector<uint32_t> KeyPathOrder(const Checkpoint& ckpt,
+                                   std::vector<std::string> (*segments)(std::string_view)) {
   std::vector<std::pair<std::vector<std::string>, uint32_t>> paths;
   paths.reserve(ckpt.tensors.size());
-  for (uint32_t i = 0; i < ckpt.tensors.size(); ++i) {
-    paths.emplace_back(TfTensorPathComponents(TensorKeys(ckpt)[i]), i);
-  }
+  for (uint32_t i = 0; i < ckpt.tensors.size(); ++i)
+    paths.emplace_back(PathOf(ckpt, i, segments), i);
   std::sort(paths.begin(), paths.end());
   std::vector<uint32_t> order;
   order.reserve(paths.size());
@@ -70,8 +78,11 @@ class TensorsView final : public View {
 
   void LayOut(LayoutBuilder& b) override {
     DirectoryWalker walker(b, b.AddDir(Layout::kRoot, RootName()));
-    const bool by_key = !TensorKeys(ckpt_).empty();
-    const std::vector<uint32_t> order = by_key ? KeyPathOrder(ckpt_) : std::vector<uint32_t>();
+    auto* const segments =
+        TensorKeys(ckpt_).empty() ? nullptr : FormatOf(ckpt_.format).key_segments;
+    const bool by_key = segments != nullptr;
+    const std::vector<uint32_t> order =
+        by_key ? KeyPathOrder(ckpt_, segments) : std::vector<uint32_t>();
     for (uint32_t k = 0; k < ckpt_.tensors.size(); ++k) {
       const uint32_t i = by_key ? order[k] : k;
       const Tensor& t = ckpt_.tensors[i];
@@ -84,8 +95,7 @@ class TensorsView final : public View {
                                       "model: --model-key to choose)"));
         continue;
       }
-      std::vector<std::string> parts =
-          by_key ? TfTensorPathComponents(TensorKeys(ckpt_)[i]) : TensorPathComponents(t.name);
+      std::vector<std::string> parts = PathOf(ckpt_, i, segments);
       std::string leaf = std::move(parts.back());
       parts.pop_back();
       const uint64_t dir = walker.Enter(parts);
