@@ -36,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/format/dtype.h"
@@ -72,12 +73,19 @@ struct BytesItem {
   StorageInfo storage;
 };
 
+// One key of a planner_data path: a dict key, or a list index (a Python int in the path:
+// traverse_state_dict numbers the items of lists it walks into).
+struct PathKey {
+  std::string key;  // the str key, or the index in decimal
+  bool index = false;
+};
+
 struct Metadata {
   std::vector<TensorItem> tensors;  // in .metadata order
   std::vector<BytesItem> bytes;     // in .metadata order
-  // planner_data: fqn -> the nested keys it was flattened from (ints as decimal text).
-  // Empty for an fqn the writer gave no path.
-  std::vector<std::pair<std::string, std::vector<std::string>>> paths;
+  // planner_data: fqn -> the nested keys it was flattened from, in .metadata order; an fqn
+  // the writer gave no path has none here.
+  std::vector<std::pair<std::string, std::vector<PathKey>>> paths;
   std::string version;  // Metadata.version ("1.0"), "" when absent
 };
 
