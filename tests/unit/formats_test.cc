@@ -150,7 +150,46 @@ TEST(FormatTable, RunRulesAreTheEntrys) {
     EXPECT_EQ(f.run.torch_files_are_one, f.format == CheckpointFormat::kDeepSpeed);
     EXPECT_EQ(f.run.signs_claimed_folder,
               f.format == CheckpointFormat::kDeepSpeed || f.format == CheckpointFormat::kSplit);
+    // The records a run keeps (TF's state file, DeepSpeed's `latest`) are read by their
+    // format's entry; HF Trainer's final model is safetensors or torch weights.
+    EXPECT_EQ(f.run.record != nullptr, f.format == CheckpointFormat::kTensorflow ||
+                                           f.format == CheckpointFormat::kDeepSpeed);
+    EXPECT_EQ(f.run.claim_is_record, f.format == CheckpointFormat::kTensorflow);
+    EXPECT_EQ(f.run.final_model,
+              f.format == CheckpointFormat::kSafetensors || f.format == CheckpointFormat::kTorch);
   }
+  // The records, read from a directory: DeepSpeed's names its tag as latest, a directory
+  // written before it; TF's names its prefixes, each an entry made of its files.
+  std::vector<std::string> skipped;
+  auto ds = deepspeed->run.record(
+      MemoryDir({{"latest", "global_step20\n"}, {"zero_to_fp32.py", "x"}}), skipped);
+  ASSERT_TRUE(ds.ok()) << ds.status().message();
+  ASSERT_TRUE(ds->has_value());
+  EXPECT_EQ((*ds)->latest, "global_step20");
+  EXPECT_TRUE((*ds)->latest_is_dir);
+  EXPECT_TRUE((*ds)->entries.empty());
+  auto bad = deepspeed->run.record(MemoryDir({{"latest", "../secret_tag"}}), skipped);
+  ASSERT_TRUE(bad.ok());
+  ASSERT_TRUE(bad->has_value());
+  EXPECT_FALSE((*bad)->problem.ok()) << "a tag that is no plain name refuses";
+  EXPECT_EQ((*bad)->latest, "");
+  const FormatReader& tf = FormatOf(CheckpointFormat::kTensorflow);
+  auto state = tf.run.record(
+      MemoryDir({{"checkpoint",
+                  "model_checkpoint_path: \"ckpt-2\"\nall_model_checkpoint_paths: \"ckpt-1\"\n"
+                  "all_model_checkpoint_paths: \"ckpt-2\"\n"},
+                 {"ckpt-1.index", "x"},
+                 {"ckpt-2.index", "x"},
+                 {"ckpt-3.index", "x"}}),
+      skipped);
+  ASSERT_TRUE(state.ok()) << state.status().message();
+  ASSERT_TRUE(state->has_value());
+  EXPECT_EQ((*state)->latest, "ckpt-2");
+  ASSERT_EQ((*state)->entries.size(), 3u);
+  EXPECT_EQ((*state)->entries[2].name, "ckpt-3");
+  EXPECT_FALSE((*state)->entries[2].named) << "a prefix the state file does not name yet";
+  EXPECT_EQ((*state)->entries[0].key_file, "ckpt-1.index");
+  EXPECT_TRUE(skipped.size() == 1) << "only the bad tag was said";
 }
 
 TEST(FormatTable, EachFormatClaimsItsOwnCheckpointAndNoOther) {
