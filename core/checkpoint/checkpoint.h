@@ -82,7 +82,14 @@ struct Tensor {
   bool contiguous() const { return stride.empty(); }
 };
 
-enum class CheckpointFormat : uint8_t { kSafetensors, kTorch, kTensorflow, kSplit, kDeepSpeed };
+enum class CheckpointFormat : uint8_t {
+  kSafetensors,
+  kTorch,
+  kTensorflow,
+  kSplit,
+  kDeepSpeed,
+  kDcp,
+};
 
 // Which tensors the merged views (model.safetensors, pytorch_model.bin) hold, and under
 // what names: chosen once at open by SelectModel (core/checkpoint/model.h), which marks

@@ -15,11 +15,13 @@ FormatReader TorchFormat();
 FormatReader TensorflowFormat();
 FormatReader SplitFormat();
 FormatReader DeepSpeedFormat();
+FormatReader DcpFormat();
 
 std::span<const FormatReader> Formats() {
   // Order is precedence among equal ranks (see formats.h).
   static const FormatReader kTable[] = {
-      SafetensorsFormat(), TorchFormat(), TensorflowFormat(), SplitFormat(), DeepSpeedFormat(),
+      SafetensorsFormat(), TorchFormat(),     TensorflowFormat(),
+      SplitFormat(),       DeepSpeedFormat(), DcpFormat(),
   };
   return kTable;
 }

@@ -43,7 +43,9 @@ std::map<std::string, std::map<std::string, std::string>> MinimalCheckpoints() {
           // A ZeRO tag: its model states file names the rest (detect reads nothing).
           {"deepspeed",
            {{"mp_rank_00_model_states.pt", "not parsed by detect"},
-            {"bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "x"}}}};
+            {"bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "x"}}},
+          // A distributed checkpoint: .metadata beside the ranks' data files.
+          {"dcp", {{".metadata", "not parsed by detect"}, {"__0_0.distcp", "x"}}}};
 }
 
 // The entry whose detect claims `dir`, by the table's precedence; "" if none.
@@ -109,11 +111,12 @@ TEST(FormatTable, ModelRuleKeysAndInspectLinesAreTheEntrys) {
     Checkpoint ckpt = checkpoint(f.format);
     EXPECT_EQ(f.model.top_key(ckpt, 0), "model");
     EXPECT_EQ(f.model.top_key(ckpt, 1), "");
-    // Without a key, the entry's rule: DeepSpeed's consolidated `model`, torch's first of
-    // kTorchModelKeys; every other format keeps every tensor.
+    // Without a key, the entry's rule: DeepSpeed's consolidated `model`, torch's and DCP's
+    // first of kTorchModelKeys; every other format keeps every tensor.
     ASSERT_TRUE(SelectModel(ckpt, std::nullopt, "SRC").ok());
-    const bool narrows =
-        f.format == CheckpointFormat::kTorch || f.format == CheckpointFormat::kDeepSpeed;
+    const bool narrows = f.format == CheckpointFormat::kTorch ||
+                         f.format == CheckpointFormat::kDeepSpeed ||
+                         f.format == CheckpointFormat::kDcp;
     EXPECT_EQ(ckpt.model.whole, !narrows);
     EXPECT_EQ(ckpt.model.key, narrows ? "model" : "");
     EXPECT_EQ(ckpt.tensors[1].in_model, !narrows);

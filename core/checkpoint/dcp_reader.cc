@@ -1,0 +1,355 @@
+// The DCP entry of the format table: a PyTorch distributed checkpoint
+// (torch.distributed.checkpoint: FSDP2, torchtitan, Megatron-Core's torch_dist, NeMo 2), a
+// directory of `.metadata` and the `__R_K.distcp` files it names, read as one model.
+//
+// `.metadata` (dcp::ParseMetadata, core/format/dcp/metadata.h) lists every tensor's
+// chunks, the boxes the ranks saved, and where each item's bytes lie. FileSystemWriter's
+// _write_item writes each item as a torch.save of it at that range of a .distcp file: a
+// tensor chunk is a torch.save zip holding that one tensor, whose record is the chunk's
+// row-major bytes; a non-tensor value (`step`, a string, an optimizer's param_groups
+// entry) is a torch.save of the value. So a tensor is whole as a tiling of its chunks'
+// records (dcp::TileTensor): chunks split along dimension 0 only (FSDP's Shard(0)) are
+// ranges end to end, like any multi-range storage; a split along an inner dimension (tensor
+// parallel's Shard(1), a 2-D mesh) is one GatherSource (core/source/gather_source.h) in
+// `Checkpoint::decoded`, whose description grows with the chunks, not the rows. Nothing is
+// copied at open; a read copies only what it asks for.
+//
+// Names are DCP's flattened fqns ("model.layers.0.attn.qkv.weight"); the nested keys each
+// came from (planner_data) give the top-level sub-tree for the model rule (the `model` of a
+// training state, as for torch files) and nest the non-tensor values in metadata.json as
+// dcp_to_torch_save would rebuild them. The model rule and the inspect line are this
+// entry's; a run's `step-N/` directories are found through the table like any checkpoint.
+//
+// The writer writes `.metadata` last (FileSystemWriter.finish, after every rank's files):
+// a directory without it is no DCP checkpoint yet.
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/checkpoint/assembly.h"
+#include "core/checkpoint/formats.h"
+#include "core/checkpoint/model.h"
+#include "core/format/dcp/metadata.h"
+#include "core/format/dcp/tiling.h"
+#include "core/format/shape.h"
+#include "core/format/torch_file.h"
+#include "core/source/gather_source.h"
+
+namespace ckptfs {
+namespace {
+
+constexpr std::string_view kMetadataFile = ".metadata";
+constexpr std::string_view kDataSuffix = ".distcp";
+constexpr std::string_view kProbeNames[] = {kMetadataFile};
+
+// What inspect says of a DCP checkpoint: filled by ReadDcp, read by DcpInspect.
+struct DcpState final : FormatState {
+  std::string summary;
+};
+
+bool IsDataFile(std::string_view name) { return EndsWith(StripZst(name), kDataSuffix); }
+
+// `.metadata` beside data files; where the store cannot list (HTTP without an autoindex)
+// `.metadata` alone, which read() then checks. A name as common as `.metadata` (an IDE's
+// folder) is no claim without a .distcp file when the store can tell.
+Result<std::optional<Claim>> DetectDcp(const SourceDir& dir) {
+  const std::string name(kMetadataFile);
+  if (!dir.named.empty() && StripZst(dir.named) != kMetadataFile) return std::optional<Claim>();
+  CKPTFS_ASSIGN_OR_RETURN(const bool has, StoredOrAsked(dir, name));
+  if (!has) return std::optional<Claim>();
+  const bool data = std::any_of(dir.files.begin(), dir.files.end(), IsDataFile);
+  if (!data && !dir.probe) return std::optional<Claim>();
+  return std::optional<Claim>(Claim{Claim::Rank::kNamed, name});
+}
+
+// The bytes of one item: `length` bytes at `offset` of `file`, as their own source.
+Result<std::unique_ptr<GatherSource>> ItemBytes(const StoredFile& file, const dcp::StorageInfo& at,
+                                                const std::string& what) {
+  return GatherSource::Make(
+      file.name + " (" + what + ")",
+      {GatherGroup{1, {GatherRun{file.source.get(), at.offset, 0, at.length}}}});
+}
+
+// Where a tensor chunk's row-major bytes lie in its file: the one tensor its torch.save
+// holds, checked against what .metadata says of the chunk.
+struct PlacedChunk {
+  uint32_t shard = 0;
+  uint64_t offset = 0;  // in the file
+};
+
+Result<PlacedChunk> PlaceChunk(const StoredFile& file, uint32_t shard, const dcp::TensorItem& t,
+                               const dcp::Chunk& c) {
+  const std::string what = t.fqn + " chunk at " + ShapeText(c.offsets);
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<GatherSource> item, ItemBytes(file, c.storage, what));
+  CKPTFS_ASSIGN_OR_RETURN(TorchFile saved, ReadTorchFile(*item));
+  const std::string bad = file.name + ": " + what + " (bytes " + std::to_string(c.storage.offset) +
+                          "+" + std::to_string(c.storage.length) + ")";
+  if (!saved.root_is_tensor || saved.tensors.size() != 1) {
+    return Status::Corruption(bad + " is not one saved tensor");
+  }
+  const TorchTensor& tensor = saved.tensors[0];
+  const TorchStorage& storage = saved.storages[tensor.storage];
+  if (storage.dtype != t.dtype) {
+    return Status::Corruption(bad + " holds " + std::string(DtypeName(storage.dtype)) +
+                              ", .metadata says " + std::string(DtypeName(t.dtype)));
+  }
+  if (tensor.shape != c.sizes) {
+    return Status::Corruption(bad + " has shape " + ShapeText(tensor.shape) + ", .metadata says " +
+                              ShapeText(c.sizes));
+  }
+  if (storage.decoded || !IsRowMajor(tensor.shape, tensor.stride)) {
+    return Status::Corruption(bad + " is not a row-major tensor");
+  }
+  // The interpreter checked that the view lies inside its storage record, and the record
+  // inside the item (its source ends there).
+  return PlacedChunk{
+      shard, c.storage.offset + storage.data_offset + tensor.storage_offset * DtypeSize(t.dtype)};
+}
+
+// How each tensor is split, for inspect: "whole", "dim 0", "dims 0,1".
+std::string SplitOf(const dcp::TensorItem& t) {
+  if (t.chunks.size() <= 1) return "whole";
+  std::string dims;
+  for (size_t d = 0; d < t.size.size(); ++d) {
+    const bool split = std::any_of(t.chunks.begin(), t.chunks.end(),
+                                   [&](const dcp::Chunk& c) { return c.sizes[d] != t.size[d]; });
+    if (split) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+  }
+  return (dims.find(',') == std::string::npos ? "dim " : "dims ") + dims;
+}
+
+// Sets `value` at `path` of `root` (dict keys, list indices), making the containers.
+void SetAtPath(nlohmann::ordered_json& root, const std::vector<dcp::PathKey>& path,
+               nlohmann::ordered_json value) {
+  nlohmann::ordered_json* at = &root;
+  for (const dcp::PathKey& key : path) {
+    if (key.index && (at->is_null() || at->is_array())) {
+      const size_t i = std::stoull(key.key);
+      if (at->is_null()) *at = nlohmann::ordered_json::array();
+      while (at->size() <= i) at->push_back(nullptr);
+      at = &(*at)[i];
+    } else {
+      if (!at->is_object()) *at = nlohmann::ordered_json::object();
+      at = &(*at)[key.key];
+    }
+  }
+  *at = std::move(value);
+}
+
+Status ReadDcp(const SourceDir& dir, const Claim& claim, ReadContext& codec, Checkpoint& ckpt) {
+  CKPTFS_ASSIGN_OR_RETURN(StoredFile meta_file, OpenWeightFile(dir, claim.file, codec));
+  CKPTFS_ASSIGN_OR_RETURN(const std::string meta_bytes, ReadWhole(*meta_file.source));
+  const std::string shown = JoinShown(dir.path, claim.file);
+  CKPTFS_ASSIGN_OR_RETURN(dcp::Metadata meta, dcp::ParseMetadata(meta_bytes, shown));
+
+  // The data files, each once, in name order (shards/).
+  std::set<std::string> names;
+  for (const dcp::TensorItem& t : meta.tensors) {
+    for (const dcp::Chunk& c : t.chunks) names.insert(c.storage.relative_path);
+  }
+  for (const dcp::BytesItem& b : meta.bytes) names.insert(b.storage.relative_path);
+  const std::vector<std::string> files(names.begin(), names.end());
+  std::vector<StoredFile> opened(files.size());
+  std::vector<Status> errors(files.size());
+  ForEachInParallel(files.size(), [&](size_t i) {
+    Result<StoredFile> f = OpenWeightFile(dir, files[i], codec);
+    if (f.ok()) {
+      opened[i] = std::move(f).value();
+    } else {
+      errors[i] = f.status();
+    }
+  });
+  std::map<std::string, uint32_t> shard_of;
+  for (size_t i = 0; i < files.size(); ++i) {
+    CKPTFS_RETURN_IF_ERROR(errors[i]);
+    shard_of[files[i]] = static_cast<uint32_t>(ckpt.shards.size());
+    ckpt.shards.push_back(std::move(opened[i]));
+  }
+
+  // Every chunk's record, read in parallel: a torch.save zip each.
+  struct Job {
+    size_t tensor, chunk;
+  };
+  std::vector<Job> jobs;
+  for (size_t t = 0; t < meta.tensors.size(); ++t) {
+    for (size_t c = 0; c < meta.tensors[t].chunks.size(); ++c) jobs.push_back({t, c});
+  }
+  std::vector<Result<PlacedChunk>> placed(jobs.size(), PlacedChunk{});
+  ForEachInParallel(jobs.size(), [&](size_t j) {
+    const dcp::TensorItem& t = meta.tensors[jobs[j].tensor];
+    const dcp::Chunk& c = t.chunks[jobs[j].chunk];
+    const uint32_t shard = shard_of.at(c.storage.relative_path);
+    placed[j] = PlaceChunk(ckpt.shards[shard], shard, t, c);
+  });
+  for (const auto& p : placed) CKPTFS_RETURN_IF_ERROR(p.status());
+
+  std::map<std::string, const std::vector<dcp::PathKey>*> path_of;
+  for (const auto& [fqn, path] : meta.paths) path_of[fqn] = &path;
+
+  size_t job = 0;
+  std::map<std::string, size_t> splits;
+  uint64_t bytes = 0, chunk_count = 0;
+  for (const dcp::TensorItem& t : meta.tensors) {
+    const std::string what = shown + ": tensor " + t.fqn;
+    std::vector<dcp::ChunkBox> boxes;
+    std::vector<PlacedChunk> where;
+    for (const dcp::Chunk& c : t.chunks) {
+      boxes.push_back({c.offsets, c.sizes});
+      where.push_back(*placed[job++]);
+    }
+    CKPTFS_ASSIGN_OR_RETURN(dcp::Tiling tiling,
+                            dcp::TileTensor(t.size, DtypeSize(t.dtype), boxes, what));
+    Storage s{.shard = where.empty() ? 0 : where[0].shard,
+              .offset = where.empty() ? 0 : where[0].offset,
+              .size = tiling.bytes,
+              .dtype = t.dtype};
+    if (tiling.plain()) {
+      std::vector<StoredRange> ranges;
+      for (const dcp::TileGroup& g : tiling.groups) {
+        for (const dcp::TileRun& r : g.runs) {
+          if (r.length == 0) continue;
+          ranges.push_back(
+              {where[r.chunk].shard, where[r.chunk].offset + r.chunk_offset, r.length});
+        }
+      }
+      if (!ranges.empty()) {
+        s.shard = ranges[0].shard;
+        s.offset = ranges[0].offset;
+      }
+      if (ranges.size() > 1) {
+        s.first_range = static_cast<uint32_t>(ckpt.ranges.size());
+        s.range_count = static_cast<uint32_t>(ranges.size());
+        ckpt.ranges.insert(ckpt.ranges.end(), ranges.begin(), ranges.end());
+      }
+    } else {
+      std::vector<GatherGroup> groups;
+      for (const dcp::TileGroup& g : tiling.groups) {
+        GatherGroup group{g.count, {}};
+        for (const dcp::TileRun& r : g.runs) {
+          const PlacedChunk& at = where[r.chunk];
+          group.runs.push_back(
+              {ckpt.shards[at.shard].source.get(), at.offset + r.chunk_offset, r.stride, r.length});
+        }
+        groups.push_back(std::move(group));
+      }
+      CKPTFS_ASSIGN_OR_RETURN(
+          std::unique_ptr<GatherSource> gathered,
+          GatherSource::Make(t.fqn + " (gathered from its chunks)", std::move(groups)));
+      const uint32_t mode = gathered->Mode();
+      const struct timespec mtime = gathered->MTime();
+      s.shard = static_cast<uint32_t>(ckpt.shards.size() + ckpt.decoded.size());
+      s.offset = 0;
+      ckpt.decoded.push_back(
+          StoredFile{gathered->Name(), gathered->Name(), std::move(gathered), mode, mtime});
+    }
+    Tensor tensor{.name = t.fqn,
+                  .dtype = t.dtype,
+                  .shape = t.size,
+                  .shard = s.shard,
+                  .offset = s.offset,
+                  .size = s.size,
+                  .storage = static_cast<uint32_t>(ckpt.storages.size())};
+    if (auto p = path_of.find(t.fqn); p != path_of.end() && p->second->size() > 1) {
+      // The first key is the sub-tree (`model`), if the name starts with it.
+      const std::string& top = p->second->front().key;
+      if (t.fqn.size() > top.size() && t.fqn.compare(0, top.size(), top) == 0 &&
+          t.fqn[top.size()] == '.') {
+        tensor.top_key_size = static_cast<uint32_t>(top.size());
+        tensor.top_is_dict = !p->second->front().index;
+      }
+    }
+    ckpt.storages.push_back(s);
+    ckpt.tensors.push_back(std::move(tensor));
+    ++splits[SplitOf(t)];
+    bytes += tiling.bytes;
+    chunk_count += t.chunks.size();
+  }
+
+  // The non-tensor values, each a torch.save of the value, nested by their paths.
+  nlohmann::ordered_json state = nlohmann::ordered_json::object();
+  for (const dcp::BytesItem& b : meta.bytes) {
+    const StoredFile& file = ckpt.shards[shard_of.at(b.storage.relative_path)];
+    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<GatherSource> item,
+                            ItemBytes(file, b.storage, "value " + b.fqn));
+    CKPTFS_ASSIGN_OR_RETURN(TorchFile saved, ReadTorchFile(*item));
+    if (!saved.tensors.empty()) {
+      return Status::Unsupported(file.name + ": value " + b.fqn +
+                                 " holds tensors inside a non-tensor value");
+    }
+    nlohmann::ordered_json value =
+        saved.state_json.empty() ? nlohmann::ordered_json()
+                                 : nlohmann::ordered_json::parse(saved.state_json, nullptr, false);
+    auto p = path_of.find(b.fqn);
+    if (p != path_of.end() && !p->second->empty()) {
+      SetAtPath(state, *p->second, std::move(value));
+    } else {
+      state[b.fqn] = std::move(value);
+    }
+  }
+  if (!state.empty())
+    ckpt.state_json = state.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  ckpt.index.push_back(std::move(meta_file));
+  ckpt.ranges.shrink_to_fit();
+  ckpt.metadata = {{"format", "pt"}};
+
+  auto dcp_state = std::make_unique<DcpState>();
+  std::string split_text;
+  for (const auto& [how, count] : splits) {
+    split_text += (split_text.empty() ? "" : ", ") + std::to_string(count) + " " + how;
+  }
+  dcp_state->summary =
+      std::to_string(files.size()) + " files, " + std::to_string(meta.tensors.size()) +
+      " tensors in " + std::to_string(chunk_count) + " chunks (" +
+      (split_text.empty() ? std::string("none") : split_text) + "), " +
+      std::to_string(meta.bytes.size()) + " values, " + std::to_string(bytes) + " tensor bytes";
+  ckpt.format_state = std::move(dcp_state);
+  return SortTensors(ckpt);
+}
+
+// With no key: as for torch files, the first of kTorchModelKeys whose value is a dict
+// holding tensors (torchtitan and FSDP2 save {"model": ..., "optimizer": ...}).
+void DcpModel(Checkpoint& ckpt) {
+  for (std::string_view key : kTorchModelKeys) {
+    if (TakeModelSubtree(ckpt, std::string(key), /*dicts_only=*/true)) {
+      ckpt.model.rule = "first of model_state_dict, state_dict, model, module";
+      return;
+    }
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> DcpInspect(const Checkpoint& ckpt) {
+  const auto* state = dynamic_cast<const DcpState*>(ckpt.format_state.get());
+  if (!state) return {};
+  return {{"dcp", state->summary}};
+}
+
+// The data files and .metadata are the checkpoint's; nothing else of `dir` is hidden.
+std::vector<std::string> DcpHidden(const SourceDir& dir, const Checkpoint&) {
+  std::vector<std::string> hidden;
+  for (const std::string& f : dir.files) {
+    if (IsDataFile(f)) hidden.push_back(f);
+  }
+  return hidden;
+}
+
+}  // namespace
+
+FormatReader DcpFormat() {
+  return FormatReader{
+      .name = "dcp",
+      .title = "PyTorch distributed checkpoint",
+      .format = CheckpointFormat::kDcp,
+      .probe_names = kProbeNames,
+      .looks_for = "a PyTorch distributed checkpoint (.metadata and *.distcp)",
+      .accepts_file = [](std::string_view name) { return StripZst(name) == kMetadataFile; },
+      .file_kinds = ".metadata",
+      .detect = &DetectDcp,
+      .read = &ReadDcp,
+      .hidden = &DcpHidden,
+      .model = {.top_key = &PickledTopKey, .by_default = &DcpModel},
+      .inspect = &DcpInspect,
+  };
+}
+
+}  // namespace ckptfs
