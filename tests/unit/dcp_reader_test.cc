@@ -1,0 +1,131 @@
+// The DCP entry of the format table (core/checkpoint/dcp_reader.cc) over the real files
+// PyTorch 2.11 wrote (../shared/fixtures/dcp, NOTICE.md; skipped when absent): every
+// tensor's bytes, gathered from its chunks, equal the whole tensor it was made from; the
+// non-tensor values nest as the state dict had them; the model is the `model` sub-tree; a
+// directory of DCP checkpoints is a run.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/formats.h"
+#include "core/format/safetensors.h"
+#include "core/run/run_listing.h"
+#include "core/source/byte_source.h"
+#include "test_util.h"
+
+namespace ckptfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kFixtures = fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "dcp";
+
+// name -> bytes of every tensor of a safetensors file.
+std::map<std::string, std::string> WholeTensors(const fs::path& path) {
+  auto source = LocalFileSource::Open(path.string(), path.filename().string());
+  EXPECT_TRUE(source.ok()) << source.status().message();
+  auto header = ReadSafetensorsHeader(**source);
+  EXPECT_TRUE(header.ok()) << header.status().message();
+  std::map<std::string, std::string> out;
+  for (const TensorEntry& t : header->tensors) {
+    std::string bytes(t.end - t.begin, '\0');
+    EXPECT_TRUE((*source)
+                    ->ReadAt(header->data_start + t.begin,
+                             {reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()})
+                    .ok());
+    out[t.name] = std::move(bytes);
+  }
+  return out;
+}
+
+// The bytes of tensor `t` of `ckpt`, read range by range from its files.
+std::string BytesOf(const Checkpoint& ckpt, const Tensor& t) {
+  StoredRange one;
+  std::string out;
+  for (const StoredRange& r : RangesOf(ckpt, t, one)) {
+    std::string piece(r.size, '\0');
+    const Status read =
+        ShardFile(ckpt, r.shard)
+            .source->ReadAt(r.offset, {reinterpret_cast<uint8_t*>(piece.data()), piece.size()});
+    EXPECT_TRUE(read.ok()) << read.message();
+    out += piece;
+  }
+  return out;
+}
+
+class DcpReaderTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DcpReaderTest, EveryTensorEqualsTheWholeTensorItWasMadeFrom) {
+  const fs::path source = kFixtures / GetParam();
+  if (!fs::is_directory(source)) GTEST_SKIP() << source << " is absent (a user's clone)";
+  auto ckpt = OpenCheckpoint(source.string(), testing::TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  EXPECT_EQ(ckpt->format, CheckpointFormat::kDcp);
+  const auto whole = WholeTensors(source / "expected.safetensors");
+  ASSERT_EQ(ckpt->tensors.size(), whole.size());
+  for (const Tensor& t : ckpt->tensors) {
+    SCOPED_TRACE(t.name);
+    ASSERT_TRUE(whole.count(t.name));
+    EXPECT_EQ(t.size, whole.at(t.name).size());
+    EXPECT_TRUE(BytesOf(*ckpt, t) == whole.at(t.name)) << "bytes differ";
+  }
+  // The model is the `model` sub-tree, as dcp_to_torch_save's {"model": ...}.
+  EXPECT_EQ(ckpt->model.key, "model");
+  const auto lines = FormatOf(CheckpointFormat::kDcp).inspect(*ckpt);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].first, "dcp");
+  EXPECT_NE(lines[0].second.find("chunks"), std::string::npos) << lines[0].second;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DcpReaderTest, ::testing::Values("single", "dtensor"));
+
+TEST(DcpReader, ValuesNestAsTheStateDictHadThem) {
+  const fs::path source = kFixtures / "single";
+  if (!fs::is_directory(source)) GTEST_SKIP() << source << " is absent (a user's clone)";
+  auto ckpt = OpenCheckpoint(source.string(), testing::TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  const auto state = nlohmann::json::parse(ckpt->state_json);
+  EXPECT_EQ(state["step"], 1234);
+  EXPECT_EQ(state["note"], "single-process dcp.save");
+  const auto& group = state["optim"]["param_groups"][0];
+  EXPECT_EQ(group["lr"], 1e-3);
+  EXPECT_EQ(group["betas"], nlohmann::json::array({0.9, 0.95}));
+  EXPECT_EQ(group["params"][0], "embed.weight");
+}
+
+// torchtitan saves each step as its own DCP directory (step-N/): a run of them.
+TEST(DcpReader, StepDirectoriesAreARun) {
+  const fs::path fixture = kFixtures / "dtensor";
+  if (!fs::is_directory(fixture)) GTEST_SKIP() << fixture << " is absent (a user's clone)";
+  const fs::path root = fs::temp_directory_path() / ("ckptfs_dcp_run." + std::to_string(getpid()));
+  fs::remove_all(root);
+  for (const char* step : {"step-100", "step-200"}) {
+    fs::create_directories(root / step);
+    for (const auto& e : fs::directory_iterator(fixture)) {
+      if (e.path().filename() != "expected.safetensors") {
+        fs::copy_file(e.path(), root / step / e.path().filename());
+      }
+    }
+  }
+  fs::create_directories(root / "step-300");  // being written: no .metadata yet
+  fs::copy_file(fixture / "__0_0.distcp", root / "step-300" / "__0_0.distcp");
+  auto dir = OpenSourceDir(root.string(), testing::TestCodec(), {});
+  ASSERT_TRUE(dir.ok()) << dir.status().message();
+  auto is_run = IsRun(*dir);
+  ASSERT_TRUE(is_run.ok()) << is_run.status().message();
+  EXPECT_TRUE(*is_run);
+  auto run = ListRun(*dir);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  ASSERT_EQ(run->entries.size(), 2u);
+  EXPECT_EQ(run->entries[1].name, "step-200");
+  EXPECT_EQ(run->entries[1].step, 200u);
+  EXPECT_EQ(run->entries[1].format, "dcp");
+  EXPECT_TRUE(run->entries[1].complete) << run->entries[1].why_incomplete;
+  EXPECT_EQ(run->latest, "step-200");
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace ckptfs
