@@ -25,13 +25,16 @@
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
+#include "core/checked.h"
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/formats.h"
 #include "core/checkpoint/model.h"
 #include "core/format/dcp/metadata.h"
 #include "core/format/dcp/tiling.h"
+#include "core/format/safetensors.h"
 #include "core/format/shape.h"
 #include "core/format/torch_file.h"
 #include "core/source/gather_source.h"
@@ -50,6 +53,15 @@ struct DcpState final : FormatState {
 
 bool IsDataFile(std::string_view name) { return EndsWith(StripZst(name), kDataSuffix); }
 
+// `shard-00001-model-00002-of-00003.safetensors`: rank 1's piece of output file 2 of 3
+// (_hf_utils.py: SHARDED_FILE_NAME, written by HuggingFaceStorageWriter with
+// save_distributed=True).
+bool IsHfShardName(std::string_view name) {
+  static const std::regex kShard(R"(shard-\d+-model-\d+-of-\d+\.safetensors)");
+  const std::string plain(StripZst(name));
+  return std::regex_match(plain, kShard);
+}
+
 // `.metadata` beside data files; where the store cannot list (HTTP without an autoindex)
 // `.metadata` alone, which read() then checks. A name as common as `.metadata` (an IDE's
 // folder) is no claim without a .distcp file when the store can tell.
@@ -57,10 +69,18 @@ Result<std::optional<Claim>> DetectDcp(const SourceDir& dir) {
   const std::string name(kMetadataFile);
   if (!dir.named.empty() && StripZst(dir.named) != kMetadataFile) return std::optional<Claim>();
   CKPTFS_ASSIGN_OR_RETURN(const bool has, StoredOrAsked(dir, name));
-  if (!has) return std::optional<Claim>();
-  const bool data = std::any_of(dir.files.begin(), dir.files.end(), IsDataFile);
-  if (!data && !dir.probe) return std::optional<Claim>();
-  return std::optional<Claim>(Claim{Claim::Rank::kNamed, name});
+  if (has) {
+    const bool data = std::any_of(dir.files.begin(), dir.files.end(), IsDataFile);
+    if (!data && !dir.probe) return std::optional<Claim>();
+    return std::optional<Claim>(Claim{Claim::Rank::kNamed, name});
+  }
+  // The Hugging Face form: its shards' names say what they are (an index beside them is
+  // the consolidated model, which the safetensors entry claims first).
+  if (!dir.named.empty()) return std::optional<Claim>();
+  for (const std::string& f : dir.files) {
+    if (IsHfShardName(f)) return std::optional<Claim>(Claim{Claim::Rank::kNamed, f});
+  }
+  return std::optional<Claim>();
 }
 
 // The bytes of one item: `length` bytes at `offset` of `file`, as their own source.
@@ -107,24 +127,122 @@ Result<PlacedChunk> PlaceChunk(const StoredFile& file, uint32_t shard, const dcp
       shard, c.storage.offset + storage.data_offset + tensor.storage_offset * DtypeSize(t.dtype)};
 }
 
-// How each tensor is split, for inspect: "whole", "dim 0", "dims 0,1".
-std::string SplitOf(const dcp::TensorItem& t) {
-  if (t.chunks.size() <= 1) return "whole";
+// One chunk of a tensor: its box and where its row-major bytes lie.
+struct ChunkAt {
+  dcp::ChunkBox box;
+  PlacedChunk where;
+};
+
+// What inspect's line says: counted while the tensors are added.
+struct Summary {
+  uint64_t tensors = 0, chunks = 0, bytes = 0, values = 0;
+  std::map<std::string, size_t> splits;  // SplitOf -> tensors
+};
+
+// How a tensor of `shape` is split by `chunks`, for inspect: "whole", "dim 0", "dims 0,1".
+std::string SplitOf(std::span<const uint64_t> shape, std::span<const ChunkAt> chunks) {
+  if (chunks.size() <= 1) return "whole";
   std::string dims;
-  for (size_t d = 0; d < t.size.size(); ++d) {
-    const bool split = std::any_of(t.chunks.begin(), t.chunks.end(),
-                                   [&](const dcp::Chunk& c) { return c.sizes[d] != t.size[d]; });
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const bool split = std::any_of(chunks.begin(), chunks.end(),
+                                   [&](const ChunkAt& c) { return c.box.sizes[d] != shape[d]; });
     if (split) dims += (dims.empty() ? "" : ",") + std::to_string(d);
   }
   return (dims.find(',') == std::string::npos ? "dim " : "dims ") + dims;
 }
 
-// Sets `value` at `path` of `root` (dict keys, list indices), making the containers.
+// Adds the storage of a tensor whole from its `chunks` (dcp::TileTensor) and returns the
+// tensor over it, not yet added: plain ranges where the tiling is (chunks along dimension 0),
+// else one GatherSource in ckpt.decoded. `what` names the file and tensor for refusals.
+Result<Tensor> AddWholeTensor(Checkpoint& ckpt, const std::string& name, Dtype dtype,
+                              const std::vector<uint64_t>& shape, std::span<const ChunkAt> chunks,
+                              const std::string& what, Summary& summary) {
+  std::vector<dcp::ChunkBox> boxes;
+  for (const ChunkAt& c : chunks) boxes.push_back(c.box);
+  CKPTFS_ASSIGN_OR_RETURN(dcp::Tiling tiling,
+                          dcp::TileTensor(shape, DtypeSize(dtype), boxes, what));
+  Storage s{.shard = chunks.empty() ? 0 : chunks[0].where.shard,
+            .offset = chunks.empty() ? 0 : chunks[0].where.offset,
+            .size = tiling.bytes,
+            .dtype = dtype};
+  if (tiling.plain()) {
+    std::vector<StoredRange> ranges;
+    for (const dcp::TileGroup& g : tiling.groups) {
+      for (const dcp::TileRun& r : g.runs) {
+        if (r.length == 0) continue;
+        const PlacedChunk& at = chunks[r.chunk].where;
+        ranges.push_back({at.shard, at.offset + r.chunk_offset, r.length});
+      }
+    }
+    if (!ranges.empty()) {
+      s.shard = ranges[0].shard;
+      s.offset = ranges[0].offset;
+    }
+    if (ranges.size() > 1) {
+      s.first_range = static_cast<uint32_t>(ckpt.ranges.size());
+      s.range_count = static_cast<uint32_t>(ranges.size());
+      ckpt.ranges.insert(ckpt.ranges.end(), ranges.begin(), ranges.end());
+    }
+  } else {
+    std::vector<GatherGroup> groups;
+    for (const dcp::TileGroup& g : tiling.groups) {
+      GatherGroup group{g.count, {}};
+      for (const dcp::TileRun& r : g.runs) {
+        const PlacedChunk& at = chunks[r.chunk].where;
+        group.runs.push_back(
+            {ckpt.shards[at.shard].source.get(), at.offset + r.chunk_offset, r.stride, r.length});
+      }
+      groups.push_back(std::move(group));
+    }
+    CKPTFS_ASSIGN_OR_RETURN(
+        std::unique_ptr<GatherSource> gathered,
+        GatherSource::Make(name + " (gathered from its chunks)", std::move(groups)));
+    const uint32_t mode = gathered->Mode();
+    const struct timespec mtime = gathered->MTime();
+    s.shard = static_cast<uint32_t>(ckpt.shards.size() + ckpt.decoded.size());
+    s.offset = 0;
+    ckpt.decoded.push_back(
+        StoredFile{gathered->Name(), gathered->Name(), std::move(gathered), mode, mtime});
+  }
+  ++summary.splits[SplitOf(shape, chunks)];
+  ++summary.tensors;
+  summary.chunks += chunks.size();
+  summary.bytes += tiling.bytes;
+  ckpt.storages.push_back(s);
+  return Tensor{.name = name,
+                .dtype = dtype,
+                .shape = shape,
+                .shard = s.shard,
+                .offset = s.offset,
+                .size = s.size,
+                .storage = static_cast<uint32_t>(ckpt.storages.size() - 1)};
+}
+
+// inspect's line, kept as the checkpoint's DcpState; the tensors sorted.
+void Finish(const Summary& summary, size_t files, Checkpoint& ckpt) {
+  std::string split_text;
+  for (const auto& [how, count] : summary.splits) {
+    split_text += (split_text.empty() ? "" : ", ") + std::to_string(count) + " " + how;
+  }
+  auto state = std::make_unique<DcpState>();
+  state->summary = std::to_string(files) + " files, " + std::to_string(summary.tensors) +
+                   " tensors in " + std::to_string(summary.chunks) + " chunks (" +
+                   (split_text.empty() ? std::string("none") : split_text) + "), " +
+                   std::to_string(summary.values) + " values, " + std::to_string(summary.bytes) +
+                   " tensor bytes";
+  ckpt.format_state = std::move(state);
+  ckpt.ranges.shrink_to_fit();
+}
+
+// Sets `value` at `path` of `root` (dict keys, list indices), making the containers. A list
+// holds no more items than the checkpoint has values (`max_items`): a larger index, which
+// would make a list of nulls that long, is a dict key instead.
 void SetAtPath(nlohmann::ordered_json& root, const std::vector<dcp::PathKey>& path,
-               nlohmann::ordered_json value) {
+               nlohmann::ordered_json value, size_t max_items) {
   nlohmann::ordered_json* at = &root;
   for (const dcp::PathKey& key : path) {
-    if (key.index && (at->is_null() || at->is_array())) {
+    const bool small = key.key.size() <= 9 && std::stoull("0" + key.key) < max_items;
+    if (key.index && small && (at->is_null() || at->is_array())) {
       const size_t i = std::stoull(key.key);
       if (at->is_null()) *at = nlohmann::ordered_json::array();
       while (at->size() <= i) at->push_back(nullptr);
@@ -188,68 +306,12 @@ Status ReadDcp(const SourceDir& dir, const Claim& claim, ReadContext& codec, Che
   for (const auto& [fqn, path] : meta.paths) path_of[fqn] = &path;
 
   size_t job = 0;
-  std::map<std::string, size_t> splits;
-  uint64_t bytes = 0, chunk_count = 0;
+  Summary summary;
   for (const dcp::TensorItem& t : meta.tensors) {
-    const std::string what = shown + ": tensor " + t.fqn;
-    std::vector<dcp::ChunkBox> boxes;
-    std::vector<PlacedChunk> where;
-    for (const dcp::Chunk& c : t.chunks) {
-      boxes.push_back({c.offsets, c.sizes});
-      where.push_back(*placed[job++]);
-    }
-    CKPTFS_ASSIGN_OR_RETURN(dcp::Tiling tiling,
-                            dcp::TileTensor(t.size, DtypeSize(t.dtype), boxes, what));
-    Storage s{.shard = where.empty() ? 0 : where[0].shard,
-              .offset = where.empty() ? 0 : where[0].offset,
-              .size = tiling.bytes,
-              .dtype = t.dtype};
-    if (tiling.plain()) {
-      std::vector<StoredRange> ranges;
-      for (const dcp::TileGroup& g : tiling.groups) {
-        for (const dcp::TileRun& r : g.runs) {
-          if (r.length == 0) continue;
-          ranges.push_back(
-              {where[r.chunk].shard, where[r.chunk].offset + r.chunk_offset, r.length});
-        }
-      }
-      if (!ranges.empty()) {
-        s.shard = ranges[0].shard;
-        s.offset = ranges[0].offset;
-      }
-      if (ranges.size() > 1) {
-        s.first_range = static_cast<uint32_t>(ckpt.ranges.size());
-        s.range_count = static_cast<uint32_t>(ranges.size());
-        ckpt.ranges.insert(ckpt.ranges.end(), ranges.begin(), ranges.end());
-      }
-    } else {
-      std::vector<GatherGroup> groups;
-      for (const dcp::TileGroup& g : tiling.groups) {
-        GatherGroup group{g.count, {}};
-        for (const dcp::TileRun& r : g.runs) {
-          const PlacedChunk& at = where[r.chunk];
-          group.runs.push_back(
-              {ckpt.shards[at.shard].source.get(), at.offset + r.chunk_offset, r.stride, r.length});
-        }
-        groups.push_back(std::move(group));
-      }
-      CKPTFS_ASSIGN_OR_RETURN(
-          std::unique_ptr<GatherSource> gathered,
-          GatherSource::Make(t.fqn + " (gathered from its chunks)", std::move(groups)));
-      const uint32_t mode = gathered->Mode();
-      const struct timespec mtime = gathered->MTime();
-      s.shard = static_cast<uint32_t>(ckpt.shards.size() + ckpt.decoded.size());
-      s.offset = 0;
-      ckpt.decoded.push_back(
-          StoredFile{gathered->Name(), gathered->Name(), std::move(gathered), mode, mtime});
-    }
-    Tensor tensor{.name = t.fqn,
-                  .dtype = t.dtype,
-                  .shape = t.size,
-                  .shard = s.shard,
-                  .offset = s.offset,
-                  .size = s.size,
-                  .storage = static_cast<uint32_t>(ckpt.storages.size())};
+    std::vector<ChunkAt> chunks;
+    for (const dcp::Chunk& c : t.chunks) chunks.push_back({{c.offsets, c.sizes}, *placed[job++]});
+    CKPTFS_ASSIGN_OR_RETURN(Tensor tensor, AddWholeTensor(ckpt, t.fqn, t.dtype, t.size, chunks,
+                                                          shown + ": tensor " + t.fqn, summary));
     if (auto p = path_of.find(t.fqn); p != path_of.end() && p->second->size() > 1) {
       // The first key is the sub-tree (`model`), if the name starts with it.
       const std::string& top = p->second->front().key;
@@ -259,11 +321,7 @@ Status ReadDcp(const SourceDir& dir, const Claim& claim, ReadContext& codec, Che
         tensor.top_is_dict = !p->second->front().index;
       }
     }
-    ckpt.storages.push_back(s);
     ckpt.tensors.push_back(std::move(tensor));
-    ++splits[SplitOf(t)];
-    bytes += tiling.bytes;
-    chunk_count += t.chunks.size();
   }
 
   // The non-tensor values, each a torch.save of the value, nested by their paths.
@@ -282,7 +340,7 @@ Status ReadDcp(const SourceDir& dir, const Claim& claim, ReadContext& codec, Che
                                  : nlohmann::ordered_json::parse(saved.state_json, nullptr, false);
     auto p = path_of.find(b.fqn);
     if (p != path_of.end() && !p->second->empty()) {
-      SetAtPath(state, *p->second, std::move(value));
+      SetAtPath(state, *p->second, std::move(value), meta.bytes.size() + meta.tensors.size());
     } else {
       state[b.fqn] = std::move(value);
     }
@@ -290,21 +348,112 @@ Status ReadDcp(const SourceDir& dir, const Claim& claim, ReadContext& codec, Che
   if (!state.empty())
     ckpt.state_json = state.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   ckpt.index.push_back(std::move(meta_file));
-  ckpt.ranges.shrink_to_fit();
   ckpt.metadata = {{"format", "pt"}};
 
-  auto dcp_state = std::make_unique<DcpState>();
-  std::string split_text;
-  for (const auto& [how, count] : splits) {
-    split_text += (split_text.empty() ? "" : ", ") + std::to_string(count) + " " + how;
-  }
-  dcp_state->summary =
-      std::to_string(files.size()) + " files, " + std::to_string(meta.tensors.size()) +
-      " tensors in " + std::to_string(chunk_count) + " chunks (" +
-      (split_text.empty() ? std::string("none") : split_text) + "), " +
-      std::to_string(meta.bytes.size()) + " values, " + std::to_string(bytes) + " tensor bytes";
-  ckpt.format_state = std::move(dcp_state);
+  summary.values = meta.bytes.size();
+  Finish(summary, files.size(), ckpt);
   return SortTensors(ckpt);
+}
+
+// The Hugging Face form of DCP: each rank's pieces as safetensors files whose __metadata__
+// DCP_SHARDING_INFO gives each tensor's saved_offsets in the whole tensor
+// (HuggingFaceStorageWriter). _consolidate_hf_safetensors would copy them into
+// model-0000K-of-0000N.safetensors, each tensor's size the largest offset + size of its
+// pieces along each dimension; this is that model, with nothing written.
+Status ReadHfDcp(const SourceDir& dir, ReadContext& codec, Checkpoint& ckpt) {
+  std::vector<std::string> files;
+  for (const std::string& f : dir.files) {
+    if (IsHfShardName(f)) files.push_back(f);
+  }
+  std::vector<StoredFile> opened(files.size());
+  std::vector<SafetensorsHeader> headers(files.size());
+  std::vector<Status> errors(files.size());
+  ForEachInParallel(files.size(), [&](size_t i) {
+    Result<StoredFile> f = OpenWeightFile(dir, files[i], codec);
+    if (!f.ok()) {
+      errors[i] = f.status();
+      return;
+    }
+    Result<SafetensorsHeader> h = ReadSafetensorsHeader(*f->source);
+    if (!h.ok()) {
+      errors[i] = h.status();
+      return;
+    }
+    opened[i] = std::move(f).value();
+    headers[i] = std::move(h).value();
+  });
+  for (const Status& e : errors) CKPTFS_RETURN_IF_ERROR(e);
+
+  struct Pieces {
+    Dtype dtype;
+    std::vector<ChunkAt> chunks;
+    std::string first_file;
+  };
+  std::map<std::string, Pieces> tensors;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string shown = JoinShown(dir.path, opened[i].name);
+    const auto info_text =
+        std::find_if(headers[i].metadata.begin(), headers[i].metadata.end(),
+                     [](const auto& kv) { return kv.first == "DCP_SHARDING_INFO"; });
+    if (info_text == headers[i].metadata.end()) {
+      return Status::Corruption(shown +
+                                ": no DCP_SHARDING_INFO in its __metadata__ (not a "
+                                "piece HuggingFaceStorageWriter wrote)");
+    }
+    const nlohmann::json info = nlohmann::json::parse(info_text->second, nullptr, false);
+    if (!info.is_object())
+      return Status::Corruption(shown + ": DCP_SHARDING_INFO is not a JSON object");
+    const auto shard = static_cast<uint32_t>(ckpt.shards.size());
+    for (const TensorEntry& t : headers[i].tensors) {
+      const auto entry = info.find(t.name);
+      const nlohmann::json* offsets =
+          entry != info.end() && entry->is_object() && entry->contains("saved_offsets")
+              ? &(*entry)["saved_offsets"]
+              : nullptr;
+      if (!offsets || !offsets->is_array() || offsets->size() != t.shape.size() ||
+          !std::all_of(offsets->begin(), offsets->end(),
+                       [](const nlohmann::json& v) { return v.is_number_unsigned(); })) {
+        return Status::Corruption(shown + ": tensor " + t.name +
+                                  " has no saved_offsets of its rank in DCP_SHARDING_INFO");
+      }
+      ChunkAt chunk{{offsets->get<std::vector<uint64_t>>(), t.shape},
+                    {shard, headers[i].data_start + t.begin}};
+      auto [it, added] = tensors.try_emplace(t.name, Pieces{t.dtype, {}, shown});
+      if (it->second.dtype != t.dtype) {
+        return Status::Corruption(
+            shown + ": tensor " + t.name + " is " + std::string(DtypeName(t.dtype)) + ", but " +
+            std::string(DtypeName(it->second.dtype)) + " in " + it->second.first_file);
+      }
+      it->second.chunks.push_back(std::move(chunk));
+    }
+    ckpt.shards.push_back(std::move(opened[i]));
+  }
+  Summary summary;
+  for (auto& [name, pieces] : tensors) {
+    const std::string what = JoinShown(dir.path, pieces.first_file) + ": tensor " + name;
+    std::vector<uint64_t> shape(pieces.chunks[0].box.sizes.size(), 0);
+    for (const ChunkAt& c : pieces.chunks) {
+      if (c.box.sizes.size() != shape.size()) {
+        return Status::Corruption(what + ": its pieces differ in rank");
+      }
+      for (size_t d = 0; d < shape.size(); ++d) {
+        const std::optional<uint64_t> end = CheckedAdd(c.box.offsets[d], c.box.sizes[d]);
+        if (!end) return Status::Corruption(what + ": saved_offsets overflow");
+        shape[d] = std::max(shape[d], *end);
+      }
+    }
+    CKPTFS_ASSIGN_OR_RETURN(Tensor tensor, AddWholeTensor(ckpt, name, pieces.dtype, shape,
+                                                          pieces.chunks, what, summary));
+    ckpt.tensors.push_back(std::move(tensor));
+  }
+  ckpt.metadata = {{"format", "pt"}};
+  Finish(summary, files.size(), ckpt);
+  return SortTensors(ckpt);
+}
+
+Status ReadDcpOrHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, Checkpoint& ckpt) {
+  if (IsHfShardName(claim.file)) return ReadHfDcp(dir, codec, ckpt);
+  return ReadDcp(dir, claim, codec, ckpt);
 }
 
 // With no key: as for torch files, the first of kTorchModelKeys whose value is a dict
@@ -328,7 +477,7 @@ std::vector<std::pair<std::string, std::string>> DcpInspect(const Checkpoint& ck
 std::vector<std::string> DcpHidden(const SourceDir& dir, const Checkpoint&) {
   std::vector<std::string> hidden;
   for (const std::string& f : dir.files) {
-    if (IsDataFile(f)) hidden.push_back(f);
+    if (IsDataFile(f) || IsHfShardName(f)) hidden.push_back(f);
   }
   return hidden;
 }
@@ -341,11 +490,13 @@ FormatReader DcpFormat() {
       .title = "PyTorch distributed checkpoint",
       .format = CheckpointFormat::kDcp,
       .probe_names = kProbeNames,
-      .looks_for = "a PyTorch distributed checkpoint (.metadata and *.distcp)",
+      .looks_for =
+          "a PyTorch distributed checkpoint (.metadata and *.distcp, or "
+          "shard-*-model-*-of-*.safetensors)",
       .accepts_file = [](std::string_view name) { return StripZst(name) == kMetadataFile; },
       .file_kinds = ".metadata",
       .detect = &DetectDcp,
-      .read = &ReadDcp,
+      .read = &ReadDcpOrHf,
       .hidden = &DcpHidden,
       .model = {.top_key = &PickledTopKey, .by_default = &DcpModel},
       .inspect = &DcpInspect,
