@@ -42,5 +42,20 @@ TEST_F(DcpMountTest, FixturesEqualTheWholeTensorsAndDcpToTorchSave) {
   }
 }
 
+// hf_dcp/: the Hugging Face form (HuggingFaceStorageWriter, save_distributed=True): each
+// rank's pieces in shard-0000R-model-0000K-of-00002.safetensors, shown as the model
+// _consolidate_hf_safetensors would write.
+TEST_F(DcpMountTest, HuggingFaceFormIsTheConsolidatedModel) {
+  const fs::path source = kDcpFixtures / "hf_dcp";
+  if (!fs::is_directory(source)) GTEST_SKIP() << source << " is absent (a user's clone)";
+  const ProcessResult verify = Ckptfs({"verify", source.string()}, kVerifyTimeout);
+  EXPECT_EQ(verify.exit_code, 0) << verify.Describe();
+  const std::string mnt = MountFresh(source.string());
+  if (HasFatalFailure()) return;
+  RunCheck("check_dcp.py", {source.string(), mnt});
+  EXPECT_FALSE(fs::exists(mnt + "/shard-00001-model-00001-of-00002.safetensors"))
+      << "the pieces are under shards/, not beside the model";
+}
+
 }  // namespace
 }  // namespace ckptfs::mount_test

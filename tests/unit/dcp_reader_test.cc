@@ -71,15 +71,16 @@ TEST_P(DcpReaderTest, EveryTensorEqualsTheWholeTensorItWasMadeFrom) {
     EXPECT_EQ(t.size, whole.at(t.name).size());
     EXPECT_TRUE(BytesOf(*ckpt, t) == whole.at(t.name)) << "bytes differ";
   }
-  // The model is the `model` sub-tree, as dcp_to_torch_save's {"model": ...}.
-  EXPECT_EQ(ckpt->model.key, "model");
+  // The model is the `model` sub-tree, as dcp_to_torch_save's {"model": ...}; the
+  // Hugging Face form saves the model itself.
+  EXPECT_EQ(ckpt->model.key, GetParam() == "hf_dcp" ? "" : "model");
   const auto lines = FormatOf(CheckpointFormat::kDcp).inspect(*ckpt);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].first, "dcp");
   EXPECT_NE(lines[0].second.find("chunks"), std::string::npos) << lines[0].second;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, DcpReaderTest, ::testing::Values("single", "dtensor"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, DcpReaderTest, ::testing::Values("single", "dtensor", "hf_dcp"));
 
 TEST(DcpReader, ValuesNestAsTheStateDictHadThem) {
   const fs::path source = kFixtures / "single";
