@@ -569,5 +569,68 @@ TEST(GatherSourceTest, TensorParallelShard1Figure) {
   }
 }
 
+// Random recursive cuts of a box (a k-d tree): tilings that are no grid, where one chunk
+// spans cells of another's split.
+void Cut(ChunkBox box, int depth, std::mt19937_64& rng, std::vector<ChunkBox>& out) {
+  std::vector<size_t> cuttable;
+  for (size_t j = 0; j < box.sizes.size(); ++j) {
+    if (box.sizes[j] > 1) cuttable.push_back(j);
+  }
+  if (depth == 0 || cuttable.empty() || rng() % 4 == 0) {
+    out.push_back(box);
+    return;
+  }
+  const size_t j = cuttable[rng() % cuttable.size()];
+  const uint64_t at = 1 + rng() % (box.sizes[j] - 1);
+  ChunkBox rest = box;
+  box.sizes[j] = at;
+  rest.offsets[j] += at;
+  rest.sizes[j] -= at;
+  Cut(box, depth - 1, rng, out);
+  Cut(rest, depth - 1, rng, out);
+}
+
+TEST(GatherSourceTest, RandomNonGridTilingsRead) {
+  std::mt19937_64 rng(31337);
+  for (int iter = 0; iter < 300; ++iter) {
+    SCOPED_TRACE("iteration " + std::to_string(iter));
+    const size_t rank = 1 + rng() % 4;
+    ChunkBox whole;
+    for (size_t j = 0; j < rank; ++j) {
+      whole.offsets.push_back(0);
+      whole.sizes.push_back(1 + rng() % 6);
+    }
+    std::vector<ChunkBox> chunks;
+    Cut(whole, 1 + static_cast<int>(rng() % 6), rng, chunks);
+    // Empty chunks anywhere inside the tensor change nothing.
+    for (uint64_t n = rng() % 3; n > 0; --n) {
+      ChunkBox empty = whole;
+      const size_t j = rng() % rank;
+      empty.offsets[j] = rng() % (whole.sizes[j] + 1);
+      empty.sizes[j] = 0;
+      chunks.push_back(empty);
+    }
+    std::shuffle(chunks.begin(), chunks.end(), rng);
+    const uint64_t es = 1 + rng() % 4;
+    const Tiling t = TileAndCompare(whole.sizes, es, chunks, iter);
+    const std::vector<std::string> bytes = RandomContents(chunks, es, rng);
+    const std::string reference = Direct(whole.sizes, es, chunks, bytes);
+    std::vector<std::unique_ptr<ByteSource>> sources;
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      sources.push_back(std::make_unique<TestSource>("c", bytes[k], rng() % 2 == 0));
+    }
+    Result<std::unique_ptr<GatherSource>> g = GatherSource::Make("w", FromTiling(t, sources));
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    ASSERT_EQ((*g)->Size(), reference.size());
+    for (int i = 0; i < 20; ++i) {
+      const uint64_t offset = rng() % (reference.size() + 1);
+      const uint64_t length = rng() % (reference.size() - offset + 1);
+      EXPECT_EQ(ReadFilled(**g, offset, length), reference.substr(offset, length));
+      size_t spans = 0;
+      EXPECT_EQ(ReadLent(**g, offset, length, &spans), reference.substr(offset, length));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckptfs
