@@ -167,18 +167,21 @@ struct timespec GatherSource::MTime() const {
 }
 
 void GatherSource::Prefetch(uint64_t offset, uint64_t length) const {
-  // A strided range touches every source's rows from the first repetition on: hint each
-  // source the span of its bytes the range covers, bounded by the range's length.
+  // A strided range touches each run's rows from its first repetition to its last: hint
+  // each source that span of its bytes, group by group, never past the range's rows.
   if (offset >= size_ || length == 0) return;
-  const size_t g =
+  const uint64_t last = offset + std::min(length, size_ - offset) - 1;  // last byte hinted
+  size_t g =
       static_cast<size_t>(std::upper_bound(group_start_.begin(), group_start_.end(), offset) -
                           group_start_.begin() - 1);
-  const uint64_t rep = (offset - group_start_[g]) / row_bytes_[g];
-  const uint64_t reps = std::min(groups_[g].count - rep, length / row_bytes_[g] + 1);
-  for (const GatherRun& r : groups_[g].runs) {
-    // Inside the source (Make checked the last repetition).
-    const uint64_t from = r.base + rep * r.stride;
-    r.source->Prefetch(from, (reps - 1) * r.stride + r.length);
+  for (; g < groups_.size() && group_start_[g] <= last; ++g) {
+    const uint64_t from = std::max(offset, group_start_[g]) - group_start_[g];
+    const uint64_t to = std::min(last - group_start_[g], groups_[g].count * row_bytes_[g] - 1);
+    const uint64_t first_rep = from / row_bytes_[g], reps = to / row_bytes_[g] - first_rep + 1;
+    for (const GatherRun& r : groups_[g].runs) {
+      // Inside the source: Make checked the last repetition.
+      r.source->Prefetch(r.base + first_rep * r.stride, (reps - 1) * r.stride + r.length);
+    }
   }
 }
 

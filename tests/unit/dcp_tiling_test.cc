@@ -369,7 +369,13 @@ class TestSource final : public ByteSource {
   }
   std::string Identity() const override { return identity_; }
   void BeginServing() override { ++serving; }
+  Status CheckUnchanged() const override { return unchanged; }
+  void Prefetch(uint64_t offset, uint64_t length) const override {
+    hints.push_back({offset, length});
+  }
   int serving = 0;
+  Status unchanged;
+  mutable std::vector<std::pair<uint64_t, uint64_t>> hints;
 
  private:
   std::string name_, bytes_;
@@ -502,6 +508,36 @@ TEST(GatherSourceTest, ModeMTimeIdentityAndServing) {
   EXPECT_EQ((*abc)->Mode(), 0440u);
   EXPECT_EQ((*abc)->MTime().tv_sec, 100);
   EXPECT_TRUE((*abc)->Identity().empty());  // c cannot tell
+  EXPECT_TRUE((*abc)->CheckUnchanged().ok());
+  c.unchanged = Status::IoError("c: changed since it was opened");
+  EXPECT_EQ((*abc)->CheckUnchanged().message(), "c: changed since it was opened");
+}
+
+TEST(GatherSourceTest, PrefetchHintsEachSourceTheRowsARangeCovers) {
+  // 6 rows x 2 runs of 4 bytes (stride 4): bytes [11, 31) are in rows 1 to 3.
+  TestSource a("a", std::string(24, 'a'), false);
+  TestSource b("b", std::string(24, 'b'), false);
+  Result<std::unique_ptr<GatherSource>> g =
+      GatherSource::Make("w", {{6, {{&a, 0, 4, 4}, {&b, 0, 4, 4}}}});
+  ASSERT_TRUE(g.ok());
+  (*g)->Prefetch(11, 20);
+  for (const TestSource* s : {&a, &b}) {
+    ASSERT_EQ(s->hints.size(), 1u);
+    const auto [offset, length] = s->hints[0];
+    EXPECT_EQ(offset, 4u);            // row 1
+    EXPECT_EQ(offset + length, 16u);  // through row 3
+  }
+  (*g)->Prefetch(48, 10);  // past the end: nothing
+  EXPECT_EQ(a.hints.size(), 1u);
+  // Across groups: each group's sources hinted for the rows the range has there.
+  TestSource c("c", std::string(10, 'c'), false);
+  g = GatherSource::Make("w", {{6, {{&a, 0, 4, 4}}}, {5, {{&c, 0, 2, 2}}}});
+  ASSERT_TRUE(g.ok());
+  (*g)->Prefetch(20, 7);  // a's row 5, c's rows 0 and 1
+  ASSERT_EQ(a.hints.size(), 2u);
+  EXPECT_EQ(a.hints[1], std::make_pair(uint64_t{20}, uint64_t{4}));
+  ASSERT_EQ(c.hints.size(), 1u);
+  EXPECT_EQ(c.hints[0], std::make_pair(uint64_t{0}, uint64_t{4}));
 }
 
 // Bytes made from their offset, of any size, without memory: stands in for a 64 MiB shard.
