@@ -13,13 +13,19 @@
 //   - a 32000x8192 tensor split 8 ways along dimension 1 (tensor parallel Shard(1)): one
 //     group, count 32000, 8 runs (each chunk's row, stride its row's bytes);
 //   - a 2x2 mesh [Shard(0), Shard(1)]: two groups (one per row band), two runs each.
-// In general: the grid of every chunk's boundaries; the innermost dimension d with more
-// than one cell; a group per cell of the dimensions before d (and, where two or more of
-// those are split, per row of the outer ones), runs the cells along d.
+// In general: the grid of every chunk's boundaries (empty chunks, as torch.chunk gives on
+// an uneven split, hold no element and add none); the innermost dimension d with more
+// than one cell; the innermost dimension e before d with more than one cell, if any; a
+// group per cell along e, runs the cells along d (adjacent runs of one chunk merged, and
+// adjacent groups of count 1 joined). Memory grows with the chunks, except that each row
+// of the dimensions before e (split or not) has its own groups: a [4, 8, 8] tensor split
+// along dims 1 and 2 is 4 x 2 groups, one split along dims 0 and 2 is 2 groups.
 //
 // Untrusted input: chunks whose rank differs from the tensor's, a box past the tensor's
-// size, chunks that overlap or leave holes, byte counts that overflow 64 bits, or a grid
-// of more than kMaxTileCells cells are InvalidArgument naming `what` (the file and tensor).
+// size, chunks that overlap or leave holes, byte counts that overflow 64 bits, a zero
+// element size, a grid of more than kMaxTileCells cells or a tiling needing more than
+// kMaxTileCells runs (rows before e x cells along e and d) are InvalidArgument naming
+// `what` (the file and tensor).
 //
 // Thread safety: pure functions.
 #pragma once
