@@ -96,13 +96,13 @@ struct SpecChunk {
   std::vector<int64_t> offsets, sizes;
   std::string file = "__0_0.distcp";
   int64_t offset = 0, length = 64;
-  std::vector<std::string> transforms;
+  std::vector<std::string> transforms = {};
   bool stored = true;
 };
 struct SpecTensor {
   std::string fqn;
-  std::vector<int64_t> size;
-  std::vector<SpecChunk> chunks;
+  std::vector<int64_t> size = {};
+  std::vector<SpecChunk> chunks = {};
   std::string dtype_module = "torch", dtype = "float32";
   std::string cls_module = std::string(kMeta), cls = "TensorStorageMetadata";
 };
@@ -114,7 +114,7 @@ struct SpecBytes {
 };
 struct SpecEntry {  // a storage_data entry of its own (for an unknown fqn, a duplicate)
   std::string fqn;
-  std::optional<std::vector<int64_t>> offsets;
+  std::optional<std::vector<int64_t>> offsets = std::nullopt;
   std::string file = "__0_0.distcp";
 };
 using Key = std::variant<std::string, int64_t>;
@@ -335,11 +335,12 @@ TEST(DcpMetadata, RefusesChunksOutsideTheirTensor) {
   spec.tensors[0].chunks[1].sizes = {4, 3, 1};
   ExpectRefused(Encode(spec), "chunk 1 has rank 2/3, the tensor 2");
 
-  spec = TwoRankSpec();  // an end that wraps 64 bits is still past the size
-  spec.tensors[0].size = {4, INT64_MAX};
+  spec = TwoRankSpec();  // ends near 2^64 are compared without wrapping
+  spec.tensors[0].dtype = "bool";
+  spec.tensors[0].size = {1, INT64_MAX};
+  spec.tensors[0].chunks[0].sizes = {1, 1};
   spec.tensors[0].chunks[1].offsets = {0, INT64_MAX};
-  spec.tensors[0].chunks[1].sizes = {4, INT64_MAX};
-  spec.tensors[0].chunks[0].sizes = {4, 1};
+  spec.tensors[0].chunks[1].sizes = {1, INT64_MAX};
   ExpectRefused(Encode(spec), "lies past the tensor's size");
 }
 
@@ -370,8 +371,9 @@ TEST(DcpMetadata, RefusesSizesThatAreNegativeOrOverflow) {
 }
 
 TEST(DcpMetadata, RefusesPathsThatAreNotOnePlainName) {
-  for (const std::string name : {"sub/__0_0.distcp", "/etc/passwd", "..", ".", "", "../x",
-                                 std::string("a\0b", 3), std::string(256, 'a')}) {
+  for (const std::string& name :
+       std::vector<std::string>{"sub/__0_0.distcp", "/etc/passwd", "..", ".", "", "../x",
+                                std::string("a\0b", 3), std::string(256, 'a')}) {
     Spec spec = TwoRankSpec();
     spec.tensors[0].chunks[1].file = name;
     ExpectRefused(Encode(spec), "relative_path");
