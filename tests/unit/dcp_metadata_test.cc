@@ -443,6 +443,48 @@ TEST(DcpMetadata, RefusesEveryTruncation) {
   }
 }
 
+// The fuzz target's seeds, which python's own pickler wrote (memo, frames) with stand-in
+// classes (tests/fuzz/dcp_metadata_seeds.py): the sound ones parse, the hostile ones refuse.
+TEST(DcpMetadata, SeedCorpus) {
+  const fs::path corpus =
+      fs::path(CKPTFS_SOURCE_DIR) / "tests" / "fuzz" / "corpus" / "dcp_metadata";
+  const auto parse = [&](const std::string& name) {
+    std::ifstream in(corpus / name, std::ios::binary);
+    return ParseMetadata(std::string(std::istreambuf_iterator<char>(in), {}), name);
+  };
+  const Result<Metadata> dtensor = parse("dtensor.metadata");
+  ASSERT_TRUE(dtensor.ok()) << dtensor.status().message();
+  ASSERT_EQ(dtensor->tensors.size(), 5u);
+  EXPECT_EQ(dtensor->tensors[2].dtype, Dtype::kI64);
+  EXPECT_EQ(dtensor->tensors[2].chunks[3].offsets, (std::vector<uint64_t>{2, 2}));
+  EXPECT_EQ(dtensor->tensors[2].chunks[3].storage.relative_path, "__3_0.distcp");
+  EXPECT_EQ(dtensor->tensors[4].chunks[3].sizes, (std::vector<uint64_t>{2, 0}));
+  const Result<Metadata> single = parse("single.metadata");
+  ASSERT_TRUE(single.ok()) << single.status().message();
+  ASSERT_EQ(single->bytes.size(), 2u);
+  ASSERT_EQ(single->paths.size(), 5u);
+  EXPECT_TRUE(single->paths[3].second[2].index);
+  const Result<Metadata> old = parse("old_writer.metadata");
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_EQ(old->version, "");
+  const Result<Metadata> transforms = parse("transforms.metadata");
+  ASSERT_TRUE(transforms.ok()) << transforms.status().message();
+  EXPECT_EQ(transforms->tensors[0].dtype, Dtype::kC64);
+  EXPECT_EQ(transforms->tensors[0].chunks[0].storage.transforms,
+            (std::vector<std::string>{"stream.zstd"}));
+  const std::pair<std::string, std::string> hostile[] = {
+      {"dotdot.metadata", "relative_path \"../etc/passwd\" is not a plain file name"},
+      {"past_size.metadata", "lies past the tensor's size [4]"},
+      {"os_system.metadata", "global os.system is not allowed"},
+  };
+  for (const auto& [name, what] : hostile) {
+    const Result<Metadata> m = parse(name);
+    ASSERT_FALSE(m.ok()) << name;
+    EXPECT_EQ(m.status().message().rfind(name + ": ", 0), 0u) << m.status().message();
+    EXPECT_NE(m.status().message().find(what), std::string::npos) << m.status().message();
+  }
+}
+
 // The fixtures PyTorch 2.11 wrote (make_fixtures.py, seed 1).
 const fs::path kFixtures = fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared" / "fixtures" / "dcp";
 
