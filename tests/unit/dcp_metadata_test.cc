@@ -66,6 +66,12 @@ class PickleWriter {
   PickleWriter& NewObj() { return Op('\x81'); }
   PickleWriter& Reduce() { return Op('R'); }
   PickleWriter& Build() { return Op('b'); }
+  PickleWriter& Memoize() { return Op('\x94'); }  // the top as memo entry 0, 1, 2, ...
+  PickleWriter& Get(uint32_t memo) {
+    Op('j');
+    Le(memo, 4);
+    return *this;
+  }
   // A dataclass instance: NEWOBJ(cls, ()) then BUILD of the dict `fields` writes.
   template <typename F>
   PickleWriter& Dataclass(std::string_view module, std::string_view cls, F fields) {
@@ -433,6 +439,56 @@ TEST(DcpMetadata, RefusesMissingNeededFields) {
     }
     ExpectRefused(bytes, "has no " + std::string(field));
   }
+}
+
+// Python shares objects through the memo, so a small pickle can name one chunk list from
+// many tensors: what that would build is charged to the metadata budget and refused, not
+// allocated. (200 tensors x 1000 chunks of rank 64 from a pickle of ~170 KB.)
+TEST(DcpMetadata, SharedObjectsCannotMultiplyMemory) {
+  constexpr int kRank = 64, kChunks = 1000, kTensors = 200;
+  PickleWriter w;
+  w.Global(kMeta, "Metadata").EmptyTuple().NewObj().EmptyDict().Mark();
+  w.Str("state_dict_metadata").EmptyDict().Mark();
+  for (int t = 0; t < kTensors; ++t) {
+    w.Str("t" + std::to_string(t)).Global(kMeta, "TensorStorageMetadata").EmptyTuple().NewObj();
+    w.EmptyDict().Mark();
+    w.Str("properties").Global(kMeta, "TensorProperties").EmptyTuple().NewObj();
+    w.Mark().Global("torch", "float32").Tuple().Build();
+    if (t == 0) {
+      std::vector<int64_t> size(kRank, 1);
+      size[0] = kChunks;
+      w.Str("size").Size(size).Memoize();            // memo 0
+      w.Str("chunks").EmptyList().Memoize().Mark();  // memo 1
+      for (int c = 0; c < kChunks; ++c) {
+        std::vector<int64_t> offsets(kRank, 0);
+        offsets[0] = c;
+        w.Dataclass(kMeta, "ChunkStorageMetadata", [&] {
+          w.Str("offsets").Size(offsets).Str("sizes");
+          if (c == 0) {
+            w.Size(std::vector<int64_t>(kRank, 1)).Memoize();  // memo 2
+          } else {
+            w.Get(2);
+          }
+        });
+      }
+      w.Appends();
+    } else {
+      w.Str("size").Get(0).Str("chunks").Get(1);
+    }
+    w.SetItems().Build();
+  }
+  w.SetItems().SetItems().Build();
+  const std::string bytes = w.Finish();
+  EXPECT_LT(bytes.size(), 400u << 10);
+  ExpectRefused(bytes, "metadata would take more than");
+}
+
+TEST(DcpMetadata, RefusesTensorsOfTooManyDimensions) {
+  Spec spec = TwoRankSpec();
+  spec.tensors[1].size = std::vector<int64_t>(65, 1);
+  spec.tensors[1].chunks[0].offsets = std::vector<int64_t>(65, 0);
+  spec.tensors[1].chunks[0].sizes = std::vector<int64_t>(65, 1);
+  ExpectRefused(Encode(spec), "size has 65 dimensions (at most 64)");
 }
 
 TEST(DcpMetadata, RefusesEveryTruncation) {
