@@ -373,7 +373,7 @@ TEST(DcpMetadata, RefusesSizesThatAreNegativeOrOverflow) {
   const size_t at = bytes.find(long1);
   ASSERT_NE(at, std::string::npos);
   bytes.replace(at, long1.size(), std::string("\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01", 11));
-  ExpectRefused(bytes, "");
+  ExpectRefused(bytes, "integer too large");
 }
 
 TEST(DcpMetadata, RefusesPathsThatAreNotOnePlainName) {
