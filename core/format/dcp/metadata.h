@@ -27,6 +27,11 @@
 // chunk has exactly one storage_data entry and no entry names an unknown fqn or chunk;
 // relative_path is one plain file name (no '/', never "." or ".."); a transform is kept by
 // name (the reader refuses those it cannot apply). Messages start with `file_name`.
+// Bounds: a tensor has at most 64 dimensions, a relative_path at most 255 bytes, two chunks
+// of one tensor never share their offsets (storage_data finds a chunk by them), a dataclass
+// has at most 32 fields; what the reader builds is charged to a MetadataBudget of the
+// file's size (core/format/metadata_budget.h), so objects the pickle shares through its
+// memo cannot multiply memory.
 // Tiling (overlap, holes) is checked by TileTensor (tiling.h), not here.
 //
 // Thread safety: pure functions.
