@@ -310,7 +310,7 @@ TEST(DcpMetadata, RefusesGlobalsOffTheList) {
   Spec spec = TwoRankSpec();
   spec.tensors[0].dtype_module = "os";
   spec.tensors[0].dtype = "system";
-  ExpectRefused(Encode(spec), "global os.system is not allowed");
+  ExpectRefused(Encode(spec), "ckpt/.metadata: global os.system is not allowed (byte ");
 
   spec = TwoRankSpec();
   spec.tensors[0].cls = "EvilStorageMetadata";
