@@ -491,6 +491,16 @@ TEST(DcpMetadata, RefusesTensorsOfTooManyDimensions) {
   ExpectRefused(Encode(spec), "size has 65 dimensions (at most 64)");
 }
 
+// A dataclass has a handful of fields: a state dict of many, which every field lookup
+// would scan, is refused.
+TEST(DcpMetadata, RefusesDataclassesOfManyFields) {
+  PickleWriter w;
+  w.Dataclass(kMeta, "Metadata", [&] {
+    for (int i = 0; i < 33; ++i) w.Str("f" + std::to_string(i)).None();
+  });
+  ExpectRefused(w.Finish(), "the root (Metadata) has more than 32 fields");
+}
+
 TEST(DcpMetadata, RefusesEveryTruncation) {
   const std::string good = Encode(TwoRankSpec());
   ASSERT_TRUE(Parse(good).ok());
