@@ -272,8 +272,11 @@ struct KeyLess {
 
 class Unpickler {
  public:
-  Unpickler(std::string_view data, const std::string& file)
-      : data_(data), file_(file), budget_(data.size()), keys_(KeyLess{&values_}) {}
+  Unpickler(std::string_view data, const std::string& file, std::string_view record)
+      : data_(data),
+        prefix_(record.empty() ? file + ": " : file + ": " + std::string(record) + ": "),
+        budget_(data.size()),
+        keys_(KeyLess{&values_}) {}
 
   Result<PickleTree> Run() {
     if (data_.size() >= UINT32_MAX / 2) return Refuse("record too large to index");
@@ -303,8 +306,7 @@ class Unpickler {
   Status Step(uint8_t op);
 
   Status Fail(Status (*make)(std::string), std::string_view what) const {
-    return make(file_ + ": data.pkl: " + std::string(what) + " (byte " + std::to_string(op_pos_) +
-                ")");
+    return make(prefix_ + std::string(what) + " (byte " + std::to_string(op_pos_) + ")");
   }
   Status Error(std::string_view what) const { return Fail(&Status::Corruption, what); }
   Status Refuse(std::string_view what) const { return Fail(&Status::Unsupported, what); }
@@ -629,7 +631,7 @@ class Unpickler {
   }
 
   std::string_view data_;
-  const std::string& file_;
+  const std::string prefix_;  // "FILE: data.pkl: " (or "FILE: " for a bare pickle file)
   MetadataBudget budget_;
   size_t pos_ = 0;
   size_t op_pos_ = 0;
@@ -911,9 +913,9 @@ bool IsDeniedPickleGlobal(std::string_view module, std::string_view name) {
 }
 
 Result<PickleTree> Unpickle(std::string_view data, const std::string& file_name,
-                            PickleGlobals globals) {
+                            PickleGlobals globals, std::string_view record) {
   (void)globals;  // the denylist is the same for every file (pickle.h)
-  return Unpickler(data, file_name).Run();
+  return Unpickler(data, file_name, record).Run();
 }
 
 }  // namespace ckptfs

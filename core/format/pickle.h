@@ -130,9 +130,12 @@ bool IsDeniedPickleGlobal(std::string_view module, std::string_view name);
 
 // Parses `data` (a whole pickle, STOP included). Errors are Corruption (malformed stream,
 // truncated, stack underflow, limits) or Unsupported (a denied global or opcode);
-// every message starts with `file_name`, says what was wrong and at which byte offset:
+// every message starts with `file_name` and `record` (the zip record the pickle is, empty
+// where the file itself is the pickle, as DCP's .metadata), says what was wrong and at
+// which byte offset:
 //   "ckpt.bin: data.pkl: global os.system is not allowed (byte 2)"
 Result<PickleTree> Unpickle(std::string_view data, const std::string& file_name,
-                            PickleGlobals globals = PickleGlobals::kTorch);
+                            PickleGlobals globals = PickleGlobals::kTorch,
+                            std::string_view record = "data.pkl");
 
 }  // namespace ckptfs

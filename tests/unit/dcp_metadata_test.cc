@@ -310,7 +310,7 @@ TEST(DcpMetadata, RefusesGlobalsOffTheList) {
   Spec spec = TwoRankSpec();
   spec.tensors[0].dtype_module = "os";
   spec.tensors[0].dtype = "system";
-  ExpectRefused(Encode(spec), "global os.system is not allowed");
+  ExpectRefused(Encode(spec), "ckpt/.metadata: global os.system is not allowed (byte ");
 
   spec = TwoRankSpec();
   spec.tensors[0].cls = "EvilStorageMetadata";
@@ -489,6 +489,16 @@ TEST(DcpMetadata, RefusesTensorsOfTooManyDimensions) {
   spec.tensors[1].chunks[0].offsets = std::vector<int64_t>(65, 0);
   spec.tensors[1].chunks[0].sizes = std::vector<int64_t>(65, 1);
   ExpectRefused(Encode(spec), "size has 65 dimensions (at most 64)");
+}
+
+// A dataclass has a handful of fields: a state dict of many, which every field lookup
+// would scan, is refused.
+TEST(DcpMetadata, RefusesDataclassesOfManyFields) {
+  PickleWriter w;
+  w.Dataclass(kMeta, "Metadata", [&] {
+    for (int i = 0; i < 33; ++i) w.Str("f" + std::to_string(i)).None();
+  });
+  ExpectRefused(w.Finish(), "the root (Metadata) has more than 32 fields");
 }
 
 TEST(DcpMetadata, RefusesEveryTruncation) {

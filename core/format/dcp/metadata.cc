@@ -456,7 +456,9 @@ class Reader {
 }  // namespace
 
 Result<Metadata> ParseMetadata(std::string_view data, const std::string& file_name) {
-  CKPTFS_ASSIGN_OR_RETURN(const PickleTree tree, Unpickle(data, file_name));
+  // The file is the pickle itself: no record name in messages.
+  CKPTFS_ASSIGN_OR_RETURN(const PickleTree tree,
+                          Unpickle(data, file_name, PickleGlobals::kTorch, ""));
   return Reader(tree, file_name, data.size()).Run();
 }
 
