@@ -1,0 +1,917 @@
+#!/usr/bin/python3
+"""Writes PyTorch distributed checkpoints (torch.distributed.checkpoint, "DCP") for ckptfs
+tests and the bench, with PyTorch 1.13 and the standard library only.
+
+    make_dcp.py OUT --case training|tp|uneven|big [--ranks N] [--seed S] [--bytes SIZE]
+                [--hostile KIND] [--hf]
+    make_dcp.py --self-check FIXTURES_DIR      (e.g. /work/shared/fixtures/dcp)
+
+PyTorch 1.13 has no torch.distributed.checkpoint; this script writes what PyTorch 2.11's
+dcp.save with FileSystemWriter and DefaultSavePlanner writes, step by step as they do it:
+
+  .metadata        pickle (protocol 4) of torch.distributed.checkpoint.metadata.Metadata:
+                   state_dict_metadata (TensorStorageMetadata with chunks, or
+                   BytesStorageMetadata), planner_data (flattened name -> path tuple, list
+                   indices as ints), storage_data (MetadataIndex -> filesystem._StorageInfo),
+                   storage_meta (StorageMeta), version "1.0.0". The classes here are
+                   stand-ins registered under PyTorch's module names, so the pickle names
+                   exactly the globals PyTorch's does, with the same state layout.
+  __R_0.distcp     one file per rank R: the rank's non-tensor values first (torch.save of
+                   each value), then its tensor chunks (torch.save of a contiguous tensor
+                   with its own storage), ordered by the size of the whole tensor, smallest
+                   first (stable), as 2.11's writer orders them. Items are appended; each
+                   _StorageInfo is (relative_path, offset, length).
+
+How a tensor is split: DTensor's rule (compute_local_shape_and_global_offset): Shard(d)
+splits like torch.chunk (ceil-sized pieces, the last smaller or empty; an empty piece's
+offset is the dimension's size), over a 1-D or 2-D mesh in row-major rank order.
+Replicate() and plain tensors (and non-tensor values) are held by every rank and saved
+once: dedup_save_plans gives each to the rank whose plan is smallest so far (not always
+the lowest rank). With more than one rank, plans and write results go through a pickle
+round trip as torch.distributed's gather/scatter does, so that the metadata pickle shares
+(memoizes) exactly the objects PyTorch's shares.
+
+Cases (--ranks defaults to 4, 1 for training):
+  training  nested training state: model, optim state (exp_avg, step) and param_groups,
+            step (int), a note (str); like the fixtures' single/ (1 rank).
+  tp        Shard(0), Shard(1), Shard(2) of a 3-D tensor, Replicate(), a 2x2 mesh
+            [Shard(0), Shard(1)], plain tensors and step; like the fixtures' dtensor/.
+  uneven    Shard(0) of 10 rows (3,3,3,1), 9 rows (3,3,3,0: one empty chunk) and 2 rows
+            (1,1,0,0) over 4 ranks, Shard(1) of 5 columns, a 0-d tensor.
+  big       about --bytes (default 2G) of bf16 weights over 4 ranks, Shard(0) and
+            Shard(1) alternating, written streaming: one whole tensor in memory at a time.
+--hostile KIND breaks the case's output in one way (see HOSTILE); --hf writes the Hugging
+Face form (shard-0000R-model-0000K-of-0000N.safetensors, DCP_SHARDING_INFO in the
+safetensors metadata) instead of .metadata + .distcp.
+
+Every case also writes expected.safetensors (every tensor whole, by its flattened name,
+written by hand in the layout of safetensors.torch.save_file) and expected.json (the
+non-tensor values, nested as the state dict had them; tuples become lists). Output is
+deterministic for a seed (uuids included).
+"""
+
+import argparse
+import collections
+import dataclasses
+import enum
+import io
+import json
+import os
+import pathlib
+import pickle
+import pickletools
+import random
+import shutil
+import struct
+import sys
+import types
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+METADATA_MODULE = "torch.distributed.checkpoint.metadata"
+FILESYSTEM_MODULE = "torch.distributed.checkpoint.filesystem"
+DCP_VERSION = "1.0.0"
+HF_DCP_VERSION = "1.0"
+HOSTILE = {
+    "path_outside": 'a _StorageInfo names "../x.distcp"',
+    "absolute_path": "a _StorageInfo names an absolute path (the real file's)",
+    "range_past_end": "an item's offset + length runs past its file's end",
+    "overlap": "an extra chunk (its own stored bytes) overlaps another chunk",
+    "hole": "one chunk of a sharded tensor (and its storage entry) is gone",
+    "overflow": "a tensor's size has a dimension of 2**64-1",
+    "global_os_system": "the pickle calls the global os.system",
+    "unknown_class": "a value's storage metadata is a class PyTorch does not have",
+    "missing_file": "the last rank's .distcp file is missing",
+    "transform": 'an item records transform_descriptors ["zstd"] (bytes not compressed)',
+}
+
+
+class UsageError(Exception):
+    """Bad command line; reported on one line with exit code 2."""
+
+
+# ---------------------------------------------------------------------------
+# Stand-ins for PyTorch's classes, pickled under PyTorch's names
+
+def RegisterModule(name: str) -> types.ModuleType:
+    module = sys.modules.get(name)
+    if module is None:
+        module = types.ModuleType(name)
+        module.__path__ = []  # a package, so that submodules resolve
+        sys.modules[name] = module
+    return module
+
+
+def StandIn(module_name: str):
+    """Class decorator: the class pickles as module_name.<its name>."""
+    module = RegisterModule(module_name)
+
+    def Register(cls):
+        cls.__module__ = module_name
+        setattr(module, cls.__qualname__, cls)
+        return cls
+    return Register
+
+
+RegisterModule("torch.distributed.checkpoint")
+
+
+@StandIn(METADATA_MODULE)
+class _MEM_FORMAT_ENCODING(enum.Enum):
+    TORCH_CONTIGUOUS_FORMAT = 0
+    TORCH_CHANNELS_LAST = 1
+    TORCH_PRESERVE_FORMAT = 2
+
+    def __reduce_ex__(self, protocol):
+        # By value, as the Python PyTorch 2.11 ran on pickles enums (3.11 pickles by name).
+        return (self.__class__, (self._value_,))
+
+
+class _StridedLayout:
+    """torch.strided as PyTorch 2.x pickles it (1.13 cannot pickle layouts)."""
+
+    def __reduce__(self):
+        return (torch.serialization._get_layout, ("torch.strided",))
+
+
+STRIDED = _StridedLayout()
+
+
+@StandIn(METADATA_MODULE)
+@dataclasses.dataclass
+class ChunkStorageMetadata:
+    offsets: torch.Size
+    sizes: torch.Size
+
+
+@StandIn(METADATA_MODULE)
+@dataclasses.dataclass
+class TensorProperties:
+    """State is the tuple (dtype, layout, requires_grad, memory format, pin_memory)."""
+    dtype: torch.dtype
+    requires_grad: bool = False
+    pin_memory: bool = False
+
+    def __getstate__(self):
+        return (self.dtype, STRIDED, self.requires_grad,
+                _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT, self.pin_memory)
+
+    def __setstate__(self, state):
+        self.dtype, _, self.requires_grad, _, self.pin_memory = state
+
+
+@StandIn(METADATA_MODULE)
+@dataclasses.dataclass
+class TensorStorageMetadata:
+    properties: TensorProperties
+    size: torch.Size
+    chunks: List[ChunkStorageMetadata]
+
+
+@StandIn(METADATA_MODULE)
+@dataclasses.dataclass
+class BytesStorageMetadata:
+    pass
+
+
+@StandIn(METADATA_MODULE)
+@dataclasses.dataclass
+class StorageMeta:
+    checkpoint_id: Any = None
+    save_id: Optional[str] = None
+    load_id: Optional[str] = None
+    modules: List[str] = dataclasses.field(default_factory=list)
+
+
+@StandIn(METADATA_MODULE)
+@dataclasses.dataclass
+class Metadata:
+    state_dict_metadata: Dict[str, Any]
+    planner_data: Any = None
+    storage_data: Any = None
+    storage_meta: Optional[StorageMeta] = None
+    version: Optional[str] = None
+
+
+@StandIn(METADATA_MODULE)
+class MetadataIndex:
+    """Like PyTorch's frozen dataclass: __dict__ is fqn, index, then offset (only for
+    tensors); equal and hashed by (fqn, offset)."""
+
+    def __init__(self, fqn: str, offset=None, index: Optional[int] = None):
+        self.fqn = fqn
+        self.index = index
+        if offset is not None:
+            self.offset = torch.Size(offset)
+
+    def Key(self):
+        return (self.fqn, tuple(self.offset) if hasattr(self, "offset") else None)
+
+    def __eq__(self, other):
+        return isinstance(other, MetadataIndex) and self.Key() == other.Key()
+
+    def __hash__(self):
+        return hash(self.Key())
+
+    def Replace(self, index: int) -> "MetadataIndex":
+        return MetadataIndex(self.fqn, getattr(self, "offset", None), index)
+
+
+@StandIn(FILESYSTEM_MODULE)
+@dataclasses.dataclass
+class _StorageInfo:
+    relative_path: str
+    offset: int
+    length: int
+    transform_descriptors: Optional[List[str]] = None
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    def __setstate__(self, state):
+        self.transform_descriptors = None
+        self.__dict__.update(state)
+
+
+# ---------------------------------------------------------------------------
+# What a state dict holds: plain values, tensors, DTensor-like sharded tensors
+
+class Lazy:
+    """A whole tensor made on demand (the big case never holds the whole model)."""
+
+    def __init__(self, shape: Tuple[int, ...], dtype: torch.dtype, make: Callable[[], torch.Tensor]):
+        self.shape, self.dtype, self.make = tuple(shape), dtype, make
+
+
+class DTensor:
+    """A tensor distributed over a mesh (shape, e.g. (4,) or (2, 2); ranks row-major)
+    with placements: ("S", dim) for Shard(dim), ("R",) for Replicate()."""
+
+    def __init__(self, full, mesh: Tuple[int, ...], placements: List[tuple]):
+        self.full, self.mesh, self.placements = full, tuple(mesh), list(placements)
+        self.shape, self.dtype = tuple(full.shape), full.dtype
+
+
+def IsTensor(value) -> bool:
+    return isinstance(value, (torch.Tensor, DTensor, Lazy))
+
+
+def Whole(value) -> torch.Tensor:
+    if isinstance(value, DTensor):
+        value = value.full
+    return value.make() if isinstance(value, Lazy) else value
+
+
+def MeshCoordinate(mesh: Tuple[int, ...], rank: int) -> Optional[List[int]]:
+    total = 1
+    for m in mesh:
+        total *= m
+    if rank >= total:
+        return None
+    coord = []
+    for m in reversed(mesh):
+        coord.append(rank % m)
+        rank //= m
+    return coord[::-1]
+
+
+def LocalShapeAndOffset(shape, mesh, placements, coord) -> Tuple[List[int], List[int]]:
+    """DTensor's compute_local_shape_and_global_offset: Shard(d) is torch.chunk's split
+    of the current local size; an empty piece starts at the end of the dimension."""
+    local, offset = list(shape), [0] * len(shape)
+    for i, placement in enumerate(placements):
+        if placement[0] != "S":
+            continue
+        d, n, k = placement[1], mesh[i], coord[i]
+        full_chunk = (local[d] + n - 1) // n
+        start = full_chunk * k
+        if start >= local[d]:
+            size, start = 0, local[d]
+        else:
+            size = min(local[d], start + full_chunk) - start
+        local[d] = size
+        offset[d] += start
+    return local, offset
+
+
+# ---------------------------------------------------------------------------
+# Flattening, as DefaultSavePlanner / flatten_state_dict / traverse_state_dict do
+
+def TraverseStateDict(state_dict: dict, visit: Callable[[tuple, Any], None]) -> None:
+    """Mappings are always entered; a list is entered only if it holds a tensor or a
+    container that is entered; anything else is one value (one bytes item)."""
+    def IsTerminal(value) -> bool:
+        if isinstance(value, dict):
+            return False
+        if not isinstance(value, list):
+            return True
+        for entry in value:
+            if isinstance(entry, (dict, list)) and not IsTerminal(entry):
+                return False
+            if IsTensor(entry):
+                return False
+        return True
+
+    def Walk(path: tuple, value) -> None:
+        if IsTerminal(value):
+            visit(path, value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                Walk(path + (str(k),), v)
+        else:
+            for i, v in enumerate(value):
+                Walk(path + (i,), v)
+
+    for key, value in state_dict.items():
+        Walk((str(key),), value)
+
+
+def FlattenStateDict(state_dict: dict) -> Tuple[dict, dict]:
+    flat, mappings = {}, {}
+
+    def Visit(path, value):
+        fqn = ".".join(map(str, path))
+        if fqn in flat:
+            raise ValueError(f"duplicated flatten key {fqn}")
+        flat[fqn] = value
+        mappings[fqn] = path
+    TraverseStateDict(state_dict, Visit)
+    return flat, mappings
+
+
+# ---------------------------------------------------------------------------
+# Plans, as create_default_local_save_plan / dedup_save_plans /
+# create_default_global_save_plan make them
+
+BYTE_IO, TENSOR, SHARD = "byte_io", "tensor", "shard"
+
+
+@dataclasses.dataclass
+class TensorWriteData:
+    chunk: ChunkStorageMetadata
+    properties: TensorProperties
+    size: torch.Size
+
+
+@dataclasses.dataclass
+class WriteItem:
+    index: MetadataIndex
+    type: str
+    tensor_data: Optional[TensorWriteData] = None
+
+    def StorageSize(self) -> Optional[int]:
+        if self.tensor_data is None:
+            return None
+        n = 1
+        for s in self.tensor_data.size:
+            n *= s
+        return n * ElementSize(self.tensor_data.properties.dtype)
+
+
+@dataclasses.dataclass
+class SavePlan:
+    items: List[WriteItem]
+    planner_data: Any = None
+
+
+@dataclasses.dataclass
+class WriteResult:
+    index: MetadataIndex
+    size_in_bytes: int
+    storage_data: _StorageInfo
+
+
+def ElementSize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def RoundTrip(obj):
+    """What gather_object / scatter_object_list do to an object: a pickled copy."""
+    return pickle.loads(pickle.dumps(obj))
+
+
+def LocalPlan(flat: dict, mappings: dict, rank: int) -> SavePlan:
+    items = []
+    for fqn, obj in flat.items():
+        if isinstance(obj, DTensor):
+            coord = MeshCoordinate(obj.mesh, rank)
+            if coord is None:
+                continue
+            sizes, offsets = LocalShapeAndOffset(obj.shape, obj.mesh, obj.placements, coord)
+            sizes, offsets = torch.Size(sizes), torch.Size(offsets)
+            items.append(WriteItem(MetadataIndex(fqn, offsets), SHARD, TensorWriteData(
+                ChunkStorageMetadata(offsets, sizes), TensorProperties(obj.dtype),
+                torch.Size(obj.shape))))
+        elif IsTensor(obj):
+            offsets = torch.Size([0] * len(obj.shape))
+            items.append(WriteItem(MetadataIndex(fqn, offsets), TENSOR, TensorWriteData(
+                ChunkStorageMetadata(offsets, torch.Size(obj.shape)),
+                TensorProperties(obj.dtype), torch.Size(obj.shape))))
+        else:
+            items.append(WriteItem(MetadataIndex(fqn), BYTE_IO))
+    return SavePlan(items, mappings)
+
+
+def DedupSavePlans(plans: List[SavePlan]) -> List[SavePlan]:
+    """Each item held by several ranks stays with the rank whose plan is smallest so far
+    (ties: lowest rank), visiting items in plan order."""
+    holders: Dict[MetadataIndex, List[int]] = {}
+    by_index: Dict[MetadataIndex, WriteItem] = {}
+    for p, plan in enumerate(plans):
+        for item in plan.items:
+            holders.setdefault(item.index, [])
+            if p not in holders[item.index]:
+                holders[item.index].append(p)
+            by_index[item.index] = item
+    remove = [set() for _ in plans]
+    size = [0] * len(plans)
+    for index, ranks in holders.items():
+        keep = min(sorted(ranks), key=lambda p: size[p])
+        size[keep] += by_index[index].StorageSize() or 1
+        for p in ranks:
+            if p != keep:
+                remove[p].add(index)
+    return [dataclasses.replace(plan, items=[i for i in plan.items if i.index not in remove[p]])
+            for p, plan in enumerate(plans)]
+
+
+def GlobalPlan(plans: List[SavePlan]) -> Tuple[List[SavePlan], Metadata]:
+    md: Dict[str, Any] = {}
+    new_plans = []
+    for plan in plans:
+        items = []
+        for item in plan.items:
+            if item.type == BYTE_IO:
+                md[item.index.fqn] = BytesStorageMetadata()
+                items.append(item)
+                continue
+            tmd = md.setdefault(item.index.fqn, TensorStorageMetadata(
+                item.tensor_data.properties, item.tensor_data.size, []))
+            items.append(dataclasses.replace(item, index=item.index.Replace(len(tmd.chunks))))
+            tmd.chunks.append(item.tensor_data.chunk)
+        new_plans.append(dataclasses.replace(plan, items=items))
+    metadata = Metadata(md)
+    merged = dict(collections.ChainMap(*[p.planner_data for p in new_plans]))
+    return new_plans, dataclasses.replace(metadata, planner_data=merged)
+
+
+# ---------------------------------------------------------------------------
+# Writing the rank files and .metadata
+
+def ChunkOf(whole: torch.Tensor, item: WriteItem) -> torch.Tensor:
+    chunk = whole
+    for d, (o, s) in enumerate(zip(item.tensor_data.chunk.offsets, item.tensor_data.chunk.sizes)):
+        chunk = chunk.narrow(d, o, s)
+    if not chunk.is_contiguous() or chunk.storage().size() != chunk.numel() \
+            or chunk.storage_offset() != 0:
+        chunk = chunk.clone(memory_format=torch.contiguous_format)
+    return chunk
+
+
+def WriteRanks(out_dir: str, plans: List[SavePlan], flat: dict,
+               on_whole: Callable[[str, torch.Tensor], None]) -> List[List[WriteResult]]:
+    """Writes __R_0.distcp for every rank at once, so each whole tensor is made once:
+    each rank's tensors go in order of whole-tensor size (stable), which is one global
+    order filtered per rank. on_whole sees every tensor once, whole."""
+    keys = [f"__{r}_0.distcp" for r in range(len(plans))]
+    files = [open(os.path.join(out_dir, k), "wb") for k in keys]
+    results: List[List[WriteResult]] = [[] for _ in plans]
+    try:
+        def Save(r, obj, item):
+            f = files[r]
+            offset = f.tell()
+            if isinstance(obj, torch.Tensor):
+                torch.save(obj, f)
+            else:
+                buf = io.BytesIO()
+                torch.save(obj, buf)
+                f.write(buf.getbuffer())
+            length = f.tell() - offset
+            results[r].append(WriteResult(item.index, length, _StorageInfo(keys[r], offset, length)))
+
+        for r, plan in enumerate(plans):
+            for item in plan.items:
+                if item.type == BYTE_IO:
+                    Save(r, flat[item.index.fqn], item)
+        holders: Dict[str, List[Tuple[int, WriteItem]]] = collections.defaultdict(list)
+        for r, plan in enumerate(plans):
+            for item in plan.items:
+                if item.type != BYTE_IO:
+                    holders[item.index.fqn].append((r, item))
+        order = [fqn for fqn, v in flat.items() if IsTensor(v)]
+        sizes = {fqn: TensorBytes(flat[fqn]) for fqn in order}
+        for fqn in sorted(order, key=lambda n: sizes[n]):
+            whole = Whole(flat[fqn])
+            for r, item in holders.get(fqn, []):
+                Save(r, ChunkOf(whole, item), item)
+            on_whole(fqn, whole)
+            del whole
+    finally:
+        for f in files:
+            f.close()
+    return results
+
+
+def TensorBytes(value) -> int:
+    n = 1
+    for s in value.shape:
+        n *= s
+    return n * ElementSize(value.dtype)
+
+
+def SaveId(seed: int) -> str:
+    return str(uuid.UUID(int=random.Random(seed).getrandbits(128), version=4))
+
+
+def SaveDcp(out_dir: str, state_dict: dict, ranks: int, seed: int,
+            on_whole: Callable[[str, torch.Tensor], None]) -> Metadata:
+    """dcp.save's steps: local plans, (gather), global plan, (scatter), write, (gather),
+    finish. Writes the rank files and returns the Metadata (not yet written)."""
+    dist = ranks > 1
+    plans, flat = [], None
+    for r in range(ranks):
+        flat, mappings = FlattenStateDict(state_dict)
+        plan = LocalPlan(flat, mappings, r)
+        plans.append(RoundTrip(plan) if dist else plan)
+    plans = DedupSavePlans(plans)
+    plans, metadata = GlobalPlan(plans)
+    if dist:
+        plans = [RoundTrip(p) for p in plans]
+    results = WriteRanks(out_dir, plans, flat, on_whole)
+    if dist:
+        results = [RoundTrip(r) for r in results]
+    storage = {}
+    for wr_list in results:
+        storage.update({wr.index: wr.storage_data for wr in wr_list})
+    metadata.storage_data = storage
+    metadata.storage_meta = StorageMeta(checkpoint_id=pathlib.Path(os.path.abspath(out_dir)),
+                                        save_id=SaveId(seed))
+    metadata.version = DCP_VERSION
+    return metadata
+
+
+def WriteMetadata(out_dir: str, metadata: Metadata) -> None:
+    with open(os.path.join(out_dir, ".metadata"), "wb") as f:
+        pickle.dump(metadata, f, protocol=4)
+
+
+# ---------------------------------------------------------------------------
+# expected.safetensors and expected.json
+
+ST_DTYPES = {  # torch dtype -> (safetensors name, rank in the reference library's order)
+    torch.bool: ("BOOL", 0), torch.uint8: ("U8", 1), torch.int8: ("I8", 2),
+    torch.int16: ("I16", 5), torch.float16: ("F16", 7), torch.bfloat16: ("BF16", 8),
+    torch.int32: ("I32", 9), torch.float32: ("F32", 11), torch.float64: ("F64", 12),
+    torch.int64: ("I64", 13),
+}
+SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def TensorRawBytes(t: torch.Tensor):
+    """The tensor's bytes, little-endian, without a copy where it is contiguous."""
+    t = t.contiguous().reshape(-1)
+    return t.view(SAME_SIZE_INT[t.element_size()]).numpy()
+
+
+class SafetensorsWriter:
+    """Writes a safetensors file as safetensors.torch.save_file lays it out (tensors by
+    dtype, widest first, then by name; header padded with spaces to 8 bytes), taking
+    tensors one at a time in any order."""
+
+    def __init__(self, path: str, specs: Dict[str, Tuple[torch.dtype, Tuple[int, ...]]],
+                 metadata: Optional[Dict[str, str]] = None):
+        names = sorted(specs, key=lambda n: (-ST_DTYPES[specs[n][0]][1], n))
+        header: Dict[str, Any] = {}
+        if metadata:
+            header["__metadata__"] = metadata
+        self.where, offset = {}, 0
+        for n in names:
+            dtype, shape = specs[n]
+            size = ElementSize(dtype)
+            for s in shape:
+                size *= s
+            header[n] = {"dtype": ST_DTYPES[dtype][0], "shape": list(shape),
+                         "data_offsets": [offset, offset + size]}
+            self.where[n] = (offset, size)
+            offset += size
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)
+        self.base = 8 + len(text)
+        self.f = open(path, "wb")
+        self.f.write(struct.pack("<Q", len(text)) + text)
+        self.f.truncate(self.base + offset)
+        self.missing = set(names)
+
+    def Write(self, name: str, t: torch.Tensor) -> None:
+        offset, size = self.where[name]
+        data = TensorRawBytes(t)
+        assert data.nbytes == size, name
+        self.f.seek(self.base + offset)
+        self.f.write(data)
+        self.missing.discard(name)
+
+    def Close(self) -> None:
+        self.f.close()
+        if self.missing:
+            raise RuntimeError(f"tensors never written: {sorted(self.missing)}")
+
+
+def FlatTensors(state_dict: dict) -> Dict[str, Any]:
+    flat, _ = FlattenStateDict(state_dict)
+    return {fqn: v for fqn, v in flat.items() if IsTensor(v)}
+
+
+def NonTensorValues(value):
+    """The state dict without its tensors (dicts left empty by that are dropped)."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if IsTensor(v):
+                continue
+            v2 = NonTensorValues(v)
+            if isinstance(v, dict) and v and not v2:
+                continue
+            out[str(k)] = v2
+        return out
+    if isinstance(value, (list, tuple)):
+        return [None if IsTensor(v) else NonTensorValues(v) for v in value]
+    return value
+
+
+def WriteExpectedJson(out_dir: str, state_dict: dict) -> None:
+    with open(os.path.join(out_dir, "expected.json"), "w") as f:
+        json.dump(NonTensorValues(state_dict), f, indent=1, sort_keys=False)
+        f.write("\n")
+
+
+# ---------------------------------------------------------------------------
+# Cases
+
+def FixtureModel(seed: int) -> Dict[str, torch.Tensor]:
+    """The model of the fixtures' make_fixtures.py (same names, shapes, dtypes, seed use)."""
+    g = torch.Generator().manual_seed(seed)
+    k = 1 + seed % 3
+    return {
+        "embed.weight": torch.randn(64 * k + 3, 24, generator=g).to(torch.bfloat16),
+        "layers.0.attn.qkv.weight": torch.randn(72, 24 + k, generator=g),
+        "layers.0.attn.qkv.bias": torch.randn(72, generator=g).to(torch.float16),
+        "layers.0.mlp.up.weight": torch.randn(96, 24, generator=g).to(torch.bfloat16),
+        "layers.0.mlp.down.weight": torch.randn(24, 96, generator=g).to(torch.bfloat16),
+        "layers.0.norm.weight": torch.randn(24, generator=g),
+        "pos_ids": torch.arange(17 + k, dtype=torch.int64),
+        "scale": torch.tensor(0.5 + seed),
+        "head.weight": torch.randn(11, 24, 3, generator=g).to(torch.float64),
+    }
+
+
+def TrainingCase(seed: int, ranks: int) -> dict:
+    m = FixtureModel(seed)
+    g = torch.Generator().manual_seed(seed + 100)
+    opt = {"state": {n: {"exp_avg": torch.randn(v.shape, generator=g), "step": torch.tensor(7.0)}
+                     for n, v in list(m.items())[:3]},
+           "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.95), "params": list(m)[:3]}]}
+    return {"model": m, "optim": opt, "step": 1234, "note": "single-process dcp.save"}
+
+
+def TpCase(seed: int, ranks: int) -> dict:
+    """The fixtures' dtensor/ placements (a 2-D mesh needs an even rank count)."""
+    m = FixtureModel(seed)
+    mesh, mesh2 = (ranks,), (2, ranks // 2)
+    place = {
+        "embed.weight": (mesh, [("S", 0)]),
+        "layers.0.attn.qkv.weight": (mesh, [("S", 0)]),
+        "layers.0.attn.qkv.bias": (mesh, [("S", 0)]),
+        "layers.0.mlp.up.weight": (mesh2, [("S", 0), ("S", 1)]),
+        "layers.0.mlp.down.weight": (mesh, [("S", 1)]),
+        "layers.0.norm.weight": (mesh, [("R",)]),
+        "head.weight": (mesh, [("S", 2)]),
+    }
+    if ranks % 2:
+        place["layers.0.mlp.up.weight"] = (mesh, [("S", 1)])
+    dsd = {}
+    for k, v in m.items():
+        dsd[k] = DTensor(v, *place[k]) if k in place else v
+    return {"model": dsd, "step": 99}
+
+
+def UnevenCase(seed: int, ranks: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    mesh = (ranks,)
+    return {"model": {
+        "rows10.weight": DTensor(torch.randn(10, 6, generator=g), mesh, [("S", 0)]),
+        "rows9.weight": DTensor(torch.randn(9, 6, generator=g).to(torch.bfloat16), mesh, [("S", 0)]),
+        "rows2.weight": DTensor(torch.randn(2, 5, generator=g).to(torch.float16), mesh, [("S", 0)]),
+        "cols5.weight": DTensor(torch.randn(4, 5, generator=g), mesh, [("S", 1)]),
+        "ids": DTensor(torch.arange(7, dtype=torch.int32), mesh, [("S", 0)]),
+        "scale": torch.tensor(2.0 + seed),
+    }, "step": 5, "epoch": [1, 2]}
+
+
+def BigCase(seed: int, ranks: int, total_bytes: int) -> dict:
+    """bf16 matrices of up to 8192x8192 (128 MiB), Shard(0) and Shard(1) alternating."""
+    rows, cols = 8192, 8192
+    per_row = cols * 2
+    model, left, i = {}, total_bytes, 0
+    while left >= per_row:
+        n = min(rows, left // per_row)
+        make = (lambda n=n, i=i: torch.randn(
+            n, cols, generator=torch.Generator().manual_seed(seed * 1000 + i)).to(torch.bfloat16))
+        model[f"layers.{i}.weight"] = DTensor(Lazy((n, cols), torch.bfloat16, make),
+                                              (ranks,), [("S", i % 2)])
+        left -= n * per_row
+        i += 1
+    return {"model": model, "step": 1}
+
+
+CASES = {"training": (TrainingCase, 1), "tp": (TpCase, 4), "uneven": (UnevenCase, 4),
+         "big": (None, 4)}
+
+
+def MakeStateDict(case: str, seed: int, ranks: int, total_bytes: int) -> dict:
+    if case == "big":
+        return BigCase(seed, ranks, total_bytes)
+    return CASES[case][0](seed, ranks)
+
+
+# ---------------------------------------------------------------------------
+# Writing a case
+
+def WriteCase(out_dir: str, state_dict: dict, ranks: int, seed: int) -> Metadata:
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = FlatTensors(state_dict)
+    expected = SafetensorsWriter(os.path.join(out_dir, "expected.safetensors"),
+                                 {n: (v.dtype, v.shape) for n, v in tensors.items()})
+    try:
+        metadata = SaveDcp(out_dir, state_dict, ranks, seed, expected.Write)
+    finally:
+        expected.Close()
+    WriteExpectedJson(out_dir, state_dict)
+    return metadata
+
+
+# ---------------------------------------------------------------------------
+# --self-check: our .metadata against PyTorch 2.11's, opcode by opcode
+
+INT_OPS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"}
+STR_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
+GET_OPS = {"BINGET", "LONG_BINGET", "GET"}
+UUID_CHARS = set("0123456789abcdef-")
+
+
+def NormalizedOps(data: bytes) -> List[tuple]:
+    """(opcode, value) for every opcode but FRAME, with same-meaning opcodes merged and
+    the values that legitimately differ replaced: _StorageInfo offsets and lengths,
+    uuids, and the parts of StorageMeta.checkpoint_id (a path: dropped, memo renumbered)."""
+    ops = [(op.name, arg) for op, arg, _ in pickletools.genops(data) if op.name != "FRAME"]
+    out, memo, renumber = [], [], {}
+    skipping = False
+    last_str, recent = None, [None, None]  # the last string pushed; the last two
+    for name, arg in ops:
+        if skipping:  # the path's parts: MARK, strings, TUPLE
+            if name == "MEMOIZE":
+                memo.append(None)
+                renumber[len(memo) - 1] = None
+            if name == "TUPLE":
+                skipping = False
+                out.append(("PATH", None))
+            continue
+        if name == "MEMOIZE":
+            memo.append(last_str)
+            renumber[len(memo) - 1] = sum(1 for v in renumber.values() if v is not None)
+            out.append(("MEMOIZE", None))
+            continue
+        if name == "STACK_GLOBAL":
+            out.append(("GLOBAL", f"{recent[0]}.{recent[1]}"))
+            skipping = recent == ["pathlib", "PosixPath"]
+            last_str = None
+            continue
+        if name in STR_OPS:
+            out.append(("STR", "<uuid>" if len(arg) == 36 and set(arg) <= UUID_CHARS else arg))
+            last_str = arg
+        elif name in GET_OPS:
+            out.append(("GET", renumber.get(arg)))
+            last_str = memo[arg] if arg < len(memo) else None
+        elif name in INT_OPS:
+            out.append(("INT", "*" if last_str in ("offset", "length") else arg))
+            last_str = None
+        else:
+            out.append((name, arg))
+            last_str = None
+        if last_str is not None:
+            recent = [recent[1], last_str]
+    return out
+
+
+def FirstDifference(ours: bytes, theirs: bytes) -> Optional[str]:
+    a, b = NormalizedOps(ours), NormalizedOps(theirs)
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else None
+        y = b[i] if i < len(b) else None
+        if x != y:
+            context = " ".join(str(v) for _, v in b[max(0, i - 6):i] if v is not None)
+            return f"opcode {i}: ours {x}, PyTorch's {y} (after: {context})"
+    return None
+
+
+def SelfCheck(fixtures: str) -> int:
+    import tempfile
+    failures = 0
+    for name, case, ranks in (("single", "training", 1), ("dtensor", "tp", 4)):
+        theirs_path = os.path.join(fixtures, name, ".metadata")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, name)
+            metadata = WriteCase(out, MakeStateDict(case, 1, ranks, 0), ranks, 1)
+            WriteMetadata(out, metadata)
+            ours = open(os.path.join(out, ".metadata"), "rb").read()
+            diff = FirstDifference(ours, open(theirs_path, "rb").read())
+            if diff is None:
+                diff = CompareItems(out, os.path.join(fixtures, name))
+        if diff is None:
+            print(f"OK {name}: .metadata of --case {case} --ranks {ranks} has the opcodes "
+                  f"and globals of {theirs_path}")
+        else:
+            failures += 1
+            print(f"DIFFERENT {name}: {diff}")
+    return 1 if failures else 0
+
+
+def CompareItems(ours_dir: str, theirs_dir: str) -> Optional[str]:
+    """Every item is where its _StorageInfo says, and a torch.save of what the metadata
+    says (zip records aside: 1.13 writes fewer than 2.11)."""
+    for d in (ours_dir, theirs_dir):
+        md = LoadMetadata(os.path.join(d, ".metadata"))
+        for index, info in md.storage_data.items():
+            with open(os.path.join(d, info.relative_path), "rb") as f:
+                f.seek(info.offset)
+                blob = f.read(info.length)
+            value = torch.load(io.BytesIO(blob))
+            entry = md.state_dict_metadata[index.fqn]
+            if isinstance(entry, TensorStorageMetadata):
+                chunk = entry.chunks[index.index]
+                if tuple(value.shape) != tuple(chunk.sizes) or value.dtype != entry.properties.dtype:
+                    return f"{d}: {index.fqn} chunk {index.index} holds {tuple(value.shape)}"
+    return None
+
+
+def LoadMetadata(path: str) -> Metadata:
+    """Our own reader, for checks: the stand-in classes, torch.Size, dtypes."""
+    allowed = {(METADATA_MODULE, n) for n in (
+        "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
+        "TensorProperties", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")}
+    allowed |= {(FILESYSTEM_MODULE, "_StorageInfo"), ("torch", "Size"),
+                ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath")}
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) in allowed or (module == "torch" and isinstance(
+                    getattr(torch, name, None), torch.dtype)):
+                return super().find_class(module, name)
+            raise pickle.UnpicklingError(f"global {module}.{name} refused")
+    with open(path, "rb") as f:
+        return Reader(f).load()
+
+
+def Main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?")
+    parser.add_argument("--case", choices=sorted(CASES), default="training")
+    parser.add_argument("--ranks", type=int)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--bytes", default="2G")
+    parser.add_argument("--hostile", choices=sorted(HOSTILE))
+    parser.add_argument("--hf", action="store_true")
+    parser.add_argument("--self-check", metavar="FIXTURES_DIR")
+    args = parser.parse_args(argv)
+    if args.self_check:
+        return SelfCheck(args.self_check)
+    if not args.out:
+        raise UsageError("OUT is required (or --self-check FIXTURES_DIR)")
+    ranks = args.ranks or CASES[args.case][1]
+    if ranks < 1:
+        raise UsageError("--ranks must be at least 1")
+    state_dict = MakeStateDict(args.case, args.seed, ranks, ParseSize(args.bytes))
+    metadata = WriteCase(args.out, state_dict, ranks, args.seed)
+    WriteMetadata(args.out, metadata)
+    return 0
+
+
+def ParseSize(text: str) -> int:
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    if not t or t[-1] not in "KMG0123456789":
+        raise UsageError(f"bad size {text!r}")
+    unit = t[-1] if t[-1] in "KMG" else ""
+    try:
+        return int(float(t[:len(t) - len(unit)]) * units[unit])
+    except ValueError:
+        raise UsageError(f"bad size {text!r}") from None
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(Main(sys.argv[1:]))
+    except UsageError as e:
+        print(f"make_dcp.py: {e}", file=sys.stderr)
+        sys.exit(2)
