@@ -855,6 +855,59 @@ def CompareItems(ours_dir: str, theirs_dir: str) -> Optional[str]:
     return None
 
 
+def ReadSafetensors(path: str) -> Dict[str, torch.Tensor]:
+    import numpy as np
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        base = 8 + n
+        out = {}
+        by_name = {v[0]: k for k, v in ST_DTYPES.items()}
+        for name, e in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = by_name[e["dtype"]]
+            begin, end = e["data_offsets"]
+            f.seek(base + begin)
+            raw = bytearray(f.read(end - begin))
+            t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+            size = ElementSize(dtype)
+            t = t.view(SAME_SIZE_INT[size]).view(dtype) if dtype != torch.bool else t.view(torch.bool)
+            out[name] = t.reshape(e["shape"])
+    return out
+
+
+def Verify(out_dir: str) -> int:
+    """Reassembles every tensor from .metadata and the .distcp items and compares it with
+    expected.safetensors, bit for bit; prints OK or the first problem."""
+    md = LoadMetadata(os.path.join(out_dir, ".metadata"))
+    expected = ReadSafetensors(os.path.join(out_dir, "expected.safetensors"))
+    wholes: Dict[str, torch.Tensor] = {}
+    for index, info in md.storage_data.items():
+        entry = md.state_dict_metadata[index.fqn]
+        if not isinstance(entry, TensorStorageMetadata):
+            continue
+        with open(os.path.join(out_dir, info.relative_path), "rb") as f:
+            f.seek(info.offset)
+            chunk = torch.load(io.BytesIO(f.read(info.length)))
+        whole = wholes.setdefault(index.fqn, torch.zeros(tuple(entry.size), dtype=entry.properties.dtype))
+        view = whole
+        for d, (o, n) in enumerate(zip(index.offset, chunk.shape)):
+            view = view.narrow(d, o, n)
+        view.copy_(chunk)
+    for name, want in expected.items():
+        got = wholes.get(name)
+        if got is None:
+            print(f"{out_dir}: {name} missing from the checkpoint")
+            return 1
+        a, b = TensorRawBytes(got), TensorRawBytes(want)
+        if got.shape != want.shape or a.tobytes() != b.tobytes():
+            print(f"{out_dir}: {name} differs from expected.safetensors")
+            return 1
+    print(f"OK {out_dir}: {len(expected)} tensors equal expected.safetensors")
+    return 0
+
+
 def LoadMetadata(path: str) -> Metadata:
     """Our own reader, for checks: the stand-in classes, torch.Size, dtypes."""
     allowed = {(METADATA_MODULE, n) for n in (
@@ -883,9 +936,13 @@ def Main(argv: List[str]) -> int:
     parser.add_argument("--hostile", choices=sorted(HOSTILE))
     parser.add_argument("--hf", action="store_true")
     parser.add_argument("--self-check", metavar="FIXTURES_DIR")
+    parser.add_argument("--verify", action="store_true",
+                        help="check OUT (written before) against its expected.safetensors")
     args = parser.parse_args(argv)
     if args.self_check:
         return SelfCheck(args.self_check)
+    if args.verify:
+        return Verify(args.out)
     if not args.out:
         raise UsageError("OUT is required (or --self-check FIXTURES_DIR)")
     ranks = args.ranks or CASES[args.case][1]
