@@ -554,7 +554,7 @@ def SaveDcp(out_dir: str, state_dict: dict, ranks: int, seed: int,
 
 def WriteMetadata(out_dir: str, metadata: Metadata) -> None:
     with open(os.path.join(out_dir, ".metadata"), "wb") as f:
-        pickle.dump(metadata, f, protocol=4)
+        f.write(MetadataBytes(metadata))
 
 
 # ---------------------------------------------------------------------------
@@ -749,6 +749,114 @@ def WriteCase(out_dir: str, state_dict: dict, ranks: int, seed: int) -> Metadata
         expected.Close()
     WriteExpectedJson(out_dir, state_dict)
     return metadata
+
+
+# ---------------------------------------------------------------------------
+# Hostile variants: one thing broken in an otherwise sound checkpoint
+
+@StandIn(METADATA_MODULE)
+@dataclasses.dataclass
+class SparseStorageMetadata:
+    """No such class in PyTorch: a reader must not guess what it means."""
+    format: str = "coo"
+
+
+class _HugeSize(tuple):
+    """Pickles as torch.Size of dimensions torch.Size itself refuses (2**64-1)."""
+
+    def __reduce__(self):
+        return (torch.Size, (tuple(self),))
+
+
+PLACEHOLDER_MODULE = "zz"  # same length as "os": the pickle is patched to name os.system
+RegisterModule(PLACEHOLDER_MODULE).system = lambda command: None
+sys.modules[PLACEHOLDER_MODULE].system.__module__ = PLACEHOLDER_MODULE
+sys.modules[PLACEHOLDER_MODULE].system.__qualname__ = "system"
+
+
+class _OsSystemCall:
+    def __reduce__(self):
+        return (sys.modules[PLACEHOLDER_MODULE].system, ("echo ckptfs-hostile-metadata-ran",))
+
+
+def TensorEntries(md: Metadata) -> List[Tuple[MetadataIndex, _StorageInfo]]:
+    return [(i, info) for i, info in md.storage_data.items() if hasattr(i, "offset")]
+
+
+def ReadItem(out_dir: str, info: _StorageInfo):
+    with open(os.path.join(out_dir, info.relative_path), "rb") as f:
+        f.seek(info.offset)
+        return torch.load(io.BytesIO(f.read(info.length)))
+
+
+def AppendItem(out_dir: str, relative_path: str, value) -> _StorageInfo:
+    with open(os.path.join(out_dir, relative_path), "ab") as f:
+        offset = f.tell()
+        torch.save(value, f)
+        return _StorageInfo(relative_path, offset, f.tell() - offset)
+
+
+def Break(out_dir: str, md: Metadata, kind: str, ranks: int) -> None:
+    """Breaks md (and the files) one way; the caller then writes md."""
+    index, info = TensorEntries(md)[0]
+    if kind == "path_outside":
+        info.relative_path = "../x.distcp"
+    elif kind == "absolute_path":
+        info.relative_path = os.path.abspath(os.path.join(out_dir, info.relative_path))
+    elif kind == "range_past_end":
+        size = os.path.getsize(os.path.join(out_dir, info.relative_path))
+        info.length = size - info.offset + 4096
+    elif kind == "transform":
+        info.transform_descriptors = ["zstd"]
+    elif kind == "overlap":
+        for index, info in TensorEntries(md):
+            if len(index.offset) and ReadItem(out_dir, info).shape[0] >= 2:
+                break
+        else:
+            raise UsageError("overlap needs a tensor chunk of 2 rows or more")
+        chunk = ReadItem(out_dir, info)
+        piece = chunk.narrow(0, 1, min(2, chunk.shape[0] - 1)).clone()
+        offsets = torch.Size([index.offset[0] + 1] + list(index.offset[1:]))
+        entry = md.state_dict_metadata[index.fqn]
+        extra = MetadataIndex(index.fqn, offsets, len(entry.chunks))
+        entry.chunks.append(ChunkStorageMetadata(offsets, torch.Size(piece.shape)))
+        md.storage_data[extra] = AppendItem(out_dir, info.relative_path, piece)
+    elif kind == "hole":
+        def NonEmpty(c):
+            n = 1
+            for s in c.sizes:
+                n *= s
+            return n > 0
+        fqn = max((f for f, e in md.state_dict_metadata.items() if isinstance(e, TensorStorageMetadata)),
+                  key=lambda f: sum(map(NonEmpty, md.state_dict_metadata[f].chunks)))
+        chunks = md.state_dict_metadata[fqn].chunks
+        gone = [c for c in chunks if NonEmpty(c)][-1]
+        chunks.remove(gone)
+        del md.storage_data[MetadataIndex(fqn, gone.offsets)]
+    elif kind == "overflow":
+        for entry in md.state_dict_metadata.values():
+            if isinstance(entry, TensorStorageMetadata) and len(entry.size):
+                entry.size = _HugeSize((2**64 - 1,) + tuple(entry.size[1:]))
+                break
+    elif kind == "global_os_system":
+        md.version = _OsSystemCall()
+    elif kind == "unknown_class":
+        byte_items = [f for f, e in md.state_dict_metadata.items() if isinstance(e, BytesStorageMetadata)]
+        fqn = byte_items[0] if byte_items else next(iter(md.state_dict_metadata))
+        md.state_dict_metadata[fqn] = SparseStorageMetadata()
+    elif kind == "missing_file":
+        os.remove(os.path.join(out_dir, f"__{ranks - 1}_0.distcp"))
+    else:
+        raise UsageError(f"unknown --hostile {kind}")
+
+
+def MetadataBytes(md: Metadata) -> bytes:
+    data = pickle.dumps(md, protocol=4)
+    placeholder = b"\x8c\x02zz\x94\x8c\x06system"
+    if placeholder in data:
+        assert data.count(placeholder) == 1
+        data = data.replace(placeholder, b"\x8c\x02os\x94\x8c\x06system")
+    return data
 
 
 # ---------------------------------------------------------------------------
@@ -950,6 +1058,8 @@ def Main(argv: List[str]) -> int:
         raise UsageError("--ranks must be at least 1")
     state_dict = MakeStateDict(args.case, args.seed, ranks, ParseSize(args.bytes))
     metadata = WriteCase(args.out, state_dict, ranks, args.seed)
+    if args.hostile:
+        Break(args.out, metadata, args.hostile, ranks)
     WriteMetadata(args.out, metadata)
     return 0
 
