@@ -38,7 +38,7 @@ Cases (--ranks defaults to 4, 1 for training):
             [Shard(0), Shard(1)], plain tensors and step; like the fixtures' dtensor/.
   uneven    Shard(0) of 10 rows (3,3,3,1), 9 rows (3,3,3,0: one empty chunk) and 2 rows
             (1,1,0,0) over 4 ranks, Shard(1) of 5 columns, a 0-d tensor.
-  big       about --bytes (default 2G) of bf16 weights over 4 ranks, Shard(0) and
+  big       about --bytes (default 2G) of bf16 64 MiB matrices over 4 ranks, Shard(0) and
             Shard(1) alternating, written streaming: one whole tensor in memory at a time.
 --hostile KIND breaks the case's output in one way (see HOSTILE); --hf writes the Hugging
 Face form (shard-0000R-model-0000K-of-0000N.safetensors, DCP_SHARDING_INFO in the
@@ -710,19 +710,28 @@ def UnevenCase(seed: int, ranks: int) -> dict:
 
 
 def BigCase(seed: int, ranks: int, total_bytes: int) -> dict:
-    """bf16 matrices of up to 8192x8192 (128 MiB), Shard(0) and Shard(1) alternating."""
-    rows, cols = 8192, 8192
+    """bf16 matrices of up to 8192x4096 (64 MiB), Shard(0) and Shard(1) alternating."""
+    rows, cols = 8192, 4096
     per_row = cols * 2
     model, left, i = {}, total_bytes, 0
     while left >= per_row:
         n = min(rows, left // per_row)
-        make = (lambda n=n, i=i: torch.randn(
-            n, cols, generator=torch.Generator().manual_seed(seed * 1000 + i)).to(torch.bfloat16))
-        model[f"layers.{i}.weight"] = DTensor(Lazy((n, cols), torch.bfloat16, make),
-                                              (ranks,), [("S", i % 2)])
+        model[f"layers.{i}.weight"] = DTensor(
+            Lazy((n, cols), torch.bfloat16, lambda n=n, i=i: WeightLike(n, cols, seed * 1000 + i)),
+            (ranks,), [("S", i % 2)])
         left -= n * per_row
         i += 1
     return {"model": model, "step": 1}
+
+
+def WeightLike(n: int, cols: int, seed: int, block_rows: int = 1024) -> torch.Tensor:
+    """n x cols bf16 normal values, drawn in blocks to keep the float32 draw small."""
+    g = torch.Generator().manual_seed(seed)
+    out = torch.empty(n, cols, dtype=torch.bfloat16)
+    for a in range(0, n, block_rows):
+        b = min(n, a + block_rows)
+        out[a:b] = torch.randn(b - a, cols, generator=g)
+    return out
 
 
 CASES = {"training": (TrainingCase, 1), "tp": (TpCase, 4), "uneven": (UnevenCase, 4),
