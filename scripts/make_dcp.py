@@ -761,6 +761,85 @@ def WriteCase(out_dir: str, state_dict: dict, ranks: int, seed: int) -> Metadata
 
 
 # ---------------------------------------------------------------------------
+# The Hugging Face form (HuggingFaceStorageWriter(save_distributed=True,
+# enable_consolidation=False)): per rank R and file index K,
+# shard-0000{R+1}-model-0000K-of-0000N.safetensors holding that rank's chunks of the
+# tensors mapped to K, with DCP_SHARDING_INFO (fqn -> saved_offsets) in __metadata__
+
+def HfShardName(rank: int, k: int, n: int) -> str:
+    return f"shard-{rank + 1:05d}-model-{k:05d}-of-{n:05d}.safetensors"
+
+
+def WriteHf(out_dir: str, state_dict: dict, ranks: int) -> None:
+    """The model sub-tree (state_dict["model"] when there is one) as HF DCP shards;
+    tensors go to file index 1, 2, 1, 2, ... in order, as the fixture's mapping does.
+    Non-tensor values are not written (the HF writer saves tensors only)."""
+    os.makedirs(out_dir, exist_ok=True)
+    model = state_dict["model"] if isinstance(state_dict.get("model"), dict) else state_dict
+    flat, mappings = FlattenStateDict(model)
+    flat = {f: v for f, v in flat.items() if IsTensor(v)}
+    mappings = {f: mappings[f] for f in flat}
+    file_index = {fqn: i % 2 + 1 for i, fqn in enumerate(flat)}
+    n_files = max(file_index.values(), default=1)
+    plans = DedupSavePlans([LocalPlan(flat, mappings, r) for r in range(ranks)])
+    sizes = {fqn: TensorBytes(v) for fqn, v in flat.items()}
+    writers: Dict[Tuple[int, int], SafetensorsWriter] = {}
+    holders: Dict[str, List[Tuple[int, WriteItem]]] = collections.defaultdict(list)
+    for r, plan in enumerate(plans):
+        for k in range(1, n_files + 1):
+            items = sorted([i for i in plan.items if file_index[i.index.fqn] == k],
+                           key=lambda i: sizes[i.index.fqn])
+            if not items:
+                continue
+            info = {i.index.fqn: {"saved_offsets": list(i.tensor_data.chunk.offsets)} for i in items}
+            writers[(r, k)] = SafetensorsWriter(
+                os.path.join(out_dir, HfShardName(r, k, n_files)),
+                {i.index.fqn: (i.tensor_data.properties.dtype, tuple(i.tensor_data.chunk.sizes))
+                 for i in items},
+                {"format": "pt", "DCP_VERSION": HF_DCP_VERSION, "DCP_SHARDING_INFO": json.dumps(info)})
+            for i in items:
+                holders[i.index.fqn].append((r, i))
+    expected = SafetensorsWriter(os.path.join(out_dir, "expected.safetensors"),
+                                 {n: (v.dtype, v.shape) for n, v in flat.items()})
+    for fqn in sorted(flat, key=lambda f: sizes[f]):
+        whole = Whole(flat[fqn])
+        for r, item in holders[fqn]:
+            writers[(r, file_index[fqn])].Write(fqn, ChunkOf(whole, item))
+        expected.Write(fqn, whole)
+        del whole
+    for w in list(writers.values()) + [expected]:
+        w.Close()
+    WriteExpectedJson(out_dir, {})
+
+
+def VerifyHf(out_dir: str) -> int:
+    """Consolidates the HF shards by their DCP_SHARDING_INFO; compares with expected."""
+    expected = ReadSafetensors(os.path.join(out_dir, "expected.safetensors"))
+    wholes: Dict[str, torch.Tensor] = {}
+    for name in sorted(os.listdir(out_dir)):
+        if not name.startswith("shard-"):
+            continue
+        path = os.path.join(out_dir, name)
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            info = json.loads(json.loads(f.read(n))["__metadata__"]["DCP_SHARDING_INFO"])
+        for fqn, chunk in ReadSafetensors(path).items():
+            want = expected[fqn]
+            whole = wholes.setdefault(fqn, torch.zeros(want.shape, dtype=want.dtype))
+            view = whole
+            for d, (o, m) in enumerate(zip(info[fqn]["saved_offsets"], chunk.shape)):
+                view = view.narrow(d, o, m)
+            view.copy_(chunk)
+    for fqn, want in expected.items():
+        got = wholes.get(fqn)
+        if got is None or TensorRawBytes(got).tobytes() != TensorRawBytes(want).tobytes():
+            print(f"{out_dir}: {fqn} differs from expected.safetensors")
+            return 1
+    print(f"OK {out_dir}: {len(expected)} tensors equal expected.safetensors")
+    return 0
+
+
+# ---------------------------------------------------------------------------
 # Hostile variants: one thing broken in an otherwise sound checkpoint
 
 @StandIn(METADATA_MODULE)
@@ -1059,13 +1138,20 @@ def Main(argv: List[str]) -> int:
     if args.self_check:
         return SelfCheck(args.self_check)
     if args.verify:
-        return Verify(args.out)
+        if os.path.exists(os.path.join(args.out, ".metadata")):
+            return Verify(args.out)
+        return VerifyHf(args.out)
     if not args.out:
         raise UsageError("OUT is required (or --self-check FIXTURES_DIR)")
     ranks = args.ranks or CASES[args.case][1]
     if ranks < 1:
         raise UsageError("--ranks must be at least 1")
     state_dict = MakeStateDict(args.case, args.seed, ranks, ParseSize(args.bytes))
+    if args.hf:
+        if args.hostile:
+            raise UsageError("--hostile applies to .metadata + .distcp, not --hf")
+        WriteHf(args.out, state_dict, ranks)
+        return 0
     metadata = WriteCase(args.out, state_dict, ranks, args.seed)
     if args.hostile:
         Break(args.out, metadata, args.hostile, ranks)
