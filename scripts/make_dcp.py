@@ -37,7 +37,8 @@ Cases (--ranks defaults to 4, 1 for training):
   tp        Shard(0), Shard(1), Shard(2) of a 3-D tensor, Replicate(), a 2x2 mesh
             [Shard(0), Shard(1)], plain tensors and step; like the fixtures' dtensor/.
   uneven    Shard(0) of 10 rows (3,3,3,1), 9 rows (3,3,3,0: one empty chunk) and 2 rows
-            (1,1,0,0) over 4 ranks, Shard(1) of 5 columns, a 0-d tensor.
+            (1,1,0,0) over 4 ranks, Shard(1) of 5 columns, a 0-d tensor, a list of
+            tensors (model.experts.0, model.experts.1: int list indices in the paths).
   big       about --bytes (default 2G) of bf16 64 MiB matrices over 4 ranks, Shard(0) and
             Shard(1) alternating, written streaming: one whole tensor in memory at a time.
 --hostile KIND breaks the case's output in one way (see HOSTILE); --hf writes the Hugging
@@ -706,6 +707,8 @@ def UnevenCase(seed: int, ranks: int) -> dict:
         "cols5.weight": DTensor(torch.randn(4, 5, generator=g), mesh, [("S", 1)]),
         "ids": DTensor(torch.arange(7, dtype=torch.int32), mesh, [("S", 0)]),
         "scale": torch.tensor(2.0 + seed),
+        "experts": [DTensor(torch.randn(6, 3, generator=g), mesh, [("S", 0)]),
+                    torch.randn(3, generator=g).to(torch.float64)],
     }, "step": 5, "epoch": [1, 2]}
 
 
@@ -1030,7 +1033,37 @@ def SelfCheck(fixtures: str) -> int:
         else:
             failures += 1
             print(f"DIFFERENT {name}: {diff}")
+    with tempfile.TemporaryDirectory() as tmp:
+        WriteHf(tmp, MakeStateDict("tp", 1, 4, 0), 4)
+        diff = CompareHf(tmp, os.path.join(fixtures, "hf_dcp"))
+    if diff is None:
+        print(f"OK hf_dcp: --case tp --hf writes the files, headers (metadata included) and "
+              f"sizes of {os.path.join(fixtures, 'hf_dcp')}")
+    else:
+        failures += 1
+        print(f"DIFFERENT hf_dcp: {diff}")
     return 1 if failures else 0
+
+
+def SafetensorsHeader(path: str) -> Tuple[dict, int]:
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)), n
+
+
+def CompareHf(ours: str, theirs: str) -> Optional[str]:
+    """Same shard names, byte sizes, header lengths and headers (as JSON: the order of
+    __metadata__'s keys is a hash map's in the reference library)."""
+    names = sorted(n for n in os.listdir(theirs) if n.startswith("shard-"))
+    if sorted(n for n in os.listdir(ours) if n.startswith("shard-")) != names:
+        return f"shard names differ from {names}"
+    for n in names:
+        a, b = os.path.join(ours, n), os.path.join(theirs, n)
+        if SafetensorsHeader(a) != SafetensorsHeader(b):
+            return f"{n}: header differs"
+        if os.path.getsize(a) != os.path.getsize(b):
+            return f"{n}: size differs"
+    return None
 
 
 def CompareItems(ours_dir: str, theirs_dir: str) -> Optional[str]:
