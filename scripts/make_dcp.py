@@ -20,7 +20,10 @@ dcp.save with FileSystemWriter and DefaultSavePlanner writes, step by step as th
                    each value), then its tensor chunks (torch.save of a contiguous tensor
                    with its own storage), ordered by the size of the whole tensor, smallest
                    first (stable), as 2.11's writer orders them. Items are appended; each
-                   _StorageInfo is (relative_path, offset, length).
+                   _StorageInfo is (relative_path, offset, length). Each item is the zip
+                   torch.save of 2.11 writes (its records .format_version,
+                   .storage_alignment, byteorder, .data/serialization_id included), written
+                   here by hand: for the same value and serialization id, the same bytes.
 
 How a tensor is split: DTensor's rule (compute_local_shape_and_global_offset): Shard(d)
 splits like torch.chunk (ceil-sized pieces, the last smaller or empty; an empty piece's
@@ -459,6 +462,99 @@ def GlobalPlan(plans: List[SavePlan]) -> Tuple[List[SavePlan], Metadata]:
 
 
 # ---------------------------------------------------------------------------
+# torch.save as PyTorch 2.11 writes it (1.13 writes fewer records): a zip of stored
+# records, each local header padded with an "FB" extra field so that data starts at a
+# multiple of 64, a data descriptor after each record, central directory, zip64 end
+# records. Records: data.pkl, .format_version, .storage_alignment, byteorder, data/N,
+# version, .data/serialization_id.
+
+ZIP_ALIGNMENT = 64
+
+
+class _RecordCollector:
+    """Takes the place of torch's PyTorchFileWriter under torch.serialization._save."""
+
+    def __init__(self):
+        self.records: List[Tuple[str, Any]] = []
+
+    def write_record(self, name, data, size):
+        self.records.append((name, data if isinstance(data, (bytes, bytearray)) else None))
+
+
+class TorchZipWriter:
+    """Writes one torch.save zip to a file at its current position (offsets relative to
+    that position, as torch.save into an open file gives)."""
+
+    def __init__(self, f):
+        self.f, self.start, self.central = f, f.tell(), []
+
+    def Record(self, name: str, data) -> None:
+        import zlib
+        name_bytes = f"archive/{name}".encode()
+        cursor = self.f.tell() - self.start
+        size = len(data) if isinstance(data, (bytes, bytearray)) else data.nbytes
+        if size >= 0xFFFFFFFF or cursor >= 0xFFFFFFFF:
+            raise ValueError("records of 4 GiB or more need zip64 headers (not written here)")
+        begin = cursor + 30 + len(name_bytes) + 4
+        pad = -begin % ZIP_ALIGNMENT
+        extra = b"FB" + struct.pack("<H", pad) + b"Z" * pad
+        flags = 0x0808 if size else 0x0800  # an empty record has no data descriptor
+        self.f.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 0, flags, 0, 0, 0, 0, 0, 0,
+                                 len(name_bytes), len(extra)) + name_bytes + extra)
+        crc = 0
+        if size:
+            self.f.write(data)
+            crc = zlib.crc32(data) & 0xFFFFFFFF
+            self.f.write(struct.pack("<IIII", 0x08074B50, crc, size, size))
+        self.central.append((name_bytes, flags, crc, size, cursor))
+
+    def Finish(self) -> None:
+        cd_offset = self.f.tell() - self.start
+        for name_bytes, flags, crc, size, offset in self.central:
+            self.f.write(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 0, 0, flags, 0, 0, 0,
+                                     crc, size, size, len(name_bytes), 0, 0, 0, 0, 0, offset)
+                         + name_bytes)
+        eocd64 = self.f.tell() - self.start
+        cd_size, n = eocd64 - cd_offset, len(self.central)
+        self.f.write(struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 0x2D, 0, 0, n, n,
+                                 cd_size, cd_offset))
+        self.f.write(struct.pack("<IIQI", 0x07064B50, 0, eocd64, 1))
+        self.f.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, n, n, cd_size, cd_offset, 0))
+
+
+def TorchSave(obj, f, serialization_id: Optional[str] = None) -> None:
+    """torch.save(obj, f) with PyTorch 2.11's records; serialization_id=None writes
+    1.13's records instead (data.pkl, data/N, version), byte for byte."""
+    collector = _RecordCollector()
+    torch.serialization._save(obj, collector, pickle, 2)
+    storages = [name for name, data in collector.records if data is None]
+    if storages and not (isinstance(obj, torch.Tensor) and storages == ["data/0"]):
+        raise ValueError("TorchSave takes one tensor with its own storage, or plain values")
+    zw = TorchZipWriter(f)
+    zw.Record("data.pkl", collector.records[0][1])
+    if serialization_id is not None:
+        zw.Record(".format_version", b"1")
+        zw.Record(".storage_alignment", str(ZIP_ALIGNMENT).encode())
+        zw.Record("byteorder", sys.byteorder.encode())
+    if storages:
+        zw.Record("data/0", TensorRawBytes(obj) if obj.numel() else b"")
+    zw.Record("version", b"3\n")
+    if serialization_id is not None:
+        zw.Record(".data/serialization_id", serialization_id.encode())
+    zw.Finish()
+
+
+class SerializationIds:
+    """2.11 gives every torch.save a 40-digit id; here they are drawn from the seed."""
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed * 7919 + 1)
+
+    def Next(self) -> str:
+        return "".join(self.rng.choice("0123456789") for _ in range(40))
+
+
+# ---------------------------------------------------------------------------
 # Writing the rank files and .metadata
 
 def ChunkOf(whole: torch.Tensor, item: WriteItem) -> torch.Tensor:
@@ -472,7 +568,8 @@ def ChunkOf(whole: torch.Tensor, item: WriteItem) -> torch.Tensor:
 
 
 def WriteRanks(out_dir: str, plans: List[SavePlan], flat: dict,
-               on_whole: Callable[[str, torch.Tensor], None]) -> List[List[WriteResult]]:
+               on_whole: Callable[[str, torch.Tensor], None],
+               ids: SerializationIds) -> List[List[WriteResult]]:
     """Writes __R_0.distcp for every rank at once, so each whole tensor is made once:
     each rank's tensors go in order of whole-tensor size (stable), which is one global
     order filtered per rank. on_whole sees every tensor once, whole."""
@@ -483,12 +580,7 @@ def WriteRanks(out_dir: str, plans: List[SavePlan], flat: dict,
         def Save(r, obj, item):
             f = files[r]
             offset = f.tell()
-            if isinstance(obj, torch.Tensor):
-                torch.save(obj, f)
-            else:
-                buf = io.BytesIO()
-                torch.save(obj, buf)
-                f.write(buf.getbuffer())
+            TorchSave(obj, f, ids.Next())
             length = f.tell() - offset
             results[r].append(WriteResult(item.index, length, _StorageInfo(keys[r], offset, length)))
 
@@ -540,7 +632,7 @@ def SaveDcp(out_dir: str, state_dict: dict, ranks: int, seed: int,
     plans, metadata = GlobalPlan(plans)
     if dist:
         plans = [RoundTrip(p) for p in plans]
-    results = WriteRanks(out_dir, plans, flat, on_whole)
+    results = WriteRanks(out_dir, plans, flat, on_whole, SerializationIds(seed))
     if dist:
         results = [RoundTrip(r) for r in results]
     storage = {}
@@ -1029,7 +1121,7 @@ def SelfCheck(fixtures: str) -> int:
                 diff = CompareItems(out, os.path.join(fixtures, name))
         if diff is None:
             print(f"OK {name}: .metadata of --case {case} --ranks {ranks} has the opcodes "
-                  f"and globals of {theirs_path}")
+                  f"and globals of {theirs_path}; its items, saved again, are byte-identical")
         else:
             failures += 1
             print(f"DIFFERENT {name}: {diff}")
@@ -1067,8 +1159,10 @@ def CompareHf(ours: str, theirs: str) -> Optional[str]:
 
 
 def CompareItems(ours_dir: str, theirs_dir: str) -> Optional[str]:
-    """Every item is where its _StorageInfo says, and a torch.save of what the metadata
-    says (zip records aside: 1.13 writes fewer than 2.11)."""
+    """Every item is where its _StorageInfo says and holds what the metadata says; every
+    item of PyTorch's, loaded and saved again by TorchSave with its serialization id,
+    gives the very same bytes."""
+    import zipfile
     for d in (ours_dir, theirs_dir):
         md = LoadMetadata(os.path.join(d, ".metadata"))
         for index, info in md.storage_data.items():
@@ -1081,6 +1175,12 @@ def CompareItems(ours_dir: str, theirs_dir: str) -> Optional[str]:
                 chunk = entry.chunks[index.index]
                 if tuple(value.shape) != tuple(chunk.sizes) or value.dtype != entry.properties.dtype:
                     return f"{d}: {index.fqn} chunk {index.index} holds {tuple(value.shape)}"
+            if d == theirs_dir:
+                sid = zipfile.ZipFile(io.BytesIO(blob)).read("archive/.data/serialization_id")
+                again = io.BytesIO()
+                TorchSave(value, again, sid.decode())
+                if again.getvalue() != blob:
+                    return f"{d}: {index.fqn} saved again differs from PyTorch's item"
     return None
 
 
