@@ -233,10 +233,9 @@ class _StorageInfo:
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if v is not None}
-
-    def __setstate__(self, state):
-        self.transform_descriptors = None
-        self.__dict__.update(state)
+    # No __setstate__, as in PyTorch: pickle's BUILD then interns the attribute names,
+    # and the metadata pickle shares them (a dict.update here would not, and would leave
+    # its own key strings in the class's shared-key table for every later instance).
 
 
 # ---------------------------------------------------------------------------
@@ -545,13 +544,17 @@ def TorchSave(obj, f, serialization_id: Optional[str] = None) -> None:
 
 
 class SerializationIds:
-    """2.11 gives every torch.save a 40-digit id; here they are drawn from the seed."""
+    """2.11 gives every torch.save a 40-digit id; here each rank draws them from the
+    seed, or takes them from `fixed` (rank -> ids in file order; --self-check)."""
 
-    def __init__(self, seed: int):
-        self.rng = random.Random(seed * 7919 + 1)
+    def __init__(self, seed: int, fixed: Optional[Dict[int, List[str]]] = None):
+        self.seed, self.fixed, self.rngs = seed, fixed, {}
 
-    def Next(self) -> str:
-        return "".join(self.rng.choice("0123456789") for _ in range(40))
+    def Next(self, rank: int) -> str:
+        if self.fixed is not None:
+            return self.fixed[rank].pop(0)
+        rng = self.rngs.setdefault(rank, random.Random(self.seed * 7919 + rank))
+        return "".join(rng.choice("0123456789") for _ in range(40))
 
 
 # ---------------------------------------------------------------------------
@@ -580,7 +583,7 @@ def WriteRanks(out_dir: str, plans: List[SavePlan], flat: dict,
         def Save(r, obj, item):
             f = files[r]
             offset = f.tell()
-            TorchSave(obj, f, ids.Next())
+            TorchSave(obj, f, ids.Next(r))
             length = f.tell() - offset
             results[r].append(WriteResult(item.index, length, _StorageInfo(keys[r], offset, length)))
 
@@ -619,7 +622,8 @@ def SaveId(seed: int) -> str:
 
 
 def SaveDcp(out_dir: str, state_dict: dict, ranks: int, seed: int,
-            on_whole: Callable[[str, torch.Tensor], None]) -> Metadata:
+            on_whole: Callable[[str, torch.Tensor], None],
+            ids: Optional[SerializationIds] = None) -> Metadata:
     """dcp.save's steps: local plans, (gather), global plan, (scatter), write, (gather),
     finish. Writes the rank files and returns the Metadata (not yet written)."""
     dist = ranks > 1
@@ -632,7 +636,7 @@ def SaveDcp(out_dir: str, state_dict: dict, ranks: int, seed: int,
     plans, metadata = GlobalPlan(plans)
     if dist:
         plans = [RoundTrip(p) for p in plans]
-    results = WriteRanks(out_dir, plans, flat, on_whole, SerializationIds(seed))
+    results = WriteRanks(out_dir, plans, flat, on_whole, ids or SerializationIds(seed))
     if dist:
         results = [RoundTrip(r) for r in results]
     storage = {}
@@ -842,13 +846,14 @@ def MakeStateDict(case: str, seed: int, ranks: int, total_bytes: int) -> dict:
 # ---------------------------------------------------------------------------
 # Writing a case
 
-def WriteCase(out_dir: str, state_dict: dict, ranks: int, seed: int) -> Metadata:
+def WriteCase(out_dir: str, state_dict: dict, ranks: int, seed: int,
+              ids: Optional[SerializationIds] = None) -> Metadata:
     os.makedirs(out_dir, exist_ok=True)
     tensors = FlatTensors(state_dict)
     expected = SafetensorsWriter(os.path.join(out_dir, "expected.safetensors"),
                                  {n: (v.dtype, v.shape) for n, v in tensors.items()})
     try:
-        metadata = SaveDcp(out_dir, state_dict, ranks, seed, expected.Write)
+        metadata = SaveDcp(out_dir, state_dict, ranks, seed, expected.Write, ids)
     finally:
         expected.Close()
     WriteExpectedJson(out_dir, state_dict)
@@ -1053,8 +1058,8 @@ UUID_CHARS = set("0123456789abcdef-")
 
 def NormalizedOps(data: bytes) -> List[tuple]:
     """(opcode, value) for every opcode but FRAME, with same-meaning opcodes merged and
-    the values that legitimately differ replaced: _StorageInfo offsets and lengths,
-    uuids, and the parts of StorageMeta.checkpoint_id (a path: dropped, memo renumbered)."""
+    the values that legitimately differ replaced: uuids, and the parts of
+    StorageMeta.checkpoint_id (a path: dropped, memo renumbered)."""
     ops = [(op.name, arg) for op, arg, _ in pickletools.genops(data) if op.name != "FRAME"]
     out, memo, renumber = [], [], {}
     skipping = False
@@ -1085,7 +1090,7 @@ def NormalizedOps(data: bytes) -> List[tuple]:
             out.append(("GET", renumber.get(arg)))
             last_str = memo[arg] if arg < len(memo) else None
         elif name in INT_OPS:
-            out.append(("INT", "*" if last_str in ("offset", "length") else arg))
+            out.append(("INT", arg))
             last_str = None
         else:
             out.append((name, arg))
@@ -1107,21 +1112,42 @@ def FirstDifference(ours: bytes, theirs: bytes) -> Optional[str]:
 
 
 def SelfCheck(fixtures: str) -> int:
+    """For the fixtures' own state dicts (same seed; torch 1.13 draws the same random
+    values as 2.11 here): the .metadata pickles the same opcodes and globals (values
+    aside: uuid, path); with PyTorch's save_id, path and serialization ids put in, the
+    .metadata and every .distcp file are byte-identical."""
     import tempfile
     failures = 0
     for name, case, ranks in (("single", "training", 1), ("dtensor", "tp", 4)):
-        theirs_path = os.path.join(fixtures, name, ".metadata")
+        theirs_dir = os.path.join(fixtures, name)
+        theirs_path = os.path.join(theirs_dir, ".metadata")
+        theirs_md = LoadMetadata(theirs_path)
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, name)
-            metadata = WriteCase(out, MakeStateDict(case, 1, ranks, 0), ranks, 1)
+            metadata = WriteCase(out, MakeStateDict(case, 1, ranks, 0), ranks, 1,
+                                 SerializationIds(1, FixtureSerializationIds(theirs_dir, theirs_md)))
             WriteMetadata(out, metadata)
             ours = open(os.path.join(out, ".metadata"), "rb").read()
             diff = FirstDifference(ours, open(theirs_path, "rb").read())
             if diff is None:
-                diff = CompareItems(out, os.path.join(fixtures, name))
+                diff = CompareItems(out, theirs_dir)
+            identical = []
+            if diff is None:
+                metadata.storage_meta = theirs_md.storage_meta
+                same = MetadataBytes(metadata) == open(theirs_path, "rb").read()
+                identical.append(".metadata" if same else ".metadata NOT")
+                for r in range(ranks):
+                    f = f"__{r}_0.distcp"
+                    same = open(os.path.join(out, f), "rb").read() == \
+                        open(os.path.join(theirs_dir, f), "rb").read()
+                    identical.append(f if same else f"{f} NOT")
+                if any(x.endswith("NOT") for x in identical):
+                    diff = "not byte-identical: " + ", ".join(identical)
         if diff is None:
             print(f"OK {name}: .metadata of --case {case} --ranks {ranks} has the opcodes "
-                  f"and globals of {theirs_path}; its items, saved again, are byte-identical")
+                  f"and globals of {theirs_path}; PyTorch's items, saved again, are "
+                  f"byte-identical; with PyTorch's ids put in, byte-identical: "
+                  + ", ".join(identical))
         else:
             failures += 1
             print(f"DIFFERENT {name}: {diff}")
@@ -1129,12 +1155,24 @@ def SelfCheck(fixtures: str) -> int:
         WriteHf(tmp, MakeStateDict("tp", 1, 4, 0), 4)
         diff = CompareHf(tmp, os.path.join(fixtures, "hf_dcp"))
     if diff is None:
-        print(f"OK hf_dcp: --case tp --hf writes the files, headers (metadata included) and "
-              f"sizes of {os.path.join(fixtures, 'hf_dcp')}")
+        print(f"OK hf_dcp: --case tp --hf writes the files, headers (as JSON: __metadata__'s "
+              f"key order is a hash map's) and tensor bytes of {os.path.join(fixtures, 'hf_dcp')}")
     else:
         failures += 1
         print(f"DIFFERENT hf_dcp: {diff}")
     return 1 if failures else 0
+
+
+def FixtureSerializationIds(theirs_dir: str, md: Metadata) -> Dict[int, List[str]]:
+    import zipfile
+    ids: Dict[int, List[Tuple[int, str]]] = collections.defaultdict(list)
+    for info in md.storage_data.values():
+        rank = int(info.relative_path.split("_")[2])
+        with open(os.path.join(theirs_dir, info.relative_path), "rb") as f:
+            f.seek(info.offset)
+            z = zipfile.ZipFile(io.BytesIO(f.read(info.length)))
+        ids[rank].append((info.offset, z.read("archive/.data/serialization_id").decode()))
+    return {r: [sid for _, sid in sorted(v)] for r, v in ids.items()}
 
 
 def SafetensorsHeader(path: str) -> Tuple[dict, int]:
@@ -1155,6 +1193,12 @@ def CompareHf(ours: str, theirs: str) -> Optional[str]:
             return f"{n}: header differs"
         if os.path.getsize(a) != os.path.getsize(b):
             return f"{n}: size differs"
+        skip = 8 + SafetensorsHeader(a)[1]
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            fa.seek(skip)
+            fb.seek(skip)
+            if fa.read() != fb.read():
+                return f"{n}: tensor bytes differ"
     return None
 
 
