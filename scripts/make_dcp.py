@@ -4,7 +4,10 @@ tests and the bench, with PyTorch 1.13 and the standard library only.
 
     make_dcp.py OUT --case training|tp|uneven|big [--ranks N] [--seed S] [--bytes SIZE]
                 [--hostile KIND] [--hf]
-    make_dcp.py --self-check FIXTURES_DIR      (e.g. /work/shared/fixtures/dcp)
+    make_dcp.py OUT --verify                   reassemble OUT's tensors, compare with
+                                               its expected.safetensors
+    make_dcp.py --self-check FIXTURES_DIR      prove the format against PyTorch 2.11's
+                                               own files (/work/shared/fixtures/dcp)
 
 PyTorch 1.13 has no torch.distributed.checkpoint; this script writes what PyTorch 2.11's
 dcp.save with FileSystemWriter and DefaultSavePlanner writes, step by step as they do it:
@@ -44,9 +47,29 @@ Cases (--ranks defaults to 4, 1 for training):
             tensors (model.experts.0, model.experts.1: int list indices in the paths).
   big       about --bytes (default 2G) of bf16 64 MiB matrices over 4 ranks, Shard(0) and
             Shard(1) alternating, written streaming: one whole tensor in memory at a time.
---hostile KIND breaks the case's output in one way (see HOSTILE); --hf writes the Hugging
-Face form (shard-0000R-model-0000K-of-0000N.safetensors, DCP_SHARDING_INFO in the
-safetensors metadata) instead of .metadata + .distcp.
+--hostile KIND breaks the case's output in exactly one way (expected.* stay those of the
+sound case):
+  path_outside      a _StorageInfo names "../x.distcp"
+  absolute_path     a _StorageInfo names an absolute path (the real file's)
+  range_past_end    an item's offset + length runs 4096 bytes past its file's end
+  overlap           an extra chunk (rows 1.. of a chunk, its own stored item) overlaps it
+  hole              one chunk of the most-split tensor (and its storage entry) is gone
+  overflow          a tensor's size has a dimension of 2**64-1
+  global_os_system  the pickle calls the global os.system ("echo ...") as `version`
+  unknown_class     a value's storage metadata is ...metadata.SparseStorageMetadata
+  missing_file      the last rank's .distcp file is missing
+  transform         an item records transform_descriptors ["zstd"] (bytes not compressed)
+--hf writes the Hugging Face form instead of .metadata + .distcp: per rank R and file
+index K, shard-0000{R+1}-model-0000K-of-0000N.safetensors with the rank's chunks and
+DCP_SHARDING_INFO / DCP_VERSION in __metadata__ (the model sub-tree only; tensors go to
+files 1, 2, 1, 2, ... in order, as the fixture's fqn_to_index_mapping does).
+
+--self-check writes the fixtures' own state dicts (make_fixtures.py's model, seed 1, same
+placements) and compares: the .metadata disassembles to the same opcodes, globals and
+values (uuid and path aside); every PyTorch item, loaded and saved again with its
+serialization id, gives PyTorch's bytes; with PyTorch's save_id, path and serialization
+ids put in, .metadata and every .distcp are byte-identical (torch 1.13 draws the same
+random values here); the --hf shards have PyTorch's headers and tensor bytes.
 
 Every case also writes expected.safetensors (every tensor whole, by its flattened name,
 written by hand in the layout of safetensors.torch.save_file) and expected.json (the
@@ -65,7 +88,6 @@ import pathlib
 import pickle
 import pickletools
 import random
-import shutil
 import struct
 import sys
 import types
@@ -1229,7 +1251,6 @@ def CompareItems(ours_dir: str, theirs_dir: str) -> Optional[str]:
 
 
 def ReadSafetensors(path: str) -> Dict[str, torch.Tensor]:
-    import numpy as np
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
