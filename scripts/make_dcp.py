@@ -2,7 +2,7 @@
 """Writes PyTorch distributed checkpoints (torch.distributed.checkpoint, "DCP") for ckptfs
 tests and the bench, with PyTorch 1.13 and the standard library only.
 
-    make_dcp.py OUT --case training|tp|uneven|big [--ranks N] [--seed S] [--bytes SIZE]
+    make_dcp.py OUT --case training|tp|uneven|big|wide [--ranks N] [--seed S] [--bytes SIZE]
                 [--hostile KIND] [--hf]
     make_dcp.py OUT --verify                   reassemble OUT's tensors, compare with
                                                its expected.safetensors
@@ -37,7 +37,7 @@ the lowest rank). With more than one rank, plans and write results go through a 
 round trip as torch.distributed's gather/scatter does, so that the metadata pickle shares
 (memoizes) exactly the objects PyTorch's shares.
 
-Cases (--ranks defaults to 4, 1 for training):
+Cases (--ranks defaults to 4; 1 for training, 8 for wide):
   training  nested training state: model, optim state (exp_avg, step) and param_groups,
             step (int), a note (str); like the fixtures' single/ (1 rank).
   tp        Shard(0), Shard(1), Shard(2) of a 3-D tensor, Replicate(), a 2x2 mesh
@@ -47,6 +47,8 @@ Cases (--ranks defaults to 4, 1 for training):
             tensors (model.experts.0, model.experts.1: int list indices in the paths).
   big       about --bytes (default 2G) of bf16 64 MiB matrices over 4 ranks, Shard(0) and
             Shard(1) alternating, written streaming: one whole tensor in memory at a time.
+  wide      one 32000x8192 bf16 matrix Shard(1) over 8 ranks (the issue's figure for
+            memory per tensor: chunks, not rows).
 --hostile KIND breaks the case's output in exactly one way (expected.* stay those of the
 sound case):
   path_outside      a _StorageInfo names "../x.distcp"
@@ -855,8 +857,15 @@ def WeightLike(n: int, cols: int, seed: int, block_rows: int = 1024) -> torch.Te
     return out
 
 
+def WideCase(seed: int, ranks: int) -> dict:
+    """The issue's memory figure: one 32000x8192 bf16 matrix (500 MiB) split along dim 1."""
+    return {"model": {"embed.weight": DTensor(
+        Lazy((32000, 8192), torch.bfloat16, lambda: WeightLike(32000, 8192, seed)),
+        (ranks,), [("S", 1)])}, "step": 1}
+
+
 CASES = {"training": (TrainingCase, 1), "tp": (TpCase, 4), "uneven": (UnevenCase, 4),
-         "big": (None, 4)}
+         "big": (None, 4), "wide": (WideCase, 8)}
 
 
 def MakeStateDict(case: str, seed: int, ranks: int, total_bytes: int) -> dict:
