@@ -98,7 +98,7 @@ def main(argv):
     c.Equal(sorted(state), sorted(model), "pytorch_model.bin holds the model")
     for name, t in state.items():
         if name in model:
-            raw = t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            raw = t.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
             c.Equal(raw == model[name][2], True, f"{name}: pytorch_model.bin bytes")
             c.Equal(list(t.shape), model[name][1], f"{name}: pytorch_model.bin shape")
 
