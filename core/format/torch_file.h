@@ -76,6 +76,36 @@ struct TorchStorage {
   bool decoded = false;
 };
 
+// Where a tensor that is one rank's piece of a distributed tensor (a DTensor of
+// torch.distributed.tensor, as FSDP2 trainers torch.save per rank) lies in the whole. The
+// TorchTensor holding it is the local tensor (its storage, view and shape); this is the
+// rest of what the DTensor recorded, reduced to a box:
+//   - global_shape: the whole tensor's shape (the DTensor's size, equal to its
+//     tensor_meta.shape);
+//   - offset, size: the box, per dimension of global_shape. `size` equals the TorchTensor's
+//     shape. Worked out from the placements, the mesh shape and this rank's coordinates as
+//     torch's compute_local_shape_and_global_offset does: mesh dimensions in order, a
+//     Shard(d) splits what is left of dimension d as torch.chunk does (ceil(n / m) per
+//     piece, the last ones shorter or empty), nested within earlier splits of d; a
+//     Replicate() leaves the box as it is. A piece empty along a dimension has offset
+//     global_shape[d] there (torch's convention since 2.9; its elements are none anyway);
+//   - mesh_shape, coordinate: the device mesh's size per mesh dimension and this rank's
+//     index on each; shard_dims: per mesh dimension, the tensor dimension it shards, or
+//     -1 for Replicate() (the same box is then held by every rank along that mesh
+//     dimension); rank: the global rank the mesh recorded, where it recorded one (2.9+).
+// Only Shard and Replicate are read; Partial, _StridedShard, a shard order other than the
+// default, a mesh this rank is not in, or a local shape other than the box refuse the
+// file (Unsupported / Corruption, one line naming the file and tensor).
+struct TorchPiece {
+  std::vector<uint64_t> global_shape;
+  std::vector<uint64_t> offset;
+  std::vector<uint64_t> size;
+  std::vector<uint64_t> mesh_shape;
+  std::vector<uint64_t> coordinate;
+  std::vector<int32_t> shard_dims;
+  std::optional<uint64_t> rank;
+};
+
 struct TorchTensor {
   std::string name;
   uint32_t storage = 0;         // index into TorchFile::storages
@@ -88,6 +118,10 @@ struct TorchTensor {
   // flat state dict's "model.encoder.weight" has none: decided on structure, not dots.
   uint32_t top_key_size = 0;
   bool top_is_dict = false;
+  // Set for the local tensor of a DTensor: its place in the whole (TorchPiece above). The
+  // tensor is named by where the DTensor lies (its dict key); nothing of the DTensor's
+  // mesh or spec becomes a tensor or state.
+  std::optional<TorchPiece> piece;
 };
 
 struct TorchFile {
