@@ -542,30 +542,6 @@ class Interpreter {
     return Status::Ok();
   }
 
-  // torch.chunk of each sharded dimension over its mesh dimension, nested in placement
-  // order (torch's _compute_local_shape_and_global_offset, Shard and Replicate only).
-  static void ComputeBox(TorchPiece* piece) {
-    const size_t n = piece->global_shape.size();
-    piece->size = piece->global_shape;
-    piece->offset.assign(n, 0);
-    std::vector<bool> empty(n, false);
-    for (size_t m = 0; m < piece->shard_dims.size(); ++m) {
-      if (piece->shard_dims[m] < 0) continue;
-      const auto d = static_cast<size_t>(piece->shard_dims[m]);
-      const uint64_t left = piece->size[d];
-      const uint64_t parts = piece->mesh_shape[m];  // > 0: the coordinate is below it
-      const uint64_t chunk = left / parts + (left % parts != 0);
-      const uint64_t start = chunk * piece->coordinate[m];  // <= left + chunk: no overflow
-      const uint64_t size = start >= left ? 0 : std::min(chunk, left - start);
-      piece->size[d] = size;
-      if (size == 0) empty[d] = true;
-      piece->offset[d] += size == 0 ? 0 : start;
-    }
-    for (size_t d = 0; d < n; ++d) {
-      if (empty[d]) piece->offset[d] = piece->global_shape[d];
-    }
-  }
-
   // _rebuild_from_type_v2(_rebuild_wrapper_subclass, DTensor, wrapper args, state).
   Status AddDTensor(const PickleValue& args, const std::string& name, int depth) {
     CKPTFS_RETURN_IF_ERROR(CheckDTensorGlobals(args.items[2], name));
@@ -639,7 +615,7 @@ class Interpreter {
     if (std::optional<uint32_t> order = Attribute(*spec, "shard_order")) {
       CKPTFS_RETURN_IF_ERROR(CheckShardOrder(*order, name, piece));
     }
-    ComputeBox(&piece);
+    ComputeTorchPieceBox(piece);
     // The local tensor, named as the DTensor; it must be a plain tensor, not another DTensor.
     const size_t before = out_.tensors.size();
     bool is_tensor = false;
@@ -1251,6 +1227,31 @@ void WriteViewArgs(PickleWriter& w, const TorchPickleEntry& e) {
 }
 
 }  // namespace
+
+// torch.chunk of each sharded dimension over its mesh dimension, nested in placement order
+// (torch's _compute_local_shape_and_global_offset, Shard and Replicate only).
+void ComputeTorchPieceBox(TorchPiece& piece) {
+  const size_t n = piece.global_shape.size();
+  piece.size = piece.global_shape;
+  piece.offset.assign(n, 0);
+  std::vector<bool> empty(n, false);
+  for (size_t m = 0; m < piece.shard_dims.size(); ++m) {
+    if (piece.shard_dims[m] < 0) continue;
+    const auto d = static_cast<size_t>(piece.shard_dims[m]);
+    const uint64_t left = piece.size[d];
+    const uint64_t parts = piece.mesh_shape[m];  // > 0: the coordinate is below it
+    const uint64_t chunk = left / parts + (left % parts != 0);
+    // Past `left` (even past 2^64) the piece is empty.
+    const uint64_t start = CheckedMul(chunk, piece.coordinate[m]).value_or(UINT64_MAX);
+    const uint64_t size = start >= left ? 0 : std::min(chunk, left - start);
+    piece.size[d] = size;
+    if (size == 0) empty[d] = true;
+    piece.offset[d] += size == 0 ? 0 : start;
+  }
+  for (size_t d = 0; d < n; ++d) {
+    if (empty[d]) piece.offset[d] = piece.global_shape[d];
+  }
+}
 
 bool IsRowMajor(std::span<const uint64_t> shape, std::span<const uint64_t> stride) {
   // An empty tensor has no bytes to lay out.

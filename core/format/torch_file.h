@@ -147,6 +147,13 @@ Result<TorchFile> ReadTorchFile(const ByteSource& source,
 // or an item is not a str; the zip and pickle checks of ReadTorchFile apply.
 Result<std::vector<std::string>> ReadTorchStringList(const ByteSource& source);
 
+// Sets piece.offset and piece.size, the box of TorchPiece, from its global_shape,
+// mesh_shape, coordinate and shard_dims: what ReadTorchFile records, and what a reader of
+// one rank's file can work out for any other coordinate. Requires what ReadTorchFile checks:
+// one coordinate and one shard dim per mesh dimension, each coordinate below its mesh
+// dimension's size, each shard dim -1 or a dimension of global_shape.
+void ComputeTorchPieceBox(TorchPiece& piece);
+
 // Whether a tensor with this shape and these strides covers one dense row-major range.
 bool IsRowMajor(std::span<const uint64_t> shape, std::span<const uint64_t> stride);
 

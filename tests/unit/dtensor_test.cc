@@ -266,5 +266,47 @@ TEST_F(TorchDTensorTest, ACoordinateOutsideTheMeshIsRefused) {
                 Status::Code::kCorruption, {"DTensor \"embed.weight\"", "outside mesh dimension 0"});
 }
 
+// The box for every coordinate of a mesh, as "offset+size" per dimension.
+std::vector<std::string> Boxes(std::vector<uint64_t> global, std::vector<uint64_t> mesh,
+                               std::vector<int32_t> shard_dims) {
+  std::vector<std::string> out;
+  uint64_t count = 1;
+  for (uint64_t m : mesh) count *= m;
+  for (uint64_t rank = 0; rank < count; ++rank) {
+    TorchPiece p{global, {}, {}, mesh, std::vector<uint64_t>(mesh.size()), shard_dims, {}};
+    for (size_t i = mesh.size(), r = rank; i-- > 0; r /= mesh[i]) p.coordinate[i] = r % mesh[i];
+    ComputeTorchPieceBox(p);
+    std::string box;
+    for (size_t d = 0; d < global.size(); ++d) {
+      box += (d ? "," : "") + std::to_string(p.offset[d]) + "+" + std::to_string(p.size[d]);
+    }
+    out.push_back(box);
+  }
+  return out;
+}
+
+// torch's own examples (compute_local_shape_and_global_offset's docstring) and uneven,
+// nested and empty splits as torch.chunk makes them.
+TEST(TorchPieceBoxTest, SplitsAsTorchChunkNestedInPlacementOrder) {
+  // (8, 4) on a (2, 4) mesh, [Shard(0), Shard(0)]: rank r holds row r.
+  EXPECT_EQ(Boxes({8, 4}, {2, 4}, {0, 0}),
+            (std::vector<std::string>{"0+1,0+4", "1+1,0+4", "2+1,0+4", "3+1,0+4", "4+1,0+4",
+                                      "5+1,0+4", "6+1,0+4", "7+1,0+4"}));
+  // (2, 5) on a mesh of 4, [Shard(1)]: chunks of 2, 2, 1 and an empty one at offset 5.
+  EXPECT_EQ(Boxes({2, 5}, {4}, {1}),
+            (std::vector<std::string>{"0+2,0+2", "0+2,2+2", "0+2,4+1", "0+2,5+0"}));
+  // 5 rows on (2, 2), [Shard(0), Shard(0)]: 3 + 2, then each again: 2 + 1, 1 + 1.
+  EXPECT_EQ(Boxes({5}, {2, 2}, {0, 0}), (std::vector<std::string>{"0+2", "2+1", "3+1", "4+1"}));
+  // 3 rows on (2, 2): the last piece is empty, at the dimension's size.
+  EXPECT_EQ(Boxes({3}, {2, 2}, {0, 0}), (std::vector<std::string>{"0+1", "1+1", "2+1", "3+0"}));
+  // [Replicate(), Shard(1)]: the same columns along the first mesh dimension.
+  EXPECT_EQ(Boxes({4, 6}, {2, 3}, {-1, 1}),
+            (std::vector<std::string>{"0+4,0+2", "0+4,2+2", "0+4,4+2", "0+4,0+2", "0+4,2+2",
+                                      "0+4,4+2"}));
+  // [Shard(1), Shard(0)] on (2, 2): the 2x2 fixture's placements the other way round.
+  EXPECT_EQ(Boxes({96, 24}, {2, 2}, {1, 0}),
+            (std::vector<std::string>{"0+48,0+12", "48+48,0+12", "0+48,12+12", "48+48,12+12"}));
+}
+
 }  // namespace
 }  // namespace ckptfs
