@@ -3,6 +3,11 @@
 // NOTICE.md there; skipped when absent), and hostile edits of them.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -306,6 +311,70 @@ TEST(TorchPieceBoxTest, SplitsAsTorchChunkNestedInPlacementOrder) {
   // [Shard(1), Shard(0)] on (2, 2): the 2x2 fixture's placements the other way round.
   EXPECT_EQ(Boxes({96, 24}, {2, 2}, {1, 0}),
             (std::vector<std::string>{"0+48,0+12", "48+48,0+12", "0+48,12+12", "48+48,12+12"}));
+}
+
+// PyTorch 2.2-2.4's form, written by stand-ins (tests/unit/dtensor_cases.py says what and
+// why): a DTensor's state as a (None, slots) pair, DTensorSpec and TensorMeta in
+// torch.distributed._tensor.placement_types, a DeviceMesh holding its `mesh` tensor. Every
+// whole tensor is arange as float32, so each local element is its index in the whole.
+TEST(TorchDTensorOldFormTest, RankFilesOfTorch22To24ReadWithTheirBoxes) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("ckptfs-dtensor-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string cmd =
+      "/usr/bin/python3 " CKPTFS_SOURCE_DIR "/tests/unit/dtensor_cases.py " + dir.string();
+  const int rc = std::system(cmd.c_str());
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  ASSERT_EQ(rc, 0) << cmd;
+  const std::map<std::string, std::vector<std::string>> boxes = {
+      {"w", {"0+2,0+3", "2+1,0+3", "3+1,0+3", "4+1,0+3"}},  // [Shard(0), Shard(0)] of [5, 3]
+      {"b", {"0+4", "4+3", "0+4", "4+3"}},                  // [Replicate(), Shard(0)] of [7]
+  };
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string file = "old_rank_" + std::to_string(rank) + ".pt";
+    SCOPED_TRACE(file);
+    std::ifstream in(dir / file, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    MemorySource source(file, bytes);
+    Result<TorchFile> read = ReadTorchFile(source);
+    ASSERT_TRUE(read.ok()) << read.status().message();
+    ASSERT_EQ(read->tensors.size(), 2u);
+    EXPECT_EQ(read->state_json, "");
+    for (const TorchTensor& t : read->tensors) {
+      SCOPED_TRACE(t.name);
+      ASSERT_TRUE(t.piece.has_value());
+      const TorchPiece& p = *t.piece;
+      EXPECT_EQ(p.mesh_shape, (std::vector<uint64_t>{2, 2}));
+      EXPECT_EQ(p.coordinate, (std::vector<uint64_t>{uint64_t(rank / 2), uint64_t(rank % 2)}));
+      EXPECT_EQ(p.rank, std::nullopt);  // 2.2-2.8 meshes record no rank of their own
+      std::string box;
+      for (size_t d = 0; d < p.offset.size(); ++d) {
+        box += (d ? "," : "") + std::to_string(p.offset[d]) + "+" + std::to_string(p.size[d]);
+      }
+      EXPECT_EQ(box, boxes.at(t.name)[rank]);
+      // Each element is its row-major index in the whole.
+      const TorchStorage& s = read->storages[t.storage];
+      const std::vector<uint64_t> global_stride = RowMajorStrides(p.global_shape);
+      uint64_t count = 1;
+      for (uint64_t n : t.shape) count *= n;
+      std::vector<uint64_t> index(t.shape.size(), 0);
+      for (uint64_t i = 0; i < count; ++i) {
+        uint64_t local = t.storage_offset, at = 0;
+        for (size_t d = 0; d < index.size(); ++d) {
+          local += index[d] * t.stride[d];
+          at += (p.offset[d] + index[d]) * global_stride[d];
+        }
+        float value = 0;
+        std::memcpy(&value, bytes.data() + s.data_offset + local * 4, 4);
+        EXPECT_EQ(value, static_cast<float>(at)) << "element " << i;
+        for (size_t d = index.size(); d-- > 0;) {
+          if (++index[d] < t.shape[d]) break;
+          index[d] = 0;
+        }
+      }
+    }
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
