@@ -39,6 +39,16 @@
 // PickleGlobals::kDeepSpeed every array stays such a value (a rank file's tensors are its
 // model's). Byte counts that disagree with shape and dtype refuse the file.
 //
+// DTensors (torch.distributed.tensor; FSDP2 trainers torch.save them per rank):
+// _rebuild_from_type_v2(_rebuild_wrapper_subclass, DTensor, (DTensor, dtype, size, ...),
+// {"_local_tensor": t, "_spec": DTensorSpec}) is one tensor, named as the DTensor lies,
+// viewing the local tensor's storage, with its place in the whole in TorchTensor::piece
+// (TorchPiece below). PyTorch 2.5+ (torch.distributed.tensor, DeviceMesh with a _MeshLayout
+// from 2.9) and 2.2-2.4 (torch.distributed._tensor, a DeviceMesh holding its `mesh` tensor)
+// are read. Inside a DTensor only the globals it is made of are accepted (its classes,
+// DeviceMesh, _MeshLayout, Shard, Replicate, ShardOrderEntry, TensorMeta, torch.Size,
+// dtypes, devices, layouts, storages): any other refuses the file naming it.
+//
 // Untrusted input: every storage a tensor uses must be a stored record of exactly the
 // size its pickle claims, and every tensor's shape, strides and offset must stay inside
 // its storage (checked arithmetic). Errors name the file and the reason; the pre-1.6
