@@ -4,8 +4,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -271,7 +271,8 @@ class Interpreter {
   // torch.distributed._tensor (2.2-2.4, a DeviceMesh holding its `mesh` tensor).
 
   static bool IsDTensorClass(std::string_view g) {
-    return g == "torch.distributed.tensor.DTensor" || g == "torch.distributed.tensor._api.DTensor" ||
+    return g == "torch.distributed.tensor.DTensor" ||
+           g == "torch.distributed.tensor._api.DTensor" ||
            g == "torch.distributed._tensor.api.DTensor";
   }
 
@@ -309,8 +310,8 @@ class Interpreter {
       if (g == e) return true;
     }
     if (TorchDtypeOf(g)) return true;
-    if (StartsWith(g, "torch.") && g.find('.', 6) == std::string_view::npos &&
-        g.size() > 13 && g.substr(g.size() - 7) == "Storage") {
+    if (StartsWith(g, "torch.") && g.find('.', 6) == std::string_view::npos && g.size() > 13 &&
+        g.substr(g.size() - 7) == "Storage") {
       return true;  // torch.FloatStorage and the like; Storage() checks the class
     }
     return false;
@@ -319,14 +320,14 @@ class Interpreter {
   // A torch dtype global ("torch.bfloat16") as ckptfs's Dtype; dtypes pickle by name.
   static std::optional<Dtype> TorchDtypeOf(std::string_view g) {
     static constexpr std::pair<std::string_view, Dtype> kDtypes[] = {
-        {"torch.float32", Dtype::kF32},      {"torch.float64", Dtype::kF64},
-        {"torch.float16", Dtype::kF16},      {"torch.bfloat16", Dtype::kBF16},
-        {"torch.int64", Dtype::kI64},        {"torch.int32", Dtype::kI32},
-        {"torch.int16", Dtype::kI16},        {"torch.int8", Dtype::kI8},
-        {"torch.uint8", Dtype::kU8},         {"torch.uint16", Dtype::kU16},
-        {"torch.uint32", Dtype::kU32},       {"torch.uint64", Dtype::kU64},
-        {"torch.bool", Dtype::kBool},        {"torch.complex64", Dtype::kC64},
-        {"torch.complex128", Dtype::kC128},  {"torch.float8_e4m3fn", Dtype::kF8E4M3},
+        {"torch.float32", Dtype::kF32},        {"torch.float64", Dtype::kF64},
+        {"torch.float16", Dtype::kF16},        {"torch.bfloat16", Dtype::kBF16},
+        {"torch.int64", Dtype::kI64},          {"torch.int32", Dtype::kI32},
+        {"torch.int16", Dtype::kI16},          {"torch.int8", Dtype::kI8},
+        {"torch.uint8", Dtype::kU8},           {"torch.uint16", Dtype::kU16},
+        {"torch.uint32", Dtype::kU32},         {"torch.uint64", Dtype::kU64},
+        {"torch.bool", Dtype::kBool},          {"torch.complex64", Dtype::kC64},
+        {"torch.complex128", Dtype::kC128},    {"torch.float8_e4m3fn", Dtype::kF8E4M3},
         {"torch.float8_e5m2", Dtype::kF8E5M2},
     };
     for (auto [n, d] : kDtypes) {
@@ -363,8 +364,8 @@ class Interpreter {
       const PickleValue& p = At(at);
       if (p.kind == PickleKind::kGlobal && !IsDTensorGlobal(p.text)) {
         if (IsOtherPlacement(p.text)) {
-          return UnsupportedDTensor(name, "placement " + p.text +
-                                              " is not supported (only Shard and Replicate)");
+          return UnsupportedDTensor(
+              name, "placement " + p.text + " is not supported (only Shard and Replicate)");
         }
         return UnsupportedDTensor(name, "global " + p.text + " is not one a DTensor is made of");
       }
@@ -413,7 +414,7 @@ class Interpreter {
 
   // A tuple or list of non-negative ints.
   Result<std::vector<uint64_t>> DTensorInts(uint32_t v, const std::string& name,
-                                           const std::string& what) const {
+                                            const std::string& what) const {
     Result<std::vector<uint64_t>> out = Sizes(v, what);
     if (!out.ok()) return BadDTensor(name, what + " is not a tuple of sizes");
     return out;
@@ -433,8 +434,9 @@ class Interpreter {
       if (!shape) return BadDTensor(name, "the mesh's _MeshLayout has no shape");
       Result<std::vector<uint64_t>> sizes = Sizes(*shape, "mesh shape");
       if (!sizes.ok()) {
-        return UnsupportedDTensor(name, "a mesh whose layout is not a flat tuple of sizes "
-                                        "(a flattened or sliced mesh) is not supported");
+        return UnsupportedDTensor(name,
+                                  "a mesh whose layout is not a flat tuple of sizes "
+                                  "(a flattened or sliced mesh) is not supported");
       }
       piece->mesh_shape = std::move(*sizes);
     } else if (std::optional<uint32_t> tensor = Attribute(mesh, "mesh")) {  // 2.2-2.8
@@ -487,7 +489,8 @@ class Interpreter {
                                                "torch.distributed._tensor.placement_types.Shard"});
       if (!shard) {
         const PickleValue& q = At(item);
-        const bool global = q.kind == PickleKind::kCall && At(q.items[0]).kind == PickleKind::kGlobal;
+        const bool global =
+            q.kind == PickleKind::kCall && At(q.items[0]).kind == PickleKind::kGlobal;
         return UnsupportedDTensor(
             name, "placement " + (global ? At(q.items[0]).text : std::string("of no class")) +
                       " is not supported (only Shard and Replicate)");
@@ -536,8 +539,9 @@ class Interpreter {
       }
     }
     if (!same) {
-      return UnsupportedDTensor(name, "a shard order other than its placements' left-to-right "
-                                      "one is not supported");
+      return UnsupportedDTensor(name,
+                                "a shard order other than its placements' left-to-right "
+                                "one is not supported");
     }
     return Status::Ok();
   }
@@ -557,10 +561,10 @@ class Interpreter {
     const PickleValue* get_layout =
         wrapper.items.size() > 5 ? CallOf(layout, {"torch.serialization._get_layout"}) : nullptr;
     const PickleValue* layout_args = get_layout ? Args(*get_layout) : nullptr;
-    const bool strided = wrapper.items.size() > 5 &&
-                         (IsGlobal(layout, "torch.strided") ||
-                          (layout_args && layout_args->items.size() == 1 &&
-                           At(layout_args->items[0]).text == "torch.strided"));
+    const bool strided =
+        wrapper.items.size() > 5 &&
+        (IsGlobal(layout, "torch.strided") || (layout_args && layout_args->items.size() == 1 &&
+                                               At(layout_args->items[0]).text == "torch.strided"));
     if (!strided) return UnsupportedDTensor(name, "a layout other than torch.strided");
     const std::optional<Dtype> dtype = TorchDtypeOf(At(wrapper.items[1]).text);
     if (!dtype) {
@@ -606,7 +610,8 @@ class Interpreter {
       }
       CKPTFS_ASSIGN_OR_RETURN(std::vector<uint64_t> shape,
                               DTensorInts(meta_args->items[0], name, "its tensor_meta shape"));
-      if (shape != piece.global_shape || !IsGlobal(meta_args->items[2], At(wrapper.items[1]).text)) {
+      if (shape != piece.global_shape ||
+          !IsGlobal(meta_args->items[2], At(wrapper.items[1]).text)) {
         return BadDTensor(name, "its tensor_meta and its size or dtype disagree");
       }
     }

@@ -2,7 +2,6 @@
 // write, read from the files PyTorch 2.11 wrote (../shared/fixtures/dcp/fsdp_rank_files,
 // NOTICE.md there; skipped when absent), and hostile edits of them.
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,15 +25,13 @@ namespace fs = std::filesystem;
 
 constexpr int kRanks = 4;
 
-std::string RankFile(int rank) {
-  return "model_world_size_4_rank_" + std::to_string(rank) + ".pt";
-}
+std::string RankFile(int rank) { return "model_world_size_4_rank_" + std::to_string(rank) + ".pt"; }
 
 class TorchDTensorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const fs::path& d : {fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared",
-                              fs::path("/work/shared")}) {
+    for (const fs::path& d :
+         {fs::path(CKPTFS_SOURCE_DIR) / ".." / "shared", fs::path("/work/shared")}) {
       if (fs::exists(d / "fixtures" / "dcp" / "fsdp_rank_files" / RankFile(0))) {
         dir_ = d / "fixtures" / "dcp" / "fsdp_rank_files";
         return;
@@ -114,10 +111,10 @@ TEST_F(TorchDTensorTest, EachDTensorIsOneTensorWithItsBoxInTheWhole) {
     std::vector<std::string> names;
     for (const TorchTensor& t : file.tensors) names.push_back(t.name);
     // The dict keys, once each: nothing of a mesh (its rank map tensor) is a tensor.
-    EXPECT_EQ(names, (std::vector<std::string>{
-                         "embed.weight", "layers.0.attn.qkv.weight", "layers.0.attn.qkv.bias",
-                         "layers.0.mlp.up.weight", "layers.0.mlp.down.weight",
-                         "layers.0.norm.weight", "pos_ids", "scale", "head.weight"}));
+    EXPECT_EQ(names, (std::vector<std::string>{"embed.weight", "layers.0.attn.qkv.weight",
+                                               "layers.0.attn.qkv.bias", "layers.0.mlp.up.weight",
+                                               "layers.0.mlp.down.weight", "layers.0.norm.weight",
+                                               "pos_ids", "scale", "head.weight"}));
     EXPECT_EQ(file.state_json, "");  // no mesh, spec or placement left over as a value
     const auto pieces = ExpectedPieces(static_cast<uint64_t>(rank));
     for (const TorchTensor& t : file.tensors) {
@@ -222,21 +219,23 @@ TEST_F(TorchDTensorTest, AShardOfAnotherModuleIsRefused) {
 }
 
 TEST_F(TorchDTensorTest, APartialPlacementIsRefused) {
-  ExpectRefused(
-      ReadEdited(1,
-                 [](std::string& pkl) {
-                   Replace(pkl, "torch.distributed.tensor.placement_types\nReplicate\n",
-                           "torch.distributed.tensor.placement_types\nPartial\n");
-                 }),
-      Status::Code::kUnsupported,
-      {"DTensor \"layers.0.norm.weight\"", "placement torch.distributed.tensor.placement_types.Partial",
-       "not supported"});
+  ExpectRefused(ReadEdited(1,
+                           [](std::string& pkl) {
+                             Replace(pkl, "torch.distributed.tensor.placement_types\nReplicate\n",
+                                     "torch.distributed.tensor.placement_types\nPartial\n");
+                           }),
+                Status::Code::kUnsupported,
+                {"DTensor \"layers.0.norm.weight\"",
+                 "placement torch.distributed.tensor.placement_types.Partial", "not supported"});
 }
 
 // embed.weight's Shard(dim=0) made Shard(dim=1). The first "dim" key in the pickle is
 // embed.weight's: BINUNICODE 'dim', BINPUT n, BININT1 0, SETITEM.
 void ShardEmbedAlongDim1(std::string& pkl) {
-  const size_t at = pkl.find(std::string("X\x03\x00\x00\x00" "dim", 8));
+  const size_t at =
+      pkl.find(std::string("X\x03\x00\x00\x00"
+                           "dim",
+                           8));
   ASSERT_NE(at, std::string::npos);
   ASSERT_EQ(pkl.substr(at + 10, 2), std::string("K\x00", 2));
   pkl[at + 11] = '\x01';
@@ -253,8 +252,8 @@ TEST_F(TorchDTensorTest, ALocalShapeOtherThanTheBoxIsRefused) {
                                      "ShardOrderEntry\nq\x56K\x01");
                            }),
                 Status::Code::kCorruption,
-                {"DTensor \"embed.weight\"", "shape [33,24]", "placements [Shard(1)]",
-                 "mesh [4]", "coordinate [1]", "give [131,6]"});
+                {"DTensor \"embed.weight\"", "shape [33,24]", "placements [Shard(1)]", "mesh [4]",
+                 "coordinate [1]", "give [131,6]"});
 }
 
 TEST_F(TorchDTensorTest, AShardOrderOtherThanThePlacementsIsRefused) {
@@ -264,11 +263,12 @@ TEST_F(TorchDTensorTest, AShardOrderOtherThanThePlacementsIsRefused) {
 
 TEST_F(TorchDTensorTest, ACoordinateOutsideTheMeshIsRefused) {
   // rank 1's _coordinate_on_dim (1,) made (9,) on a mesh of 4.
-  ExpectRefused(ReadEdited(1,
-                           [](std::string& pkl) {
-                             Replace(pkl, "_coordinate_on_dimq\x44K\x01", "_coordinate_on_dimq\x44K\x09");
-                           }),
-                Status::Code::kCorruption, {"DTensor \"embed.weight\"", "outside mesh dimension 0"});
+  ExpectRefused(
+      ReadEdited(1,
+                 [](std::string& pkl) {
+                   Replace(pkl, "_coordinate_on_dimq\x44K\x01", "_coordinate_on_dimq\x44K\x09");
+                 }),
+      Status::Code::kCorruption, {"DTensor \"embed.weight\"", "outside mesh dimension 0"});
 }
 
 // The box for every coordinate of a mesh, as "offset+size" per dimension.
@@ -305,9 +305,9 @@ TEST(TorchPieceBoxTest, SplitsAsTorchChunkNestedInPlacementOrder) {
   // 3 rows on (2, 2): the last piece is empty, at the dimension's size.
   EXPECT_EQ(Boxes({3}, {2, 2}, {0, 0}), (std::vector<std::string>{"0+1", "1+1", "2+1", "3+0"}));
   // [Replicate(), Shard(1)]: the same columns along the first mesh dimension.
-  EXPECT_EQ(Boxes({4, 6}, {2, 3}, {-1, 1}),
-            (std::vector<std::string>{"0+4,0+2", "0+4,2+2", "0+4,4+2", "0+4,0+2", "0+4,2+2",
-                                      "0+4,4+2"}));
+  EXPECT_EQ(
+      Boxes({4, 6}, {2, 3}, {-1, 1}),
+      (std::vector<std::string>{"0+4,0+2", "0+4,2+2", "0+4,4+2", "0+4,0+2", "0+4,2+2", "0+4,4+2"}));
   // [Shard(1), Shard(0)] on (2, 2): the 2x2 fixture's placements the other way round.
   EXPECT_EQ(Boxes({96, 24}, {2, 2}, {1, 0}),
             (std::vector<std::string>{"0+48,0+12", "48+48,0+12", "0+48,12+12", "48+48,12+12"}));
@@ -318,8 +318,7 @@ TEST(TorchPieceBoxTest, SplitsAsTorchChunkNestedInPlacementOrder) {
 // torch.distributed._tensor.placement_types, a DeviceMesh holding its `mesh` tensor. Every
 // whole tensor is arange as float32, so each local element is its index in the whole.
 TEST(TorchDTensorOldFormTest, RankFilesOfTorch22To24ReadWithTheirBoxes) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("ckptfs-dtensor-" + std::to_string(::getpid()));
+  const fs::path dir = fs::temp_directory_path() / ("ckptfs-dtensor-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   const std::string cmd =
       "/usr/bin/python3 " CKPTFS_SOURCE_DIR "/tests/unit/dtensor_cases.py " + dir.string();
