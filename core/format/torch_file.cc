@@ -387,12 +387,10 @@ class Interpreter {
     return std::nullopt;
   }
 
-  // The attribute dict of an object's BUILD state: a dict, or the slots dict (or both,
-  // looked up in turn) of a (dict or None, dict) pair. `key` looked up there.
-  std::optional<uint32_t> Attribute(uint32_t object, std::string_view key) const {
-    const PickleValue& p = At(object);
-    if (p.state == PickleValue::kNoState) return std::nullopt;
-    const PickleValue& st = At(p.state);
+  // The value under `key` in an object's state: a dict, or either dict of a (dict or None,
+  // slots dict) pair.
+  std::optional<uint32_t> StateItem(uint32_t state, std::string_view key) const {
+    const PickleValue& st = At(state);
     if (st.kind == PickleKind::kDict) return DictItem(st, key);
     if (st.kind == PickleKind::kTuple && st.items.size() == 2) {
       for (uint32_t half : st.items) {
@@ -400,6 +398,13 @@ class Interpreter {
       }
     }
     return std::nullopt;
+  }
+
+  // The attribute `key` of `object`, from the state BUILD gave it.
+  std::optional<uint32_t> Attribute(uint32_t object, std::string_view key) const {
+    const PickleValue& p = At(object);
+    if (p.state == PickleValue::kNoState) return std::nullopt;
+    return StateItem(p.state, key);
   }
 
   // A call of global `cls` (one of `classes`), or nullptr.
@@ -551,21 +556,22 @@ class Interpreter {
     CKPTFS_RETURN_IF_ERROR(CheckDTensorGlobals(args.items[2], name));
     CKPTFS_RETURN_IF_ERROR(CheckDTensorGlobals(args.items[3], name));
     const PickleValue& wrapper = At(args.items[2]);
-    if (wrapper.kind != PickleKind::kTuple || wrapper.items.size() < 3 ||
+    if (wrapper.kind != PickleKind::kTuple || wrapper.items.size() != 8 ||
         !IsDTensorClass(At(wrapper.items[0]).text) ||
         At(wrapper.items[1]).kind != PickleKind::kGlobal) {
-      return BadDTensor(name, "its wrapper arguments are malformed");
+      return BadDTensor(name,
+                        "its wrapper arguments are not (DTensor, dtype, size, stride, "
+                        "storage_offset, layout, device, requires_grad)");
     }
     // The layout: torch.strided, pickled as _get_layout("torch.strided") (or the global).
-    const uint32_t layout = wrapper.items.size() > 5 ? wrapper.items[5] : 0;
-    const PickleValue* get_layout =
-        wrapper.items.size() > 5 ? CallOf(layout, {"torch.serialization._get_layout"}) : nullptr;
+    const uint32_t layout = wrapper.items[5];
+    const PickleValue* get_layout = CallOf(layout, {"torch.serialization._get_layout"});
     const PickleValue* layout_args = get_layout ? Args(*get_layout) : nullptr;
-    const bool strided =
-        wrapper.items.size() > 5 &&
-        (IsGlobal(layout, "torch.strided") || (layout_args && layout_args->items.size() == 1 &&
-                                               At(layout_args->items[0]).text == "torch.strided"));
-    if (!strided) return UnsupportedDTensor(name, "a layout other than torch.strided");
+    if (!IsGlobal(layout, "torch.strided") &&
+        !(layout_args && layout_args->items.size() == 1 &&
+          At(layout_args->items[0]).text == "torch.strided")) {
+      return UnsupportedDTensor(name, "a layout other than torch.strided is not supported");
+    }
     const std::optional<Dtype> dtype = TorchDtypeOf(At(wrapper.items[1]).text);
     if (!dtype) {
       return UnsupportedDTensor(name, "dtype " + At(wrapper.items[1]).text + " is not supported");
@@ -576,19 +582,8 @@ class Interpreter {
       return BadDTensor(name, "its size overflows");
     }
     // The state: {"_local_tensor", "_spec"}, or a (None, slots) pair of it.
-    const uint32_t state = args.items[3];
-    auto field = [&](std::string_view key) -> std::optional<uint32_t> {
-      const PickleValue& st = At(state);
-      if (st.kind == PickleKind::kDict) return DictItem(st, key);
-      if (st.kind == PickleKind::kTuple && st.items.size() == 2) {
-        for (uint32_t half : st.items) {
-          if (std::optional<uint32_t> found = DictItem(At(half), key)) return found;
-        }
-      }
-      return std::nullopt;
-    };
-    const std::optional<uint32_t> local = field("_local_tensor");
-    const std::optional<uint32_t> spec = field("_spec");
+    const std::optional<uint32_t> local = StateItem(args.items[3], "_local_tensor");
+    const std::optional<uint32_t> spec = StateItem(args.items[3], "_spec");
     if (!local || !spec) return BadDTensor(name, "its state lacks _local_tensor or _spec");
     if (!CallOf(*spec, {"torch.distributed.tensor._dtensor_spec.DTensorSpec",
                         "torch.distributed._tensor._dtensor_spec.DTensorSpec",
