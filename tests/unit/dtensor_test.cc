@@ -229,6 +229,27 @@ TEST_F(TorchDTensorTest, APartialPlacementIsRefused) {
                  "placement torch.distributed.tensor.placement_types.Partial", "not supported"});
 }
 
+TEST_F(TorchDTensorTest, AStridedShardPlacementIsRefused) {
+  ExpectRefused(ReadEdited(1,
+                           [](std::string& pkl) {
+                             Replace(pkl, "torch.distributed.tensor.placement_types\nShard\n",
+                                     "torch.distributed.tensor.placement_types\n_StridedShard\n");
+                           }),
+                Status::Code::kUnsupported,
+                {"DTensor \"embed.weight\"", "placement_types._StridedShard", "not supported"});
+}
+
+// The pickle denylist holds inside a DTensor as anywhere: refused before it is read.
+TEST_F(TorchDTensorTest, ADeniedGlobalInsideAMeshIsRefused) {
+  const Result<TorchFile> file = ReadEdited(1, [](std::string& pkl) {
+    Replace(pkl, "torch.distributed._mesh_layout\n_MeshLayout\n", "os\nsystem\n");
+  });
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().code(), Status::Code::kUnsupported);
+  EXPECT_NE(file.status().message().find("global os.system is not allowed"), std::string::npos)
+      << file.status().message();
+}
+
 // embed.weight's Shard(dim=0) made Shard(dim=1). The first "dim" key in the pickle is
 // embed.weight's: BINUNICODE 'dim', BINPUT n, BININT1 0, SETITEM.
 void ShardEmbedAlongDim1(std::string& pkl) {
