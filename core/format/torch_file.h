@@ -39,6 +39,16 @@
 // PickleGlobals::kDeepSpeed every array stays such a value (a rank file's tensors are its
 // model's). Byte counts that disagree with shape and dtype refuse the file.
 //
+// DTensors (torch.distributed.tensor; FSDP2 trainers torch.save them per rank):
+// _rebuild_from_type_v2(_rebuild_wrapper_subclass, DTensor, (DTensor, dtype, size, ...),
+// {"_local_tensor": t, "_spec": DTensorSpec}) is one tensor, named as the DTensor lies,
+// viewing the local tensor's storage, with its place in the whole in TorchTensor::piece
+// (TorchPiece below). PyTorch 2.5+ (torch.distributed.tensor, DeviceMesh with a _MeshLayout
+// from 2.9) and 2.2-2.4 (torch.distributed._tensor, a DeviceMesh holding its `mesh` tensor)
+// are read. Inside a DTensor only the globals it is made of are accepted (its classes,
+// DeviceMesh, _MeshLayout, Shard, Replicate, ShardOrderEntry, TensorMeta, torch.Size,
+// dtypes, devices, layouts, storages): any other refuses the file naming it.
+//
 // Untrusted input: every storage a tensor uses must be a stored record of exactly the
 // size its pickle claims, and every tensor's shape, strides and offset must stay inside
 // its storage (checked arithmetic). Errors name the file and the reason; the pre-1.6
@@ -76,6 +86,36 @@ struct TorchStorage {
   bool decoded = false;
 };
 
+// Where a tensor that is one rank's piece of a distributed tensor (a DTensor of
+// torch.distributed.tensor, as FSDP2 trainers torch.save per rank) lies in the whole. The
+// TorchTensor holding it is the local tensor (its storage, view and shape); this is the
+// rest of what the DTensor recorded, reduced to a box:
+//   - global_shape: the whole tensor's shape (the DTensor's size, equal to its
+//     tensor_meta.shape);
+//   - offset, size: the box, per dimension of global_shape. `size` equals the TorchTensor's
+//     shape. Worked out from the placements, the mesh shape and this rank's coordinates as
+//     torch's compute_local_shape_and_global_offset does: mesh dimensions in order, a
+//     Shard(d) splits what is left of dimension d as torch.chunk does (ceil(n / m) per
+//     piece, the last ones shorter or empty), nested within earlier splits of d; a
+//     Replicate() leaves the box as it is. A piece empty along a dimension has offset
+//     global_shape[d] there (torch's convention since 2.9; its elements are none anyway);
+//   - mesh_shape, coordinate: the device mesh's size per mesh dimension and this rank's
+//     index on each; shard_dims: per mesh dimension, the tensor dimension it shards, or
+//     -1 for Replicate() (the same box is then held by every rank along that mesh
+//     dimension); rank: the global rank the mesh recorded, where it recorded one (2.9+).
+// Only Shard and Replicate are read; Partial, _StridedShard, a shard order other than the
+// default, a mesh this rank is not in, or a local shape other than the box refuse the
+// file (Unsupported / Corruption, one line naming the file and tensor).
+struct TorchPiece {
+  std::vector<uint64_t> global_shape;
+  std::vector<uint64_t> offset;
+  std::vector<uint64_t> size;
+  std::vector<uint64_t> mesh_shape;
+  std::vector<uint64_t> coordinate;
+  std::vector<int32_t> shard_dims;
+  std::optional<uint64_t> rank;
+};
+
 struct TorchTensor {
   std::string name;
   uint32_t storage = 0;         // index into TorchFile::storages
@@ -88,6 +128,10 @@ struct TorchTensor {
   // flat state dict's "model.encoder.weight" has none: decided on structure, not dots.
   uint32_t top_key_size = 0;
   bool top_is_dict = false;
+  // Set for the local tensor of a DTensor: its place in the whole (TorchPiece above). The
+  // tensor is named by where the DTensor lies (its dict key); nothing of the DTensor's
+  // mesh or spec becomes a tensor or state.
+  std::optional<TorchPiece> piece;
 };
 
 struct TorchFile {
@@ -112,6 +156,13 @@ Result<TorchFile> ReadTorchFile(const ByteSource& source,
 // checkpoint's map.pt), in order. Corruption naming the file if the root is anything else
 // or an item is not a str; the zip and pickle checks of ReadTorchFile apply.
 Result<std::vector<std::string>> ReadTorchStringList(const ByteSource& source);
+
+// Sets piece.offset and piece.size, the box of TorchPiece, from its global_shape,
+// mesh_shape, coordinate and shard_dims: what ReadTorchFile records, and what a reader of
+// one rank's file can work out for any other coordinate. Requires what ReadTorchFile checks:
+// one coordinate and one shard dim per mesh dimension, each coordinate below its mesh
+// dimension's size, each shard dim -1 or a dimension of global_shape.
+void ComputeTorchPieceBox(TorchPiece& piece);
 
 // Whether a tensor with this shape and these strides covers one dense row-major range.
 bool IsRowMajor(std::span<const uint64_t> shape, std::span<const uint64_t> stride);
