@@ -53,6 +53,16 @@ struct DcpState final : FormatState {
 
 bool IsDataFile(std::string_view name) { return EndsWith(StripZst(name), kDataSuffix); }
 
+// `model_world_size_4_rank_1.pt`: rank 1's torch.save of its FSDP state dict, whose values
+// are DTensors (verl's FSDPCheckpointManager names them so); W and R, or nullopt.
+std::optional<std::pair<uint64_t, uint64_t>> FsdpRankFile(std::string_view name) {
+  static const std::regex kRank(R"(model_world_size_(\d{1,6})_rank_(\d{1,6})\.pt)");
+  const std::string plain(StripZst(name));
+  std::smatch m;
+  if (!std::regex_match(plain, m, kRank)) return std::nullopt;
+  return std::make_pair(std::stoull(m[1]), std::stoull(m[2]));
+}
+
 // `shard-00001-model-00002-of-00003.safetensors`: rank 1's piece of output file 2 of 3
 // (_hf_utils.py: SHARDED_FILE_NAME, written by HuggingFaceStorageWriter with
 // save_distributed=True).
@@ -78,7 +88,9 @@ Result<std::optional<Claim>> DetectDcp(const SourceDir& dir) {
   // the consolidated model, which the safetensors entry claims first).
   if (!dir.named.empty()) return std::optional<Claim>();
   for (const std::string& f : dir.files) {
-    if (IsHfShardName(f)) return std::optional<Claim>(Claim{Claim::Rank::kNamed, f});
+    if (IsHfShardName(f) || FsdpRankFile(f)) {
+      return std::optional<Claim>(Claim{Claim::Rank::kNamed, f});
+    }
   }
   return std::optional<Claim>();
 }
@@ -451,8 +463,127 @@ Status ReadHfDcp(const SourceDir& dir, ReadContext& codec, Checkpoint& ckpt) {
   return SortTensors(ckpt);
 }
 
+// FSDP per-rank files (model_world_size_W_rank_R.pt): each rank's torch.save of its state
+// dict, every DTensor read as its local tensor with its box in the whole (TorchTensor::piece,
+// from the placements it records: core/format/torch_file.h). The whole tensor is the tiling of
+// the W ranks' boxes, a replicated box taken once; a plain tensor is every rank's whole copy,
+// rank 0's taken. Every rank 0..W-1 must be there, each file's W the same, and each DTensor's
+// mesh W ranks large: else one line naming the file.
+Status ReadFsdpRanks(const SourceDir& dir, const Claim& claim, ReadContext& codec,
+                     Checkpoint& ckpt) {
+  const uint64_t world = FsdpRankFile(claim.file)->first;
+  std::vector<std::string> files(world);
+  for (const std::string& f : dir.files) {
+    const auto wr = FsdpRankFile(f);
+    if (!wr) continue;
+    if (wr->first != world) {
+      return Status::Corruption(JoinShown(dir.path, f) + ": world size " +
+                                std::to_string(wr->first) + ", but " + claim.file + " says " +
+                                std::to_string(world));
+    }
+    if (wr->second >= world) {
+      return Status::Corruption(JoinShown(dir.path, f) + ": rank " + std::to_string(wr->second) +
+                                " of a world of " + std::to_string(world));
+    }
+    // x.pt and x.pt.zst are one file: OpenWeightFile takes the plain one where both are.
+    files[wr->second] = std::string(StripZst(f));
+  }
+  for (uint64_t r = 0; r < world; ++r) {
+    if (files[r].empty()) {
+      return Status::NotFound(JoinShown(dir.path, "model_world_size_" + std::to_string(world) +
+                                                      "_rank_" + std::to_string(r) + ".pt") +
+                              ": missing (every rank of the world saves its own)");
+    }
+  }
+  std::vector<StoredFile> opened(world);
+  std::vector<TorchFile> saved(world);
+  std::vector<Status> errors(world);
+  ForEachInParallel(world, [&](size_t r) {
+    Result<StoredFile> f = OpenWeightFile(dir, files[r], codec);
+    if (!f.ok()) {
+      errors[r] = f.status();
+      return;
+    }
+    Result<TorchFile> t = ReadTorchFile(*f->source);
+    if (!t.ok()) {
+      errors[r] = t.status();
+      return;
+    }
+    opened[r] = std::move(f).value();
+    saved[r] = std::move(t).value();
+  });
+  for (const Status& e : errors) CKPTFS_RETURN_IF_ERROR(e);
+  for (auto& f : opened) ckpt.shards.push_back(std::move(f));
+
+  struct Pieces {
+    Dtype dtype;
+    std::vector<uint64_t> shape;
+    std::vector<ChunkAt> chunks;
+    uint32_t top_key_size = 0;
+    bool top_is_dict = false;
+  };
+  std::map<std::string, Pieces> tensors;
+  for (uint32_t r = 0; r < world; ++r) {
+    const std::string shown = JoinShown(dir.path, ckpt.shards[r].name);
+    for (const TorchTensor& t : saved[r].tensors) {
+      const TorchStorage& storage = saved[r].storages[t.storage];
+      if (storage.decoded || !IsRowMajor(t.shape, t.stride)) {
+        return Status::Corruption(shown + ": tensor " + t.name + " is not a row-major tensor");
+      }
+      const PlacedChunk at{r, storage.data_offset + t.storage_offset * DtypeSize(storage.dtype)};
+      dcp::ChunkBox box{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+      std::vector<uint64_t> shape = t.shape;
+      if (t.piece) {
+        std::optional<uint64_t> mesh = 1;
+        for (uint64_t m : t.piece->mesh_shape) mesh = mesh ? CheckedMul(*mesh, m) : mesh;
+        if (mesh != world) {
+          return Status::Corruption(shown + ": tensor " + t.name + " lies on a mesh of " +
+                                    (mesh ? std::to_string(*mesh) : std::string("too many")) +
+                                    " ranks, not the world of " + std::to_string(world));
+        }
+        if (t.piece->rank && *t.piece->rank != r) {
+          return Status::Corruption(shown + ": tensor " + t.name + " was saved by rank " +
+                                    std::to_string(*t.piece->rank));
+        }
+        box = {t.piece->offset, t.piece->size};
+        shape = t.piece->global_shape;
+      } else if (r > 0) {
+        continue;  // a plain tensor: every rank's copy is whole; rank 0's is shown
+      }
+      auto [it, added] = tensors.try_emplace(
+          t.name, Pieces{storage.dtype, shape, {}, t.top_key_size, t.top_is_dict});
+      if (it->second.dtype != storage.dtype || it->second.shape != shape) {
+        return Status::Corruption(shown + ": tensor " + t.name + " is " +
+                                  std::string(DtypeName(storage.dtype)) + " " + ShapeText(shape) +
+                                  ", but " + std::string(DtypeName(it->second.dtype)) + " " +
+                                  ShapeText(it->second.shape) + " in " + ckpt.shards[0].name);
+      }
+      // A box another rank holds too (a Replicate() mesh dimension) is the same bytes.
+      const bool seen =
+          std::any_of(it->second.chunks.begin(), it->second.chunks.end(), [&](const ChunkAt& c) {
+            return c.box.offsets == box.offsets && c.box.sizes == box.sizes;
+          });
+      if (!seen) it->second.chunks.push_back({std::move(box), at});
+    }
+  }
+  Summary summary;
+  for (auto& [name, pieces] : tensors) {
+    const std::string what = JoinShown(dir.path, ckpt.shards[0].name) + ": tensor " + name;
+    CKPTFS_ASSIGN_OR_RETURN(Tensor tensor, AddWholeTensor(ckpt, name, pieces.dtype, pieces.shape,
+                                                          pieces.chunks, what, summary));
+    tensor.top_key_size = pieces.top_key_size;
+    tensor.top_is_dict = pieces.top_is_dict;
+    ckpt.tensors.push_back(std::move(tensor));
+  }
+  ckpt.state_json = std::move(saved[0].state_json);
+  ckpt.metadata = {{"format", "pt"}};
+  Finish(summary, world, ckpt);
+  return SortTensors(ckpt);
+}
+
 Status ReadDcpOrHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, Checkpoint& ckpt) {
   if (IsHfShardName(claim.file)) return ReadHfDcp(dir, codec, ckpt);
+  if (FsdpRankFile(claim.file)) return ReadFsdpRanks(dir, claim, codec, ckpt);
   return ReadDcp(dir, claim, codec, ckpt);
 }
 
@@ -491,8 +622,8 @@ FormatReader DcpFormat() {
       .format = CheckpointFormat::kDcp,
       .probe_names = kProbeNames,
       .looks_for =
-          "a PyTorch distributed checkpoint (.metadata and *.distcp, or "
-          "shard-*-model-*-of-*.safetensors)",
+          "a PyTorch distributed checkpoint (.metadata and *.distcp, "
+          "shard-*-model-*-of-*.safetensors, model_world_size_W_rank_R.pt)",
       .accepts_file = [](std::string_view name) { return StripZst(name) == kMetadataFile; },
       .file_kinds = ".metadata",
       .detect = &DetectDcp,
@@ -500,6 +631,8 @@ FormatReader DcpFormat() {
       .hidden = &DcpHidden,
       .model = {.top_key = &PickledTopKey, .by_default = &DcpModel},
       .inspect = &DcpInspect,
+      // The ranks' files are one checkpoint, never torch entries of a run.
+      .run = {.torch_files_are_one = true},
   };
 }
 

@@ -57,5 +57,17 @@ TEST_F(DcpMountTest, HuggingFaceFormIsTheConsolidatedModel) {
       << "the pieces are under shards/, not beside the model";
 }
 
+// fsdp_rank_files/: each of 4 ranks torch.save()d its DTensors (verl's
+// model_world_size_4_rank_R.pt), consolidated from the placements each records.
+TEST_F(DcpMountTest, FsdpRankFilesAreOneModel) {
+  const fs::path source = kDcpFixtures / "fsdp_rank_files";
+  if (!fs::is_directory(source)) GTEST_SKIP() << source << " is absent (a user's clone)";
+  const ProcessResult verify = Ckptfs({"verify", source.string()}, kVerifyTimeout);
+  EXPECT_EQ(verify.exit_code, 0) << verify.Describe();
+  const std::string mnt = MountFresh(source.string());
+  if (HasFatalFailure()) return;
+  RunCheck("check_dcp.py", {source.string(), mnt});
+}
+
 }  // namespace
 }  // namespace ckptfs::mount_test

@@ -72,15 +72,17 @@ TEST_P(DcpReaderTest, EveryTensorEqualsTheWholeTensorItWasMadeFrom) {
     EXPECT_TRUE(BytesOf(*ckpt, t) == whole.at(t.name)) << "bytes differ";
   }
   // The model is the `model` sub-tree, as dcp_to_torch_save's {"model": ...}; the
-  // Hugging Face form saves the model itself.
-  EXPECT_EQ(ckpt->model.key, GetParam() == "hf_dcp" ? "" : "model");
+  // Hugging Face form and FSDP's rank files save the model itself.
+  const bool bare = GetParam() == "hf_dcp" || GetParam() == "fsdp_rank_files";
+  EXPECT_EQ(ckpt->model.key, bare ? "" : "model");
   const auto lines = FormatOf(CheckpointFormat::kDcp).inspect(*ckpt);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].first, "dcp");
   EXPECT_NE(lines[0].second.find("chunks"), std::string::npos) << lines[0].second;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, DcpReaderTest, ::testing::Values("single", "dtensor", "hf_dcp"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, DcpReaderTest,
+                         ::testing::Values("single", "dtensor", "hf_dcp", "fsdp_rank_files"));
 
 TEST(DcpReader, ValuesNestAsTheStateDictHadThem) {
   const fs::path source = kFixtures / "single";
@@ -94,6 +96,42 @@ TEST(DcpReader, ValuesNestAsTheStateDictHadThem) {
   EXPECT_EQ(group["lr"], 1e-3);
   EXPECT_EQ(group["betas"], nlohmann::json::array({0.9, 0.95}));
   EXPECT_EQ(group["params"][0], "embed.weight");
+}
+
+// FSDP rank files: every rank of the world, each its own W, or one line naming the file.
+TEST(DcpReader, FsdpRankFilesMissingOrDisagreeingAreRefused) {
+  const fs::path fixture = kFixtures / "fsdp_rank_files";
+  if (!fs::is_directory(fixture)) GTEST_SKIP() << fixture << " is absent (a user's clone)";
+  const fs::path root = fs::temp_directory_path() / ("ckptfs_fsdp." + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  for (int r : {0, 1, 3}) {
+    const std::string name = "model_world_size_4_rank_" + std::to_string(r) + ".pt";
+    fs::copy_file(fixture / name, root / name);
+  }
+  auto missing = OpenCheckpoint(root.string(), testing::TestCodec());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("model_world_size_4_rank_2.pt: missing"),
+            std::string::npos)
+      << missing.status().message();
+  // A rank file of another world beside them.
+  fs::copy_file(fixture / "model_world_size_4_rank_2.pt", root / "model_world_size_8_rank_2.pt");
+  auto other = OpenCheckpoint(root.string(), testing::TestCodec());
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("world size 8"), std::string::npos)
+      << other.status().message();
+  // A rank file whose DTensors lie on a mesh of 4 in a world said to be 2.
+  fs::remove_all(root);
+  fs::create_directories(root);
+  for (int r : {0, 1}) {
+    fs::copy_file(fixture / ("model_world_size_4_rank_" + std::to_string(r) + ".pt"),
+                  root / ("model_world_size_2_rank_" + std::to_string(r) + ".pt"));
+  }
+  auto mesh = OpenCheckpoint(root.string(), testing::TestCodec());
+  ASSERT_FALSE(mesh.ok());
+  EXPECT_NE(mesh.status().message().find("mesh of 4 ranks, not the world of 2"), std::string::npos)
+      << mesh.status().message();
+  fs::remove_all(root);
 }
 
 // torchtitan saves each step as its own DCP directory (step-N/): a run of them.

@@ -150,7 +150,8 @@ TEST(FormatTable, RunRulesAreTheEntrys) {
   for (const FormatReader& f : Formats()) {
     SCOPED_TRACE(std::string(f.name));
     EXPECT_EQ(f.run.nested_dir != nullptr, f.format == CheckpointFormat::kDeepSpeed);
-    EXPECT_EQ(f.run.torch_files_are_one, f.format == CheckpointFormat::kDeepSpeed);
+    EXPECT_EQ(f.run.torch_files_are_one,
+              f.format == CheckpointFormat::kDeepSpeed || f.format == CheckpointFormat::kDcp);
     EXPECT_EQ(f.run.signs_claimed_folder,
               f.format == CheckpointFormat::kDeepSpeed || f.format == CheckpointFormat::kSplit);
     // The records a run keeps (TF's state file, DeepSpeed's `latest`) are read by their
