@@ -98,6 +98,13 @@ Result<std::optional<Claim>> DetectDcp(const SourceDir& dir) {
 // The bytes of one item: `length` bytes at `offset` of `file`, as their own source.
 Result<std::unique_ptr<GatherSource>> ItemBytes(const StoredFile& file, const dcp::StorageInfo& at,
                                                 const std::string& what) {
+  const std::optional<uint64_t> end = CheckedAdd(at.offset, at.length);
+  if (!end || *end > file.source->Size()) {
+    return Status::Corruption(file.name + ": " + what + " is said to lie at bytes " +
+                              std::to_string(at.offset) + "+" + std::to_string(at.length) +
+                              ", past the file's end (" + std::to_string(file.source->Size()) +
+                              " bytes)");
+  }
   return GatherSource::Make(
       file.name + " (" + what + ")",
       {GatherGroup{1, {GatherRun{file.source.get(), at.offset, 0, at.length}}}});
@@ -272,6 +279,18 @@ Status ReadDcp(const SourceDir& dir, const Claim& claim, ReadContext& codec, Che
   CKPTFS_ASSIGN_OR_RETURN(const std::string meta_bytes, ReadWhole(*meta_file.source));
   const std::string shown = JoinShown(dir.path, claim.file);
   CKPTFS_ASSIGN_OR_RETURN(dcp::Metadata meta, dcp::ParseMetadata(meta_bytes, shown));
+  // A transform (StorageWriter extensions: compression, checksums) changes what an item's
+  // bytes are; ckptfs applies none, so such an item is refused by its transform's name.
+  auto transformed = [&](const std::string& fqn, const dcp::StorageInfo& at) {
+    return at.transforms.empty()
+               ? Status::Ok()
+               : Status::Unsupported(shown + ": " + fqn + " is stored with transform " +
+                                     at.transforms.front() + ", which ckptfs does not apply");
+  };
+  for (const dcp::TensorItem& t : meta.tensors) {
+    for (const dcp::Chunk& c : t.chunks) CKPTFS_RETURN_IF_ERROR(transformed(t.fqn, c.storage));
+  }
+  for (const dcp::BytesItem& b : meta.bytes) CKPTFS_RETURN_IF_ERROR(transformed(b.fqn, b.storage));
 
   // The data files, each once, in name order (shards/).
   std::set<std::string> names;
@@ -292,6 +311,10 @@ Status ReadDcp(const SourceDir& dir, const Claim& claim, ReadContext& codec, Che
   });
   std::map<std::string, uint32_t> shard_of;
   for (size_t i = 0; i < files.size(); ++i) {
+    if (!errors[i].ok() && errors[i].code() == Status::Code::kNotFound) {
+      return Status::NotFound(JoinShown(dir.path, files[i]) + ": missing (" + claim.file +
+                              " names it)");
+    }
     CKPTFS_RETURN_IF_ERROR(errors[i]);
     shard_of[files[i]] = static_cast<uint32_t>(ckpt.shards.size());
     ckpt.shards.push_back(std::move(opened[i]));

@@ -146,6 +146,9 @@ bool UnderAny(std::span<const std::string_view> table, std::string_view name) {
 }
 
 constexpr std::string_view kZeroStageEnum = "deepspeed.runtime.zero.config.ZeroStageEnum";
+// TensorProperties.memory_format in a DCP .metadata (core/format/dcp/metadata.h).
+constexpr std::string_view kMemFormatEnum =
+    "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING";
 
 bool IsGetattr(std::string_view global) {
   return global == "builtins.getattr" || global == "__builtin__.getattr";
@@ -525,11 +528,13 @@ class Unpickler {
                     " (only globals are called)");
     }
     if (values_[args].kind != PickleKind::kTuple) return Error(std::string(op) + " needs a tuple");
-    // getattr reaches any attribute of anything: only an enum member of ZeroStageEnum.
+    // getattr reaches any attribute of anything: only an enum member of ZeroStageEnum or
+    // _MEM_FORMAT_ENCODING.
     if (IsGetattr(values_[callable].text)) {
       const std::vector<uint32_t>& a = values_[args].items;
       if (a.size() != 2 || values_[a[0]].kind != PickleKind::kGlobal ||
-          values_[a[0]].text != kZeroStageEnum || values_[a[1]].kind != PickleKind::kString) {
+          (values_[a[0]].text != kZeroStageEnum && values_[a[0]].text != kMemFormatEnum) ||
+          values_[a[1]].kind != PickleKind::kString) {
         return Refuse(values_[callable].text + " is allowed only as getattr(" +
                       std::string(kZeroStageEnum) + ", 'name')");
       }

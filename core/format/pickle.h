@@ -33,9 +33,10 @@
 //     torch.load), torch.serialization.load / save / _load, numpy.load, numpy.save,
 //     numpy.fromfile, numpy.loadtxt, numpy.genfromtxt, numpy.memmap, numpy.lib.npyio,
 //     numpy.ctypeslib, numpy.distutils, numpy.f2py, numpy.testing; and codecs.open.
-// One exception, for DeepSpeed's rank files: getattr called as getattr(ZeroStageEnum,
-// 'name') (how Python 3.11.0-3.11.6 pickle an enum member); getattr called any other way
-// is refused (Unsupported, at the call's byte). Opcodes EXT1/2/4 (the copyreg extension
+// One exception, for the enums checkpoints hold: getattr called as getattr(E, 'name')
+// (how Python 3.11.0-3.11.6 pickle an enum member), E being DeepSpeed's ZeroStageEnum (rank
+// files) or DCP's _MEM_FORMAT_ENCODING (a .metadata's TensorProperties); getattr called
+// any other way is refused (Unsupported, at the call's byte). Opcodes EXT1/2/4 (the copyreg extension
 // registry), PERSID (text), and the out-of-band buffers of protocol 5 stay refused; BUILD
 // on a number, string or global is a malformed stream.
 //

@@ -14,6 +14,16 @@ const fs::path kDcpFixtures = fs::path(kSourceDir) / ".." / "shared" / "fixtures
 
 class DcpMountTest : public MountFixture {
  protected:
+  // Writes a DCP checkpoint with scripts/make_dcp.py (torch 1.13 cannot write DCP itself).
+  std::string Generate(const std::string& name, const std::vector<std::string>& args) {
+    const std::string out = scratch_->Path(name);
+    std::vector<std::string> command = {kPython, ScriptPath("scripts/make_dcp.py"), out};
+    command.insert(command.end(), args.begin(), args.end());
+    const ProcessResult r = RunProcess(command, kGenerateTimeout);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    return out;
+  }
+
   std::string MountFresh(const std::string& source) {
     const std::string mountpoint = scratch_->MakeDir("mnt" + std::to_string(mounts_.size()));
     Mount(source, mountpoint, nullptr, {});
@@ -67,6 +77,54 @@ TEST_F(DcpMountTest, FsdpRankFilesAreOneModel) {
   const std::string mnt = MountFresh(source.string());
   if (HasFatalFailure()) return;
   RunCheck("check_dcp.py", {source.string(), mnt});
+}
+
+// Cases the fixtures lack, written by scripts/make_dcp.py in PyTorch 2.11's format (its
+// --self-check proves the bytes against the fixtures): uneven splits with empty chunks, list
+// indices in the paths, other rank counts, the Hugging Face form.
+TEST_F(DcpMountTest, GeneratedCasesEqualTheWholeTensors) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"training", {"--case", "training"}},
+      {"uneven", {"--case", "uneven"}},
+      {"tp3", {"--case", "tp", "--ranks", "3", "--seed", "7"}},
+      {"tp8", {"--case", "tp", "--ranks", "8"}},
+      {"hf", {"--case", "tp", "--hf"}},
+  };
+  for (const auto& [name, args] : cases) {
+    SCOPED_TRACE(name);
+    const std::string source = Generate(name, args);
+    if (HasFailure()) return;
+    const std::string mnt = MountFresh(source);
+    if (HasFatalFailure()) return;
+    RunCheck("check_dcp.py", {source, mnt});
+  }
+}
+
+// Bad input (issue 26, item 5): one line naming the file, exit 2, for mount and inspect
+// alike; nothing mounted, no code run.
+TEST_F(DcpMountTest, HostileCheckpointsAreRefusedInOneLine) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"path_outside", {".metadata"}},
+      {"absolute_path", {".metadata"}},
+      {"range_past_end", {".distcp"}},
+      {"overlap", {".metadata"}},
+      {"hole", {".metadata"}},
+      {"overflow", {".metadata"}},
+      {"global_os_system", {".metadata"}},
+      {"unknown_class", {".metadata"}},
+      {"missing_file", {".distcp"}},
+      {"transform", {"transform zstd"}},
+  };
+  for (const auto& [kind, names] : cases) {
+    SCOPED_TRACE(kind);
+    const std::string source = Generate(kind, {"--case", "tp", "--hostile", kind});
+    if (HasFailure()) return;
+    const std::string mountpoint = scratch_->MakeDir("refused-" + kind);
+    mounts_.push_back(mountpoint);  // in case ckptfs wrongly mounts it anyway
+    ExpectRefusal(RunProcess({kCkptfs, "mount", source, mountpoint}, kRefusalTimeout), names);
+    EXPECT_FALSE(IsMounted(mountpoint)) << "a refused checkpoint was left mounted";
+    ExpectRefusal(RunProcess({kCkptfs, "inspect", source}, kRefusalTimeout), names);
+  }
 }
 
 }  // namespace

@@ -131,6 +131,9 @@ struct Spec {
   std::vector<std::pair<std::string, std::vector<Key>>> paths;
   bool storage_meta = true;
   std::optional<std::string> version = "1.0.0";
+  // TensorProperties.memory_format as Python 3.11.0-3.11.6 pickle an enum member:
+  // getattr(ENUM_CLASS, 'NAME'), ENUM_CLASS this global (empty: by value, as 3.12 does).
+  std::string enum_by_getattr;
 };
 
 void StorageEntry(PickleWriter& w, const std::string& fqn,
@@ -167,7 +170,16 @@ std::string Encode(const Spec& spec) {
         w.Str("properties").Global(kMeta, "TensorProperties").EmptyTuple().NewObj().Mark();
         w.Global(t.dtype_module, t.dtype);
         w.Global("torch.serialization", "_get_layout").Mark().Str("torch.strided").Tuple().Reduce();
-        w.False().Global(kMeta, "_MEM_FORMAT_ENCODING").Mark().Int(0).Tuple().Reduce().False();
+        w.False();
+        if (spec.enum_by_getattr.empty()) {
+          w.Global(kMeta, "_MEM_FORMAT_ENCODING").Mark().Int(0).Tuple().Reduce();
+        } else {
+          const size_t dot = spec.enum_by_getattr.rfind('.');
+          w.Global("builtins", "getattr").Mark();
+          w.Global(spec.enum_by_getattr.substr(0, dot), spec.enum_by_getattr.substr(dot + 1));
+          w.Str("TORCH_CONTIGUOUS_FORMAT").Tuple().Reduce();
+        }
+        w.False();
         w.Tuple().Build();
         w.Str("size").Size(t.size).Str("chunks").EmptyList().Mark();
         for (const SpecChunk& c : t.chunks) {
@@ -304,6 +316,18 @@ TEST(DcpMetadata, OlderWritersLeaveOutLaterFields) {
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ(m->version, "");
   EXPECT_EQ(m->tensors.size(), 2u);
+}
+
+// Python 3.11.0-3.11.6 pickle an enum member by name, through getattr: a .metadata saved
+// there is read; getattr on anything but the memory-format enum is still refused.
+TEST(DcpMetadata, ReadsEnumMembersPickledByGetattr) {
+  Spec spec = TwoRankSpec();
+  spec.enum_by_getattr = std::string(kMeta) + "._MEM_FORMAT_ENCODING";
+  const Result<Metadata> m = Parse(Encode(spec));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->tensors.size(), 2u);
+  spec.enum_by_getattr = "collections.OrderedDict";
+  ExpectRefused(Encode(spec), "builtins.getattr is allowed only as getattr(");
 }
 
 TEST(DcpMetadata, RefusesGlobalsOffTheList) {

@@ -48,6 +48,9 @@ constexpr std::string_view kAllowedGlobals[] = {
     "pathlib.PosixPath",
     "pathlib.PurePosixPath",
     "collections.OrderedDict",
+    // Python 3.11.0-3.11.6 pickle memory_format (an enum member) as
+    // getattr(_MEM_FORMAT_ENCODING, 'NAME'): the unpickler lets getattr reach that enum only.
+    "builtins.getattr",
 };
 
 // Tensors of more dimensions than this are refused: torch itself caps most kernels at 25,
