@@ -3,7 +3,7 @@
 tests and the bench, with PyTorch 1.13 and the standard library only.
 
     make_dcp.py OUT --case training|tp|uneven|big|wide [--ranks N] [--seed S] [--bytes SIZE]
-                [--hostile KIND] [--hf]
+                [--hostile KIND] [--hf] [--no-expected]
     make_dcp.py OUT --verify                   reassemble OUT's tensors, compare with
                                                its expected.safetensors
     make_dcp.py --self-check FIXTURES_DIR      prove the format against PyTorch 2.11's
@@ -75,7 +75,8 @@ random values here); the --hf shards have PyTorch's headers and tensor bytes.
 
 Every case also writes expected.safetensors (every tensor whole, by its flattened name,
 written by hand in the layout of safetensors.torch.save_file) and expected.json (the
-non-tensor values, nested as the state dict had them; tuples become lists). Output is
+non-tensor values, nested as the state dict had them; tuples become lists), unless
+--no-expected (the bench's big case: .metadata and .distcp only). Output is
 deterministic for a seed (uuids included).
 """
 
@@ -878,8 +879,10 @@ def MakeStateDict(case: str, seed: int, ranks: int, total_bytes: int) -> dict:
 # Writing a case
 
 def WriteCase(out_dir: str, state_dict: dict, ranks: int, seed: int,
-              ids: Optional[SerializationIds] = None) -> Metadata:
+              ids: Optional[SerializationIds] = None, with_expected: bool = True) -> Metadata:
     os.makedirs(out_dir, exist_ok=True)
+    if not with_expected:
+        return SaveDcp(out_dir, state_dict, ranks, seed, lambda name, whole: None, ids)
     tensors = FlatTensors(state_dict)
     expected = SafetensorsWriter(os.path.join(out_dir, "expected.safetensors"),
                                  {n: (v.dtype, v.shape) for n, v in tensors.items()})
@@ -1338,6 +1341,8 @@ def Main(argv: List[str]) -> int:
     parser.add_argument("--bytes", default="2G")
     parser.add_argument("--hostile", choices=sorted(HOSTILE))
     parser.add_argument("--hf", action="store_true")
+    parser.add_argument("--no-expected", action="store_true",
+                        help="skip expected.safetensors and expected.json (the bench)")
     parser.add_argument("--self-check", metavar="FIXTURES_DIR")
     parser.add_argument("--verify", action="store_true",
                         help="check OUT (written before) against its expected.safetensors")
@@ -1357,9 +1362,13 @@ def Main(argv: List[str]) -> int:
     if args.hf:
         if args.hostile:
             raise UsageError("--hostile applies to .metadata + .distcp, not --hf")
+        if args.no_expected:
+            raise UsageError("--no-expected applies to .metadata + .distcp, not --hf")
         WriteHf(args.out, state_dict, ranks)
         return 0
-    metadata = WriteCase(args.out, state_dict, ranks, args.seed)
+    if args.no_expected and args.hostile:
+        raise UsageError("--hostile keeps expected.* of the sound case; drop --no-expected")
+    metadata = WriteCase(args.out, state_dict, ranks, args.seed, with_expected=not args.no_expected)
     if args.hostile:
         Break(args.out, metadata, args.hostile, ranks)
     WriteMetadata(args.out, metadata)
