@@ -123,6 +123,9 @@ inline constexpr std::string_view kPackedCrcFile = ".ckptfs-zip-crc";
 // shards/, pack's copies, verify's and the run tree's walks over stored files never see
 // them (verify has nothing to check: the decoding was strict). The Layout numbers its
 // sources shards, decoded, index, others. Their memory is at most each pickle's size.
+// A DCP tensor split along an inner dimension is `decoded` too: a GatherSource
+// (core/source/gather_source.h) over its chunks in the shards, holding no bytes, only the
+// pattern that interleaves them (core/checkpoint/dcp_reader.cc).
 struct Checkpoint {
   std::string source_path;
   std::vector<StoredFile> shards;   // weight files, in file name order

@@ -3,7 +3,7 @@
 // tensors they were made from and against PyTorch's own dcp_to_torch_save.
 #include <filesystem>
 
-#include "mount_harness.h"
+#include "remote_harness.h"
 
 namespace ckptfs::mount_test {
 namespace {
@@ -124,6 +124,39 @@ TEST_F(DcpMountTest, HostileCheckpointsAreRefusedInOneLine) {
     ExpectRefusal(RunProcess({kCkptfs, "mount", source, mountpoint}, kRefusalTimeout), names);
     EXPECT_FALSE(IsMounted(mountpoint)) << "a refused checkpoint was left mounted";
     ExpectRefusal(RunProcess({kCkptfs, "inspect", source}, kRefusalTimeout), names);
+  }
+}
+
+// Over HTTP (nginx, which cannot list: `.metadata` is asked for by name, then the .distcp
+// files it names) and S3 (s3rver), as local. Skips without nginx, or without s3rver and node.
+TEST_F(DcpMountTest, OverHttpAndS3) {
+  const std::string expected = Generate("tp", {"--case", "tp"});
+  if (HasFailure()) return;
+  if (const std::string unavailable = NginxServer::UnavailableReason(); unavailable.empty()) {
+    const std::string www = scratch_->MakeDir("www");
+    fs::copy(expected, www + "/tp");
+    NginxServer server(www, scratch_->Path("nginx"));
+    ASSERT_EQ(server.Start(), "");
+    const std::string mountpoint = scratch_->MakeDir("mnt-http");
+    ASSERT_NO_FATAL_FAILURE(Mount(server.Url("tp/"), mountpoint, nullptr, {}));
+    RunCheck("check_dcp.py", {expected, mountpoint});
+    EXPECT_TRUE(ForceUnmount(mountpoint));  // before the server stops
+  } else {
+    std::printf("skipped HTTP: %s\n", unavailable.c_str());
+  }
+  if (const std::string unavailable = S3Server::UnavailableReason(); unavailable.empty()) {
+    ScopedEnv env;
+    S3Server server(scratch_->Path("s3"));
+    server.SetClientEnv(env);
+    ASSERT_EQ(server.Start(), "");
+    ASSERT_EQ(server.Upload(expected, "dcp/"), "");
+    const std::string mountpoint = scratch_->MakeDir("mnt-s3");
+    ASSERT_NO_FATAL_FAILURE(
+        Mount(S3Server::Url("dcp/"), mountpoint, nullptr, server.ClientOptions()));
+    RunCheck("check_dcp.py", {expected, mountpoint});
+    EXPECT_TRUE(ForceUnmount(mountpoint));
+  } else {
+    std::printf("skipped S3: %s\n", unavailable.c_str());
   }
 }
 
