@@ -1,6 +1,7 @@
 #include "core/format/dtype.h"
 
 #include <array>
+#include <utility>
 
 namespace ckptfs {
 namespace {
@@ -47,5 +48,23 @@ std::string_view DtypeName(Dtype dtype) { return Info(dtype).name; }
 uint32_t DtypeSize(Dtype dtype) { return Info(dtype).size; }
 std::string_view NumpyDescr(Dtype dtype) { return Info(dtype).numpy; }
 bool IsComplex(Dtype dtype) { return dtype == Dtype::kC64 || dtype == Dtype::kC128; }
+
+std::optional<Dtype> TorchDtypeGlobal(std::string_view global) {
+  static constexpr std::pair<std::string_view, Dtype> kTorchDtypes[] = {
+      {"torch.float32", Dtype::kF32},        {"torch.float64", Dtype::kF64},
+      {"torch.float16", Dtype::kF16},        {"torch.bfloat16", Dtype::kBF16},
+      {"torch.int64", Dtype::kI64},          {"torch.int32", Dtype::kI32},
+      {"torch.int16", Dtype::kI16},          {"torch.int8", Dtype::kI8},
+      {"torch.uint8", Dtype::kU8},           {"torch.uint16", Dtype::kU16},
+      {"torch.uint32", Dtype::kU32},         {"torch.uint64", Dtype::kU64},
+      {"torch.bool", Dtype::kBool},          {"torch.complex64", Dtype::kC64},
+      {"torch.complex128", Dtype::kC128},    {"torch.float8_e4m3fn", Dtype::kF8E4M3},
+      {"torch.float8_e5m2", Dtype::kF8E5M2},
+  };
+  for (const auto& [name, dtype] : kTorchDtypes) {
+    if (name == global) return dtype;
+  }
+  return std::nullopt;
+}
 
 }  // namespace ckptfs

@@ -33,6 +33,11 @@ enum class Dtype : uint8_t {
 
 // "F32" -> kF32; nullopt for a name safetensors does not define.
 std::optional<Dtype> ParseDtype(std::string_view name);
+
+// The Dtype of a torch dtype as a pickle names it: the global `torch.<canonical name>`
+// ("torch.bfloat16"; torch.float and torch.half are aliases that pickle as their canonical
+// names). nullopt for a dtype ckptfs has not (torch.qint8) or any other global.
+std::optional<Dtype> TorchDtypeGlobal(std::string_view global);
 std::string_view DtypeName(Dtype dtype);
 // Bytes per element: 1, 2, 4, 8 or 16 (C128).
 uint32_t DtypeSize(Dtype dtype);

@@ -309,31 +309,12 @@ class Interpreter {
     for (std::string_view e : kExact) {
       if (g == e) return true;
     }
-    if (TorchDtypeOf(g)) return true;
+    if (TorchDtypeGlobal(g)) return true;
     if (StartsWith(g, "torch.") && g.find('.', 6) == std::string_view::npos && g.size() > 13 &&
         g.substr(g.size() - 7) == "Storage") {
       return true;  // torch.FloatStorage and the like; Storage() checks the class
     }
     return false;
-  }
-
-  // A torch dtype global ("torch.bfloat16") as ckptfs's Dtype; dtypes pickle by name.
-  static std::optional<Dtype> TorchDtypeOf(std::string_view g) {
-    static constexpr std::pair<std::string_view, Dtype> kDtypes[] = {
-        {"torch.float32", Dtype::kF32},        {"torch.float64", Dtype::kF64},
-        {"torch.float16", Dtype::kF16},        {"torch.bfloat16", Dtype::kBF16},
-        {"torch.int64", Dtype::kI64},          {"torch.int32", Dtype::kI32},
-        {"torch.int16", Dtype::kI16},          {"torch.int8", Dtype::kI8},
-        {"torch.uint8", Dtype::kU8},           {"torch.uint16", Dtype::kU16},
-        {"torch.uint32", Dtype::kU32},         {"torch.uint64", Dtype::kU64},
-        {"torch.bool", Dtype::kBool},          {"torch.complex64", Dtype::kC64},
-        {"torch.complex128", Dtype::kC128},    {"torch.float8_e4m3fn", Dtype::kF8E4M3},
-        {"torch.float8_e5m2", Dtype::kF8E5M2},
-    };
-    for (auto [n, d] : kDtypes) {
-      if (n == g) return d;
-    }
-    return std::nullopt;
   }
 
   // The short name of a placement class PyTorch has and ckptfs does not read.
@@ -572,7 +553,7 @@ class Interpreter {
           At(layout_args->items[0]).text == "torch.strided")) {
       return UnsupportedDTensor(name, "a layout other than torch.strided is not supported");
     }
-    const std::optional<Dtype> dtype = TorchDtypeOf(At(wrapper.items[1]).text);
+    const std::optional<Dtype> dtype = TorchDtypeGlobal(At(wrapper.items[1]).text);
     if (!dtype) {
       return UnsupportedDTensor(name, "dtype " + At(wrapper.items[1]).text + " is not supported");
     }

@@ -14,24 +14,6 @@ constexpr std::string_view kMetadataModule = "torch.distributed.checkpoint.metad
 constexpr std::string_view kStorageInfoClass =
     "torch.distributed.checkpoint.filesystem._StorageInfo";
 
-// torch pickles a dtype as the global `torch.<name>`, name being its canonical one
-// (torch.float, torch.half are aliases of these and pickle as them).
-struct TorchDtype {
-  std::string_view global;
-  Dtype dtype;
-};
-constexpr TorchDtype kTorchDtypes[] = {
-    {"torch.float32", Dtype::kF32},        {"torch.float64", Dtype::kF64},
-    {"torch.float16", Dtype::kF16},        {"torch.bfloat16", Dtype::kBF16},
-    {"torch.int64", Dtype::kI64},          {"torch.int32", Dtype::kI32},
-    {"torch.int16", Dtype::kI16},          {"torch.int8", Dtype::kI8},
-    {"torch.uint8", Dtype::kU8},           {"torch.uint16", Dtype::kU16},
-    {"torch.uint32", Dtype::kU32},         {"torch.uint64", Dtype::kU64},
-    {"torch.bool", Dtype::kBool},          {"torch.complex64", Dtype::kC64},
-    {"torch.complex128", Dtype::kC128},    {"torch.float8_e4m3fn", Dtype::kF8E4M3},
-    {"torch.float8_e5m2", Dtype::kF8E5M2},
-};
-
 // Every global a .metadata of PyTorch 2.x names, besides the dtypes above.
 constexpr std::string_view kAllowedGlobals[] = {
     "torch.distributed.checkpoint.metadata.Metadata",
@@ -62,16 +44,9 @@ constexpr size_t kMaxFields = 32;
 // relative_path is one file name (NAME_MAX).
 constexpr size_t kMaxFileName = 255;
 
-std::optional<Dtype> DtypeOfGlobal(std::string_view name) {
-  for (const TorchDtype& d : kTorchDtypes) {
-    if (d.global == name) return d.dtype;
-  }
-  return std::nullopt;
-}
-
 bool AllowedGlobal(std::string_view name) {
-  return DtypeOfGlobal(name) || std::find(std::begin(kAllowedGlobals), std::end(kAllowedGlobals),
-                                          name) != std::end(kAllowedGlobals);
+  return TorchDtypeGlobal(name) || std::find(std::begin(kAllowedGlobals), std::end(kAllowedGlobals),
+                                             name) != std::end(kAllowedGlobals);
 }
 
 std::string Dims(const std::vector<uint64_t>& dims) {
@@ -321,7 +296,7 @@ class Reader {
     }
     if (dtype == kAbsent) return Bad(what + " has no dtype");
     if (At(dtype).kind != PickleKind::kGlobal) return Bad(what + " dtype is not a torch dtype");
-    const std::optional<Dtype> out = DtypeOfGlobal(At(dtype).text);
+    const std::optional<Dtype> out = TorchDtypeGlobal(At(dtype).text);
     if (!out) {
       return Status::Unsupported(file_ + ": " + what + " has dtype " + At(dtype).text +
                                  ", which ckptfs does not have");
