@@ -13,6 +13,7 @@
 #include "core/format/metadata_budget.h"
 #include "core/format/ordered_json.h"
 #include "core/format/pickle.h"
+#include "core/format/shape.h"
 #include "core/format/zip.h"
 
 namespace ckptfs {
@@ -616,19 +617,13 @@ class Interpreter {
                                   " but the DTensor " + std::string(DtypeName(*dtype)));
     }
     if (t.shape != piece.size) {
-      return BadDTensor(name, "its local tensor has shape " + Dims(t.shape) + " but its " +
-                                  Placements(piece) + " on mesh " + Dims(piece.mesh_shape) +
-                                  " at coordinate " + Dims(piece.coordinate) + " give " +
-                                  Dims(piece.size));
+      return BadDTensor(name, "its local tensor has shape " + ShapeText(t.shape) + " but its " +
+                                  Placements(piece) + " on mesh " + ShapeText(piece.mesh_shape) +
+                                  " at coordinate " + ShapeText(piece.coordinate) + " give " +
+                                  ShapeText(piece.size));
     }
     t.piece = std::move(piece);
     return Status::Ok();
-  }
-
-  static std::string Dims(std::span<const uint64_t> dims) {
-    std::string out = "[";
-    for (size_t i = 0; i < dims.size(); ++i) out += (i ? "," : "") + std::to_string(dims[i]);
-    return out + "]";
   }
 
   static std::string Placements(const TorchPiece& piece) {

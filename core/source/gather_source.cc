@@ -206,8 +206,13 @@ std::string GatherSource::Identity() const {
     for (const GatherRun& r : g.runs) {
       const size_t index = static_cast<size_t>(std::find(sources.begin(), sources.end(), r.source) -
                                                sources.begin());
-      id += " " + std::to_string(index) + "," + std::to_string(r.base) + "," +
-            std::to_string(r.stride) + "," + std::to_string(r.length);
+      // Appended piece by piece: GCC 12's -Wrestrict misfires on "literal" + std::string.
+      id += ' ';
+      id += std::to_string(index);
+      for (uint64_t v : {r.base, r.stride, r.length}) {
+        id += ',';
+        id += std::to_string(v);
+      }
     }
     id += "\n";
   }

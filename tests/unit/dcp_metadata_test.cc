@@ -354,7 +354,7 @@ TEST(DcpMetadata, RefusesGlobalsOffTheList) {
 TEST(DcpMetadata, RefusesChunksOutsideTheirTensor) {
   Spec spec = TwoRankSpec();
   spec.tensors[0].chunks[1].offsets = {0, 4};  // [4, 7) of a dimension of 6
-  ExpectRefused(Encode(spec), "lies past the tensor's size [4, 6]");
+  ExpectRefused(Encode(spec), "lies past the tensor's size [4,6]");
 
   spec = TwoRankSpec();
   spec.tensors[0].chunks[1].offsets = {0};
@@ -417,7 +417,7 @@ TEST(DcpMetadata, RefusesPathsThatAreNotOnePlainName) {
 TEST(DcpMetadata, EveryItemHasExactlyOneStorageEntry) {
   Spec spec = TwoRankSpec();
   spec.tensors[0].chunks[1].stored = false;
-  ExpectRefused(Encode(spec), "tensor \"model.w\" chunk at offsets [0, 3] has no storage_data");
+  ExpectRefused(Encode(spec), "tensor \"model.w\" chunk at offsets [0,3] has no storage_data");
 
   spec = TwoRankSpec();
   spec.bytes[0].stored = false;
@@ -429,11 +429,11 @@ TEST(DcpMetadata, EveryItemHasExactlyOneStorageEntry) {
 
   spec = TwoRankSpec();
   spec.extra.push_back(SpecEntry{.fqn = "model.w", .offsets = std::vector<int64_t>{0, 1}});
-  ExpectRefused(Encode(spec), "names no chunk of it (offsets [0, 1])");
+  ExpectRefused(Encode(spec), "names no chunk of it (offsets [0,1])");
 
   spec = TwoRankSpec();
   spec.extra.push_back(SpecEntry{.fqn = "model.w", .offsets = std::vector<int64_t>{0, 3}});
-  ExpectRefused(Encode(spec), "at offsets [0, 3] is given twice");
+  ExpectRefused(Encode(spec), "at offsets [0,3] is given twice");
 
   spec = TwoRankSpec();
   spec.extra.push_back(SpecEntry{.fqn = "model.w", .offsets = std::nullopt});
@@ -446,7 +446,7 @@ TEST(DcpMetadata, EveryItemHasExactlyOneStorageEntry) {
 
   spec = TwoRankSpec();  // two chunks at the same offsets could not be told apart
   spec.tensors[0].chunks[1].offsets = {0, 0};
-  ExpectRefused(Encode(spec), "two chunks at offsets [0, 0]");
+  ExpectRefused(Encode(spec), "two chunks at offsets [0,0]");
 }
 
 TEST(DcpMetadata, RefusesMissingNeededFields) {

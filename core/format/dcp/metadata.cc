@@ -6,6 +6,7 @@
 #include "core/checked.h"
 #include "core/format/metadata_budget.h"
 #include "core/format/pickle.h"
+#include "core/format/shape.h"
 
 namespace ckptfs::dcp {
 namespace {
@@ -47,12 +48,6 @@ constexpr size_t kMaxFileName = 255;
 bool AllowedGlobal(std::string_view name) {
   return TorchDtypeGlobal(name) || std::find(std::begin(kAllowedGlobals), std::end(kAllowedGlobals),
                                              name) != std::end(kAllowedGlobals);
-}
-
-std::string Dims(const std::vector<uint64_t>& dims) {
-  std::string out = "[";
-  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
-  return out + "]";
 }
 
 class Reader {
@@ -238,7 +233,7 @@ class Reader {
     CKPTFS_ASSIGN_OR_RETURN(const uint32_t size, Required(state, "size", what));
     CKPTFS_ASSIGN_OR_RETURN(tensor.size, Size(size, what + " size"));
     if (!CheckedProduct(tensor.size, DtypeSize(tensor.dtype))) {
-      return Bad(what + " size " + Dims(tensor.size) + " overflows 64 bits of bytes");
+      return Bad(what + " size " + ShapeText(tensor.size) + " overflows 64 bits of bytes");
     }
     CKPTFS_ASSIGN_OR_RETURN(const uint32_t chunks, Required(state, "chunks", what));
     if (At(chunks).kind != PickleKind::kList && At(chunks).kind != PickleKind::kTuple) {
@@ -262,14 +257,15 @@ class Reader {
       for (size_t d = 0; d < tensor.size.size(); ++d) {
         const std::optional<uint64_t> end = CheckedAdd(chunk.offsets[d], chunk.sizes[d]);
         if (!end || *end > tensor.size[d]) {
-          return Bad(chunk_what + " (offsets " + Dims(chunk.offsets) + ", sizes " +
-                     Dims(chunk.sizes) + ") lies past the tensor's size " + Dims(tensor.size));
+          return Bad(chunk_what + " (offsets " + ShapeText(chunk.offsets) + ", sizes " +
+                     ShapeText(chunk.sizes) + ") lies past the tensor's size " +
+                     ShapeText(tensor.size));
         }
       }
       // The chunk and its storage key (by_offsets); charged before either grows.
       CKPTFS_RETURN_IF_ERROR(Charge(2 * sizeof(Chunk) + 96 + 8 * chunk.offsets.size()));
       if (!by_offsets.emplace(chunk.offsets, tensor.chunks.size()).second) {
-        return Bad(what + " has two chunks at offsets " + Dims(chunk.offsets));
+        return Bad(what + " has two chunks at offsets " + ShapeText(chunk.offsets));
       }
       tensor.chunks.push_back(std::move(chunk));
     }
@@ -322,10 +318,10 @@ class Reader {
       CKPTFS_ASSIGN_OR_RETURN(const std::vector<uint64_t> at, Size(offset, what + " offset"));
       const auto c = chunk_index_[t->second].find(at);
       if (c == chunk_index_[t->second].end()) {
-        return Bad(what + " names no chunk of it (offsets " + Dims(at) + ")");
+        return Bad(what + " names no chunk of it (offsets " + ShapeText(at) + ")");
       }
       if (chunk_stored_[t->second][c->second]) {
-        return Bad(what + " at offsets " + Dims(at) + " is given twice");
+        return Bad(what + " at offsets " + ShapeText(at) + " is given twice");
       }
       chunk_stored_[t->second][c->second] = true;
       out_.tensors[t->second].chunks[c->second].storage = std::move(info);
@@ -380,7 +376,7 @@ class Reader {
       for (size_t c = 0; c < out_.tensors[t].chunks.size(); ++c) {
         if (!chunk_stored_[t][c]) {
           return Bad("tensor \"" + out_.tensors[t].fqn + "\" chunk at offsets " +
-                     Dims(out_.tensors[t].chunks[c].offsets) + " has no storage_data entry");
+                     ShapeText(out_.tensors[t].chunks[c].offsets) + " has no storage_data entry");
         }
       }
     }
