@@ -146,6 +146,32 @@ Result<PlacedChunk> PlaceChunk(const StoredFile& file, uint32_t shard, const dcp
       shard, c.storage.offset + storage.data_offset + tensor.storage_offset * DtypeSize(t.dtype)};
 }
 
+// Opens each of `names` in `dir` and parses it with `parse`, several at once: `files` and
+// `parsed` in the order of `names`, or the first error in that order.
+template <typename Parsed, typename Parse>
+Status OpenAndParse(const SourceDir& dir, const std::vector<std::string>& names, ReadContext& codec,
+                    Parse parse, std::vector<StoredFile>& files, std::vector<Parsed>& parsed) {
+  files.resize(names.size());
+  parsed.resize(names.size());
+  std::vector<Status> errors(names.size());
+  ForEachInParallel(names.size(), [&](size_t i) {
+    Result<StoredFile> f = OpenWeightFile(dir, names[i], codec);
+    if (!f.ok()) {
+      errors[i] = f.status();
+      return;
+    }
+    auto p = parse(*f->source);
+    if (!p.ok()) {
+      errors[i] = p.status();
+      return;
+    }
+    files[i] = std::move(f).value();
+    parsed[i] = std::move(p).value();
+  });
+  for (const Status& e : errors) CKPTFS_RETURN_IF_ERROR(e);
+  return Status::Ok();
+}
+
 // One chunk of a tensor: its box and where its row-major bytes lie.
 struct ChunkAt {
   dcp::ChunkBox box;
@@ -405,24 +431,11 @@ Status ReadHfDcp(const SourceDir& dir, ReadContext& codec, Checkpoint& ckpt) {
   for (const std::string& f : dir.files) {
     if (IsHfShardName(f)) files.push_back(f);
   }
-  std::vector<StoredFile> opened(files.size());
-  std::vector<SafetensorsHeader> headers(files.size());
-  std::vector<Status> errors(files.size());
-  ForEachInParallel(files.size(), [&](size_t i) {
-    Result<StoredFile> f = OpenWeightFile(dir, files[i], codec);
-    if (!f.ok()) {
-      errors[i] = f.status();
-      return;
-    }
-    Result<SafetensorsHeader> h = ReadSafetensorsHeader(*f->source);
-    if (!h.ok()) {
-      errors[i] = h.status();
-      return;
-    }
-    opened[i] = std::move(f).value();
-    headers[i] = std::move(h).value();
-  });
-  for (const Status& e : errors) CKPTFS_RETURN_IF_ERROR(e);
+  std::vector<StoredFile> opened;
+  std::vector<SafetensorsHeader> headers;
+  CKPTFS_RETURN_IF_ERROR(OpenAndParse(
+      dir, files, codec, [](const ByteSource& b) { return ReadSafetensorsHeader(b); }, opened,
+      headers));
 
   struct Pieces {
     Dtype dtype;
@@ -523,24 +536,10 @@ Status ReadFsdpRanks(const SourceDir& dir, const Claim& claim, ReadContext& code
                               ": missing (every rank of the world saves its own)");
     }
   }
-  std::vector<StoredFile> opened(world);
-  std::vector<TorchFile> saved(world);
-  std::vector<Status> errors(world);
-  ForEachInParallel(world, [&](size_t r) {
-    Result<StoredFile> f = OpenWeightFile(dir, files[r], codec);
-    if (!f.ok()) {
-      errors[r] = f.status();
-      return;
-    }
-    Result<TorchFile> t = ReadTorchFile(*f->source);
-    if (!t.ok()) {
-      errors[r] = t.status();
-      return;
-    }
-    opened[r] = std::move(f).value();
-    saved[r] = std::move(t).value();
-  });
-  for (const Status& e : errors) CKPTFS_RETURN_IF_ERROR(e);
+  std::vector<StoredFile> opened;
+  std::vector<TorchFile> saved;
+  CKPTFS_RETURN_IF_ERROR(OpenAndParse(
+      dir, files, codec, [](const ByteSource& b) { return ReadTorchFile(b); }, opened, saved));
   for (auto& f : opened) ckpt.shards.push_back(std::move(f));
 
   struct Pieces {
