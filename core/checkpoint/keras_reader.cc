@@ -361,6 +361,10 @@ void KerasModelOnly(Checkpoint& ckpt) {
   ckpt.model.rule = "Keras: every dataset but the optimizer's";
 }
 
+// Keras names hold no sub-trees a key could cut (`dense/0`, `dense_1/kernel:0`): --model-key
+// '' alone applies (every dataset, the optimizer's too).
+std::string NoTopKey(const Checkpoint&, size_t) { return std::string(); }
+
 std::vector<std::pair<std::string, std::string>> KerasInspect(const Checkpoint& ckpt) {
   const auto* state = dynamic_cast<const KerasState*>(ckpt.format_state.get());
   if (!state) return {};
@@ -426,7 +430,9 @@ FormatReader KerasFormat() {
       .hidden = &KerasHidden,
       .keys = &KerasKeys,
       .key_segments = &KeySegments,
-      .model = {.never_model = &KerasOptimizer, .by_default = &KerasModelOnly},
+      .model = {.top_key = &NoTopKey,
+                .never_model = &KerasOptimizer,
+                .by_default = &KerasModelOnly},
       .inspect = &KerasInspect,
       .run = {.incomplete = &KerasIncomplete, .entry_file = &KerasEntryFile, .step = &KerasStep},
   };
