@@ -89,6 +89,7 @@ enum class CheckpointFormat : uint8_t {
   kSplit,
   kDeepSpeed,
   kDcp,
+  kKeras,
 };
 
 // Which tensors the merged views (model.safetensors, pytorch_model.bin) hold, and under

@@ -16,12 +16,13 @@ FormatReader TensorflowFormat();
 FormatReader SplitFormat();
 FormatReader DeepSpeedFormat();
 FormatReader DcpFormat();
+FormatReader KerasFormat();
 
 std::span<const FormatReader> Formats() {
   // Order is precedence among equal ranks (see formats.h).
   static const FormatReader kTable[] = {
       SafetensorsFormat(), TorchFormat(),     TensorflowFormat(),
-      SplitFormat(),       DeepSpeedFormat(), DcpFormat(),
+      SplitFormat(),       DeepSpeedFormat(), DcpFormat(), KerasFormat(),
   };
   return kTable;
 }

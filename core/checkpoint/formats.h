@@ -14,6 +14,10 @@
 //   |             | zero_pp_rank_0_mp_rank_00_model_states.pt (named)|                      |
 //   |             | ; an HF Trainer checkpoint's tag that `latest`   |                      |
 //   |             | names (inside)                                   |                      |
+//   | dcp         | .metadata, shard-*-model-*-of-*.safetensors,     | dcp_reader.cc        |
+//   |             | model_world_size_W_rank_R.pt (named)             |                      |
+//   | keras       | NAME.weights.json (named); *.weights.h5, *.keras,| keras_reader.cc      |
+//   |             | *.h5, *.hdf5 (lone)                              |                      |
 //
 // Precedence: every entry's detect is asked, in table order. A claim on a file that names
 // the rest of a checkpoint (an index, a state file, a prefix: Rank::kNamed) beats a claim
@@ -197,6 +201,13 @@ struct FormatReader {
     // listing's own rule (a torch zip's end record, an index's shards): a TF bundle's
     // PREFIX.index and every data file. Errors: failures that may pass.
     Result<std::string> (*incomplete)(const SourceDir& dir, const std::string& file) = nullptr;
+    // A file of a run directory that is a checkpoint of its own, an entry by itself
+    // (Keras's ModelCheckpoint files: `weights.05-0.42.weights.h5`, `model_3.keras`), as
+    // loose torch files are. Null: none but torch's.
+    bool (*entry_file)(std::string_view name) = nullptr;
+    // The step such a file's or directory's name carries where this format's writer
+    // names them its own way (Keras's `{epoch:02d}-{val_loss:.2f}`); null: StepInName.
+    std::optional<uint64_t> (*step)(const std::string& name) = nullptr;
   };
   RunRule run = {};
 };

@@ -81,12 +81,22 @@ bool HasIndexJson(const SourceDir& dir) {
                      [](const std::string& f) { return EndsWith(f, ".index.json"); });
 }
 
-// The torch files of `dir` that are entries of a run, one per checkpoint (x and x.zst once).
-std::vector<std::string> TorchEntryFiles(const SourceDir& dir) {
+// The format whose run rule makes file `name` an entry of its own (RunRule::entry_file),
+// or null: loose torch files are the run listing's own default.
+const FormatReader* EntryFileFormat(std::string_view name) {
+  for (const FormatReader& f : Formats()) {
+    if (f.run.entry_file && f.run.entry_file(name)) return &f;
+  }
+  return nullptr;
+}
+
+// The files of `dir` that are entries of a run, one per checkpoint (x and x.zst once):
+// loose torch files, and those a format's run rule names (Keras's ModelCheckpoint files).
+std::vector<std::string> EntryFiles(const SourceDir& dir) {
   std::vector<std::string> names;
   if (HasIndexJson(dir) || dir.Lists(std::string(kSplitMap))) return names;
   for (const std::string& f : dir.files) {
-    if (!IsTorchEntryFile(f)) continue;
+    if (!IsTorchEntryFile(f) && !EntryFileFormat(f)) continue;
     // x.pt and x.pt.zst hold one checkpoint: the plain name stands for both.
     if (EndsWith(f, kZstdSuffix) && dir.Lists(std::string(StripZst(f)))) continue;
     names.push_back(f);
@@ -125,6 +135,13 @@ const FormatReader::RunRule& RunRuleOf(const std::string& format) {
   static const FormatReader::RunRule kNone;
   const FormatReader* f = FormatNamed(format);
   return f ? f->run : kNone;
+}
+
+// The step entry name `name` of format `format` carries: the format's own rule where it
+// names its files its own way (RunRule::step), else StepInName.
+std::optional<uint64_t> StepOf(const std::string& format, const std::string& name) {
+  const auto step = RunRuleOf(format).step;
+  return step ? step(name) : StepInName(name);
 }
 
 // A format's record of the run directory (RunRule::record), in table order.
@@ -338,7 +355,6 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
   RunEntry entry;
   entry.name = name;
   entry.kind = RunEntry::Kind::kDirectory;
-  entry.step = StepInName(name);
   entry.mode = sub->reach;
   std::optional<Claim> claim;
   auto top = TopClaim(*sub, &entry.format);
@@ -353,6 +369,7 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
     skipped.push_back(JoinShown(dir.path, name) + "/: no checkpoint in it, skipped");
     return std::optional<RunEntry>();
   }
+  entry.step = StepOf(entry.format, name);
   entry.complete = true;
   for (const std::string& f : sub->files) CKPTFS_RETURN_IF_ERROR(AddFile(*sub, f, entry));
   if (claim) {
@@ -406,13 +423,19 @@ Result<RunEntry> FileEntry(const SourceDir& dir, const std::string& name) {
   RunEntry entry;
   entry.name = name;
   entry.kind = RunEntry::Kind::kFile;
-  entry.step = StepInName(name);
-  entry.format = "torch";
+  const FormatReader* format = IsTorchEntryFile(name) ? nullptr : EntryFileFormat(name);
+  entry.format = format ? std::string(format->name) : std::string("torch");
+  entry.step = StepOf(entry.format, name);
   entry.complete = true;
   // The entry is this one file: one the store refuses (a link out) is no entry, with a line.
   CKPTFS_RETURN_IF_ERROR(dir.Info(name).status());
   CKPTFS_RETURN_IF_ERROR(AddFile(dir, name, entry));
-  CKPTFS_ASSIGN_OR_RETURN(std::string problem, FileProblem(dir, name));
+  std::string problem;
+  if (format && format->run.incomplete) {
+    CKPTFS_ASSIGN_OR_RETURN(problem, format->run.incomplete(dir, name));
+  } else {
+    CKPTFS_ASSIGN_OR_RETURN(problem, FileProblem(dir, name));
+  }
   if (!problem.empty()) Incomplete(entry, problem);
   return entry;
 }
@@ -744,7 +767,7 @@ Result<bool> IsRun(const SourceDir& dir) {
     if (claim.ok() && *claim) return true;  // the table claims split (map.pt) directories too
   }
   // A DeepSpeed tag's rank files are one checkpoint, not torch entries of a run.
-  if (!RunRuleOf(top_format).torch_files_are_one && TorchEntryFiles(dir).size() >= 2) return true;
+  if (!RunRuleOf(top_format).torch_files_are_one && EntryFiles(dir).size() >= 2) return true;
   std::vector<std::string> ignored;
   CKPTFS_ASSIGN_OR_RETURN(const Records records, ReadRecords(dir, ignored));
   size_t named = 0;
@@ -813,7 +836,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
     if (entry) run.entries.push_back(std::move(*entry));
   }
   AwaitSaves(run, trainer_states, records);
-  for (const std::string& name : TorchEntryFiles(dir)) {
+  for (const std::string& name : EntryFiles(dir)) {
     if (final_model && StripZst(name) == top->file) continue;  // the final model's file
     if (!IsPlainName(name)) {
       run.skipped.push_back(dir.path + ": \"" + EscapeControlChars(name.substr(0, 200)) +
