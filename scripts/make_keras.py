@@ -544,7 +544,7 @@ def Main(out):
     # dense_1's kernel fits in shard 0 and its bias does not: dense_1 spans both shards.
     rng = np.random.default_rng(3)
     d = Dir("sharded")
-    e = New("sharded", "sharded", "keras3-sharded")
+    e = New("sharded", "sharded/model.weights.json", "keras3-sharded")
     saveables = [("", "sequential", []), ("layers/dense", "dense", Dense(rng, 8, 16)),
                  ("layers/dense_1", "dense_1", Dense(rng, 16, 8)),
                  ("layers/dense_2", "dense_2", Dense(rng, 8, 1))]

@@ -56,15 +56,14 @@ def OpenH5s(path):
     """The HDF5 files of a checkpoint as (shard file name, h5py.File): a .weights.h5 or
     legacy .h5, a .keras zip (its model.weights.h5 member) or directory, a sharded
     directory (its *.weights.json's shards)."""
+    if path.endswith(".weights.json"):
+        return [(s, h5py.File(os.path.join(os.path.dirname(path), s), "r"))
+                for s in ShardsOf(path)]
     if os.path.isdir(path):
         names = sorted(os.listdir(path))
         indexes = [n for n in names if n.endswith(".weights.json")]
         if indexes:
-            with open(os.path.join(path, indexes[0])) as f:
-                weight_map = json.load(f)["weight_map"]
-            shards = sorted({s for v in weight_map.values()
-                             for s in (v if isinstance(v, list) else [v])})
-            return [(s, h5py.File(os.path.join(path, s), "r")) for s in shards]
+            return OpenH5s(os.path.join(path, indexes[0]))
         if "model.weights.h5" in names:
             return [("model.weights.h5", h5py.File(os.path.join(path, "model.weights.h5"), "r"))]
         h5s = [n for n in names if n.endswith(".h5")]
@@ -74,6 +73,13 @@ def OpenH5s(path):
             data = z.read("model.weights.h5")
         return [("model.weights.h5", h5py.File(io.BytesIO(data), "r"))]
     return [(os.path.basename(path), h5py.File(path, "r"))]
+
+
+def ShardsOf(index):
+    """The shard files a ShardedH5IOStore map names (a name, or a list of names, per group)."""
+    with open(index) as f:
+        weight_map = json.load(f)["weight_map"]
+    return sorted({s for v in weight_map.values() for s in (v if isinstance(v, list) else [v])})
 
 
 def Datasets(h5s):
@@ -235,8 +241,11 @@ def ExpectedMetadata(path, h5s):
 
 
 def StoredFiles(path):
-    """name -> path of the files shards/ must hold unchanged: the file itself, or a
-    directory's weight files."""
+    """name -> path of the files shards/ must hold unchanged: the file itself, a directory's
+    weight files, a sharded store's shards and map (docs/keras.md)."""
+    if path.endswith(".weights.json"):
+        d = os.path.dirname(path)
+        return {n: os.path.join(d, n) for n in ShardsOf(path) + [os.path.basename(path)]}
     if not os.path.isdir(path):
         return {os.path.basename(path): path}
     return {n: os.path.join(path, n) for n in os.listdir(path) if n.endswith(".h5")}

@@ -1,0 +1,196 @@
+// Keras checkpoints mounted as a user sees them (issue 27, docs/keras.md): the real files
+// Keras wrote (../shared/fixtures/keras, NOTICE.md; skipped when absent), the cases they
+// lack written by scripts/make_keras.py as Keras lays them out (bfloat16, sharded stores,
+// split layer_names, .keras directories, Keras 3.5 and shared names), runs of
+// ModelCheckpoint and KerasTuner files, bad files, and HTTP. tests/mount/check_keras.py
+// reads every view (tensors/ with numpy, model.safetensors by hand, pytorch_model.bin with
+// torch, shards/, metadata.json) against the HDF5 files read with h5py.
+#include <filesystem>
+
+#include "remote_harness.h"
+
+namespace ckptfs::mount_test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kKerasFixtures = fs::path(kSourceDir) / ".." / "shared" / "fixtures" / "keras";
+
+// The checkpoints of make_keras.py that are not runs or hostile, by expected.json key and
+// the path (under its output) that is mounted.
+const std::vector<std::pair<std::string, std::string>> kGenerated = {
+    {"bf16", "bf16/bf16.weights.h5"},
+    {"dtypes", "dtypes/dtypes.weights.h5"},
+    {"sharded", "sharded/model.weights.json"},
+    {"legacy_fixed", "legacy_fixed/legacy_fixed.h5"},
+    {"legacy_vlen", "legacy_vlen/legacy_vlen.h5"},
+    {"legacy_keras1", "legacy_keras1/legacy_keras1.h5"},
+    {"keras_dir", "keras_dir"},
+    {"keras_zip", "keras_zip/model.keras"},
+    {"keras35", "keras35/keras35.weights.h5"},
+    {"shared_name", "shared_name/shared.weights.h5"},
+};
+
+class KerasMountTest : public MountFixture {
+ protected:
+  // Writes every case of scripts/make_keras.py into scratch/keras once per test, and
+  // checks its expected.json against the files (no mount) before anything is mounted.
+  std::string Generate() {
+    const std::string out = scratch_->Path("keras");
+    const ProcessResult r =
+        RunProcess({kPython, ScriptPath("scripts/make_keras.py"), out}, kGenerateTimeout);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    if (r.exit_code == 0) EXPECT_TRUE(RunCheck("check_keras.py", {"self-check", out}));
+    return out;
+  }
+
+  std::string MountFresh(const std::string& source) {
+    const std::string mountpoint = scratch_->MakeDir("mnt" + std::to_string(mounts_.size()));
+    Mount(source, mountpoint, nullptr, {});
+    return mountpoint;
+  }
+
+  // The `file` of every entry of the fixtures' manifest.json.
+  static std::vector<std::string> FixtureFiles() {
+    const ProcessResult r = RunProcess({kPython, "-c",
+                                        "import json, sys\n"
+                                        "for e in json.load(open(sys.argv[1])): print(e['file'])",
+                                        (kKerasFixtures / "manifest.json").string()},
+                                       kCheckTimeout);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    std::vector<std::string> files;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) files.push_back(line);
+    }
+    return files;
+  }
+};
+
+// Every real file (Keras 3 .weights.h5 and .keras, legacy full models and weights, a
+// legacy HDF5 named .keras): inspect names the format, and every view of the mount equals
+// the bytes at the manifest's offsets, named by Keras's rules.
+TEST_F(KerasMountTest, FixturesInEveryView) {
+  if (!fs::is_directory(kKerasFixtures)) {
+    GTEST_SKIP() << kKerasFixtures << " is absent (a user's clone): real Keras fixtures skipped";
+  }
+  const std::vector<std::string> files = FixtureFiles();
+  ASSERT_FALSE(files.empty());
+  std::vector<std::string> args = {"fixture", kKerasFixtures.string()};
+  for (const std::string& file : files) {
+    SCOPED_TRACE(file);
+    const std::string source = (kKerasFixtures / file).string();
+    const ProcessResult inspect = Ckptfs({"inspect", source}, kCheckTimeout);
+    EXPECT_EQ(inspect.exit_code, 0) << inspect.Describe();
+    EXPECT_NE(inspect.out.find("keras"), std::string::npos) << inspect.Describe();
+    const std::string mnt = MountFresh(source);
+    if (HasFatalFailure()) return;
+    args.push_back(file + "=" + mnt);
+  }
+  RunCheck("check_keras.py", args);
+}
+
+// What the fixtures lack, from make_keras.py: bfloat16 (BF16 in the merged files, a
+// one-tensor safetensors in tensors/), every dtype, a vars group spanning two shards,
+// layer_names0/1 in fixed- and variable-length strings, Keras 1 names, a .keras directory
+// and zip, Keras 3.5 without names and two groups sharing one.
+TEST_F(KerasMountTest, GeneratedCheckpointsInEveryView) {
+  const std::string out = Generate();
+  if (HasFailure()) return;
+  std::vector<std::string> args = {"generated", out};
+  for (const auto& [key, path] : kGenerated) {
+    SCOPED_TRACE(key);
+    const std::string mnt = MountFresh(out + "/" + path);
+    if (HasFatalFailure()) return;
+    args.push_back(key + "=" + mnt);
+  }
+  RunCheck("check_keras.py", args);
+}
+
+// A sharded store mounts from its directory as from its map, and a .keras directory from
+// its model.weights.h5's directory (docs/keras.md: a directory holding one such file).
+TEST_F(KerasMountTest, DirectoriesMountAsTheirCheckpoint) {
+  const std::string out = Generate();
+  if (HasFailure()) return;
+  const std::string sharded = MountFresh(out + "/sharded");
+  if (HasFatalFailure()) return;
+  const std::string bf16 = MountFresh(out + "/bf16");
+  if (HasFatalFailure()) return;
+  RunCheck("check_keras.py", {"generated", out, "sharded=" + sharded, "bf16=" + bf16});
+}
+
+// Runs as ModelCheckpoint and KerasTuner leave them: weights.{epoch:02d}-{val_loss:.2f}
+// files (latest is epoch 10), model_{epoch}.keras, trial_NNNN/checkpoint.weights.h5. Each
+// entry is a checkpoint directory with every view; latest names the right one.
+TEST_F(KerasMountTest, RunsShowEntriesAndLatest) {
+  const std::string out = Generate();
+  if (HasFailure()) return;
+  for (const char* run : {"run_epochs", "run_keras", "tuner"}) {
+    SCOPED_TRACE(run);
+    const ProcessResult inspect = Ckptfs({"inspect", out + "/" + run}, kCheckTimeout);
+    EXPECT_EQ(inspect.exit_code, 0) << inspect.Describe();
+    const std::string mnt = MountFresh(out + "/" + run);
+    if (HasFatalFailure()) return;
+    RunCheck("check_keras.py", {"run", out, run, mnt});
+  }
+}
+
+// Bad files: refused at mount (exit 2, one line naming the file and the member or
+// dataset, quickly), or, where the mount may succeed, failing the read: never a hang.
+TEST_F(KerasMountTest, HostileFilesFailInOneLine) {
+  const std::string out = Generate();
+  if (HasFailure()) return;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"deflated.keras", "model.weights.h5"},
+      {"no_weights.keras", "model.weights.h5"},
+      {"truncated.weights.h5", ""},
+      {"chunked_gzip.weights.h5", "layers/dense/vars/0"},
+  };
+  for (const auto& [file, what] : cases) {
+    SCOPED_TRACE(file);
+    const std::string source = out + "/hostile/" + file;
+    const std::string mountpoint = scratch_->MakeDir("refused-" + file);
+    mounts_.push_back(mountpoint);  // in case ckptfs mounts it after all
+    const ProcessResult mount = RunProcess({kCkptfs, "mount", source, mountpoint}, kMountTimeout);
+    if (mount.exit_code == 0) {
+      // Mounted: then reading the tensors must fail (EIO), within the harness's bound.
+      const ProcessResult read =
+          RunProcess({"sh", "-c", "cat \"$1\"/model.safetensors \"$1\"/tensors/*/*/*/* >/dev/null",
+                      "sh", mountpoint},
+                     kCheckTimeout);
+      EXPECT_FALSE(read.timed_out) << read.Describe();
+      EXPECT_NE(read.exit_code, 0) << "a bad file mounted and read whole; " << read.Describe();
+      continue;
+    }
+    ExpectRefusal(mount, {file});
+    if (!what.empty()) EXPECT_NE(mount.err.find(what), std::string::npos) << mount.Describe();
+    EXPECT_FALSE(IsMounted(mountpoint)) << "a refused checkpoint was left mounted";
+    const ProcessResult inspect = RunProcess({kCkptfs, "inspect", source}, kRefusalTimeout);
+    ExpectRefusal(inspect, {file});
+    if (!what.empty()) EXPECT_NE(inspect.err.find(what), std::string::npos) << inspect.Describe();
+  }
+}
+
+// Over HTTP (nginx): a .weights.h5 and a .keras zip, byte for byte as local.
+TEST_F(KerasMountTest, OverHttp) {
+  if (const std::string unavailable = NginxServer::UnavailableReason(); !unavailable.empty()) {
+    GTEST_SKIP() << unavailable;
+  }
+  const std::string out = Generate();
+  if (HasFailure()) return;
+  const std::string www = scratch_->MakeDir("www");
+  fs::copy_file(out + "/bf16/bf16.weights.h5", www + "/bf16.weights.h5");
+  fs::copy_file(out + "/keras_zip/model.keras", www + "/model.keras");
+  NginxServer server(www, scratch_->Path("nginx"));
+  ASSERT_EQ(server.Start(), "");
+  const std::string weights = scratch_->MakeDir("mnt-http-weights");
+  ASSERT_NO_FATAL_FAILURE(Mount(server.Url("bf16.weights.h5"), weights, nullptr, {}));
+  const std::string keras = scratch_->MakeDir("mnt-http-keras");
+  ASSERT_NO_FATAL_FAILURE(Mount(server.Url("model.keras"), keras, nullptr, {}));
+  RunCheck("check_keras.py", {"generated", out, "bf16=" + weights, "keras_zip=" + keras});
+  EXPECT_TRUE(ForceUnmount(weights));  // before the server stops
+  EXPECT_TRUE(ForceUnmount(keras));
+}
+
+}  // namespace
+}  // namespace ckptfs::mount_test
