@@ -2,7 +2,7 @@
 # ckptfs benchmark: every contender side by side in ONE run, ratios first.
 #
 #   scripts/bench.sh [--size 2G] [--workdir DIR] [--reps N] [--keep] [--no-build]
-#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote,tf,run,deepspeed,dcp,opaque]
+#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque]
 #                    [SECTION...]
 #
 # What it measures (see DESIGN.md section 3, "Performance rules"):
@@ -101,8 +101,13 @@
 #     returns (cold and warm) and the daemon's RSS, then sequential read of the
 #     consolidated MNT/model.safetensors (every tensor assembled from 4 ranks' chunks) vs
 #     `cat` of the 4 .distcp files, cold and warm, interleaved, median of --reps.
+#   * keras: a Keras 3 .weights.h5 of about 1 GiB of float32 layers plus Adam slots, and
+#     the same in a .keras zip, written by scripts/make_keras.py --big: time until
+#     `ckptfs mount` of the file returns (libhdf5 reads its metadata in a child; cold and
+#     warm) and the daemon's RSS, then sequential read of MNT/model.safetensors of each vs
+#     `cat` of the .weights.h5, cold and warm, interleaved, median of --reps.
 #   --sections (or bare section names: `bench.sh remote`) picks a subset
-#   (default all ten, in one run); --level defaults to 3, --frame-size to
+#   (default all eleven, in one run); --level defaults to 3, --frame-size to
 #   pack's own default.
 # Targets are printed next to the figures as PASS/MISS. A MISS does not fail the
 # script; a contender that cannot run does (exit 1).
@@ -156,7 +161,7 @@ HDR_SHARDS=2000
 HDR_TENSORS=200000
 LEVEL=3
 FRAME=''            # --frame-size for ckptfs pack; '' = its default
-SECTIONS=plain,mount,zstd,torch,remote,tf,run,deepspeed,dcp,opaque
+SECTIONS=plain,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque
 RSS_CACHE=256M      # --cache-size for the peak RSS measurement
 RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
 RANDOM_TENSORS=32
@@ -177,8 +182,8 @@ BENCH_LIB=$REPO/scripts/bench
 # shellcheck source=scripts/bench/lib.sh
 . "$BENCH_LIB/lib.sh"
 # sections in the order they run, and the order their tables are printed in
-RUN_ORDER=(plain mount zstd torch remote tf run deepspeed dcp opaque)
-REPORT_ORDER=(plain mount zstd torch remote tf opaque run deepspeed dcp)
+RUN_ORDER=(plain mount zstd torch remote tf run deepspeed dcp keras opaque)
+REPORT_ORDER=(plain mount zstd torch remote tf opaque run deepspeed dcp keras)
 # shellcheck source=scripts/bench/plain.sh
 . "$BENCH_LIB/plain.sh"
 # shellcheck source=scripts/bench/mount.sh
@@ -197,6 +202,8 @@ REPORT_ORDER=(plain mount zstd torch remote tf opaque run deepspeed dcp)
 . "$BENCH_LIB/deepspeed.sh"
 # shellcheck source=scripts/bench/dcp.sh
 . "$BENCH_LIB/dcp.sh"
+# shellcheck source=scripts/bench/keras.sh
+. "$BENCH_LIB/keras.sh"
 # shellcheck source=scripts/bench/opaque.sh
 . "$BENCH_LIB/opaque.sh"
 
@@ -254,7 +261,7 @@ while (($#)); do
     --frame-size=*) FRAME=${1#*=}; shift ;;
     --sections) SECTIONS=${2:?--sections needs a value}; shift 2 ;;
     --sections=*) SECTIONS=${1#*=}; shift ;;
-    plain|mount|zstd|torch|remote|tf|run|deepspeed|dcp|opaque) BARE_SECTIONS+=("$1"); shift ;;
+    plain|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque) BARE_SECTIONS+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; printf '%s: error: unknown argument %s\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
@@ -265,8 +272,8 @@ size_to_bytes "$SIZE" >/dev/null   # validate
   { echo "$PROG: error: --level must be 1..19" >&2; exit 2; }
 [[ -z $FRAME ]] || size_to_bytes "$FRAME" >/dev/null
 ((${#BARE_SECTIONS[@]})) && SECTIONS=$(IFS=,; echo "${BARE_SECTIONS[*]}")
-[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote|tf|run|deepspeed|dcp|opaque))+,$ ]] ||
-  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote, tf, run, deepspeed, dcp, opaque" >&2; exit 2; }
+[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque))+,$ ]] ||
+  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote, tf, run, deepspeed, dcp, keras, opaque" >&2; exit 2; }
 section() { [[ ,$SECTIONS, == *,$1,* ]]; }
 mkdir -p -- "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
@@ -297,6 +304,7 @@ ensure_packages() {
     command -v fincore >/dev/null 2>&1 || missing+=(util-linux)
   fi
   if section dcp; then "$PY" -c 'import torch' 2>/dev/null || missing+=(python3-torch); fi
+  if section keras; then "$PY" -c 'import h5py' 2>/dev/null || missing+=(python3-h5py); fi
   if section remote; then
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     [[ -x $NGINX ]] || missing+=(nginx-light)

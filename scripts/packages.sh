@@ -9,7 +9,7 @@
 CKPTFS_BUILD_PACKAGES=(cmake g++ make pkg-config
                        libfuse3-dev fuse3 nlohmann-json3-dev libzstd-dev libxxhash-dev
                        libcli11-dev zlib1g-dev libcurl4-openssl-dev libtinyxml2-dev
-                       libsnappy-dev)
+                       libsnappy-dev libhdf5-dev)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -344,12 +344,14 @@ bool IsOptimizerKey(std::string_view key) {
 }
 
 std::function<bool(size_t)> KerasOptimizer(const Checkpoint& ckpt) {
+  if (KerasKeys(ckpt).size() != ckpt.tensors.size()) return {};
   return [keys = KerasKeys(ckpt)](size_t i) { return IsOptimizerKey(keys[i]); };
 }
 
 // With no key: every dataset but the optimizer's, named by keras.h's rule.
 void KerasModelOnly(Checkpoint& ckpt) {
   const std::span<const std::string> keys = KerasKeys(ckpt);
+  if (keys.size() != ckpt.tensors.size()) return;
   uint64_t count = 0;
   for (size_t i = 0; i < ckpt.tensors.size(); ++i) {
     ckpt.tensors[i].in_model = !IsOptimizerKey(keys[i]);

@@ -45,7 +45,9 @@ std::map<std::string, std::map<std::string, std::string>> MinimalCheckpoints() {
            {{"mp_rank_00_model_states.pt", "not parsed by detect"},
             {"bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "x"}}},
           // A distributed checkpoint: .metadata beside the ranks' data files.
-          {"dcp", {{".metadata", "not parsed by detect"}, {"__0_0.distcp", "x"}}}};
+          {"dcp", {{".metadata", "not parsed by detect"}, {"__0_0.distcp", "x"}}},
+          // Keras 3 weights, as ModelCheckpoint(save_weights_only=True) leaves them.
+          {"keras", {{"cp.weights.h5", "not parsed by detect"}}}};
 }
 
 // The entry whose detect claims `dir`, by the table's precedence; "" if none.
@@ -109,7 +111,8 @@ TEST(FormatTable, ModelRuleKeysAndInspectLinesAreTheEntrys) {
     SCOPED_TRACE(std::string(f.name));
     ASSERT_NE(f.model.top_key, nullptr) << "every entry says what its sub-trees are";
     Checkpoint ckpt = checkpoint(f.format);
-    EXPECT_EQ(f.model.top_key(ckpt, 0), "model");
+    // Keras names (`dense/0`, `dense_1/kernel:0`) hold no sub-tree a key could cut.
+    EXPECT_EQ(f.model.top_key(ckpt, 0), f.format == CheckpointFormat::kKeras ? "" : "model");
     EXPECT_EQ(f.model.top_key(ckpt, 1), "");
     // Without a key, the entry's rule: DeepSpeed's consolidated `model`, torch's and DCP's
     // first of kTorchModelKeys; every other format keeps every tensor.
@@ -159,6 +162,9 @@ TEST(FormatTable, RunRulesAreTheEntrys) {
     EXPECT_EQ(f.run.record != nullptr, f.format == CheckpointFormat::kTensorflow ||
                                            f.format == CheckpointFormat::kDeepSpeed);
     EXPECT_EQ(f.run.claim_is_record, f.format == CheckpointFormat::kTensorflow);
+    // Keras's ModelCheckpoint files are entries of their own, with epochs in their names.
+    EXPECT_EQ(f.run.entry_file != nullptr, f.format == CheckpointFormat::kKeras);
+    EXPECT_EQ(f.run.step != nullptr, f.format == CheckpointFormat::kKeras);
     EXPECT_EQ(f.run.final_model,
               f.format == CheckpointFormat::kSafetensors || f.format == CheckpointFormat::kTorch);
   }

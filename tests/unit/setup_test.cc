@@ -42,6 +42,7 @@ const std::map<std::string, std::string> kProviders = {
     {"libcurl", "libcurl4-openssl-dev"},
     {"tinyxml2", "libtinyxml2-dev"},
     {"snappy", "libsnappy-dev"},
+    {"hdf5", "libhdf5-dev"},
     {"ZLIB", "zlib1g-dev"},
     {"nlohmann_json", "nlohmann-json3-dev"},
     {"CLI11", "libcli11-dev"},
