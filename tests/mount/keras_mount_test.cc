@@ -40,7 +40,9 @@ class KerasMountTest : public MountFixture {
     const ProcessResult r =
         RunProcess({kPython, ScriptPath("scripts/make_keras.py"), out}, kGenerateTimeout);
     EXPECT_EQ(r.exit_code, 0) << r.Describe();
-    if (r.exit_code == 0) EXPECT_TRUE(RunCheck("check_keras.py", {"self-check", out}));
+    if (r.exit_code == 0) {
+      EXPECT_TRUE(RunCheck("check_keras.py", {"self-check", out}));
+    }
     return out;
   }
 
@@ -163,11 +165,15 @@ TEST_F(KerasMountTest, HostileFilesFailInOneLine) {
       continue;
     }
     ExpectRefusal(mount, {file});
-    if (!what.empty()) EXPECT_NE(mount.err.find(what), std::string::npos) << mount.Describe();
+    if (!what.empty()) {
+      EXPECT_NE(mount.err.find(what), std::string::npos) << mount.Describe();
+    }
     EXPECT_FALSE(IsMounted(mountpoint)) << "a refused checkpoint was left mounted";
     const ProcessResult inspect = RunProcess({kCkptfs, "inspect", source}, kRefusalTimeout);
     ExpectRefusal(inspect, {file});
-    if (!what.empty()) EXPECT_NE(inspect.err.find(what), std::string::npos) << inspect.Describe();
+    if (!what.empty()) {
+      EXPECT_NE(inspect.err.find(what), std::string::npos) << inspect.Describe();
+    }
   }
 }
 
