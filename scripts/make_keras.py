@@ -25,9 +25,14 @@ a reader that handles these handles what Keras writes. They cover what the real 
   run_epochs/                       (f) ModelCheckpoint weights.{epoch:02d}-{val_loss:.2f}
   run_keras/                        (f) model_1.keras .. model_3.keras
   tuner/                            (f) KerasTuner trial_0000/checkpoint.weights.h5, ...
+  run_unpadded/, run_in_progress/   epochs unpadded (9, 10, 100) with mtimes out of order; a
+                                    save in progress (cut) that must not be latest
   hostile/                          (g) deflated.keras, no_weights.keras,
-                                    truncated.weights.h5, chunked_gzip.weights.h5
+                                    truncated.weights.h5, chunked_gzip.weights.h5; big-endian,
+                                    soft and external links, npz.keras, sharded maps naming
+                                    ../ or holding a dataset twice
 
+expected.json "hostile": file -> [strings the one-line refusal must hold].
 expected.json: for each checkpoint (key = its directory above; "path" = what to mount),
 every dataset's HDF5 path, shard file, model name (null for the optimizer's), dtype
 (numpy's str, or "bfloat16"), shape, sha256 of its little-endian bytes (bf16: also the
@@ -535,10 +540,14 @@ def Main(out):
         info = np.iinfo(t)
         values.append(rng.integers(info.min, info.max, size=(5,), dtype=t, endpoint=True))
     values += [rng.integers(0, 2, size=(2, 3)).astype(np.bool_), np.array(True),
-               np.array(2.5, dtype=np.float32)]
+               np.array(2.5, dtype=np.float32), np.zeros((0, 4), dtype=np.float32)]
+    # Layer names are any string without '/': '%' must be escaped in tensors/, and '.'
+    # does not split a path there (HDF5 paths split at '/' only).
     WriteWeightsH5(os.path.join(out, e.entry["path"]), e,
                    [("", "functional", []), ("layers/custom", "custom", values),
-                    ("layers/dense", "dense", Dense(rng, 3, 2))])
+                    ("layers/dense", "dense", Dense(rng, 3, 2)),
+                    ("layers/50%_dense", "50%_dense", Dense(rng, 2, 2)),
+                    ("layers/block.1", "block.1", Dense(rng, 2, 2))])
 
     # (b) sharded: save_weights("model.weights.json", max_shard_size=...). Sizes chosen so
     # dense_1's kernel fits in shard 0 and its bias does not: dense_1 spans both shards.
@@ -615,6 +624,42 @@ def Main(out):
         entries.append(name)
     runs["run_epochs"] = {"entries": entries, "latest": "weights.10-0.38.weights.h5"}
 
+    # ModelCheckpoint("weights.{epoch}-{val_loss:.2f}.weights.h5"): epochs unpadded, and
+    # mtimes as a copy may leave them (epoch 100 oldest): neither text order nor time
+    # gives the latest, epoch 100; only the epoch in the name does.
+    Dir("run_unpadded")
+    entries = []
+    for n, (epoch, loss) in enumerate(((100, "0.30"), (9, "0.40"), (10, "0.38"))):
+        name = f"weights.{epoch}-{loss}.weights.h5"
+        key = f"run_unpadded/{name}"
+        e = New(key, key, "keras3")
+        WriteWeightsH5(os.path.join(out, key), e,
+                       SequentialSaveables(np.random.default_rng(150 + epoch)))
+        os.utime(os.path.join(out, key), (1700000000 + 3600 * n, 1700000000 + 3600 * n))
+        entries.append(name)
+    runs["run_unpadded"] = {"entries": entries, "latest": "weights.100-0.30.weights.h5"}
+
+    # A save in progress: ModelCheckpoint writes in place (h5py.File(path, "w")), so epoch
+    # 3 is visible before HDF5 has written all of it (cut here at two thirds, its
+    # superblock's end address past the file's end). It is no latest: epoch 2 is.
+    Dir("run_in_progress")
+    entries = []
+    for epoch in (1, 2, 3):
+        name = f"weights.{epoch:02d}-0.50.weights.h5"
+        key = f"run_in_progress/{name}"
+        e = New(key, key, "keras3")
+        WriteWeightsH5(os.path.join(out, key), e,
+                       SequentialSaveables(np.random.default_rng(170 + epoch)))
+        if epoch == 3:
+            del checkpoints[key]
+            with open(os.path.join(out, key), "r+b") as f:
+                f.truncate(os.path.getsize(os.path.join(out, key)) * 2 // 3)
+        else:
+            entries.append(name)
+        os.utime(os.path.join(out, key), (1700000000 + 60 * epoch, 1700000000 + 60 * epoch))
+    runs["run_in_progress"] = {"entries": entries, "latest": "weights.02-0.50.weights.h5",
+                               "absent": ["weights.03-0.50.weights.h5"]}
+
     # model.save(f"model_{epoch}.keras") each epoch.
     d = Dir("run_keras")
     entries = []
@@ -675,7 +720,62 @@ def Main(out):
         g.create_dataset("0", data=rng.standard_normal((64, 32)).astype(np.float32),
                          chunks=(16, 32), compression="gzip")
         g["1"] = np.zeros(32, dtype=np.float32)
-    hostile = {"hostile/deflated.keras": ["deflated.keras", "model.weights.h5"],
+    # A big-endian dataset (h5py writes what it is given; Keras never gives one).
+    with h5py.File(os.path.join(d, "big_endian.weights.h5"), "w") as f:
+        g = f.create_group("layers/dense/vars")
+        g.attrs["name"] = "dense"
+        g["0"] = np.arange(6, dtype=">f4").reshape(2, 3)
+    # Links: never followed (a soft link to another dataset, an external link to a file).
+    with h5py.File(os.path.join(d, "soft_link.weights.h5"), "w") as f:
+        g = f.create_group("layers/dense/vars")
+        g.attrs["name"] = "dense"
+        g["0"] = np.ones((2, 2), dtype=np.float32)
+        g["1"] = h5py.SoftLink("/layers/dense/vars/0")
+    with h5py.File(os.path.join(d, "external_link.weights.h5"), "w") as f:
+        g = f.create_group("layers/dense/vars")
+        g.attrs["name"] = "dense"
+        g["0"] = np.ones((2, 2), dtype=np.float32)
+        g["1"] = h5py.ExternalLink("/etc/passwd", "/x")
+    # saving_lib with weights_format="npz": NpzIOStore writes model.weights.npz instead.
+    with zipfile.ZipFile(os.path.join(d, "npz.keras"), "w") as zf:
+        with zf.open("metadata.json", "w") as m:
+            m.write(json.dumps(metadata).encode())
+        with zf.open("config.json", "w") as m:
+            m.write(json.dumps(config).encode())
+        buf = io.BytesIO()
+        np.savez(buf, **{"layers/dense": np.ones(3, dtype=np.float32)})
+        zf.writestr(zipfile.ZipInfo("model.weights.npz", date_time=ZIP_TIME), buf.getvalue())
+    # Sharded maps: one naming a shard outside the directory, one whose shards both hold
+    # the same dataset.
+    for case in ("sharded_outside", "sharded_twice"):
+        sd = Dir("hostile", case)
+        store = ShardedStore(sd, scratch, max_shard_size=600)
+        SaveState(store, [("layers/dense", "dense", Dense(rng, 8, 16)),
+                          ("layers/dense_1", "dense_1", Dense(rng, 16, 8))])
+        store.Close()
+        index = os.path.join(sd, "model.weights.json")
+        with open(index) as f:
+            m = json.load(f)
+        if case == "sharded_outside":
+            m["weight_map"]["/layers/dense_1/vars"] = "../model_00001.weights.h5"
+            shutil.copy(os.path.join(sd, "model_00001.weights.h5"), d)
+        else:
+            with h5py.File(os.path.join(sd, "model_00001.weights.h5"), "a") as f:
+                f["layers/dense/vars/0"] = np.zeros((8, 16), dtype=np.float32)
+            m["weight_map"]["/layers/dense/vars"] = ["model_00000.weights.h5",
+                                                     "model_00001.weights.h5"]
+        with open(index, "w") as f:
+            f.write(json.dumps(m, indent=4))
+    hostile = {"hostile/big_endian.weights.h5": ["big_endian.weights.h5", "layers/dense/vars/0"],
+               "hostile/soft_link.weights.h5": ["soft_link.weights.h5", "layers/dense/vars/1"],
+               "hostile/external_link.weights.h5": ["external_link.weights.h5",
+                                                    "layers/dense/vars/1"],
+               "hostile/npz.keras": ["npz.keras", "model.weights"],
+               "hostile/sharded_outside/model.weights.json": ["model.weights.json",
+                                                              "../model_00001.weights.h5"],
+               "hostile/sharded_twice/model.weights.json": ["sharded_twice",
+                                                            "layers/dense/vars/0"],
+               "hostile/deflated.keras": ["deflated.keras", "model.weights.h5"],
                "hostile/no_weights.keras": ["no_weights.keras", "model.weights.h5"],
                "hostile/truncated.weights.h5": ["truncated.weights.h5"],
                "hostile/chunked_gzip.weights.h5": ["chunked_gzip.weights.h5",

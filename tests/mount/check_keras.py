@@ -432,6 +432,8 @@ def Run(c, out, run, mnt):
     for entry in r["entries"]:
         c.Expect(entry in have and os.path.isdir(os.path.join(mnt, entry)),
                  f"{run}: {entry} is not a directory of the mount (ls: {have})")
+    for entry in r.get("absent", []):  # a save in progress appears once complete
+        c.Expect(entry not in have, f"{run}: {entry} is listed (ls: {have})")
     latest = os.path.join(mnt, "latest")
     if c.Expect(os.path.islink(latest), f"{run}: no latest symlink (ls: {have})"):
         c.Equal(os.readlink(latest), r["latest"], f"{run}: latest")
