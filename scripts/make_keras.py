@@ -21,6 +21,8 @@ a reader that handles these handles what Keras writes. They cover what the real 
                                     model.weights.h5
   keras_zip/model.keras             (d) _save_model_to_fileobj: the same, ZIP_STORED
   keras35/keras35.weights.h5        (e) Keras 3.0-3.5: vars groups without a `name`
+  edge_names/edge.weights.h5        an empty group's name, a layer named "adam", tf.keras
+                                    2.13's _layer_checkpoint_dependencies, a stray dataset
   shared_name/shared.weights.h5     (e) two vars groups named "dense" (nested models)
   run_epochs/                       (f) ModelCheckpoint weights.{epoch:02d}-{val_loss:.2f}
   run_keras/                        (f) model_1.keras .. model_3.keras
@@ -608,6 +610,27 @@ def Main(out):
                  ("layers/head", "head", head),
                  ("optimizer", "adam", Adam(rng, enc + dec + head))]
     WriteWeightsH5(os.path.join(out, e.entry["path"]), e, saveables)
+
+    # Names at the edges of the rule: a sub-model whose own vars group (empty: it has no
+    # variables of its own) carries a layer's name, which clashes with nothing; a layer
+    # named like the optimizer ("adam": the optimizer is not the model); tf.keras 2.13's
+    # .keras layout (_layer_checkpoint_dependencies/..., no names: H5IOStore.get's "2.13
+    # compatibility"); and a dataset outside any vars group (no Keras writes one: the rule
+    # gives it its path).
+    rng = np.random.default_rng(8)
+    Dir("edge_names")
+    e = New("edge_names", "edge_names/edge.weights.h5", "keras3")
+    path = os.path.join(out, e.entry["path"])
+    WriteWeightsH5(path, e, [("", "functional", []), ("layers/dense", "dense", Dense(rng, 2, 3)),
+                             ("layers/encoder", "dense", []),
+                             ("layers/adam", "adam", Dense(rng, 3, 1)),
+                             ("optimizer", "adam", [np.array(1, dtype=np.int64)])])
+    with h5py.File(path, "a") as f:
+        legacy = H5Store(f, e, os.path.basename(path), names=False)
+        SaveState(legacy, [("_layer_checkpoint_dependencies/dense_9", None, Dense(rng, 2, 2))])
+        stray = rng.standard_normal((3,)).astype(np.float32)
+        f["stray"] = stray
+        e.Add("stray", os.path.basename(path), "stray", stray)
 
     # (f) ModelCheckpoint("weights.{epoch:02d}-{val_loss:.2f}.weights.h5",
     # save_weights_only=True): files written in epoch order (mtimes increase with the

@@ -3,6 +3,9 @@
 
   check_keras.py generated OUT KEY=MNT ...   MNT mounts checkpoint KEY of OUT/expected.json
                                             (scripts/make_keras.py)
+  check_keras.py generated-every-tensor OUT KEY=MNT ...
+                                            the same, MNT mounted with --model-key '': the
+                                            optimizer in the merged files under its paths
   check_keras.py fixture DIR FILE=MNT ...    MNT mounts DIR/FILE, a real Keras file listed in
                                             DIR/manifest.json (../shared/fixtures/keras)
   check_keras.py run OUT RUN MNT             MNT mounts OUT/RUN, a run of make_keras.py:
@@ -356,12 +359,17 @@ def Pairs(args):
         yield key, mnt
 
 
-def Generated(c, out, args):
+def Generated(c, out, args, every_tensor=False):
+    """every_tensor: MNT was mounted with --model-key '': the merged files hold the
+    optimizer too, under its HDF5 paths (docs/keras.md)."""
     with open(os.path.join(out, "expected.json")) as f:
         expected = json.load(f)["checkpoints"]
     n = 0
     for key, mnt in Pairs(args):
         e = expected[key]
+        if every_tensor:
+            for d in e["datasets"]:
+                d["model_name"] = d["model_name"] or d["path"]
         source = os.path.join(out, e["path"])
         # The writer's record, with the metadata the files themselves give (names, and
         # for .keras the JSON files) merged over what it recorded.
@@ -457,6 +465,8 @@ def main(argv):
     c = Checker("check_keras")
     if mode == "generated":
         summary = Generated(c, argv[1], argv[2:])
+    elif mode == "generated-every-tensor":
+        summary = Generated(c, argv[1], argv[2:], every_tensor=True)
     elif mode == "fixture":
         summary = Fixture(c, argv[1], argv[2:])
     elif mode == "run":

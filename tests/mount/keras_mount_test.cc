@@ -29,6 +29,7 @@ const std::vector<std::pair<std::string, std::string>> kGenerated = {
     {"keras_zip", "keras_zip/model.keras"},
     {"keras35", "keras35/keras35.weights.h5"},
     {"shared_name", "shared_name/shared.weights.h5"},
+    {"edge_names", "edge_names/edge.weights.h5"},
 };
 
 class KerasMountTest : public MountFixture {
@@ -95,7 +96,7 @@ TEST_F(KerasMountTest, FixturesInEveryView) {
 // What the fixtures lack, from make_keras.py: bfloat16 (BF16 in the merged files, a
 // one-tensor safetensors in tensors/), every dtype, a vars group spanning two shards,
 // layer_names0/1 in fixed- and variable-length strings, Keras 1 names, a .keras directory
-// and zip, Keras 3.5 without names and two groups sharing one.
+// and zip, Keras 3.5 without names and two groups sharing one, names at the rule's edges.
 TEST_F(KerasMountTest, GeneratedCheckpointsInEveryView) {
   const std::string out = Generate();
   if (HasFailure()) return;
@@ -197,7 +198,45 @@ TEST_F(KerasMountTest, HostileFilesFailInOneLine) {
   EXPECT_GE(cases, 10);
 }
 
-// Over HTTP (nginx): a .weights.h5 and a .keras zip, byte for byte as local.
+// --model-key '' puts the optimizer in the merged files under its HDF5 paths; any other
+// key is refused in one line (Keras names hold no sub-trees). NAME.zst of a .weights.h5, a
+// .keras and a legacy .h5 is the same checkpoint, decoded on read.
+TEST_F(KerasMountTest, ModelKeyAndZstd) {
+  const std::string out = Generate();
+  if (HasFailure()) return;
+  const std::string every = scratch_->MakeDir("mnt-every");
+  ASSERT_NO_FATAL_FAILURE(
+      Mount(out + "/bf16/bf16.weights.h5", every, nullptr, {"--model-key", ""}));
+  RunCheck("check_keras.py", {"generated-every-tensor", out, "bf16=" + every});
+  const std::string refused = scratch_->MakeDir("mnt-key");
+  mounts_.push_back(refused);
+  ExpectRefusal(RunProcess({kCkptfs, "mount", "--model-key", "optimizer",
+                            out + "/bf16/bf16.weights.h5", refused},
+                           kRefusalTimeout),
+                {"bf16.weights.h5"});
+  EXPECT_FALSE(IsMounted(refused));
+
+  if (::access("/usr/bin/zstd", X_OK) != 0) GTEST_SKIP() << "/usr/bin/zstd missing";
+  std::vector<std::string> args = {"generated", out};
+  for (const auto& [key, path] : std::vector<std::pair<std::string, std::string>>{
+           {"bf16", "bf16/bf16.weights.h5"},
+           {"keras_zip", "keras_zip/model.keras"},
+           {"legacy_keras1", "legacy_keras1/legacy_keras1.h5"}}) {
+    SCOPED_TRACE(key);
+    const std::string packed =
+        scratch_->MakeDir("zst-" + key) + "/" + fs::path(path).filename().string();
+    fs::copy_file(out + "/" + path, packed);
+    const ProcessResult zstd = RunProcess({"zstd", "-q", "--rm", packed}, kGenerateTimeout);
+    ASSERT_EQ(zstd.exit_code, 0) << zstd.Describe();
+    const std::string mnt = MountFresh(packed + ".zst");
+    if (HasFatalFailure()) return;
+    args.push_back(key + "=" + mnt);
+  }
+  RunCheck("check_keras.py", args);
+}
+
+// Over HTTP (nginx): a .weights.h5, a .keras zip, a legacy .h5 and a sharded store (its
+// map asked for by name, then the shards it names), byte for byte as local.
 TEST_F(KerasMountTest, OverHttp) {
   if (const std::string unavailable = NginxServer::UnavailableReason(); !unavailable.empty()) {
     GTEST_SKIP() << unavailable;
@@ -205,17 +244,27 @@ TEST_F(KerasMountTest, OverHttp) {
   const std::string out = Generate();
   if (HasFailure()) return;
   const std::string www = scratch_->MakeDir("www");
-  fs::copy_file(out + "/bf16/bf16.weights.h5", www + "/bf16.weights.h5");
-  fs::copy_file(out + "/keras_zip/model.keras", www + "/model.keras");
+  fs::copy(out + "/sharded", www + "/sharded");
+  for (const char* file :
+       {"bf16/bf16.weights.h5", "keras_zip/model.keras", "legacy_vlen/legacy_vlen.h5"}) {
+    fs::copy_file(out + "/" + file, www + "/" + fs::path(file).filename().string());
+  }
   NginxServer server(www, scratch_->Path("nginx"));
   ASSERT_EQ(server.Start(), "");
-  const std::string weights = scratch_->MakeDir("mnt-http-weights");
-  ASSERT_NO_FATAL_FAILURE(Mount(server.Url("bf16.weights.h5"), weights, nullptr, {}));
-  const std::string keras = scratch_->MakeDir("mnt-http-keras");
-  ASSERT_NO_FATAL_FAILURE(Mount(server.Url("model.keras"), keras, nullptr, {}));
-  RunCheck("check_keras.py", {"generated", out, "bf16=" + weights, "keras_zip=" + keras});
-  EXPECT_TRUE(ForceUnmount(weights));  // before the server stops
-  EXPECT_TRUE(ForceUnmount(keras));
+  std::vector<std::string> args = {"generated", out};
+  for (const auto& [key, url] : std::vector<std::pair<std::string, std::string>>{
+           {"bf16", "bf16.weights.h5"},
+           {"keras_zip", "model.keras"},
+           {"legacy_vlen", "legacy_vlen.h5"},
+           {"sharded", "sharded/model.weights.json"}}) {
+    const std::string mountpoint = scratch_->MakeDir("mnt-http-" + key);
+    ASSERT_NO_FATAL_FAILURE(Mount(server.Url(url), mountpoint, nullptr, {}));
+    args.push_back(key + "=" + mountpoint);
+  }
+  RunCheck("check_keras.py", args);
+  for (size_t i = 2; i < args.size(); ++i) {  // before the server stops
+    EXPECT_TRUE(ForceUnmount(args[i].substr(args[i].find('=') + 1)));
+  }
 }
 
 }  // namespace
