@@ -20,12 +20,14 @@ a reader that handles these handles what Keras writes. They cover what the real 
   keras_dir/                        (d) _save_model_to_dir: metadata.json, config.json,
                                     model.weights.h5
   keras_zip/model.keras             (d) _save_model_to_fileobj: the same, ZIP_STORED
+  keras_assets/lookup.keras         a .keras with assets/ after the weights
   keras35/keras35.weights.h5        (e) Keras 3.0-3.5: vars groups without a `name`
   edge_names/edge.weights.h5        an empty group's name, a layer named "adam", tf.keras
                                     2.13's _layer_checkpoint_dependencies, a stray dataset
   shared_name/shared.weights.h5     (e) two vars groups named "dense" (nested models)
   run_epochs/                       (f) ModelCheckpoint weights.{epoch:02d}-{val_loss:.2f}
   run_keras/                        (f) model_1.keras .. model_3.keras
+  run_legacy/                       tf.keras 2 weights-improvement-{epoch:02d}-{acc}.hdf5
   tuner/                            (f) KerasTuner trial_0000/checkpoint.weights.h5, ...
   run_unpadded/, run_in_progress/   epochs unpadded (9, 10, 100) with mtimes out of order; a
                                     save in progress (cut) that must not be latest
@@ -246,6 +248,26 @@ def WriteKerasZip(path, expected, saveables, config, metadata, weights_compress=
             info.compress_type = weights_compress
             info.external_attr = 0o600 << 16
             zf.writestr(info, weights)
+
+
+def WriteKerasZipWithAssets(path, expected, saveables, config, metadata, assets):
+    """_save_model_to_fileobj for a model with assets (a StringLookup's vocabulary): the
+    weights store closes first (writestr model.weights.h5), then DiskIOStore.close() adds
+    each file of its temporary directory with archive.write(file, "assets/..."): after the
+    weights, each with the temporary file's time and mode."""
+    weights = H5Bytes(expected, saveables)
+    with open(path, "wb") as f, zipfile.ZipFile(f, "w") as zf:
+        with zf.open("metadata.json", "w") as m:
+            m.write(json.dumps(metadata).encode())
+        with zf.open("config.json", "w") as m:
+            m.write(json.dumps(config).encode())
+        info = zipfile.ZipInfo("model.weights.h5", date_time=ZIP_TIME)
+        info.external_attr = 0o600 << 16
+        zf.writestr(info, weights)
+        for name, data in assets:
+            info = zipfile.ZipInfo(f"assets/{name}", date_time=ZIP_TIME)
+            info.external_attr = 0o100644 << 16
+            zf.writestr(info, data)
 
 
 def WriteKerasDir(path, expected, saveables, config, metadata):
@@ -591,6 +613,23 @@ def Main(out):
         e.entry["metadata"] = {"keras_version": metadata["keras_version"], "config": config,
                                "metadata": metadata}
 
+    # A .keras with assets/ after the weights (a StringLookup layer's vocabulary).
+    rng = np.random.default_rng(10)
+    Dir("keras_assets")
+    e = New("keras_assets", "keras_assets/lookup.keras", "keras3-zip")
+    saveables = [("", "functional", []), ("layers/string_lookup", "string_lookup", []),
+                 ("layers/embedding", "embedding", [rng.standard_normal((6, 4)).astype(np.float32)]),
+                 ("layers/dense", "dense", Dense(rng, 4, 1))]
+    lookup_config = {"module": "keras", "class_name": "Functional",
+                     "config": {"name": "functional", "layers": []}, "registered_name": None}
+    WriteKerasZipWithAssets(os.path.join(out, e.entry["path"]), e, saveables, lookup_config,
+                            KerasMetadata("3.10.0"),
+                            [("layers/string_lookup/vocabulary.txt", b"[UNK]\ncat\ndog\nfish\n")])
+    for ds in e.entry["datasets"]:
+        ds["shard"] = "model.weights.h5"
+    e.entry["metadata"] = {"keras_version": "3.10.0", "config": lookup_config,
+                           "metadata": KerasMetadata("3.10.0")}
+
     # (e) Keras 3.0-3.5: no name attributes, every vars group created (empty ones too).
     rng = np.random.default_rng(6)
     Dir("keras35")
@@ -682,6 +721,29 @@ def Main(out):
         os.utime(os.path.join(out, key), (1700000000 + 60 * epoch, 1700000000 + 60 * epoch))
     runs["run_in_progress"] = {"entries": entries, "latest": "weights.02-0.50.weights.h5",
                                "absent": ["weights.03-0.50.weights.h5"]}
+
+    # tf.keras 2.x tutorials' ModelCheckpoint("weights-improvement-{epoch:02d}-
+    # {val_accuracy:.2f}.hdf5", save_best_only=True, save_weights_only=True): legacy HDF5
+    # weights (save_weights_to_hdf5_group at the root), epochs with gaps; latest epoch 12.
+    Dir("run_legacy")
+    entries = []
+    for n, (epoch, acc) in enumerate(((1, "0.52"), (3, "0.61"), (12, "0.70"))):
+        name = f"weights-improvement-{epoch:02d}-{acc}.hdf5"
+        key = f"run_legacy/{name}"
+        e = New(key, key, "legacy-weights")
+        lrng = np.random.default_rng(400 + epoch)
+        layers = [("dense", [("dense/kernel:0", lrng.standard_normal((4, 8)).astype(np.float32)),
+                             ("dense/bias:0", lrng.standard_normal((8,)).astype(np.float32))]),
+                  ("dropout", []),
+                  ("dense_1", [("dense_1/kernel:0", lrng.standard_normal((8, 1)).astype(np.float32)),
+                               ("dense_1/bias:0", lrng.standard_normal((1,)).astype(np.float32))])]
+        with h5py.File(os.path.join(out, key), "w") as f:
+            SaveWeightsToGroup(f, layers, e, name, False, b"2.9.0", b"tensorflow")
+        e.entry["metadata"] = {"keras_version": "2.9.0", "backend": "tensorflow",
+                               "layer_names": ["dense", "dropout", "dense_1"]}
+        os.utime(os.path.join(out, key), (1700000000 + 60 * n, 1700000000 + 60 * n))
+        entries.append(name)
+    runs["run_legacy"] = {"entries": entries, "latest": "weights-improvement-12-0.70.hdf5"}
 
     # model.save(f"model_{epoch}.keras") each epoch.
     d = Dir("run_keras")

@@ -27,6 +27,7 @@ const std::vector<std::pair<std::string, std::string>> kGenerated = {
     {"legacy_keras1", "legacy_keras1/legacy_keras1.h5"},
     {"keras_dir", "keras_dir"},
     {"keras_zip", "keras_zip/model.keras"},
+    {"keras_assets", "keras_assets/lookup.keras"},
     {"keras35", "keras35/keras35.weights.h5"},
     {"shared_name", "shared_name/shared.weights.h5"},
     {"edge_names", "edge_names/edge.weights.h5"},
@@ -134,6 +135,7 @@ TEST_F(KerasMountTest, RunsShowEntriesAndLatest) {
       {"run_unpadded", "weights.100-0.30.weights.h5"},
       {"run_in_progress", "weights.02-0.50.weights.h5"},
       {"run_keras", "model_3.keras"},
+      {"run_legacy", "weights-improvement-12-0.70.hdf5"},
       {"tuner", "trial_0001"},
   };
   for (const auto& [run, latest] : runs) {
