@@ -29,6 +29,7 @@ a reader that handles these handles what Keras writes. They cover what the real 
   run_keras/                        (f) model_1.keras .. model_3.keras
   run_legacy/                       tf.keras 2 weights-improvement-{epoch:02d}-{acc}.hdf5
   tuner/                            (f) KerasTuner trial_0000/checkpoint.weights.h5, ...
+  run_next/                         epoch 11 of run_epochs, for a live test to save
   run_unpadded/, run_in_progress/   epochs unpadded (9, 10, 100) with mtimes out of order; a
                                     save in progress (cut) that must not be latest
   hostile/                          (g) deflated.keras, no_weights.keras,
@@ -700,6 +701,12 @@ def Main(out):
         os.utime(os.path.join(out, key), (1700000000 + 3600 * n, 1700000000 + 3600 * n))
         entries.append(name)
     runs["run_unpadded"] = {"entries": entries, "latest": "weights.100-0.30.weights.h5"}
+
+    # The save after run_epochs' last, for a live test to write into a mounted copy of it.
+    Dir("run_next")
+    key = "run_next/weights.11-0.30.weights.h5"
+    e = New(key, key, "keras3")
+    WriteWeightsH5(os.path.join(out, key), e, SequentialSaveables(np.random.default_rng(111)))
 
     # A save in progress: ModelCheckpoint writes in place (h5py.File(path, "w")), so epoch
     # 3 is visible before HDF5 has written all of it (cut here at two thirds, its

@@ -10,6 +10,8 @@
                                             DIR/manifest.json (../shared/fixtures/keras)
   check_keras.py run OUT RUN MNT             MNT mounts OUT/RUN, a run of make_keras.py:
                                             its entries, `latest`, and each entry in full
+  check_keras.py live OUT RUN_DIR MNT        MNT mounts RUN_DIR, a copy of OUT/run_epochs:
+                                            epoch 11 saved in place appears once complete
   check_keras.py self-check OUT              no mount: expected.json against the files,
                                             read with h5py and named by the rule below
 
@@ -460,6 +462,64 @@ def Run(c, out, run, mnt):
     return f"run {run}: {len(r['entries'])} entries, latest {r['latest']}"
 
 
+def Live(c, out, run_dir, mnt):
+    """MNT mounts RUN_DIR, a copy of OUT/run_epochs. Saves epoch 11 (OUT/run_next) into it as
+    ModelCheckpoint does, in place: two thirds of the file first (HDF5's superblock records
+    the whole file's end), which must not be listed nor be latest; then the rest, after
+    which the entry appears, latest moves to it and it serves the new weights."""
+    import time
+    name = "weights.11-0.30.weights.h5"
+    key = f"run_next/{name}"
+    with open(os.path.join(out, key), "rb") as f:
+        data = f.read()
+    latest = os.path.join(mnt, "latest")
+    c.Equal(os.readlink(latest), "weights.10-0.38.weights.h5", "live: latest before the save")
+    target = os.path.join(run_dir, name)
+    with open(target, "wb") as f:
+        f.write(data[:len(data) * 2 // 3])
+        f.flush()
+        os.fsync(f.fileno())
+        time.sleep(3)  # > inotify's ~1.3 s: a wrong rule would show it by now
+        c.Expect(name not in os.listdir(mnt), f"live: {name} listed while being written")
+        c.Equal(os.readlink(latest), "weights.10-0.38.weights.h5", "live: latest while saving")
+        f.write(data[len(data) * 2 // 3:])
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and os.readlink(latest) != name:
+        time.sleep(0.2)
+    if not c.Equal(os.readlink(latest), name, "live: latest 15 s after the save"):
+        return "live: the save did not become latest"
+    e = json.load(open(os.path.join(out, "expected.json")))["checkpoints"][key]
+    _, meta = ReadCheckpoint(os.path.join(out, key))
+    CheckMount(c, "live " + name, os.path.join(mnt, name), e["datasets"], meta,
+               {name: os.path.join(out, key)})
+
+    # Epoch 12 written by h5py itself, held open mid-save as ModelCheckpoint's
+    # h5py.File(path, "w") is while _save_state runs: what is on disk then is whatever
+    # libhdf5 has written so far (its metadata is written at close).
+    name12 = "weights.12-0.29.weights.h5"
+    target = os.path.join(run_dir, name12)
+    with h5py.File(os.path.join(out, key), "r") as src, h5py.File(target, "w") as dst:
+        def Copy(path, obj):
+            if isinstance(obj, h5py.Group):
+                g = dst.require_group(path)
+                for k, v in obj.attrs.items():
+                    g.attrs[k] = v
+            else:
+                dst[path] = obj[()] * 2 if obj.dtype.kind == "f" else obj[()]
+        src.visititems(Copy)
+        time.sleep(3)
+        c.Expect(name12 not in os.listdir(mnt), f"live: {name12} listed while open for writing")
+        c.Equal(os.readlink(latest), name, "live: latest while h5py writes")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and os.readlink(latest) != name12:
+        time.sleep(0.2)
+    if c.Equal(os.readlink(latest), name12, "live: latest 15 s after h5py closed the file"):
+        datasets, meta = ReadCheckpoint(target)
+        CheckMount(c, "live " + name12, os.path.join(mnt, name12), datasets, meta,
+                   {name12: target})
+    return f"live: {name} and {name12} appeared once complete and became latest"
+
+
 def main(argv):
     mode = argv[0]
     c = Checker("check_keras")
@@ -471,6 +531,8 @@ def main(argv):
         summary = Fixture(c, argv[1], argv[2:])
     elif mode == "run":
         summary = Run(c, argv[1], argv[2], argv[3])
+    elif mode == "live":
+        summary = Live(c, argv[1], argv[2], argv[3])
     elif mode == "self-check":
         summary = SelfCheck(c, argv[1])
     else:

@@ -1,10 +1,11 @@
 // Keras checkpoints mounted as a user sees them (issue 27, docs/keras.md): the real files
 // Keras wrote (../shared/fixtures/keras, NOTICE.md; skipped when absent), the cases they
 // lack written by scripts/make_keras.py as Keras lays them out (bfloat16, sharded stores,
-// split layer_names, .keras directories, Keras 3.5 and shared names), runs of
-// ModelCheckpoint and KerasTuner files, bad files, and HTTP. tests/mount/check_keras.py
-// reads every view (tensors/ with numpy, model.safetensors by hand, pytorch_model.bin with
-// torch, shards/, metadata.json) against the HDF5 files read with h5py.
+// split layer_names, .keras directories and assets, Keras 3.5 and shared names), runs of
+// ModelCheckpoint and KerasTuner files (and one saved into while mounted), bad files,
+// --model-key, .zst, HTTP and S3. tests/mount/check_keras.py reads every view (tensors/
+// with numpy, model.safetensors by hand, pytorch_model.bin with torch, shards/,
+// metadata.json) against the HDF5 files read with h5py.
 #include <filesystem>
 
 #include "remote_harness.h"
@@ -147,6 +148,19 @@ TEST_F(KerasMountTest, RunsShowEntriesAndLatest) {
     if (HasFatalFailure()) return;
     RunCheck("check_keras.py", {"run", out, run, mnt});
   }
+}
+
+// ModelCheckpoint saving into a mounted run: the file is written in place, so it is
+// visible before it is whole; it appears (and becomes latest) once HDF5's recorded end is
+// the file's end.
+TEST_F(KerasMountTest, LiveRunShowsASaveOnceComplete) {
+  const std::string out = Generate();
+  if (HasFailure()) return;
+  const std::string run = scratch_->Path("live");
+  fs::copy(out + "/run_epochs", run);
+  const std::string mnt = MountFresh(run);
+  if (HasFatalFailure()) return;
+  RunCheck("check_keras.py", {"live", out, run, mnt});
 }
 
 // Bad files (expected.json's "hostile": each file with what its one line must name): a
