@@ -297,6 +297,8 @@ class ShardedStore:
     - close() writes {"metadata": {"total_size": ...}, "weight_map": ...} with indent=4.
     """
 
+    names = True  # Keras >= 3.6: SaveState passes each saveable's name
+
     def __init__(self, directory, expected, max_shard_size):
         self.dir, self.expected, self.max = directory, expected, max_shard_size
         self.index = 0
@@ -342,8 +344,6 @@ class ShardedStore:
         with open(os.path.join(self.dir, "model.weights.json"), "w") as f:
             f.write(json.dumps({"metadata": {"total_size": self.total_size},
                                 "weight_map": self.weight_map}, indent=4))
-
-    names = True
 
 
 # ---------------------------------------------------------------------------
@@ -547,7 +547,8 @@ def Main(out):
     Dir("bf16")
     e = New("bf16", "bf16/bf16.weights.h5", "keras3")
     saveables = [("", "sequential", []),
-                 ("layers/dense", "dense", [(Bf16(rng, (6, 4)), "bf16"), (Bf16(rng, (4,)), "bf16")]),
+                 ("layers/dense", "dense", [(Bf16(rng, (6, 4)), "bf16"),
+                                            (Bf16(rng, (4,)), "bf16")]),
                  ("layers/dense_1", "dense_1", [(Bf16(rng, (4, 3)), "bf16"),
                                                 (Bf16(rng, ()), "bf16")]),
                  ("optimizer", "adam", [np.array(3, dtype=np.int64),
@@ -619,7 +620,8 @@ def Main(out):
     Dir("keras_assets")
     e = New("keras_assets", "keras_assets/lookup.keras", "keras3-zip")
     saveables = [("", "functional", []), ("layers/string_lookup", "string_lookup", []),
-                 ("layers/embedding", "embedding", [rng.standard_normal((6, 4)).astype(np.float32)]),
+                 ("layers/embedding", "embedding",
+                  [rng.standard_normal((6, 4)).astype(np.float32)]),
                  ("layers/dense", "dense", Dense(rng, 4, 1))]
     lookup_config = {"module": "keras", "class_name": "Functional",
                      "config": {"name": "functional", "layers": []}, "registered_name": None}
@@ -739,11 +741,11 @@ def Main(out):
         key = f"run_legacy/{name}"
         e = New(key, key, "legacy-weights")
         lrng = np.random.default_rng(400 + epoch)
-        layers = [("dense", [("dense/kernel:0", lrng.standard_normal((4, 8)).astype(np.float32)),
-                             ("dense/bias:0", lrng.standard_normal((8,)).astype(np.float32))]),
+        k0, b0, k1, b1 = (lrng.standard_normal(s).astype(np.float32)
+                          for s in ((4, 8), (8,), (8, 1), (1,)))
+        layers = [("dense", [("dense/kernel:0", k0), ("dense/bias:0", b0)]),
                   ("dropout", []),
-                  ("dense_1", [("dense_1/kernel:0", lrng.standard_normal((8, 1)).astype(np.float32)),
-                               ("dense_1/bias:0", lrng.standard_normal((1,)).astype(np.float32))])]
+                  ("dense_1", [("dense_1/kernel:0", k1), ("dense_1/bias:0", b1)])]
         with h5py.File(os.path.join(out, key), "w") as f:
             SaveWeightsToGroup(f, layers, e, name, False, b"2.9.0", b"tensorflow")
         e.entry["metadata"] = {"keras_version": "2.9.0", "backend": "tensorflow",

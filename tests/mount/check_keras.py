@@ -100,7 +100,8 @@ def Datasets(h5s):
 
 
 def DtypeOf(ds):
-    if ds.dtype.kind == "V" and ds.dtype.itemsize == 2 and Text(ds.attrs.get("dtype", "")) == "bfloat16":
+    marked = Text(ds.attrs.get("dtype", "")) == "bfloat16"
+    if ds.dtype.kind == "V" and ds.dtype.itemsize == 2 and marked:
         return "bfloat16"
     if ds.dtype == np.bool_:
         return "|b1"
@@ -343,7 +344,8 @@ def CheckMount(c, what, mnt, datasets, metadata, stored):
     for name, source in stored.items():
         if c.Expect(name in have, f"{what}: shards/{name} missing (shards/ has {have})"):
             with open(os.path.join(shards, name), "rb") as a, open(source, "rb") as b:
-                c.Expect(a.read() == b.read(), f"{what}: shards/{name} differs from the stored file")
+                c.Expect(a.read() == b.read(),
+                         f"{what}: shards/{name} differs from the stored file")
 
     with open(os.path.join(mnt, ".ckptfs", "metadata.json")) as f:
         ours = json.load(f)
@@ -428,7 +430,8 @@ def Fixture(c, fixtures, args):
                             f"{name}: {d['name']} at offset {d['offset_in_file']}")
                     by_path[d["name"]]["sha256"] = Sha(raw)
         if entry.get("metadata.json"):
-            c.Equal(meta.get("metadata"), entry["metadata.json"], f"{name}: metadata.json (manifest)")
+            c.Equal(meta.get("metadata"), entry["metadata.json"],
+                    f"{name}: metadata.json (manifest)")
         CheckMount(c, name, mnt, datasets, meta, {os.path.basename(source): source})
         n += len(datasets)
     return f"{n} datasets of {len(args)} real Keras files agree in every view"

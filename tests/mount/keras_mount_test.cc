@@ -73,8 +73,8 @@ class KerasMountTest : public MountFixture {
 };
 
 // Every real file (Keras 3 .weights.h5 and .keras, legacy full models and weights, a
-// legacy HDF5 named .keras): inspect names the format, and every view of the mount equals
-// the bytes at the manifest's offsets, named by Keras's rules.
+// legacy HDF5 named .keras): verify reads it whole, inspect names the format, and every
+// view of the mount equals the bytes at the manifest's offsets, named by Keras's rules.
 TEST_F(KerasMountTest, FixturesInEveryView) {
   if (!fs::is_directory(kKerasFixtures)) {
     GTEST_SKIP() << kKerasFixtures << " is absent (a user's clone): real Keras fixtures skipped";
@@ -85,6 +85,8 @@ TEST_F(KerasMountTest, FixturesInEveryView) {
   for (const std::string& file : files) {
     SCOPED_TRACE(file);
     const std::string source = (kKerasFixtures / file).string();
+    const ProcessResult verify = Ckptfs({"verify", source}, kVerifyTimeout);
+    EXPECT_EQ(verify.exit_code, 0) << verify.Describe();
     const ProcessResult inspect = Ckptfs({"inspect", source}, kCheckTimeout);
     EXPECT_EQ(inspect.exit_code, 0) << inspect.Describe();
     EXPECT_NE(inspect.out.find("keras"), std::string::npos) << inspect.Describe();
@@ -105,6 +107,8 @@ TEST_F(KerasMountTest, GeneratedCheckpointsInEveryView) {
   std::vector<std::string> args = {"generated", out};
   for (const auto& [key, path] : kGenerated) {
     SCOPED_TRACE(key);
+    const ProcessResult verify = Ckptfs({"verify", out + "/" + path}, kVerifyTimeout);
+    EXPECT_EQ(verify.exit_code, 0) << verify.Describe();
     const std::string mnt = MountFresh(out + "/" + path);
     if (HasFatalFailure()) return;
     args.push_back(key + "=" + mnt);
