@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/formats.h"
@@ -19,16 +20,17 @@ namespace {
 
 // IsRun's rule (core/run/run_listing.h) in one line.
 constexpr char kRunRule[] =
-    "a directory with checkpoint subdirectories, several torch files that are each a "
+    "a directory with checkpoint subdirectories, several torch or Keras files that are each a "
     "checkpoint, a TF `checkpoint` file listing several prefixes, or a DeepSpeed `latest` file "
     "naming a tag directory is a run";
 
 // What made `run` a run, for the header line.
 std::string RuleOf(const RunListing& run) {
   size_t dirs = 0, files = 0, prefixes = 0, finals = 0;
+  std::map<std::string, size_t> other_files;  // by format: Keras's ModelCheckpoint files
   for (const RunEntry& e : run.entries) {
     dirs += e.kind == RunEntry::Kind::kDirectory;
-    files += e.kind == RunEntry::Kind::kFile;
+    if (e.kind == RunEntry::Kind::kFile) ++(e.format == "torch" ? files : other_files[e.format]);
     prefixes += e.kind == RunEntry::Kind::kPrefix;
     finals += e.kind == RunEntry::Kind::kFinal;
   }
@@ -38,6 +40,12 @@ std::string RuleOf(const RunListing& run) {
   };
   add(dirs, "checkpoint subdirectories");
   add(files, "torch files that are each a checkpoint");
+  for (const auto& [format, n] : other_files) {
+    const FormatReader* f = FormatNamed(format);
+    const std::string what =
+        std::string(f ? f->title : format) + " files that are each a checkpoint";
+    add(n, what.c_str());
+  }
   add(prefixes, "TF prefixes of a `checkpoint` file");
   add(finals, "final model at the top (entry `final`)");
   return parts;

@@ -1,7 +1,11 @@
 #!/usr/bin/python3
 """Writes Keras checkpoints for ckptfs tests, with h5py and numpy only (no Keras).
 
-    make_keras.py OUT        write every case below into OUT, and OUT/expected.json
+    make_keras.py OUT              write every case below into OUT, and OUT/expected.json
+    make_keras.py --big SIZE OUT   for scripts/bench.sh: OUT/big.weights.h5, a Keras 3
+                                   Sequential of float32 Dense layers of 64 MiB kernels with
+                                   Adam's slots, SIZE bytes of weights in all (1G, 512M), and
+                                   OUT/big.keras, the same zipped as save_model does
 
 Each file is laid out as the Keras function named beside it lays it out, step by step
 (Keras 3 keras/src/saving/saving_lib.py, keras/src/legacy/saving/legacy_h5_format.py), so
@@ -879,7 +883,35 @@ def Main(out):
         json.dump({"checkpoints": checkpoints, "runs": runs, "hostile": hostile}, f, indent=1)
 
 
+def Big(size_text, out):
+    """The bench's checkpoint: model weights of about `size_text` bytes (a third of it the
+    layers, two thirds Adam's momentum and velocity), laid out as H5IOStore writes them."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    size = int(size_text[:-1]) * units[size_text[-1]] if size_text[-1] in units else int(size_text)
+    side = 4096  # a 4096x4096 float32 kernel: 64 MiB
+    layers = max(1, size // 3 // (side * side * 4))
+    rng = np.random.default_rng(7)
+    sizes = [(side, side)] * layers
+    names = [f"dense_{i}" if i else "dense" for i in range(layers)]
+    saveables = [("", "sequential", [])]
+    for n in names:
+        # Random bytes, not values: the bench measures bytes moved, and this is fast.
+        kernel = np.frombuffer(rng.bytes(side * side * 4), dtype=np.float32).reshape(side, side)
+        saveables.append((f"layers/{n}", n, [kernel, np.zeros(side, np.float32)]))
+    trainable = [v for _, _, vs in saveables[1:] for v in vs]
+    saveables.append(("optimizer", "adam", [np.array(10, np.int64), np.array(1e-3, np.float32)] +
+                      [v for t in trainable for v in (t, t)]))
+    os.makedirs(out, exist_ok=True)
+    expected = Expected("big", "big.weights.h5", "keras3")
+    WriteWeightsH5(os.path.join(out, "big.weights.h5"), expected, saveables)
+    WriteKerasZip(os.path.join(out, "big.keras"), expected, saveables,
+                  SequentialConfig(sizes), KerasMetadata())
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--big":
+        Big(sys.argv[2], sys.argv[3])
+        sys.exit(0)
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         print(__doc__, file=sys.stderr)
         sys.exit(2)

@@ -319,5 +319,48 @@ TEST_F(KerasMountTest, OverHttpAndS3) {
   }
 }
 
+// Over HTTP only the metadata is fetched at mount: libhdf5's reads, answered by range
+// requests of exactly what it asks, not the file (192 MiB here); a tensor then fetches
+// its bytes, not its neighbours'.
+TEST_F(KerasMountTest, RemoteMountFetchesTheMetadataNotTheFile) {
+  if (const std::string unavailable = NginxServer::UnavailableReason(); !unavailable.empty()) {
+    GTEST_SKIP() << unavailable;
+  }
+  const std::string www = scratch_->MakeDir("www");
+  const ProcessResult made = RunProcess(
+      {kPython, ScriptPath("scripts/make_keras.py"), "--big", "256M", www}, kGenerateTimeout);
+  ASSERT_EQ(made.exit_code, 0) << made.Describe();
+  NginxServer server(www, scratch_->Path("nginx"));
+  ASSERT_EQ(server.Start(), "");
+  for (const char* file : {"big.weights.h5", "big.keras"}) {
+    SCOPED_TRACE(file);
+    const std::string mountpoint = scratch_->MakeDir(std::string("mnt-big-") + file);
+    ASSERT_NO_FATAL_FAILURE(Mount(server.Url(file), mountpoint, nullptr, {}));
+    // Read by a child, never by this process: stats at mount, one 16 KiB bias, stats.
+    const ProcessResult r =
+        RunProcess({kPython, "-c",
+                    "import json, sys\n"
+                    "def fetched():\n"
+                    "    s = json.load(open(sys.argv[1] + '/.ckptfs/stats.json'))['remote']\n"
+                    "    return s['bytes_fetched'], s['requests']\n"
+                    "at_mount, requests = fetched()\n"
+                    "bias = open(sys.argv[1] + '/tensors/layers/dense/vars/1.npy', 'rb').read()\n"
+                    "print(at_mount, requests, len(bias), fetched()[0] - at_mount)",
+                    mountpoint},
+                   kCheckTimeout);
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    uint64_t at_mount = ~0ull, requests = 0, bias = 0, for_bias = ~0ull;
+    std::istringstream(r.out) >> at_mount >> requests >> bias >> for_bias;
+    std::printf("%s: %llu bytes in %llu requests at mount; %llu for a 16 KiB tensor\n", file,
+                static_cast<unsigned long long>(at_mount),
+                static_cast<unsigned long long>(requests),
+                static_cast<unsigned long long>(for_bias));
+    EXPECT_LT(at_mount, 1u << 20) << "the mount fetched more than the metadata";
+    EXPECT_GE(bias, 4096u * 4);
+    EXPECT_LT(for_bias, 16u << 20) << "a tensor fetched more than a block around it";
+    EXPECT_TRUE(ForceUnmount(mountpoint));
+  }
+}
+
 }  // namespace
 }  // namespace ckptfs::mount_test
