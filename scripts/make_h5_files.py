@@ -57,6 +57,11 @@ def storage(path):
         f.create_dataset("gzip", data=np.arange(8, dtype="<f4"), compression="gzip")
         f.create_dataset("unwritten", shape=(4,), dtype="<f4")
         f.create_dataset("plain", data=np.arange(8, dtype="<f4"))
+        f.create_dataset("external", shape=(8,), dtype="<f4", external=[("raw.bin", 0, 32)])
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        space = h5py.h5s.create_simple((4,))
+        h5py.h5d.create(f.id, b"compact", h5py.h5t.IEEE_F32LE, space, dcpl=dcpl)
 
 
 def soft(path):

@@ -230,6 +230,12 @@ TEST_F(H5FileTest, StorageThatIsNotOneRangeIsAProblem) {
   EXPECT_EQ(unwritten->problem, "storage not allocated");
   EXPECT_EQ(plain->problem, "");
   EXPECT_EQ(plain->size, 32u);
+  const Dataset* external = Find(*file, "external");
+  const Dataset* compact = Find(*file, "compact");
+  ASSERT_TRUE(external && compact);
+  EXPECT_EQ(external->problem, "external storage");
+  EXPECT_EQ(compact->problem, "compact");
+  EXPECT_EQ(compact->size, 16u);
 }
 
 TEST_F(H5FileTest, LinksOtherThanOneHardLinkAreRefused) {
