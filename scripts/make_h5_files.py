@@ -49,6 +49,7 @@ def types(path):
         f.create_dataset("f16", data=np.arange(3, dtype="<f2"))
         f.create_dataset("big", data=np.arange(3, dtype=">f4"))
         f.create_dataset("text", data=np.array([b"ab", b"cd"]))
+        f.create_dataset("null", data=h5py.Empty("<f4"))
 
 
 def storage(path):

@@ -215,6 +215,11 @@ TEST_F(H5FileTest, Types) {
   ASSERT_NE(text, nullptr);
   EXPECT_EQ(text->type, TypeClass::kOther);
   EXPECT_EQ(text->problem, "type: string");
+  const Dataset* null = Find(*file, "null");
+  ASSERT_NE(null, nullptr);
+  EXPECT_EQ(null->problem, "null dataspace");
+  EXPECT_EQ(null->shape, (std::vector<uint64_t>{0}));
+  EXPECT_EQ(null->size, 0u);
 }
 
 TEST_F(H5FileTest, StorageThatIsNotOneRangeIsAProblem) {

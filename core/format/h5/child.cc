@@ -323,6 +323,8 @@ class Walker {
     const H5S_class_t space_class = H5Sget_simple_extent_type(space.get());
     std::string space_problem;
     if (space_class == H5S_NULL) {
+      // No elements: shown as shape {0}, so that size 0 is still elements x type size.
+      d.shape = {0};
       space_problem = "null dataspace";
     } else if (space_class == H5S_SIMPLE) {
       const int rank = H5Sget_simple_extent_ndims(space.get());
@@ -351,8 +353,7 @@ class Walker {
     if (!bytes) {
       Finish(Status::Code::kCorruption, "dataset " + path + " has more bytes than 64 bits count");
     }
-    d.size = space_class == H5S_NULL ? 0 : *bytes;
-    if (space_class == H5S_NULL) d.shape.clear();
+    d.size = *bytes;
     d.problem = !type_problem.empty() ? type_problem : space_problem;
     if (d.problem.empty()) d.problem = Storage(dataset, dcpl.get(), d);
     if (d.problem.empty() && d.size > 0) {
