@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/format/h5/protocol.h"
 #include "core/format/zip.h"
 #include "core/source/byte_source.h"
 
@@ -369,6 +370,44 @@ TEST(H5CrashTest, AChildKilledByASignalIsOneLine) {
     GTEST_SKIP() << "this libhdf5 no longer crashes on it: " << file.status().message();
   }
   EXPECT_EQ(file.status().message(), "crash.h5: the HDF5 library failed on it (killed by SIGSEGV)");
+}
+
+// The child's answer is untrusted too: anything but the expected JSON is one line.
+TEST(H5WireTest, AMalformedAnswerIsOneLine) {
+  h5::File file;
+  file.groups.push_back({"", {{"name", "x"}}});
+  Dataset d;
+  d.path = "a";
+  d.type = TypeClass::kFloat;
+  d.type_size = 4;
+  d.shape = {2};
+  d.size = 8;
+  d.attributes.push_back({"dtype", "bfloat16"});
+  file.datasets.push_back(d);
+  const std::string good = h5::internal::EncodeFile(file);
+  const auto back = h5::internal::DecodeFile(good, "f.h5");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->datasets[0].shape, d.shape);
+  EXPECT_EQ(back->groups[0].attributes[0].value, "x");
+  for (const std::string bad : {
+           "",
+           "[]",
+           "{",
+           "null",
+           R"({"groups":[],"datasets":{}})",
+           R"({"groups":[{"path":1,"attrs":[]}],"datasets":[]})",
+           R"({"groups":[],"datasets":[{"path":"a","type":9,"type_size":4,"signed":false,)"
+           R"("shape":[],"offset":0,"size":4,"problem":"","attrs":[]}]})",
+           R"({"groups":[],"datasets":[{"path":"a","type":1,"type_size":4,"signed":false,)"
+           R"("shape":[-1],"offset":0,"size":4,"problem":"","attrs":[]}]})",
+           R"({"groups":[],"datasets":[{"path":"a","type":1,"type_size":4294967296,)"
+           R"("signed":false,"shape":[],"offset":0,"size":4,"problem":"","attrs":[]}]})",
+           R"({"groups":[{"path":"","attrs":[["a",{"nested":1}]]}],"datasets":[]})",
+           R"({"groups":[{"path":"","attrs":[["a",[[1]]]]}],"datasets":[]})",
+       }) {
+    SCOPED_TRACE(bad);
+    ExpectOneLineNaming(h5::internal::DecodeFile(bad, "f.h5").status(), "f.h5");
+  }
 }
 
 // ---- ValidateFile on its own. ----
