@@ -321,7 +321,7 @@ TEST_F(H5FileTest, ReadBudget) {
 
 TEST_F(H5FileTest, SourceErrorsPassThrough) {
   auto base = std::make_shared<MemorySource>("keras3.h5", Bytes("keras3.h5"));
-  const FaultySource faulty(base, {.fail_read_number = 2});
+  const FaultySource faulty(base, {.fail_read_number = 1});
   const auto file = h5::Describe(faulty, 0, faulty.Size(), "keras3.h5");
   EXPECT_EQ(file.status().code(), Status::Code::kIoError) << file.status().message();
   ExpectNoChild();
@@ -329,7 +329,7 @@ TEST_F(H5FileTest, SourceErrorsPassThrough) {
 
 TEST_F(H5FileTest, AChildThatOverstaysIsKilledAndReaped) {
   auto base = std::make_shared<MemorySource>("slow.h5", Bytes("keras3.h5"));
-  const FaultySource slow(base, {.delay_us = 50000});
+  const FaultySource slow(base, {.delay_us = 200000});  // the first read overstays
   h5::Limits limits;
   limits.timeout = std::chrono::milliseconds(120);
   const auto start = std::chrono::steady_clock::now();
