@@ -56,6 +56,9 @@ def storage(path):
     with h5py.File(path, "w") as f:
         f.create_dataset("chunked", data=np.arange(8, dtype="<f4"), chunks=(2,))
         f.create_dataset("gzip", data=np.arange(8, dtype="<f4"), compression="gzip")
+        f.create_dataset("shuffled", data=np.arange(8, dtype="<f4"), compression="gzip", shuffle=True)
+        f.create_dataset("checksummed", data=np.arange(8, dtype="<f4"), fletcher32=True)
+        f.create_dataset("lzf", data=np.arange(8, dtype="<f4"), compression="lzf")
         f.create_dataset("unwritten", shape=(4,), dtype="<f4")
         f.create_dataset("plain", data=np.arange(8, dtype="<f4"))
         f.create_dataset("external", shape=(8,), dtype="<f4", external=[("raw.bin", 0, 32)])

@@ -242,6 +242,13 @@ TEST_F(H5FileTest, StorageThatIsNotOneRangeIsAProblem) {
   EXPECT_EQ(external->problem, "external storage");
   EXPECT_EQ(compact->problem, "compact");
   EXPECT_EQ(compact->size, 16u);
+  const Dataset* shuffled = Find(*file, "shuffled");
+  const Dataset* checksummed = Find(*file, "checksummed");
+  const Dataset* lzf = Find(*file, "lzf");
+  ASSERT_TRUE(shuffled && checksummed && lzf);
+  EXPECT_EQ(shuffled->problem, "compressed (deflate)");
+  EXPECT_EQ(checksummed->problem, "checksummed (fletcher32)");
+  EXPECT_EQ(lzf->problem, "compressed (filter 32000)");
 }
 
 TEST_F(H5FileTest, LinksOtherThanOneHardLinkAreRefused) {

@@ -431,32 +431,40 @@ class Walker {
     }
   }
 
+  static std::string FilterName(H5Z_filter_t id) {
+    switch (id) {
+      case H5Z_FILTER_DEFLATE:
+        return "compressed (deflate)";
+      case H5Z_FILTER_SZIP:
+        return "compressed (szip)";
+      case H5Z_FILTER_NBIT:
+        return "compressed (nbit)";
+      case H5Z_FILTER_SCALEOFFSET:
+        return "compressed (scaleoffset)";
+      case H5Z_FILTER_SHUFFLE:
+        return "filtered (shuffle)";
+      case H5Z_FILTER_FLETCHER32:
+        return "checksummed (fletcher32)";
+      default:  // a plugin's (lzf 32000, blosc 32001, ...): none is a plain range
+        return "compressed (filter " + std::to_string(id) + ")";
+    }
+  }
+
   // Why the dataset's bytes are not one plain range of the file, or "".
   static std::string Storage(hid_t dataset, hid_t dcpl, const Dataset& d) {
+    // A compressor's name says most ("compressed (deflate)" over the shuffle before it).
     const int filters = H5Pget_nfilters(dcpl);
-    if (filters > 0) {
+    std::string first;
+    for (int i = 0; i < filters; ++i) {
       unsigned flags = 0, config = 0;
       size_t n = 0;
-      char name[64] = {};
-      switch (H5Pget_filter2(dcpl, 0, &flags, &n, nullptr, sizeof name, name, &config)) {
-        case H5Z_FILTER_DEFLATE:
-          return "compressed (deflate)";
-        case H5Z_FILTER_SZIP:
-          return "compressed (szip)";
-        case H5Z_FILTER_SHUFFLE:
-          return "filtered (shuffle)";
-        case H5Z_FILTER_FLETCHER32:
-          return "checksummed (fletcher32)";
-        case H5Z_FILTER_NBIT:
-          return "compressed (nbit)";
-        case H5Z_FILTER_SCALEOFFSET:
-          return "compressed (scaleoffset)";
-        default:
-          return "filtered (filter " +
-                 std::to_string(H5Pget_filter2(dcpl, 0, &flags, &n, nullptr, 0, nullptr, &config)) +
-                 ")";
-      }
+      const H5Z_filter_t id =
+          H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &n, nullptr, 0, nullptr, &config);
+      const std::string name = FilterName(id);
+      if (name.rfind("compressed", 0) == 0) return name;
+      if (first.empty()) first = name;
     }
+    if (!first.empty()) return first;
     if (H5Pget_external_count(dcpl) > 0) return "external storage";
     switch (H5Pget_layout(dcpl)) {
       case H5D_CONTIGUOUS:
