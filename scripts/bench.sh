@@ -101,7 +101,7 @@
 #     returns (cold and warm) and the daemon's RSS, then sequential read of the
 #     consolidated MNT/model.safetensors (every tensor assembled from 4 ranks' chunks) vs
 #     `cat` of the 4 .distcp files, cold and warm, interleaved, median of --reps.
-#   * keras: a Keras 3 .weights.h5 of about 1 GiB of float32 layers plus Adam slots, and
+#   * keras: a Keras 3 .weights.h5 of about 1 GiB of float32 layers (no optimizer), and
 #     the same in a .keras zip, written by scripts/make_keras.py --big: time until
 #     `ckptfs mount` of the file returns (libhdf5 reads its metadata in a child; cold and
 #     warm) and the daemon's RSS, then sequential read of MNT/model.safetensors of each vs

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # The keras section of scripts/bench.sh: a Keras 3 `.weights.h5` (h5py, as H5IOStore writes
-# it: layers/<name>/vars/<i>, optimizer/vars/<i>) and the same file in a `.keras` zip:
+# it: layers/<name>/vars/<i>; no optimizer, so the merged model is the file's whole data)
+# and the same file in a `.keras` zip:
 # mount cost (libhdf5 in its child), sequential read of MNT/model.safetensors vs `cat` of
 # the file.
 # Sourced by bench.sh (never run on its own): it defines keras_section (runs the
@@ -24,10 +25,10 @@ KERASRATIOS=("ckptfs_keras cat_keras cold 0.8" "ckptfs_keras cat_keras warm 0.8"
 keras_note_rss() { if [[ -n $CKPTFS_PID ]]; then KERASRSS=$(proc_kb "$CKPTFS_PID" VmRSS); fi; }
 
 keras_section() {
-  local dir=$WORKDIR/keras-big-${KERAS_SIZE} mnt=$SCRATCH/mnt/kerasmount
+  local dir=$WORKDIR/keras-model-${KERAS_SIZE} mnt=$SCRATCH/mnt/kerasmount
   if [[ ! -d $dir ]]; then
     rm -rf --one-file-system -- "$dir.tmp"
-    log "generating $dir (Keras 3 .weights.h5 and .keras, float32, about $KERAS_SIZE)"
+    log "generating $dir (Keras 3 .weights.h5 and .keras, float32 layers, about $KERAS_SIZE)"
     timeout 3600 "$PY" "$REPO/scripts/make_keras.py" --big "$KERAS_SIZE" "$dir.tmp" \
       >"$SCRATCH/logs/gen-keras.log" 2>&1 ||
       { tail -n 30 "$SCRATCH/logs/gen-keras.log" >&2; die "make_keras.py --big failed"; }
