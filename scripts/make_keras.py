@@ -682,32 +682,31 @@ def Main(out):
     # (f) ModelCheckpoint("weights.{epoch:02d}-{val_loss:.2f}.weights.h5",
     # save_weights_only=True): files written in epoch order (mtimes increase with the
     # epoch); the latest is epoch 10.
-    d = Dir("run_epochs")
-    entries = []
-    for n, (epoch, loss) in enumerate(((1, "0.52"), (2, "0.41"), (10, "0.38"))):
-        name = f"weights.{epoch:02d}-{loss}.weights.h5"
-        key = f"run_epochs/{name}"
-        e = New(key, key, "keras3")
-        WriteWeightsH5(os.path.join(out, key), e,
-                       SequentialSaveables(np.random.default_rng(100 + epoch)))
-        os.utime(os.path.join(out, key), (1700000000 + 3600 * n, 1700000000 + 3600 * n))
-        entries.append(name)
-    runs["run_epochs"] = {"entries": entries, "latest": "weights.10-0.38.weights.h5"}
+    def WeightsRun(run, saves, name_of, seed, latest):
+        """One run's ModelCheckpoint files, `saves` (epoch, val_loss) in the order written
+        (mtimes an hour apart in that order)."""
+        Dir(run)
+        entries = []
+        for n, (epoch, loss) in enumerate(saves):
+            name = name_of(epoch, loss)
+            key = f"{run}/{name}"
+            e = New(key, key, "keras3")
+            WriteWeightsH5(os.path.join(out, key), e,
+                           SequentialSaveables(np.random.default_rng(seed + epoch)))
+            os.utime(os.path.join(out, key), (1700000000 + 3600 * n, 1700000000 + 3600 * n))
+            entries.append(name)
+        runs[run] = {"entries": entries, "latest": latest}
+
+    WeightsRun("run_epochs", ((1, "0.52"), (2, "0.41"), (10, "0.38")),
+               lambda epoch, loss: f"weights.{epoch:02d}-{loss}.weights.h5", 100,
+               "weights.10-0.38.weights.h5")
 
     # ModelCheckpoint("weights.{epoch}-{val_loss:.2f}.weights.h5"): epochs unpadded, and
     # mtimes as a copy may leave them (epoch 100 oldest): neither text order nor time
     # gives the latest, epoch 100; only the epoch in the name does.
-    Dir("run_unpadded")
-    entries = []
-    for n, (epoch, loss) in enumerate(((100, "0.30"), (9, "0.40"), (10, "0.38"))):
-        name = f"weights.{epoch}-{loss}.weights.h5"
-        key = f"run_unpadded/{name}"
-        e = New(key, key, "keras3")
-        WriteWeightsH5(os.path.join(out, key), e,
-                       SequentialSaveables(np.random.default_rng(150 + epoch)))
-        os.utime(os.path.join(out, key), (1700000000 + 3600 * n, 1700000000 + 3600 * n))
-        entries.append(name)
-    runs["run_unpadded"] = {"entries": entries, "latest": "weights.100-0.30.weights.h5"}
+    WeightsRun("run_unpadded", ((100, "0.30"), (9, "0.40"), (10, "0.38")),
+               lambda epoch, loss: f"weights.{epoch}-{loss}.weights.h5", 150,
+               "weights.100-0.30.weights.h5")
 
     # The save after run_epochs' last, for a live test to write into a mounted copy of it.
     Dir("run_next")
