@@ -247,19 +247,44 @@ Status Flatten(Gathered& gathered, std::vector<uint8_t>& buffer) {
 Status Volume::Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* readahead,
                     const ReplyLimits& limits, std::vector<uint8_t>& buffer, Gathered* out) const {
   thread_local std::vector<ReadPiece> plan;  // reused: its capacity stays with the thread
+  const auto started = std::chrono::steady_clock::now();
   CKPTFS_RETURN_IF_ERROR(PlanRead(ino, offset, size, &plan, readahead));
   Stats::Add(stats_.reads, 1);
+  Stats::Add(stats_.reads_by_size[Stats::SizeClass(size)], 1);
   for (const ReadPiece& p : plan) Stats::Add(stats_.bytes_read, p.length);
   Status s = Gather(plan, limits.descriptors, buffer, out);
   plan.clear();
-  if (!s.ok()) return s;
   // writev takes at most IOV_MAX pieces, and a reply the kernel refuses leaves its reader
   // waiting forever: a read across many tiny tensors (a thousand small records in 1 MiB of
   // pytorch_model.bin) goes out as one copied piece instead.
-  if (out->segments.size() < limits.max_segments) return Status::Ok();
-  s = Flatten(*out, buffer);
-  if (!s.ok()) Stats::Add(stats_.read_errors, 1);
+  if (s.ok() && out->segments.size() >= limits.max_segments) {
+    s = Flatten(*out, buffer);
+    if (!s.ok()) Stats::Add(stats_.read_errors, 1);
+  }
+  if (s.ok()) CountReply(*out, buffer);
+  Stats::Add(stats_.gather_ns,
+             static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - started)
+                                       .count()));
   return s;
+}
+
+void Volume::CountReply(const Gathered& out, const std::vector<uint8_t>& buffer) const {
+  const uint8_t* begin = buffer.data();
+  const uint8_t* end = begin + buffer.size();
+  uint64_t copied = 0, lent = 0, by_descriptor = 0;
+  for (const ReplySegment& seg : out.segments) {
+    if (seg.fd >= 0) {
+      by_descriptor += seg.length;
+    } else if (seg.data >= begin && seg.data < end) {
+      copied += seg.length;
+    } else {
+      lent += seg.length;
+    }
+  }
+  if (copied) Stats::Add(stats_.bytes_copied, copied);
+  if (lent) Stats::Add(stats_.bytes_lent, lent);
+  if (by_descriptor) Stats::Add(stats_.bytes_by_descriptor, by_descriptor);
 }
 
 Status Volume::ReadInto(std::span<const ReadPiece> plan, uint8_t* out) const {
@@ -313,6 +338,15 @@ std::string Volume::StatsJson() const {
       {"decode_errors", load(context_->decode_errors)},
       {"prefetched_frames", load(context_->prefetches)},
   };
+  nlohmann::json by_size = nlohmann::json::object();
+  static constexpr const char* kSizeClasses[] = {"4K", "64K", "256K", "1M", "more"};
+  for (size_t i = 0; i < 5; ++i) by_size[kSizeClasses[i]] = load(stats_.reads_by_size[i]);
+  j["requests"] = {{"by_size", std::move(by_size)},
+                   {"gather_seconds", static_cast<double>(load(stats_.gather_ns)) / 1e9},
+                   {"reply_seconds", static_cast<double>(load(stats_.reply_ns)) / 1e9},
+                   {"bytes_copied", load(stats_.bytes_copied)},
+                   {"bytes_lent", load(stats_.bytes_lent)},
+                   {"bytes_by_descriptor", load(stats_.bytes_by_descriptor)}};
   if (ckpt_.remote) {
     j["remote"] = {{"bytes_fetched", load(context_->remote_bytes_fetched)},
                    {"requests", load(context_->remote_requests)},

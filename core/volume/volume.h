@@ -127,6 +127,8 @@ class Volume {
   void StartZipCrcPass(std::function<void(const std::string&)> log);
 
  private:
+  // Counts how a gathered reply's bytes travel (Stats: copied, lent, by descriptor).
+  void CountReply(const Gathered& out, const std::vector<uint8_t>& buffer) const;
   // Turns a plan into reply segments with as few copies as possible: descriptors of plain
   // files (checked unchanged since mount) when `descriptors`, bytes lent by their sources
   // (cache blocks, bytes a view keeps); the rest is read into `buffer`, each piece at its

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/pack/pack.h"
@@ -165,6 +166,35 @@ TEST_F(VolumeReadTest, CountsReadsAndRefusesWhatIsNotAFile) {
             Status::Code::kNotFound);
   EXPECT_EQ(volume->Read(Layout::kRoot, 0, 10, nullptr, {}, buffer, &gathered).code(),
             Status::Code::kInvalidArgument);
+}
+
+// stats.json's "requests": the sizes the kernel asked, the time spent gathering, and how
+// each byte reached the reply (docs/benchmarks.md reads them to say where time goes).
+TEST_F(VolumeReadTest, SaysHowEachReplysBytesTravel) {
+  auto volume = OpenVolume("plain");
+  ASSERT_TRUE(volume);
+  const uint64_t merged = Ino(*volume, {"model.safetensors"});
+  const Stats& stats = volume->stats();
+  // A spliced read: shard bytes by descriptor, the generated header from memory (lent, or
+  // made in the buffer: copied).
+  const std::string whole = ReadVia(*volume, merged, 0, 1u << 20, {});
+  EXPECT_EQ(stats.reads_by_size[Stats::SizeClass(1u << 20)].load(), 1u);
+  EXPECT_EQ(stats.bytes_by_descriptor.load() + stats.bytes_lent.load() + stats.bytes_copied.load(),
+            whole.size());
+  EXPECT_GT(stats.bytes_by_descriptor.load(), whole.size() / 2);
+  const uint64_t copied_before = stats.bytes_copied.load();
+  // A front end that cannot splice: the daemon copies the shard bytes.
+  EXPECT_EQ(ReadVia(*volume, merged, 100, 3000, {.descriptors = false}).size(), 3000u);
+  EXPECT_EQ(stats.reads_by_size[0].load(), 1u);
+  EXPECT_GE(stats.bytes_copied.load(), copied_before + 2000);
+  EXPECT_EQ(stats.bytes_copied.load() + stats.bytes_by_descriptor.load() + stats.bytes_lent.load(),
+            whole.size() + 3000);
+  EXPECT_GT(stats.gather_ns.load(), 0u);
+  const nlohmann::json j = nlohmann::json::parse(volume->StatsJson());
+  EXPECT_EQ(j["requests"]["by_size"]["4K"], 1);
+  EXPECT_EQ(j["requests"]["by_size"]["1M"], 1);
+  EXPECT_EQ(j["requests"]["bytes_copied"], stats.bytes_copied.load());
+  EXPECT_TRUE(j["requests"]["gather_seconds"].is_number());
 }
 
 TEST_F(VolumeReadTest, RandomReaderDecodesOnlyItsFramesAndTriggersNoReadahead) {
