@@ -2,7 +2,7 @@
 # ckptfs benchmark: every contender side by side in ONE run, ratios first.
 #
 #   scripts/bench.sh [--size 2G] [--workdir DIR] [--reps N] [--keep] [--no-build]
-#                    [--level N] [--frame-size SIZE] [--sections plain,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque]
+#                    [--level N] [--frame-size SIZE] [--sections plain,mmap,gpu,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque]
 #                    [SECTION...]
 #
 # What it measures (see DESIGN.md section 3, "Performance rules"):
@@ -101,13 +101,21 @@
 #     returns (cold and warm) and the daemon's RSS, then sequential read of the
 #     consolidated MNT/model.safetensors (every tensor assembled from 4 ranks' chunks) vs
 #     `cat` of the 4 .distcp files, cold and warm, interleaved, median of --reps.
+#   * mmap: the path loaders use (safetensors, torch.load(mmap=True), numpy): map
+#     MNT/model.safetensors, fault every page in and copy it out
+#     (scripts/bench/mmap_read.py), raw and packed, vs the same on the shards, and `cat`
+#     of each; cached (a fresh mount over page-cached backing files), warm, cold; the
+#     daemon's stats.json account of where a read's time went.
+#   * gpu: where torch.cuda.is_available() and safetensors imports (reported as skipped
+#     otherwise): safetensors.torch.load_file(..., device="cuda") of MNT/model.safetensors,
+#     raw and packed, vs of the shards (scripts/bench/gpu_load.py), cached and warm.
 #   * keras: a Keras 3 .weights.h5 of about 1 GiB of float32 layers (no optimizer), and
 #     the same in a .keras zip, written by scripts/make_keras.py --big: time until
 #     `ckptfs mount` of the file returns (libhdf5 reads its metadata in a child; cold and
 #     warm) and the daemon's RSS, then sequential read of MNT/model.safetensors of each vs
 #     `cat` of the .weights.h5, cold and warm, interleaved, median of --reps.
 #   --sections (or bare section names: `bench.sh remote`) picks a subset
-#   (default all eleven, in one run); --level defaults to 3, --frame-size to
+#   (default all thirteen, in one run); --level defaults to 3, --frame-size to
 #   pack's own default.
 # Targets are printed next to the figures as PASS/MISS. A MISS does not fail the
 # script; a contender that cannot run does (exit 1).
@@ -161,7 +169,7 @@ HDR_SHARDS=2000
 HDR_TENSORS=200000
 LEVEL=3
 FRAME=''            # --frame-size for ckptfs pack; '' = its default
-SECTIONS=plain,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque
+SECTIONS=plain,mmap,gpu,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque
 RSS_CACHE=256M      # --cache-size for the peak RSS measurement
 RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
 RANDOM_TENSORS=32
@@ -182,8 +190,8 @@ BENCH_LIB=$REPO/scripts/bench
 # shellcheck source=scripts/bench/lib.sh
 . "$BENCH_LIB/lib.sh"
 # sections in the order they run, and the order their tables are printed in
-RUN_ORDER=(plain mount zstd torch remote tf run deepspeed dcp keras opaque)
-REPORT_ORDER=(plain mount zstd torch remote tf opaque run deepspeed dcp keras)
+RUN_ORDER=(plain mmap gpu mount zstd torch remote tf run deepspeed dcp keras opaque)
+REPORT_ORDER=(plain mmap gpu mount zstd torch remote tf opaque run deepspeed dcp keras)
 # shellcheck source=scripts/bench/plain.sh
 . "$BENCH_LIB/plain.sh"
 # shellcheck source=scripts/bench/mount.sh
@@ -204,6 +212,10 @@ REPORT_ORDER=(plain mount zstd torch remote tf opaque run deepspeed dcp keras)
 . "$BENCH_LIB/dcp.sh"
 # shellcheck source=scripts/bench/keras.sh
 . "$BENCH_LIB/keras.sh"
+# shellcheck source=scripts/bench/mmap.sh
+. "$BENCH_LIB/mmap.sh"
+# shellcheck source=scripts/bench/gpu.sh
+. "$BENCH_LIB/gpu.sh"
 # shellcheck source=scripts/bench/opaque.sh
 . "$BENCH_LIB/opaque.sh"
 
@@ -261,7 +273,7 @@ while (($#)); do
     --frame-size=*) FRAME=${1#*=}; shift ;;
     --sections) SECTIONS=${2:?--sections needs a value}; shift 2 ;;
     --sections=*) SECTIONS=${1#*=}; shift ;;
-    plain|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque) BARE_SECTIONS+=("$1"); shift ;;
+    plain|mmap|gpu|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque) BARE_SECTIONS+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; printf '%s: error: unknown argument %s\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
@@ -272,8 +284,8 @@ size_to_bytes "$SIZE" >/dev/null   # validate
   { echo "$PROG: error: --level must be 1..19" >&2; exit 2; }
 [[ -z $FRAME ]] || size_to_bytes "$FRAME" >/dev/null
 ((${#BARE_SECTIONS[@]})) && SECTIONS=$(IFS=,; echo "${BARE_SECTIONS[*]}")
-[[ ,$SECTIONS, =~ ^(,(plain|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque))+,$ ]] ||
-  { echo "$PROG: error: --sections takes a comma list of plain, mount, zstd, torch, remote, tf, run, deepspeed, dcp, keras, opaque" >&2; exit 2; }
+[[ ,$SECTIONS, =~ ^(,(plain|mmap|gpu|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque))+,$ ]] ||
+  { echo "$PROG: error: --sections takes a comma list of plain, mmap, gpu, mount, zstd, torch, remote, tf, run, deepspeed, dcp, keras, opaque" >&2; exit 2; }
 section() { [[ ,$SECTIONS, == *,$1,* ]]; }
 mkdir -p -- "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
@@ -305,6 +317,7 @@ ensure_packages() {
   fi
   if section dcp; then "$PY" -c 'import torch' 2>/dev/null || missing+=(python3-torch); fi
   if section keras; then "$PY" -c 'import h5py' 2>/dev/null || missing+=(python3-h5py); fi
+  if section mmap; then "$PY" -c 'import numpy' 2>/dev/null || missing+=(python3-numpy); fi
   if section remote; then
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     [[ -x $NGINX ]] || missing+=(nginx-light)
@@ -376,7 +389,7 @@ if section plain; then build_passthrough_ll; fi
 
 # the plain BF16 checkpoint: read by plain, packed by zstd, a torch source
 DATA='' SHARD_FILES=()
-if section plain || section zstd || section torch; then
+if section plain || section mmap || section gpu || section zstd || section torch; then
   DATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards
   gen_data "$DATA" --kind bench --total-bytes "$SIZE" --dtype BF16 --shards "$SHARDS"
   mapfile -t SHARD_FILES < <(shard_files "$DATA")
