@@ -81,6 +81,33 @@ TEST_F(MountTest, MountReturnsWhenReadyAndDetaches) {
   EXPECT_NE(stats.out.find("\"replies_spliced\""), std::string::npos) << stats.out;
 }
 
+// A loader's mmap faults pages in through read-around of read_ahead_kb: the mount raises
+// its window to 4 MiB (fs/fuse_ops.cc, RaiseReadahead), so each fault asks for two whole
+// 1 MiB requests, not one of 512 KiB; stats.json's `requests` says what the kernel asked.
+TEST_F(MountTest, LoadersMmapAsksForWholeRequests) {
+  const std::string source = scratch_->Path("mixed");
+  ASSERT_NO_FATAL_FAILURE(Generate(source));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, nullptr));
+  const ProcessResult r = RunProcess(
+      {kPython, "-c",
+       "import json, mmap, os, sys\n"
+       "mnt = sys.argv[1]\n"
+       "st = os.stat(mnt)\n"
+       "bdi = '/sys/class/bdi/%d:%d/read_ahead_kb' % (os.major(st.st_dev), os.minor(st.st_dev))\n"
+       "print(open(bdi).read().strip())\n"
+       "fd = os.open(mnt + '/model.safetensors', os.O_RDONLY)\n"
+       "m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)\n"
+       "data = m[:]\n"
+       "r = json.load(open(mnt + '/.ckptfs/stats.json'))['requests']\n"
+       "print(sum(r['by_size'].values()), 'requests', sorted(r['by_size'].items()))",
+       mountpoint},
+      kCheckTimeout);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "4096") << r.out;
+  EXPECT_NE(r.out.find("requests"), std::string::npos) << r.out;
+}
+
 // As systemd runs it (Type=notify): READY=1 once the mount answers, SIGTERM exits 0.
 TEST_F(MountTest, ForegroundNotifiesReadyAndStopsCleanlyOnSigterm) {
   const std::string dir = scratch_->Path("ckpt");
