@@ -60,9 +60,9 @@ _ckptfs() {
       COMPREPLY=($(compgen -W "latest"$'\n'"best"$'\n'"$entries" -- "$cur"))
       return
       ;;
-    -o | --level | --frame-size | --shard-size | --cache-size | --cache-dir-size | --timeout | \
-      --endpoint | --region | --model-key | --uid | --gid | --umask | --file-mode | --dir-mode | \
-      --idle-close | --relist) return ;;
+    -o | --level | --frame-size | --threads | --shard-size | --cache-size | --cache-dir-size | \
+      --timeout | --endpoint | --region | --model-key | --uid | --gid | --umask | --file-mode | \
+      --dir-mode | --idle-close | --relist) return ;;
     --*)
       local choices
       choices=$(_ckptfs_choices "$cmd" "$prev" "$bin")

@@ -30,6 +30,10 @@ std::string Absolute(const std::string& path) {
   return ::realpath(path.c_str(), buf) ? std::string(buf) : ckptfs::AbsolutePath(path);
 }
 
+// pack --threads: more than any machine here has cores; a typo like 10000 would otherwise
+// start that many threads (one per frame, up to the count).
+constexpr int kMaxPackThreads = 1024;
+
 // One line on stderr (control characters escaped) and the usage exit code.
 int Refuse(const std::string& message) {
   ckptfs::PrintRefusal(ckptfs::Status::InvalidArgument(message));
@@ -473,6 +477,10 @@ int main(int argc, char** argv) {
   pack->add_option("--level", level, "zstd level (default 3)");
   pack->add_option("--frame-size", frame_size,
                    "decoded bytes per frame: the unit of random access (default 4M)");
+  int threads = 0;
+  pack->add_option("--threads", threads,
+                   "threads that read and compress frames (default 0: one per core); the "
+                   "output is the same for any count");
   pack->add_option("--shard-size", shard_size,
                    "regroup tensors into shards of at most this many bytes (default: keep)");
   bool byte_group = ckptfs::PackOptions{}.byte_group;
@@ -561,7 +569,15 @@ int main(int argc, char** argv) {
           (!frame || *frame == 0 ? "--frame-size " + frame_size : "--shard-size " + shard_size) +
           ": not a size (e.g. 4M, 2G)");
     }
+    if (threads < 0 || threads > kMaxPackThreads) {
+      std::string line = "pack: --threads ";
+      line += std::to_string(threads);
+      line += ": not a thread count from 0 (one per core) to ";
+      line += std::to_string(kMaxPackThreads);
+      return Refuse(line);
+    }
     ckptfs::PackOptions options;
+    options.threads = static_cast<size_t>(threads);
     options.level = level;
     options.frame_size = *frame;
     options.shard_size = *shard;

@@ -8,10 +8,11 @@
 #include <zstd.h>
 
 #include <algorithm>
-#include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -164,46 +165,145 @@ Status CompressFrame(FrameJob& job, int level) {
   return Status::Ok();
 }
 
-// Streams `file` into DEST/NAME.zst as seekable zstd: batches of frames are read in order,
-// compressed in parallel, written in order; memory stays at two frames per thread.
+// Frames in flight per worker thread: while the writer waits for the oldest frame, the
+// other workers run ahead by about one frame each. Each frame in flight holds its plain
+// bytes and its compressed copy (about 2 x frame_size).
+constexpr size_t kFramesInFlightPerThread = 2;
+
+// The frames of every file to compress, numbered one after another across the files, read
+// and compressed on a pool of worker threads made once per pack, and handed back in
+// order (Take, then Release). The pool never idles at a shard boundary: it compresses the
+// next shard's first frames while the writer finishes this one, or copies a file.
+//
+// A frame lives in slot (number % slots): a worker may claim frame g only once frame
+// g - slots was released, so at most `slots` frames are in flight. Workers read their own
+// frames (ByteSource reads are thread-safe), so reading is parallel too.
+//
+// A frame that fails (read or compression) keeps its status for Take to return and stops
+// further claims; the frames before it were all claimed already and still finish, so Take
+// returns the first failure in frame order whatever the thread count. The destructor
+// stops the workers and joins them all.
+class FramePipeline {
+ public:
+  FramePipeline(std::vector<const OutputFile*> files, const PackOptions& options, size_t threads)
+      : files_(std::move(files)), options_(options) {
+    first_.push_back(0);
+    for (const OutputFile* f : files_) {
+      first_.push_back(first_.back() + (f->Size() + options.frame_size - 1) / options.frame_size);
+    }
+    const size_t workers = static_cast<size_t>(std::min<uint64_t>(threads, first_.back()));
+    slots_.resize(std::max<size_t>(1, workers) * kFramesInFlightPerThread);
+    workers_.reserve(workers);
+    try {
+      for (size_t t = 0; t < workers; ++t) workers_.emplace_back([this] { Work(); });
+    } catch (...) {
+      StopAndJoin();  // no thread outlives a pipeline that failed to start
+      throw;
+    }
+  }
+  FramePipeline(const FramePipeline&) = delete;
+  FramePipeline& operator=(const FramePipeline&) = delete;
+  ~FramePipeline() { StopAndJoin(); }
+
+  // The next frame in order, once compressed (its status says if it failed). Valid until
+  // Release; call only while frames remain.
+  FrameJob& Take() {
+    std::unique_lock<std::mutex> lock(mu_);
+    Slot& slot = slots_[next_take_ % slots_.size()];
+    ready_.wait(lock, [&] { return slot.ready; });
+    return slot.job;
+  }
+  // Hands the frame Take returned back, freeing its slot for a later frame.
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      slots_[next_take_ % slots_.size()].ready = false;
+      ++next_take_;
+    }
+    space_.notify_all();
+  }
+
+ private:
+  struct Slot {
+    FrameJob job;
+    bool ready = false;  // compressed (or failed), not yet released
+  };
+
+  void StopAndJoin() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    space_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  void Work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      space_.wait(lock, [&] {
+        return stop_ || next_claim_ == first_.back() || next_claim_ < next_take_ + slots_.size();
+      });
+      if (stop_ || next_claim_ == first_.back()) return;
+      const uint64_t g = next_claim_++;
+      Slot& slot = slots_[g % slots_.size()];
+      lock.unlock();
+      slot.job.status = Fill(g, slot.job);
+      lock.lock();
+      slot.ready = true;
+      if (!slot.job.status.ok()) stop_ = true;  // claimed frames still finish
+      if (g == next_take_) ready_.notify_one();
+    }
+  }
+
+  // Reads frame `g` into `job` and compresses it.
+  Status Fill(uint64_t g, FrameJob& job) {
+    const size_t i = std::upper_bound(first_.begin(), first_.end(), g) - first_.begin() - 1;
+    const OutputFile& file = *files_[i];
+    const uint64_t offset = (g - first_[i]) * options_.frame_size;
+    const uint64_t n = std::min(options_.frame_size, file.Size() - offset);
+    job.plain.resize(n);
+    CKPTFS_RETURN_IF_ERROR(ReadPieces(file, offset, job.plain));
+    job.regions.clear();
+    if (options_.byte_group) job.regions = RegionsInFrame(file.runs, offset, offset + n);
+    return CompressFrame(job, options_.level);
+  }
+
+  const std::vector<const OutputFile*> files_;
+  const PackOptions& options_;
+  std::vector<uint64_t> first_;  // first_[i]: number of files_[i]'s first frame; back(): total
+
+  std::mutex mu_;
+  std::condition_variable space_;  // workers: a slot was released, or stop
+  std::condition_variable ready_;  // Take: the frame it waits for is done
+  std::vector<Slot> slots_;        // a slot's job: its claiming worker's until ready, then Take's
+  uint64_t next_claim_ = 0;        // under mu_, as are the rest
+  uint64_t next_take_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;  // last: started once the rest is set
+};
+
+// Writes `file` into DEST/NAME.zst as seekable zstd from its frames, which `pipeline`
+// hands back in order.
 Status WriteSeekable(const OutputFile& file, const std::string& dest, const PackOptions& options,
-                     size_t threads, uint64_t& done, uint64_t total, PackSummary& summary) {
+                     FramePipeline& pipeline, uint64_t& done, uint64_t total,
+                     PackSummary& summary) {
   CKPTFS_ASSIGN_OR_RETURN(Writer out, Writer::Create(dest + "/" + file.name + ".zst"));
   const uint64_t size = file.Size();
   std::vector<Frame> frames;
   std::vector<std::vector<GroupRegion>> grouped;  // per frame, for the record
-  std::vector<FrameJob> batch(threads * 2);
-  for (uint64_t offset = 0; offset < size;) {
-    size_t jobs = 0;
-    for (; jobs < batch.size() && offset < size; ++jobs) {
-      const uint64_t n = std::min(options.frame_size, size - offset);
-      batch[jobs].plain.resize(n);
-      CKPTFS_RETURN_IF_ERROR(ReadPieces(file, offset, batch[jobs].plain));
-      batch[jobs].regions.clear();
-      if (options.byte_group) batch[jobs].regions = RegionsInFrame(file.runs, offset, offset + n);
-      offset += n;
-    }
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t i = next++; i < jobs; i = next++) {
-        batch[i].status = CompressFrame(batch[i], options.level);
-      }
-    };
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < std::min(threads, jobs); ++t) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
-    for (size_t i = 0; i < jobs; ++i) {
-      CKPTFS_RETURN_IF_ERROR(batch[i].status);
-      Frame f;
-      f.compressed_size = batch[i].compressed.size();
-      f.decoded_size = batch[i].plain.size();
-      f.checksum = batch[i].checksum;
-      frames.push_back(f);
-      grouped.push_back(std::move(batch[i].regions));
-      CKPTFS_RETURN_IF_ERROR(out.Write(batch[i].compressed));
-      done += f.decoded_size;
-    }
+  for (uint64_t offset = 0; offset < size; offset += options.frame_size) {
+    FrameJob& job = pipeline.Take();
+    CKPTFS_RETURN_IF_ERROR(job.status);
+    Frame f;
+    f.compressed_size = job.compressed.size();
+    f.decoded_size = job.plain.size();
+    f.checksum = job.checksum;
+    frames.push_back(f);
+    grouped.push_back(std::move(job.regions));
+    CKPTFS_RETURN_IF_ERROR(out.Write(job.compressed));
+    pipeline.Release();
+    done += f.decoded_size;
     if (options.progress) options.progress(done, total);
   }
   // The record goes last among the frames, listed as one of 0 decoded bytes (see
@@ -411,10 +511,15 @@ Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const Pac
   for (const OutputFile& f : files) total += f.compress ? f.Size() : 0;
   const size_t threads =
       options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<const OutputFile*> compressed;
+  for (const OutputFile& f : files) {
+    if (f.compress) compressed.push_back(&f);
+  }
+  FramePipeline pipeline(std::move(compressed), options, threads);
   PackSummary written;
   for (const OutputFile& f : files) {
     CKPTFS_RETURN_IF_ERROR(f.compress
-                               ? WriteSeekable(f, dest, options, threads, done, total, written)
+                               ? WriteSeekable(f, dest, options, pipeline, done, total, written)
                                : WriteCopy(f, dest, written));
   }
   if (summary) *summary = written;

@@ -1,8 +1,12 @@
 // Pack: rewrite a checkpoint as seekable-zstd shards that ckptfs mounts with random access.
 //
 // Each shard becomes NAME.zst: independent zstd frames of `frame_size` decoded bytes,
-// compressed on all cores, then the seekable format's seek table with an XXH64 checksum
-// per frame (of the frame's original bytes). Plain `zstd -d` decodes the result (to the
+// then the seekable format's seek table with an XXH64 checksum per frame (of the frame's
+// original bytes). Frames are read and compressed on a pool of `threads` workers that
+// runs across shard boundaries, while the calling thread writes them in order; at most
+// 2 x threads frames are in flight, each holding its bytes and its compressed copy (about
+// 2 x frame_size), besides one zstd context per worker. The bytes written are the same
+// for any thread count. Plain `zstd -d` decodes the result (to the
 // grouped bytes with `byte_group`). Non-weight files and the index are copied
 // unchanged. With `shard_size`, tensors are regrouped (in aligned order) into new shards
 // of at most that many bytes each (a larger tensor gets a shard of its own) under a new
@@ -30,7 +34,7 @@ struct PackOptions {
   int level = 3;
   uint64_t frame_size = 4ull << 20;
   uint64_t shard_size = 0;  // 0: keep the source's sharding
-  size_t threads = 0;       // 0: one per core
+  size_t threads = 0;       // frame workers; 0: one per core
   bool force = false;       // replace the files a previous pack wrote into DEST
   // Regroup the bytes of multi-byte elements by byte position in each frame before
   // compressing, and record it (core/codec/byte_group.h): smaller shards, which `zstd -d`
@@ -50,7 +54,11 @@ struct PackSummary {
 
 // Packs `ckpt` into the directory `dest`, which must be missing or empty. Refuses a
 // checkpoint whose shards are already compressed.
-// `summary`, if given, is filled on success.
+// `summary`, if given, is filled on success. The first error (a read, compression, a
+// write) stops the pack and is returned: the error of the first failing frame in file
+// order, whatever the thread count; every worker has been joined by then, the shard being
+// written is left as no file (its .part removed) and the shards after it are not started.
+// `progress` is called on the calling thread only.
 Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const PackOptions& options,
                       PackSummary* summary = nullptr);
 

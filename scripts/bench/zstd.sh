@@ -113,6 +113,36 @@ pack_data() {
   log "packed in $PACK_SECS s"
 }
 
+# pack_rates: `ckptfs pack` of the bench data at --level (and --frame-size), timed whole
+# (fsync and rename included, the source in page cache after the first run), with
+# --threads 1 and with all cores, interleaved, REPS runs each, into SCRATCH (removed
+# after each run). Fills PACK_RATE_1 and PACK_RATE_ALL with MB/s samples of decoded
+# bytes; both stay empty when this ckptfs pack has no --threads (reported).
+pack_rates() {
+  local run threads t0 secs rate args=(--level "$LEVEL") out=$SCRATCH/pack-rate
+  PACK_RATE_1='' PACK_RATE_ALL=''
+  if ! "$CKPTFS" pack --help 2>/dev/null | grep -q -- --threads; then
+    log "warning: this ckptfs pack has no --threads; no pack throughput rows"
+    return 0
+  fi
+  [[ -n $FRAME ]] && args+=(--frame-size "$FRAME")
+  for ((run = 1; run <= REPS; run++)); do
+    for threads in 1 0; do
+      rm -rf --one-file-system -- "$out"
+      log "pack throughput: run $run/$REPS, --threads $threads"
+      t0=$(now_ns)
+      timeout 3600 "$CKPTFS" pack "$DATA" "$out" "${args[@]}" --threads "$threads" \
+        >"$SCRATCH/logs/pack-rate.log" 2>&1 ||
+        { tail -n 20 "$SCRATCH/logs/pack-rate.log" >&2; rm -rf --one-file-system -- "$out"
+          die "ckptfs pack --threads $threads failed"; }
+      secs=$(elapsed "$t0" "$(now_ns)")
+      rate=$(awk -v b="$ZBYTES" -v s="$secs" 'BEGIN{printf "%.0f", b/1e6/s}')
+      if ((threads == 1)); then PACK_RATE_1+=" $rate"; else PACK_RATE_ALL+=" $rate"; fi
+    done
+  done
+  rm -rf --one-file-system -- "$out"
+}
+
 # squashfs_image SRC IMG: a zstd squashfs image of SRC at --level, unless IMG exists.
 squashfs_image() {
   local src=$1 img=$2 t0
@@ -273,6 +303,7 @@ zstd_section() {
   ZBYTES=$(sum_sizes "${SHARD_FILES[@]}")
   ZCBYTES=$(sum_sizes "${ZST_FILES[@]}")
   ZGCBYTES=$(sum_sizes "${ZGST_FILES[@]}")
+  pack_rates
   SQFS_BYTES=$(stat -c %s -- "$SQFS")
   ZFRAME=$(seekable_frame_size "${ZST_FILES[@]}") || die "cannot read the seek tables in $ZDATA"
 
@@ -369,6 +400,16 @@ zstd_report() {
   compression_row "\`ckptfs pack --byte-group\`" "$tw" "$TWBYTES" "$TWGCBYTES"
   compression_row "\`mksquashfs -comp zstd\` (the whole image)" "$tw" "$TWBYTES" "$TWSQFS_BYTES"
   echo
+  if [[ -n ${PACK_RATE_1:-} ]]; then
+    local s1 sall
+    read -ra s1 <<<"$PACK_RATE_1"
+    read -ra sall <<<"$PACK_RATE_ALL"
+    echo "| \`ckptfs pack\` of $(gib "$ZBYTES") GiB at level $LEVEL (whole command: fsync and rename included; source in page cache) | MB/s (median, decoded) | samples |"
+    echo "|---|---:|---|"
+    echo "| \`ckptfs pack --threads 1\` | $(median "${s1[@]}") | $(IFS=/; echo "${s1[*]}") |"
+    echo "| \`ckptfs pack\` (all $(nproc) cores) | $(median "${sall[@]}") | $(IFS=/; echo "${sall[*]}") |"
+    echo
+  fi
   medians "cold cached" "${TWCONTENDERS[@]}"
   echo "| trained weights: ratio (MB/s) | mode | value | target | result |"
   echo "|---|---|---:|---|---|"

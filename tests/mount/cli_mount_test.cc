@@ -369,8 +369,19 @@ TEST_F(CliTest, PackSaysWhatItMade) {
       << pack_file.out;
   EXPECT_TRUE(fs::exists(one + "/model.safetensors.zst"));
 
+  // A thread count out of range is refused before anything is written; one is fine.
+  for (const char* threads : {"-1", "1025"}) {
+    const ProcessResult refused =
+        Ckptfs({"pack", plain, scratch_->Path("refused"), "--threads", threads}, kCheckTimeout);
+    EXPECT_EQ(refused.exit_code, 2) << refused.Describe();
+    EXPECT_NE(refused.err.find(std::string("--threads ") + threads + ": not a thread count"),
+              std::string::npos)
+        << refused.Describe();
+    EXPECT_FALSE(fs::exists(scratch_->Path("refused")));
+  }
+
   const std::string all = scratch_->Path("all");
-  const ProcessResult pack_dir = Ckptfs({"pack", plain, all}, kCheckTimeout);
+  const ProcessResult pack_dir = Ckptfs({"pack", plain, all, "--threads", "1"}, kCheckTimeout);
   ASSERT_EQ(pack_dir.exit_code, 0) << pack_dir.Describe();
   size_t copied = 0;
   for (const auto& entry : fs::directory_iterator(plain))

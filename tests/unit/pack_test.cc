@@ -4,8 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include "core/codec/zstd_source.h"
+#include "core/source/byte_source.h"
 #include "core/volume/volume.h"
 #include "tests/unit/test_util.h"
 
@@ -172,6 +175,153 @@ TEST_F(PackTest, RefusesBadOptions) {
   options.level = 99;
   EXPECT_EQ(PackCheckpoint(source_->checkpoint(), dest_, options).code(),
             Status::Code::kInvalidArgument);
+}
+
+// A checkpoint of several shards of a few MiB, in 64 KiB frames: enough frames per shard
+// that threads overtake one another, and shards small enough that the pool runs across
+// shard boundaries.
+class PackThreadsTest : public PackTest {
+ protected:
+  static constexpr int kShards = 4;
+
+  static std::string ShardName(int i) { return "w" + std::to_string(i) + ".safetensors"; }
+  static std::vector<TestTensor> ShardTensors(int i) {
+    const std::string p = "l" + std::to_string(i) + ".";
+    return {{p + "w", Dtype::kF32, {200, 1000 + 37 * static_cast<uint64_t>(i)}},
+            {p + "b", Dtype::kBF16, {150'001}},
+            {p + "n", Dtype::kU8, {5}}};
+  }
+  // The files, with `wrap` applied to shard `wrapped` as it is opened.
+  static Result<Checkpoint> Open(
+      int wrapped = -1,
+      std::function<std::unique_ptr<ByteSource>(std::unique_ptr<ByteSource>)> wrap = {}) {
+    std::map<std::string, std::string> files;
+    std::vector<std::pair<std::string, std::string>> index;
+    for (int i = 0; i < kShards; ++i) {
+      files[ShardName(i)] = MakeSafetensors(ShardTensors(i));
+      for (const TestTensor& t : ShardTensors(i)) index.emplace_back(t.name, ShardName(i));
+    }
+    files["model.safetensors.index.json"] = IndexJson(index);
+    files["config.json"] = "{}";
+    SourceDir dir = MemoryDir(files);
+    if (wrap) {
+      auto open_memory = dir.open;
+      dir.open = [=](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+        CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, open_memory(name));
+        return name == ShardName(wrapped) ? wrap(std::move(src)) : std::move(src);
+      };
+    }
+    return OpenCheckpointIn(dir, testing::TestCodec());
+  }
+  // Every file in `dir`, by name.
+  static std::map<std::string, std::string> Contents(const std::filesystem::path& dir) {
+    std::map<std::string, std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      std::ifstream in(e.path(), std::ios::binary);
+      std::ostringstream bytes;
+      bytes << in.rdbuf();
+      out[e.path().filename().string()] = bytes.str();
+    }
+    return out;
+  }
+  static size_t ThreadsNow() {
+    auto tasks = std::filesystem::directory_iterator("/proc/self/task");
+    return static_cast<size_t>(std::distance(begin(tasks), end(tasks)));
+  }
+};
+
+// The output is the same bytes whatever the thread count: frames, seek tables, the
+// byte-group record, the new index of a reshard.
+TEST_F(PackThreadsTest, OutputIsTheSameForAnyThreadCount) {
+  auto ckpt = Open();
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  struct Config {
+    bool byte_group;
+    uint64_t shard_size;
+  };
+  for (Config config : {Config{false, 0}, Config{true, 0}, Config{true, 1'500'000}}) {
+    std::map<std::string, std::string> first;
+    for (size_t threads : {1, 2, 3, 8}) {
+      SCOPED_TRACE(::testing::Message() << "byte_group " << config.byte_group << " shard_size "
+                                        << config.shard_size << " threads " << threads);
+      PackOptions options;
+      options.frame_size = 64 << 10;
+      options.threads = threads;
+      options.byte_group = config.byte_group;
+      options.shard_size = config.shard_size;
+      uint64_t last_done = 0, last_total = 0;
+      options.progress = [&](uint64_t done, uint64_t total) {
+        EXPECT_GE(done, last_done);  // called by the writer alone, in frame order
+        last_done = done;
+        last_total = total;
+      };
+      std::filesystem::remove_all(dest_);
+      PackSummary summary;
+      Status s = PackCheckpoint(*ckpt, dest_, options, &summary);
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(last_done, last_total);
+      EXPECT_EQ(last_done, summary.decoded_bytes);
+      std::map<std::string, std::string> files = Contents(dest_);
+      if (first.empty()) {
+        first = std::move(files);
+        EXPECT_GE(first.size(), 5u);
+        continue;
+      }
+      ASSERT_EQ(files.size(), first.size());
+      for (const auto& [name, bytes] : first) {
+        EXPECT_TRUE(files[name] == bytes) << name << " differs";
+      }
+    }
+    // And it reads back.
+    ReadContext codec({.cache_bytes = 1 << 20});
+    auto packed = OpenCheckpoint(dest_, codec);
+    ASSERT_TRUE(packed.ok()) << packed.status().message();
+    for (const Tensor& t : packed->tensors) {
+      std::string bytes(t.size, '\0');
+      ASSERT_TRUE(packed->shards[t.shard]
+                      .source->ReadAt(t.offset, {reinterpret_cast<uint8_t*>(bytes.data()), t.size})
+                      .ok());
+      const std::string i(1, t.name[1]);
+      const std::vector<TestTensor> tensors = ShardTensors(std::stoi(i));
+      auto it = std::find_if(tensors.begin(), tensors.end(),
+                             [&](const TestTensor& k) { return k.name == t.name; });
+      ASSERT_NE(it, tensors.end());
+      EXPECT_TRUE(bytes == TensorBytes(*it)) << t.name;
+    }
+  }
+}
+
+// A read that fails mid-pack stops it: the first failing frame's error (the same for any
+// thread count), every worker joined, the failing shard and those after it not written and
+// no .part left; the shards before it are finished.
+TEST_F(PackThreadsTest, ReadErrorStopsThePackCleanly) {
+  std::string first_error;
+  for (size_t threads : {1, 2, 8}) {
+    SCOPED_TRACE(::testing::Message() << "threads " << threads);
+    // Shard 1 reads fine up to its middle, then every read fails as a short file would.
+    auto ckpt = Open(1, [](std::unique_ptr<ByteSource> src) -> std::unique_ptr<ByteSource> {
+      const uint64_t half = src->Size() / 2;
+      return std::make_unique<FaultySource>(std::move(src),
+                                            FaultySource::Faults{.readable_bytes = half});
+    });
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+    std::filesystem::remove_all(dest_);
+    PackOptions options;
+    options.frame_size = 64 << 10;
+    options.threads = threads;
+    const size_t threads_before = ThreadsNow();
+    Status s = PackCheckpoint(*ckpt, dest_, options);
+    EXPECT_EQ(ThreadsNow(), threads_before);
+    ASSERT_EQ(s.code(), Status::Code::kIoError) << s.message();
+    EXPECT_NE(s.message().find("injected short read"), std::string::npos) << s.message();
+    if (first_error.empty()) first_error = s.message();
+    EXPECT_EQ(s.message(), first_error);
+    const std::map<std::string, std::string> files = Contents(dest_);
+    EXPECT_EQ(files.count(ShardName(0) + ".zst"), 1u);
+    for (const auto& [name, bytes] : files) {
+      EXPECT_EQ(name, ShardName(0) + ".zst") << "left behind";
+    }
+  }
 }
 
 }  // namespace
