@@ -106,9 +106,16 @@ ByteRange Readahead::OnRead(uint64_t offset, uint64_t length) {
   stream->last_used = tick_;
   if (end <= stream->next) return {};  // a straggler: already covered
   stream->next = end;
-  stream->window = stream->window == 0 ? std::min(options_.initial_window, options_.max_window)
-                                       : std::min(SaturatingAdd(stream->window, stream->window),
-                                                  options_.max_window);
+  // Grown per window read, not per read: doubling on every (1 MiB) request reached the
+  // maximum window after a few requests, so reading one tensor prefetched tens of MiB
+  // past it (issue 28).
+  if (stream->window == 0) {
+    stream->window = std::min(options_.initial_window, options_.max_window);
+    stream->grown_at = end;
+  } else if (end - stream->grown_at >= stream->window) {
+    stream->window = std::min(SaturatingAdd(stream->window, stream->window), options_.max_window);
+    stream->grown_at = end;
+  }
   const uint64_t begin = std::max(stream->prefetched_until, stream->next);
   const uint64_t stop = std::min(SaturatingAdd(stream->next, stream->window), options_.limit);
   if (stop <= begin) return {};
