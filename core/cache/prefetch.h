@@ -7,17 +7,18 @@
 // (within a slack of one FUSE request, because the kernel's requests reach worker threads
 // slightly out of order) continues it. The first continuing read starts prefetching with
 // the initial window; each further one asks for the bytes from where the stream's last
-// request ended up to the reader's position plus the window, so nothing is requested twice,
-// a steady reader keeps a full window in flight, and never more than one window is ahead
-// of it. The window doubles, up to a maximum, only once the reader has read a whole window
-// since it last grew: prefetch never runs further ahead than the reader has already shown
-// it reads (beyond the initial window), so a reader that stops after one tensor leaves at
-// most one window of wasted work behind. A read that continues no stream is a seek: it claims the least recently used
-// stream slot and prefetches nothing, since a single read is not a pattern. A random
-// reader therefore never triggers readahead, a reader that seeks starts again from the
-// small window, and several readers interleaving on one source (up to `streams`) each
-// keep their own stream and window. Reads slightly behind a stream (stragglers of its own
-// out-of-order requests) belong to it but neither advance it nor prefetch.
+// request ended up to the reader's position plus the window, so nothing is requested
+// twice, a steady reader keeps a full window in flight, and never more than one window
+// is ahead of it. The window doubles, up to a maximum, once the reader has read twice the
+// window since the stream began: it never exceeds what the reader has read (beyond the
+// initial window), so a reader that stops after one tensor leaves at most one window,
+// no larger than that tensor or the initial window, of wasted work. A read that
+// continues no stream is a seek: it claims the least recently used stream slot and
+// prefetches nothing, since a single read is not a pattern. A random reader therefore
+// never triggers readahead, a reader that seeks starts again from the small window, and
+// several readers interleaving on one source (up to `streams`) each keep their own
+// stream and window. Reads slightly behind a stream (stragglers of its own out-of-order
+// requests) belong to it but neither advance it nor prefetch.
 //
 // Readahead only speaks byte ranges: the caller maps them to blocks, skips blocks the
 // cache already holds or is loading, and hands the rest to a ThreadPool. Prefetch is best
@@ -133,10 +134,10 @@ class Readahead {
  private:
   struct Stream {
     bool active = false;
+    uint64_t start = 0;             // where the reader began: it has read [start, next)
     uint64_t next = 0;              // where the reader should read next: the furthest end
     uint64_t prefetched_until = 0;  // end of everything requested for this stream
     uint64_t window = 0;            // 0 until the stream proves sequential
-    uint64_t grown_at = 0;          // `next` when the window was last set
     uint64_t last_used = 0;         // for replacing the least recently used slot
   };
 

@@ -12,6 +12,8 @@
 //   queued task per block however many windows ask for it, at most ReadContext::AheadBudget()
 //   bytes per call; prefetch is best effort (a full queue drops it, and the reader then
 //   loads the block itself);
+// - accounting: a queued load is charged to the WorkCounters of the thread that queued it
+//   (current_work_counters, read_context.h);
 // - recycling: a block whose every byte has been handed out is marked consumed, so a reader
 //   streaming through a source recycles its own blocks first (BlockCache::MarkConsumed).
 //

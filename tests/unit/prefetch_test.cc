@@ -180,25 +180,22 @@ TEST(ReadaheadTest, SingleReadIsNotAPattern) {
   EXPECT_TRUE(ra.OnRead(0, 0).empty());
 }
 
-// The window doubles once the reader has read a whole window since it last grew, not on
-// every read: prefetch stays at most one window ahead, and no further ahead than the
-// reader has come (beyond the initial window).
-TEST(ReadaheadTest, SequentialWindowsDoublePerWindowRead) {
+// The window doubles once the reader has read twice the window, not on every read:
+// prefetch stays one window ahead, and no further ahead than the reader has come
+// (beyond the initial window).
+TEST(ReadaheadTest, SequentialWindowsGrowWithWhatWasRead) {
   Readahead ra(SmallWindows());
   EXPECT_TRUE(ra.OnRead(0, kMiB).empty());
   EXPECT_EQ(ra.OnRead(1 * kMiB, kMiB), (ByteRange{2 * kMiB, 6 * kMiB}));  // window 4
   EXPECT_EQ(ra.OnRead(2 * kMiB, kMiB), (ByteRange{6 * kMiB, 7 * kMiB}));  // still 4
-  EXPECT_EQ(ra.OnRead(3 * kMiB, kMiB), (ByteRange{7 * kMiB, 8 * kMiB}));
-  EXPECT_EQ(ra.OnRead(4 * kMiB, kMiB), (ByteRange{8 * kMiB, 9 * kMiB}));
-  // 4 MiB read since the window was set: it doubles.
-  EXPECT_EQ(ra.OnRead(5 * kMiB, kMiB), (ByteRange{9 * kMiB, 14 * kMiB}));  // window 8
-  for (uint64_t i = 6; i < 13; ++i) {
-    EXPECT_EQ(ra.OnRead(i * kMiB, kMiB), (ByteRange{(i + 8) * kMiB, (i + 9) * kMiB})) << i;
+  uint64_t window = 4 * kMiB, requested = 7 * kMiB;
+  for (uint64_t i = 3; i < 40; ++i) {
+    const uint64_t end = (i + 1) * kMiB;
+    if (end >= 2 * window) window = std::min(2 * window, 16 * kMiB);  // 8 at 8, 16 at 16
+    EXPECT_EQ(ra.OnRead(i * kMiB, kMiB), (ByteRange{requested, end + window})) << i;
+    requested = end + window;
   }
-  EXPECT_EQ(ra.OnRead(13 * kMiB, kMiB), (ByteRange{22 * kMiB, 30 * kMiB}));  // window 16
-  for (uint64_t i = 14; i < 40; ++i) {  // capped at 16
-    EXPECT_EQ(ra.OnRead(i * kMiB, kMiB), (ByteRange{(i + 16) * kMiB, (i + 17) * kMiB})) << i;
-  }
+  EXPECT_EQ(window, 16 * kMiB);
 }
 
 // Issue 28: a reader that reads one tensor sequentially and stops is never more than one
@@ -254,8 +251,8 @@ TEST(ReadaheadTest, ReadsOutOfOrderWithinSlackStaySequential) {
   // The straggler belongs to the stream: nothing new, and no reset.
   EXPECT_TRUE(ra.OnRead(2 * kMiB, kMiB).empty());
   EXPECT_EQ(ra.OnRead(4 * kMiB, kMiB), (ByteRange{8 * kMiB, 9 * kMiB}));
-  EXPECT_EQ(ra.OnRead(6 * kMiB, kMiB), (ByteRange{9 * kMiB, 15 * kMiB}));  // window 8
-  EXPECT_EQ(ra.OnRead(7 * kMiB, kMiB), (ByteRange{15 * kMiB, 16 * kMiB}));
+  EXPECT_EQ(ra.OnRead(6 * kMiB, kMiB), (ByteRange{9 * kMiB, 11 * kMiB}));
+  EXPECT_EQ(ra.OnRead(7 * kMiB, kMiB), (ByteRange{11 * kMiB, 16 * kMiB}));  // window 8
   // A straggler a few requests late still is one.
   EXPECT_TRUE(ra.OnRead(5 * kMiB, kMiB).empty());
   EXPECT_EQ(ra.OnRead(8 * kMiB, kMiB), (ByteRange{16 * kMiB, 17 * kMiB}));
@@ -297,13 +294,13 @@ TEST(ReadaheadTest, InterleavedStreamsKeepTheirOwnWindows) {
   // A random read in between touches neither stream.
   EXPECT_TRUE(ra.OnRead(5 * kGiB, kMiB).empty());
   EXPECT_EQ(ra.OnRead(b + 2 * kMiB, kMiB), (ByteRange{b + 6 * kMiB, b + 7 * kMiB}));
-  for (uint64_t i = 3; i < 5; ++i) {
+  for (uint64_t i = 3; i < 7; ++i) {
     EXPECT_EQ(ra.OnRead(a + i * kMiB, kMiB), (ByteRange{a + (i + 4) * kMiB, a + (i + 5) * kMiB}));
     EXPECT_EQ(ra.OnRead(b + i * kMiB, kMiB), (ByteRange{b + (i + 4) * kMiB, b + (i + 5) * kMiB}));
   }
-  // Each has read its first window: each doubles its own.
-  EXPECT_EQ(ra.OnRead(a + 5 * kMiB, kMiB), (ByteRange{a + 9 * kMiB, a + 14 * kMiB}));
-  EXPECT_EQ(ra.OnRead(b + 5 * kMiB, kMiB), (ByteRange{b + 9 * kMiB, b + 14 * kMiB}));
+  // Each has read twice its first window: each doubles its own.
+  EXPECT_EQ(ra.OnRead(a + 7 * kMiB, kMiB), (ByteRange{a + 11 * kMiB, a + 16 * kMiB}));
+  EXPECT_EQ(ra.OnRead(b + 7 * kMiB, kMiB), (ByteRange{b + 11 * kMiB, b + 16 * kMiB}));
 }
 
 TEST(ReadaheadTest, NewStreamsReplaceTheLeastRecentlyUsed) {
