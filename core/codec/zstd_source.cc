@@ -237,11 +237,18 @@ void ZstdSource::Prefetch(uint64_t offset, uint64_t length) const {
   if (!frames_ || length == 0 || offset >= Size()) return;
   const uint64_t end = std::min(Size(), offset + length);
   // The compressed bytes of those frames first, so the disk (or server) reads them while
-  // the workers decode earlier frames, instead of each decode waiting on its own reads.
-  const Frame& first = index_.frames[index_.FrameAt(offset)];
-  const Frame& last = index_.frames[index_.FrameAt(end - 1)];
-  compressed_->Prefetch(first.compressed_offset,
-                        last.compressed_offset + last.compressed_size - first.compressed_offset);
+  // the workers decode earlier frames, instead of each decode waiting on its own reads;
+  // not those of frames at either end already decoded (or decoding): a remote shard would
+  // fetch them for nothing.
+  size_t first = index_.FrameAt(offset), last = index_.FrameAt(end - 1);
+  while (first < last && frames_->Holds(first)) ++first;
+  while (last > first && frames_->Holds(last)) --last;
+  if (!frames_->Holds(first)) {
+    const Frame& a = index_.frames[first];
+    const Frame& b = index_.frames[last];
+    compressed_->Prefetch(a.compressed_offset,
+                          b.compressed_offset + b.compressed_size - a.compressed_offset);
+  }
   frames_->Schedule(offset, end);
 }
 

@@ -58,6 +58,10 @@ void CachedBlocks::Queue(uint64_t begin, uint64_t end, bool ahead) const {
   }
 }
 
+bool CachedBlocks::Holds(size_t block) const {
+  return context_.cache().ContainsOrLoading(BlockKey{cache_id_, block});
+}
+
 Status CachedBlocks::ForEach(
     uint64_t offset, uint64_t length,
     const std::function<void(BlockCache::Handle&, std::span<const uint8_t>)>& fn) const {
