@@ -98,17 +98,28 @@ ByteRange Readahead::OnRead(uint64_t offset, uint64_t length) {
     Stream* slot = &*std::min_element(
         streams_.begin(), streams_.end(),
         [](const Stream& a, const Stream& b) { return a.last_used < b.last_used; });
-    *slot = Stream{
-        .active = true, .next = end, .prefetched_until = end, .window = 0, .last_used = tick_};
+    *slot = Stream{.active = true,
+                   .start = offset,
+                   .next = end,
+                   .prefetched_until = end,
+                   .window = 0,
+                   .last_used = tick_};
     return {};
   }
 
   stream->last_used = tick_;
   if (end <= stream->next) return {};  // a straggler: already covered
   stream->next = end;
-  stream->window = stream->window == 0 ? std::min(options_.initial_window, options_.max_window)
-                                       : std::min(SaturatingAdd(stream->window, stream->window),
-                                                  options_.max_window);
+  // Grown with what the reader has read, not per read: doubling on every (1 MiB) request
+  // reached the maximum window after a few requests, so reading one tensor prefetched tens
+  // of MiB past it (issue 28). Now the window is never more than the stream has read
+  // (beyond the initial window).
+  if (stream->window == 0) {
+    stream->window = std::min(options_.initial_window, options_.max_window);
+  } else if (stream->window < options_.max_window &&
+             end - stream->start >= SaturatingAdd(stream->window, stream->window)) {
+    stream->window = std::min(stream->window * 2, options_.max_window);
+  }
   const uint64_t begin = std::max(stream->prefetched_until, stream->next);
   const uint64_t stop = std::min(SaturatingAdd(stream->next, stream->window), options_.limit);
   if (stop <= begin) return {};

@@ -6,15 +6,19 @@
 // has already been requested, and a window. A read that starts where a stream expects
 // (within a slack of one FUSE request, because the kernel's requests reach worker threads
 // slightly out of order) continues it. The first continuing read starts prefetching with
-// the initial window; every further one doubles the window, up to a maximum, and asks for
-// the bytes from where the stream's last request ended up to the reader's position plus
-// the window, so nothing is requested twice and a steady reader keeps a full window in
-// flight. A read that continues no stream is a seek: it claims the least recently used
-// stream slot and prefetches nothing, since a single read is not a pattern. A random
-// reader therefore never triggers readahead, a reader that seeks starts again from the
-// small window, and several readers interleaving on one source (up to `streams`) each
-// keep their own stream and window. Reads slightly behind a stream (stragglers of its own
-// out-of-order requests) belong to it but neither advance it nor prefetch.
+// the initial window; each further one asks for the bytes from where the stream's last
+// request ended up to the reader's position plus the window, so nothing is requested
+// twice, a steady reader keeps a full window in flight, and never more than one window
+// is ahead of it. The window doubles, up to a maximum, once the reader has read twice the
+// window since the stream began: it never exceeds what the reader has read (beyond the
+// initial window), so a reader that stops after one tensor leaves at most one window,
+// no larger than that tensor or the initial window, of wasted work. A read that
+// continues no stream is a seek: it claims the least recently used stream slot and
+// prefetches nothing, since a single read is not a pattern. A random reader therefore
+// never triggers readahead, a reader that seeks starts again from the small window, and
+// several readers interleaving on one source (up to `streams`) each keep their own
+// stream and window. Reads slightly behind a stream (stragglers of its own out-of-order
+// requests) belong to it but neither advance it nor prefetch.
 //
 // Readahead only speaks byte ranges: the caller maps them to blocks, skips blocks the
 // cache already holds or is loading, and hands the rest to a ThreadPool. Prefetch is best
@@ -123,12 +127,14 @@ class Readahead {
 
   // Records a read of [offset, offset + length) and returns the bytes to prefetch next:
   // empty unless the read continues a sequential stream. Ranges returned for one stream
-  // never overlap each other.
+  // never overlap each other, and never reach more than the stream's window past the end
+  // of the read: at most one window is ever requested ahead of a reader.
   ByteRange OnRead(uint64_t offset, uint64_t length);
 
  private:
   struct Stream {
     bool active = false;
+    uint64_t start = 0;             // where the reader began: it has read [start, next)
     uint64_t next = 0;              // where the reader should read next: the furthest end
     uint64_t prefetched_until = 0;  // end of everything requested for this stream
     uint64_t window = 0;            // 0 until the stream proves sequential

@@ -45,6 +45,41 @@ namespace ckptfs {
 
 class DiskCache;
 
+// Work done on behalf of one kind of read (a view of a mount: stats.json "views"): the
+// decodes and fetches its reads caused, the prefetches they started included. Relaxed
+// atomics, bumped where the work is done.
+struct WorkCounters {
+  std::atomic<uint64_t> bytes_decoded{0};          // frames decoded
+  std::atomic<uint64_t> compressed_bytes_read{0};  // their compressed bytes
+  std::atomic<uint64_t> remote_bytes_fetched{0};   // bytes received from servers
+};
+
+// The counters the calling thread's work is charged to, or null (work for no read: a
+// mount's header reads, `verify`). Set for the length of a read by ScopedWorkCounters;
+// CachedBlocks hands it on to the loads it queues, so work a read starts on the workers
+// is charged to it too. A plain thread-local pointer: nothing on the read path locks or
+// allocates for it. The counters must outlive the loads queued while they were set (a
+// Volume's do: it drains the workers before they go).
+inline thread_local WorkCounters* current_work_counters = nullptr;
+
+class ScopedWorkCounters {
+ public:
+  explicit ScopedWorkCounters(WorkCounters* counters) : saved_(current_work_counters) {
+    current_work_counters = counters;
+  }
+  ~ScopedWorkCounters() { current_work_counters = saved_; }
+  ScopedWorkCounters(const ScopedWorkCounters&) = delete;
+  ScopedWorkCounters& operator=(const ScopedWorkCounters&) = delete;
+
+ private:
+  WorkCounters* saved_;
+};
+
+// Adds `n` to `member` of the current work counters, if any.
+inline void ChargeWork(std::atomic<uint64_t> WorkCounters::*member, uint64_t n) {
+  if (WorkCounters* c = current_work_counters) (c->*member).fetch_add(n, std::memory_order_relaxed);
+}
+
 struct ReadOptions {
   uint64_t cache_bytes = 512ull << 20;
   PrefetchSettings prefetch = {};

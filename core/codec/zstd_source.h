@@ -3,9 +3,12 @@
 // Frames up to kMaxCachedFrame are decoded on demand, one frame per cache block, through
 // CachedBlocks (core/source/cached_blocks.h): a read decodes only the frames it touches,
 // each at most once while it stays cached, several readers of one frame share one decode,
-// and a read spanning two frames decodes them on two cores. Prefetch() decodes frames
+// and a read spanning two frames decodes them on two cores. A frame's decode reads exactly
+// its compressed bytes (asking the compressed source to prefetch them, then taking them as
+// lent spans where it lends: no readahead past the frame). Prefetch() decodes frames
 // ahead on the context's decode workers; the volume calls it for sequential readers and
-// for the rest of a tensor whose start was read (see Volume::Read).
+// for the rest of a tensor whose start was read (see Volume::Read). Each decode is charged
+// to the thread's WorkCounters (read_context.h) as well as the context's counters.
 //
 // A shard with any frame larger than MaxCachedFrame(cache capacity) (a quarter of the
 // cache, at most 64 MiB: single-frame zstd as the `zstd` command writes it, or frames too

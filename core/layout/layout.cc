@@ -222,6 +222,7 @@ Layout Layout::Build(const Checkpoint& ckpt, ReadContext* context) {
     layout.views_.push_back(entry.make(ckpt));
     view_names.push_back(layout.views_.back()->RootName());
   }
+  layout.view_roots_ = view_names;
   // Plans need only the checkpoint: they run at once, beside the laying out (at a
   // million tensors the merged header, the torch zip's size and tensors/ each take most
   // of a second). The laying out is the last task: every plan is taken before it, so its

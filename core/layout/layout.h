@@ -171,6 +171,9 @@ class Layout {
   const std::vector<std::string>& hidden() const { return hidden_; }
   // Tensors some view leaves out, and why, for log lines at mount.
   const std::vector<std::string>& notes() const { return notes_; }
+  // The root entry of each view, in the view table's order (views/views.h); a view that
+  // had nothing to show has no node by its name.
+  const std::vector<std::string>& view_roots() const { return view_roots_; }
 
  private:
   friend class LayoutBuilder;
@@ -197,6 +200,7 @@ class Layout {
   std::vector<std::unique_ptr<ByteSource>> owned_sources_;
   std::vector<const ExtentMaker*> makers_;
   std::vector<std::unique_ptr<View>> views_;
+  std::vector<std::string> view_roots_;
   // MTime's inputs: the mtime of each stored source, the nodes showing one stored file
   // unchanged as (inode, source) in inode order, the newest shard's and the directories'.
   std::vector<struct timespec> source_mtimes_;

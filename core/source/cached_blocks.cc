@@ -46,9 +46,20 @@ void CachedBlocks::Queue(uint64_t begin, uint64_t end, bool ahead) const {
     auto unqueue = std::shared_ptr<void>(
         nullptr, [this, b](void*) { queued_[b].store(false, std::memory_order_release); });
     // A failure is the reader's to report when it loads the block itself.
-    if (!context_.TrySubmit(workers_, [this, b, unqueue] { (void)Get(b); })) return;
+    // The load is charged to the read that asked for it (stats.json "views").
+    WorkCounters* counters = current_work_counters;
+    if (!context_.TrySubmit(workers_, [this, b, unqueue, counters] {
+          ScopedWorkCounters charge(counters);
+          (void)Get(b);
+        })) {
+      return;
+    }
     if (ahead) counter.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+bool CachedBlocks::Holds(size_t block) const {
+  return context_.cache().ContainsOrLoading(BlockKey{cache_id_, block});
 }
 
 Status CachedBlocks::ForEach(

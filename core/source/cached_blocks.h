@@ -12,6 +12,8 @@
 //   queued task per block however many windows ask for it, at most ReadContext::AheadBudget()
 //   bytes per call; prefetch is best effort (a full queue drops it, and the reader then
 //   loads the block itself);
+// - accounting: a queued load is charged to the WorkCounters of the thread that queued it
+//   (current_work_counters, read_context.h);
 // - recycling: a block whose every byte has been handed out is marked consumed, so a reader
 //   streaming through a source recycles its own blocks first (BlockCache::MarkConsumed).
 //
@@ -67,6 +69,8 @@ class CachedBlocks {
   // nor loading nor queued, from the first on, until AheadBudget() bytes or a full queue;
   // counted in the context's prefetches (kDecode) or remote_prefetches (kFetch).
   void Schedule(uint64_t begin, uint64_t end) const { Queue(begin, end, true); }
+  // Whether block `block` is cached or being loaded (a hint: it may be evicted at once).
+  bool Holds(size_t block) const;
   // Calls `fn(block, bytes)` for each block overlapping [offset, offset + length), in
   // order, with the bytes of the block inside the range. The caller checks the range.
   Status ForEach(

@@ -66,6 +66,7 @@ Status RemoteSource::LoadBlock(size_t block, std::span<uint8_t> out, bool* from_
   ClearTimeouts(block);
   context_.remote_requests.fetch_add(1, std::memory_order_relaxed);
   context_.remote_bytes_fetched.fetch_add(out.size(), std::memory_order_relaxed);
+  ChargeWork(&WorkCounters::remote_bytes_fetched, out.size());
   return Status::Ok();
 }
 

@@ -22,9 +22,13 @@
 // a sequential reader's window (see Readahead) is in flight while it copies. A read that
 // spans several missing blocks queues all but the first before fetching the first itself
 // (CachedBlocks).
-// ReadAt callers once serving (a ZstdSource decoding frames, `verify`, `pack`) feed a
-// Readahead of the source's own, so streaming through it fetches ahead too; FUSE reads
-// come through Lend and the volume's per-file readahead instead.
+// ReadAt callers once serving (a ZstdSource decoding a shard whole, `verify` or `pack` of
+// a plain shard) feed a Readahead of the source's own, so streaming through it fetches
+// ahead too. FUSE reads come through Lend and the volume's per-file readahead instead, and
+// so do a ZstdSource's frame decodes (lent reads of exactly their frame's bytes, asked for
+// with Prefetch first): the frames a read needs are known, and a readahead fed by their
+// chunks ran a whole window past them. So the bytes fetched for one frame are its
+// compressed bytes rounded out to whole blocks: less than kBlockSize more at each end.
 // Prefetch never asks for more than ReadContext::AheadBudget() at once, and the fetch
 // queue is bounded: a slow server means waiting, never unbounded memory.
 //

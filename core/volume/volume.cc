@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -116,6 +117,29 @@ nlohmann::json ZipCrcJson(const ZipCrcStatus& status, const BackgroundCrcPass* p
 }
 
 }  // namespace
+
+void Volume::IndexViews() {
+  view_names_ = layout_.view_roots();
+  view_names_.emplace_back(kOtherView);
+  view_counters_ = std::make_unique<ViewCounters[]>(view_names_.size());
+  const auto other = static_cast<uint8_t>(std::min<size_t>(view_names_.size() - 1, 255));
+  view_of_.assign(layout_.node_count() + 1, other);
+  // A node belongs to the view whose root entry it is under; nodes are few hops deep.
+  for (uint64_t ino = Layout::kRoot + 1; ino < view_of_.size(); ++ino) {
+    uint64_t top = ino;
+    for (const Node* n = layout_.Find(top); n && n->parent > Layout::kRoot; n = layout_.Find(top)) {
+      top = n->parent;
+    }
+    const Node* root_entry = layout_.Find(top);
+    if (!root_entry) continue;
+    for (size_t v = 0; v + 1 < view_names_.size() && v < other; ++v) {
+      if (root_entry->name() == view_names_[v]) {
+        view_of_[ino] = static_cast<uint8_t>(v);
+        break;
+      }
+    }
+  }
+}
 
 std::unique_ptr<Readahead> Volume::NewReadahead(uint64_t ino) const {
   const Node* node = layout_.Find(ino);
@@ -248,12 +272,18 @@ Status Volume::Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* rea
                     const ReplyLimits& limits, std::vector<uint8_t>& buffer, Gathered* out) const {
   thread_local std::vector<ReadPiece> plan;  // reused: its capacity stays with the thread
   const auto started = std::chrono::steady_clock::now();
+  // Decodes and fetches done for this read, and the prefetches it starts, count for its view.
+  ViewCounters* view = ViewOf(ino);
+  ScopedWorkCounters charge(view);
   CKPTFS_RETURN_IF_ERROR(PlanRead(ino, offset, size, &plan, readahead));
   Stats::Add(stats_.reads, 1);
   Stats::Add(stats_.reads_by_size[Stats::SizeClass(size)], 1);
-  for (const ReadPiece& p : plan) Stats::Add(stats_.bytes_read, p.length);
+  uint64_t total = 0;
+  for (const ReadPiece& p : plan) total += p.length;
+  Stats::Add(stats_.bytes_read, total);
   Status s = Gather(plan, limits.descriptors, buffer, out);
   plan.clear();
+  if (s.ok() && view) Stats::Add(view->bytes_served, total);
   // writev takes at most IOV_MAX pieces, and a reply the kernel refuses leaves its reader
   // waiting forever: a read across many tiny tensors (a thousand small records in 1 MiB of
   // pytorch_model.bin) goes out as one copied piece instead.
@@ -363,6 +393,19 @@ std::string Volume::StatsJson() const {
                          {"write_errors", d.write_errors}};
     }
   }
+  // Per view: bytes served against the work done for them shows read amplification.
+  nlohmann::json views = nlohmann::json::object();
+  for (size_t v = 0; v < view_names_.size(); ++v) {
+    const bool last = v + 1 == view_names_.size();
+    if (!last && layout_.Lookup(Layout::kRoot, view_names_[v]) == 0) continue;  // shows nothing
+    const ViewCounters& c = view_counters_[v];
+    nlohmann::json entry = {{"bytes_served", load(c.bytes_served)},
+                            {"bytes_decoded", load(c.bytes_decoded)},
+                            {"compressed_bytes_read", load(c.compressed_bytes_read)}};
+    if (ckpt_.remote) entry["bytes_fetched"] = load(c.remote_bytes_fetched);
+    views[view_names_[v]] = std::move(entry);
+  }
+  j["views"] = std::move(views);
   j["zip_crc"] = ZipCrcJson(zip_crcs_, crc_pass_.get());
   const BlockCache::Counters c = context_->cache().counters();
   j["cache"] = {{"capacity_bytes", c.capacity_bytes},

@@ -16,6 +16,7 @@
 // threads.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <span>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "core/cache/prefetch.h"
+#include "core/cache/read_context.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/crc/zip_crc.h"
 #include "core/layout/layout.h"
@@ -119,6 +121,22 @@ class Volume {
   // The current contents of /.ckptfs/stats.json.
   std::string StatsJson() const;
 
+  // What the reads of one view cost (stats.json "views"): bytes served, and the decodes
+  // and fetches done for them, the prefetches they started included. A view is a root
+  // entry of the view table (model.safetensors, tensors, shards...); SOURCE's own files
+  // at the root are one more, kOtherView.
+  struct ViewCounters : WorkCounters {
+    std::atomic<uint64_t> bytes_served{0};
+  };
+  static constexpr char kOtherView[] = "other";
+  // The counters of the view file `ino` belongs to; null for no such inode.
+  ViewCounters* ViewOf(uint64_t ino) const {
+    return ino < view_of_.size() ? &view_counters_[view_of_[ino]] : nullptr;
+  }
+  // The views' names, as ViewOf's counters are indexed.
+  const std::vector<std::string>& view_names() const { return view_names_; }
+  const ViewCounters& view_counters(size_t i) const { return view_counters_[i]; }
+
   // What is known of pytorch_model.bin's zip CRCs at mount.
   const ZipCrcStatus& zip_crcs() const { return zip_crcs_; }
   // If the CRCs are pending, computes them on a background thread of idle priority and
@@ -142,7 +160,11 @@ class Volume {
       : context_(std::move(context)),
         context_use_(use),
         ckpt_(std::move(ckpt)),
-        layout_(Layout::Build(ckpt_, context_.get())) {}
+        layout_(Layout::Build(ckpt_, context_.get())) {
+    IndexViews();
+  }
+  // Fills view_names_, view_counters_ and view_of_ from the layout.
+  void IndexViews();
 
   std::shared_ptr<ReadContext> context_;  // first: outlives the sources that use it
   ContextUse context_use_;
@@ -152,6 +174,11 @@ class Volume {
   ZipCrcStatus zip_crcs_;
   CrcStore crc_store_{""};
   std::unique_ptr<BackgroundCrcPass> crc_pass_;  // reads ckpt_: stopped first
+  // Per-view accounting. Loads queued for a read point at its view's counters: they die
+  // after the destructor has drained the context's workers.
+  std::vector<std::string> view_names_;
+  std::unique_ptr<ViewCounters[]> view_counters_;
+  std::vector<uint8_t> view_of_;  // by inode: index into view_counters_
 };
 
 }  // namespace ckptfs

@@ -263,6 +263,12 @@ print(f"max_ms={1000 * lat[-1]:.1f}")
 print(f"tensor_mib={requested / len(lat) / 1048576:.1f}")
 print(f"requested={requested}")
 print(f"decoded={dec}")
+if mode == "ckptfs":
+    # The mount's own per-view account (stats.json views), prefetch included.
+    with open(os.path.join(root, ".ckptfs", "stats.json")) as f:
+        view = json.load(f).get("views", {}).get("tensors", {})
+    print(f"view_served={view.get('bytes_served', 0)}")
+    print(f"view_decoded={view.get('bytes_decoded', 0)}")
 print(f"within={within}")
 print(f"worst_excess_frames={worst:.2f}")
 EOF
@@ -429,6 +435,8 @@ zstd_report() {
   echo "| ckptfs decoding on those reads (stats.json bytes_decompressed) | value | target | result |"
   echo "|---|---:|---|---|"
   echo "| bytes decoded / bytes requested, all reads | ${ratio} | - | - |"
+  view_ratio=$(awk -v d="${RR_CKPTFS[view_decoded]:-0}" -v r="${RR_CKPTFS[view_served]:-0}" 'BEGIN{printf "%.3f", (r > 0 ? d/r : 0)}')
+  echo "| tensors/ view: bytes decoded / bytes served (stats.json views) | ${view_ratio} | - | - |"
   echo "| reads decoding <= requested + 2 frames | ${RR_CKPTFS[within]} of ${RR_CKPTFS[count]} (worst: requested + ${RR_CKPTFS[worst_excess_frames]} frames) | all | $excess_ok |"
   echo
   rss_cap_mib=$(mib "$(size_to_bytes "$RSS_CACHE")")

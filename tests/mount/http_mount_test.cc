@@ -123,6 +123,22 @@ TEST_F(HttpMountTest, MissingObjectIsNotFoundHttp404) {
       << r.Describe();
 }
 
+// Issue 28, no read amplification: a packed checkpoint (`ckptfs pack`, 1 MiB frames) over
+// HTTP; reading one 6 MiB tensor whole fetches at most its frames' compressed bytes plus
+// less than a block at each end, decodes at most its frames, and stats.json's views
+// charge that work to tensors/ (check_packed_amplification.py).
+TEST_F(HttpMountTest, PackedTensorReadFetchesOnlyItsFrames) {
+  const std::string plain = scratch_->Path("plain");
+  ASSERT_NO_FATAL_FAILURE(Generate(
+      plain, {"--kind", "bench", "--total-bytes", "96M", "--tensors", "16", "--shards", "2"}));
+  const std::string packed = www_ + "/packed";
+  const ProcessResult pack = Ckptfs({"pack", plain, packed, "--frame-size", "1M"}, seconds(120));
+  ASSERT_EQ(pack.exit_code, 0) << pack.Describe();
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(Mount(Url("packed/"), mountpoint));
+  EXPECT_TRUE(RunCheck("check_packed_amplification.py", {plain, packed, mountpoint, "--remote"}));
+}
+
 // A shard replaced on the server after mount: reads of it fail (EIO), never mixing
 // bytes of two versions, and the daemon stays up for the rest.
 TEST_F(HttpMountTest, ObjectReplacedAfterMountGivesEio) {

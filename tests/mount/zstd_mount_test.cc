@@ -72,6 +72,20 @@ TEST_F(ZstdMountTest, TensorReadsDecodeOnlyTheirFrames) {
   RunCheck("check_tensor_decoding.py", {plain, mountpoint, std::to_string(1 << 20), "8"});
 }
 
+// Issue 28 locally: reading one tensor of a packed checkpoint decodes at most its frames,
+// and stats.json's views charge it to tensors/ (check_packed_amplification.py).
+TEST_F(ZstdMountTest, PackedTensorReadDecodesOnlyItsFrames) {
+  const std::string plain = scratch_->Path("plain");
+  ASSERT_NO_FATAL_FAILURE(Generate(
+      plain, {"--kind", "bench", "--total-bytes", "96M", "--tensors", "16", "--shards", "2"}));
+  const std::string packed = scratch_->Path("packed");
+  const ProcessResult pack = Ckptfs({"pack", plain, packed, "--frame-size", "1M"}, kPackTimeout);
+  ASSERT_EQ(pack.exit_code, 0) << pack.Describe();
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(Mount(packed, mountpoint));
+  EXPECT_TRUE(RunCheck("check_packed_amplification.py", {plain, packed, mountpoint}));
+}
+
 // Multi-frame shards whose frames lack Frame_Content_Size: ckptfs may require content
 // sizes (then mount refuses: exit 2, one line naming a shard) or compute them once at
 // mount (then the mount is sound).

@@ -180,14 +180,44 @@ TEST(ReadaheadTest, SingleReadIsNotAPattern) {
   EXPECT_TRUE(ra.OnRead(0, 0).empty());
 }
 
-TEST(ReadaheadTest, SequentialWindowsDoubleUpToTheMaximum) {
+// The window doubles once the reader has read twice the window, not on every read:
+// prefetch stays one window ahead, and no further ahead than the reader has come
+// (beyond the initial window).
+TEST(ReadaheadTest, SequentialWindowsGrowWithWhatWasRead) {
   Readahead ra(SmallWindows());
   EXPECT_TRUE(ra.OnRead(0, kMiB).empty());
-  EXPECT_EQ(ra.OnRead(1 * kMiB, kMiB), (ByteRange{2 * kMiB, 6 * kMiB}));    // window 4
-  EXPECT_EQ(ra.OnRead(2 * kMiB, kMiB), (ByteRange{6 * kMiB, 11 * kMiB}));   // window 8
-  EXPECT_EQ(ra.OnRead(3 * kMiB, kMiB), (ByteRange{11 * kMiB, 20 * kMiB}));  // window 16
-  EXPECT_EQ(ra.OnRead(4 * kMiB, kMiB), (ByteRange{20 * kMiB, 21 * kMiB}));  // capped
-  EXPECT_EQ(ra.OnRead(5 * kMiB, kMiB), (ByteRange{21 * kMiB, 22 * kMiB}));
+  EXPECT_EQ(ra.OnRead(1 * kMiB, kMiB), (ByteRange{2 * kMiB, 6 * kMiB}));  // window 4
+  EXPECT_EQ(ra.OnRead(2 * kMiB, kMiB), (ByteRange{6 * kMiB, 7 * kMiB}));  // still 4
+  uint64_t window = 4 * kMiB, requested = 7 * kMiB;
+  for (uint64_t i = 3; i < 40; ++i) {
+    const uint64_t end = (i + 1) * kMiB;
+    if (end >= 2 * window) window = std::min(2 * window, 16 * kMiB);  // 8 at 8, 16 at 16
+    EXPECT_EQ(ra.OnRead(i * kMiB, kMiB), (ByteRange{requested, end + window})) << i;
+    requested = end + window;
+  }
+  EXPECT_EQ(window, 16 * kMiB);
+}
+
+// Issue 28: a reader that reads one tensor sequentially and stops is never more than one
+// window ahead, and that window is at most the initial one or what it has read so far,
+// however small its requests.
+TEST(ReadaheadTest, OneTensorReadLeavesAtMostOneWindowAhead) {
+  for (const uint64_t request : {uint64_t{128} << 10, kMiB}) {
+    Readahead::Options o = SmallWindows();
+    o.max_window = 64 * kMiB;
+    Readahead ra(o);
+    const uint64_t tensor_begin = 40 * kMiB, tensor_end = tensor_begin + 5591040;
+    uint64_t requested_until = 0;
+    for (uint64_t at = tensor_begin; at < tensor_end; at += request) {
+      const uint64_t read_end = std::min(at + request, tensor_end);
+      const ByteRange r = ra.OnRead(at, read_end - at);
+      if (r.empty()) continue;
+      requested_until = r.end;
+      EXPECT_LE(r.end - read_end, std::max(o.initial_window, read_end - tensor_begin)) << at;
+    }
+    EXPECT_GT(requested_until, tensor_end) << "a sequential reader gets a window";
+    EXPECT_LE(requested_until, tensor_end + 2 * o.initial_window) << "request " << request;
+  }
 }
 
 TEST(ReadaheadTest, LongSequentialRunNeverRequestsTwice) {
@@ -217,15 +247,15 @@ TEST(ReadaheadTest, ReadsOutOfOrderWithinSlackStaySequential) {
   EXPECT_TRUE(ra.OnRead(0, kMiB).empty());
   EXPECT_EQ(ra.OnRead(1 * kMiB, kMiB), (ByteRange{2 * kMiB, 6 * kMiB}));
   // [3M, 4M) overtakes [2M, 3M): one request ahead is still the same reader.
-  EXPECT_EQ(ra.OnRead(3 * kMiB, kMiB), (ByteRange{6 * kMiB, 12 * kMiB}));
+  EXPECT_EQ(ra.OnRead(3 * kMiB, kMiB), (ByteRange{6 * kMiB, 8 * kMiB}));
   // The straggler belongs to the stream: nothing new, and no reset.
   EXPECT_TRUE(ra.OnRead(2 * kMiB, kMiB).empty());
-  EXPECT_EQ(ra.OnRead(4 * kMiB, kMiB), (ByteRange{12 * kMiB, 21 * kMiB}));  // window 16
+  EXPECT_EQ(ra.OnRead(4 * kMiB, kMiB), (ByteRange{8 * kMiB, 9 * kMiB}));
+  EXPECT_EQ(ra.OnRead(6 * kMiB, kMiB), (ByteRange{9 * kMiB, 11 * kMiB}));
+  EXPECT_EQ(ra.OnRead(7 * kMiB, kMiB), (ByteRange{11 * kMiB, 16 * kMiB}));  // window 8
   // A straggler a few requests late still is one.
-  EXPECT_EQ(ra.OnRead(6 * kMiB, kMiB), (ByteRange{21 * kMiB, 23 * kMiB}));
-  EXPECT_EQ(ra.OnRead(7 * kMiB, kMiB), (ByteRange{23 * kMiB, 24 * kMiB}));
   EXPECT_TRUE(ra.OnRead(5 * kMiB, kMiB).empty());
-  EXPECT_EQ(ra.OnRead(8 * kMiB, kMiB), (ByteRange{24 * kMiB, 25 * kMiB}));
+  EXPECT_EQ(ra.OnRead(8 * kMiB, kMiB), (ByteRange{16 * kMiB, 17 * kMiB}));
   // Two requests ahead is beyond the slack: that is a seek.
   EXPECT_TRUE(ra.OnRead(11 * kMiB, kMiB).empty());
 }
@@ -260,12 +290,17 @@ TEST(ReadaheadTest, InterleavedStreamsKeepTheirOwnWindows) {
   EXPECT_TRUE(ra.OnRead(b, kMiB).empty());
   EXPECT_EQ(ra.OnRead(a + kMiB, kMiB), (ByteRange{a + 2 * kMiB, a + 6 * kMiB}));
   EXPECT_EQ(ra.OnRead(b + kMiB, kMiB), (ByteRange{b + 2 * kMiB, b + 6 * kMiB}));
-  EXPECT_EQ(ra.OnRead(a + 2 * kMiB, kMiB), (ByteRange{a + 6 * kMiB, a + 11 * kMiB}));
+  EXPECT_EQ(ra.OnRead(a + 2 * kMiB, kMiB), (ByteRange{a + 6 * kMiB, a + 7 * kMiB}));
   // A random read in between touches neither stream.
   EXPECT_TRUE(ra.OnRead(5 * kGiB, kMiB).empty());
-  EXPECT_EQ(ra.OnRead(b + 2 * kMiB, kMiB), (ByteRange{b + 6 * kMiB, b + 11 * kMiB}));
-  EXPECT_EQ(ra.OnRead(a + 3 * kMiB, kMiB), (ByteRange{a + 11 * kMiB, a + 20 * kMiB}));
-  EXPECT_EQ(ra.OnRead(b + 3 * kMiB, kMiB), (ByteRange{b + 11 * kMiB, b + 20 * kMiB}));
+  EXPECT_EQ(ra.OnRead(b + 2 * kMiB, kMiB), (ByteRange{b + 6 * kMiB, b + 7 * kMiB}));
+  for (uint64_t i = 3; i < 7; ++i) {
+    EXPECT_EQ(ra.OnRead(a + i * kMiB, kMiB), (ByteRange{a + (i + 4) * kMiB, a + (i + 5) * kMiB}));
+    EXPECT_EQ(ra.OnRead(b + i * kMiB, kMiB), (ByteRange{b + (i + 4) * kMiB, b + (i + 5) * kMiB}));
+  }
+  // Each has read twice its first window: each doubles its own.
+  EXPECT_EQ(ra.OnRead(a + 7 * kMiB, kMiB), (ByteRange{a + 11 * kMiB, a + 16 * kMiB}));
+  EXPECT_EQ(ra.OnRead(b + 7 * kMiB, kMiB), (ByteRange{b + 11 * kMiB, b + 16 * kMiB}));
 }
 
 TEST(ReadaheadTest, NewStreamsReplaceTheLeastRecentlyUsed) {

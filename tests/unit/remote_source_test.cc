@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -14,6 +15,8 @@
 #include <thread>
 
 #include "core/cache/disk_cache.h"
+#include "core/codec/frame_index.h"
+#include "core/codec/zstd_source.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -116,6 +119,156 @@ struct Fixture {
   FakeObject* fake = nullptr;
   std::unique_ptr<RemoteSource> source;
 };
+
+// ---------------------------------------------------------------------------
+// A packed (seekable zstd) shard on a server: ZstdSource over RemoteSource over the fake.
+// Issue 28: reading one tensor decodes only the frames overlapping it and fetches only
+// their compressed bytes, rounded out to whole blocks (less than one block more at each
+// end); a sequential reader gets at most one window ahead.
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+struct Packed {
+  std::string plain, bytes;
+  std::vector<Frame> frames;
+};
+
+// Incompressible bytes in frames of `frame_size`, with a checksummed seek table: the
+// compressed frames straddle the remote blocks.
+Packed Pack(size_t size, size_t frame_size) {
+  Packed p;
+  p.plain = Pattern(size);
+  for (size_t off = 0; off < size; off += frame_size) {
+    const std::string_view chunk = std::string_view(p.plain).substr(off, frame_size);
+    std::string frame(ZSTD_compressBound(chunk.size()), '\0');
+    const size_t n = ZSTD_compress(frame.data(), frame.size(), chunk.data(), chunk.size(), 1);
+    EXPECT_FALSE(ZSTD_isError(n));
+    frame.resize(n);
+    Frame f;
+    f.compressed_offset = p.bytes.size();
+    f.compressed_size = n;
+    f.decoded_offset = off;
+    f.decoded_size = chunk.size();
+    f.checksum = SeekableChecksum({reinterpret_cast<const uint8_t*>(chunk.data()), chunk.size()});
+    p.frames.push_back(f);
+    p.bytes += frame;
+  }
+  p.bytes += BuildSeekTable(p.frames, true);
+  return p;
+}
+
+// The frames overlapping decoded bytes [begin, end): their decoded and compressed bytes.
+std::pair<uint64_t, uint64_t> FramesOver(const Packed& p, uint64_t begin, uint64_t end) {
+  uint64_t decoded = 0, compressed = 0;
+  for (const Frame& f : p.frames) {
+    if (f.decoded_offset < end && begin < f.decoded_offset + f.decoded_size) {
+      decoded += f.decoded_size;
+      compressed += f.compressed_size;
+    }
+  }
+  return {decoded, compressed};
+}
+
+struct PackedFixture {
+  explicit PackedFixture(const Packed& packed)
+      : codec(ReadOptions{.cache_bytes = 512 * kMiB}), fake_bytes(packed.bytes) {
+    auto object = std::make_unique<FakeObject>(packed.bytes);
+    fake = object.get();
+    auto remote = std::make_unique<RemoteSource>(
+        std::move(object), "http://h/s.zst\n\"etag\"\n" + std::to_string(packed.bytes.size()),
+        codec, nullptr, std::chrono::seconds(30));
+    remote->BeginServing();  // mounted: reads from here on are the reader's
+    auto opened = ZstdSource::Open(std::move(remote), codec);
+    EXPECT_TRUE(opened.ok()) << opened.status().message();
+    if (opened.ok()) zstd = std::move(opened).value();
+    opening_bytes = fake->bytes_served();  // the seek table
+    codec.StartWorkers();
+  }
+  ~PackedFixture() { codec.Shutdown(); }
+
+  // Waits until the fetch and decode workers have been idle for a while.
+  void Settle() {
+    uint64_t last = UINT64_MAX;
+    for (int i = 0; i < 100; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      const uint64_t now = codec.bytes_decoded.load() + fake->bytes_served();
+      if (now == last) return;
+      last = now;
+    }
+  }
+  uint64_t Fetched() const { return fake->bytes_served() - opening_bytes; }
+
+  ReadContext codec;
+  std::string fake_bytes;
+  FakeObject* fake = nullptr;
+  std::unique_ptr<ZstdSource> zstd;
+  uint64_t opening_bytes = 0;
+};
+
+TEST(RemoteSourceTest, PackedTensorReadFetchesAndDecodesOnlyItsFrames) {
+  const Packed packed = Pack(40 * kMiB, 2 * kMiB);
+  PackedFixture fx(packed);
+  ASSERT_TRUE(fx.zstd);
+  // A 5.5 MiB tensor in the middle of the shard, read at once (frames 5 to 8).
+  const uint64_t begin = 10 * kMiB + 12345, end = begin + 5591040;
+  std::string out(end - begin, '\0');
+  ASSERT_TRUE(fx.zstd->ReadAt(begin, {reinterpret_cast<uint8_t*>(out.data()), out.size()}).ok());
+  EXPECT_TRUE(out == packed.plain.substr(begin, end - begin));
+  fx.Settle();
+  const auto [decoded, compressed] = FramesOver(packed, begin, end);
+  EXPECT_EQ(fx.codec.bytes_decoded.load(), decoded);
+  EXPECT_EQ(fx.codec.compressed_bytes_read.load(), compressed);
+  // Their compressed bytes, rounded out to the remote blocks holding them.
+  EXPECT_GE(fx.Fetched(), compressed);
+  EXPECT_LE(fx.Fetched(), compressed + 2 * (kBlock - 1));
+  EXPECT_EQ(fx.codec.remote_bytes_fetched.load() - fx.opening_bytes, fx.Fetched());
+}
+
+// A reader walking one tensor in 1 MiB requests, with the readahead a mount gives an open
+// file: once sequential it gets one window ahead (the initial one: it stops before it
+// has read a whole window past the first), not a window grown per request.
+TEST(RemoteSourceTest, PackedSequentialReaderGetsOneWindowAhead) {
+  const Packed packed = Pack(64 * kMiB, 2 * kMiB);
+  PackedFixture fx(packed);
+  ASSERT_TRUE(fx.zstd);
+  const uint64_t window = fx.codec.options().prefetch.initial_window;
+  std::unique_ptr<Readahead> readahead = fx.codec.NewReadahead(fx.zstd->Size(), false);
+  const uint64_t begin = 10 * kMiB + 12345, end = begin + 5591040;
+  std::string out(kMiB, '\0');
+  for (uint64_t at = begin; at < end; at += kMiB) {
+    const uint64_t n = std::min(kMiB, end - at);
+    const ByteRange ahead = readahead->OnRead(at, n);
+    EXPECT_LE(ahead.end, at + n + window);
+    if (!ahead.empty()) fx.zstd->Prefetch(ahead.begin, ahead.size());
+    ASSERT_TRUE(fx.zstd->ReadAt(at, {reinterpret_cast<uint8_t*>(out.data()), n}).ok());
+  }
+  fx.Settle();
+  const auto [decoded, compressed] = FramesOver(packed, begin, end + window);
+  EXPECT_GT(fx.codec.bytes_decoded.load(), FramesOver(packed, begin, end).first)
+      << "a sequential reader gets a window ahead";
+  EXPECT_LE(fx.codec.bytes_decoded.load(), decoded);
+  EXPECT_LE(fx.Fetched(), compressed + 2 * (kBlock - 1));
+}
+
+// Work done for a read is charged to the counters current where the read was made, the
+// loads it queued on the workers included.
+TEST(RemoteSourceTest, PackedReadChargesItsWorkCounters) {
+  const Packed packed = Pack(16 * kMiB, 2 * kMiB);
+  PackedFixture fx(packed);
+  ASSERT_TRUE(fx.zstd);
+  WorkCounters counters;
+  {
+    ScopedWorkCounters charge(&counters);
+    std::string out(3 * kMiB, '\0');
+    ASSERT_TRUE(fx.zstd->ReadAt(kMiB, {reinterpret_cast<uint8_t*>(out.data()), out.size()}).ok());
+  }
+  fx.Settle();
+  EXPECT_EQ(counters.bytes_decoded.load(), fx.codec.bytes_decoded.load());
+  EXPECT_EQ(counters.compressed_bytes_read.load(), fx.codec.compressed_bytes_read.load());
+  EXPECT_EQ(counters.remote_bytes_fetched.load(), fx.Fetched());
+  EXPECT_GT(counters.remote_bytes_fetched.load(), 0u);
+  EXPECT_EQ(current_work_counters, nullptr);
+}
 
 TEST(RemoteSourceTest, WhileOpeningReadsExactlyTheBytesAsked) {
   Fixture f(5 * kBlock);
