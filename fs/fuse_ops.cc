@@ -175,10 +175,13 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
                             {.descriptors = ctx.splice_replies, .max_segments = kMaxReplySegments},
                             copy_buffer, &gathered);
   if (!s.ok()) return ReplyError(req, s);
+  // Once the reply is sent the reader may close the file and its release free `file`: what
+  // is counted after the reply holds the volume itself.
+  const std::shared_ptr<Volume> volume = file.volume;
   const auto started = std::chrono::steady_clock::now();
-  ReplyGathered(req, file.volume.get(), gathered);
-  if (file.volume) {
-    Stats::Add(file.volume->stats().reply_ns,
+  ReplyGathered(req, volume.get(), gathered);
+  if (volume) {
+    Stats::Add(volume->stats().reply_ns,
                static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                          std::chrono::steady_clock::now() - started)
                                          .count()));
