@@ -5,7 +5,7 @@
 # files) and warm. It runs where torch.cuda.is_available() and safetensors imports, and
 # reports why it was skipped otherwise, so one script measures a GPU machine and this one.
 # Sourced by bench.sh (never run on its own): it defines gpu_section and gpu_report, with
-# lib.sh's helpers and the mmap section's data (MZDATA, MZST_FILES) in scope.
+# lib.sh's helpers and the mmap section's packed_data (MZDATA, MZST_FILES) in scope.
 
 gpu_loader() { timeout --kill-after=10 "$READ_TIMEOUT" "$PY" "$REPO/scripts/bench/gpu_load.py" "$@"; }
 
@@ -34,7 +34,7 @@ GPURATIOS=("gpu_merged gpu_shards cached 0.9" "gpu_packed gpu_shards cached 0.9"
 GPUSKIP=''
 
 gpu_section() {
-  local f device
+  local device
   if ! device=$("$PY" -c 'import torch; assert torch.cuda.is_available(); print(torch.cuda.get_device_name(0))' 2>/dev/null); then
     GPUSKIP="torch.cuda.is_available() is False here (or torch is missing)"
     log "gpu: skipped: $GPUSKIP"
@@ -46,10 +46,7 @@ gpu_section() {
     return 0
   fi
   GPUDEVICE=$device
-  MZDATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards-zst-L$LEVEL${FRAME:+-F$FRAME}
-  pack_data "$DATA" "$MZDATA"
-  MZST_FILES=()
-  for f in "${SHARD_FILES[@]}"; do MZST_FILES+=("$MZDATA/${f##*/}.zst"); done
+  packed_data
   log "gpu: ${#GPUCONTENDERS[@]} contenders x {cached,warm} x $REPS reps on $GPUDEVICE"
   sample_rounds "cached warm" "${GPUCONTENDERS[@]}"
 }

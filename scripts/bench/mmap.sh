@@ -62,7 +62,9 @@ print("%d %s %.3f %.3f %d %d %d" % (sum(r["by_size"].values()), r["by_size"]["1M
   MMAPSTATS=$s
 }
 
-mmap_section() {
+# The packed copy of DATA the mmap and gpu sections read (the zstd section's, when it ran):
+# MZDATA and its shards, MZST_FILES.
+packed_data() {
   local f
   MZDATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards-zst-L$LEVEL${FRAME:+-F$FRAME}
   pack_data "$DATA" "$MZDATA"
@@ -71,6 +73,10 @@ mmap_section() {
     [[ -f $MZDATA/${f##*/}.zst ]] || die "$MZDATA/${f##*/}.zst missing: not packed as expected"
     MZST_FILES+=("$MZDATA/${f##*/}.zst")
   done
+}
+
+mmap_section() {
+  packed_data
   log "mmap: ${#MMAPCONTENDERS[@]} contenders x {cached,warm,cold} x $REPS reps"
   sample_rounds "cached warm cold" "${MMAPCONTENDERS[@]}"
 }
