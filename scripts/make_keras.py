@@ -400,14 +400,20 @@ def SaveWeightsToGroup(f, layers, expected, shard, fixed, keras_version, backend
         g = f.create_group(layer)
         SaveAttributes(g, "weight_names", [w.encode("utf8") for w, _ in weights], fixed)
         for w, val in weights:
-            param_dset = g.create_dataset(w, val.shape, dtype=val.dtype)
-            if not val.shape:
-                param_dset[()] = val
-            else:
-                param_dset[:] = val
+            WriteDataset(g, w, val)
             model_name = w if counts[w] == 1 else f"{layer}/{w}"
             expected.Add(Join(root, layer, w), shard, model_name, val)
     return chunks
+
+
+def WriteDataset(group, name, value):
+    """create_dataset(name, shape, dtype) then assign, as the legacy writers do (a scalar
+    through [()])."""
+    d = group.create_dataset(name, value.shape, dtype=value.dtype)
+    if not value.shape:
+        d[()] = value
+    else:
+        d[:] = value
 
 
 def SaveOptimizerWeights(f, weights, expected, shard, fixed):
@@ -415,11 +421,7 @@ def SaveOptimizerWeights(f, weights, expected, shard, fixed):
     g = f.create_group("optimizer_weights")
     SaveAttributes(g, "weight_names", [w.encode("utf8") for w, _ in weights], fixed)
     for w, val in weights:
-        d = g.create_dataset(w, val.shape, dtype=val.dtype)
-        if not val.shape:
-            d[()] = val
-        else:
-            d[:] = val
+        WriteDataset(g, w, val)
         expected.Add(Join("optimizer_weights", w), shard, None, val)
 
 

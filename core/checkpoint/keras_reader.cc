@@ -29,7 +29,6 @@
 #include "core/checkpoint/formats.h"
 #include "core/format/h5/h5_file.h"
 #include "core/format/keras/keras.h"
-#include "core/format/ordered_json.h"
 #include "core/format/zip.h"
 #include "core/transient.h"
 
@@ -148,12 +147,6 @@ Result<std::string> ReadMember(const ByteSource& zip, const ZipEntry& e, const s
   return out;
 }
 
-// JSON text as a value for metadata.json; text that does not parse is kept as a string.
-nlohmann::ordered_json JsonValue(const std::string& text) {
-  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(text, nullptr, false);
-  return parsed.is_discarded() ? nlohmann::ordered_json(text) : parsed;
-}
-
 // One HDF5 file to describe: [base, base + size) of shard `shard`.
 struct Part {
   uint32_t shard = 0;
@@ -172,7 +165,7 @@ Result<Part> OpenZip(const StoredFile& file, const std::string& shown,
       weights = &e;
     } else if (e.name == kConfigFile || e.name == kMetadataFile) {
       CKPTFS_ASSIGN_OR_RETURN(const std::string text, ReadMember(*file.source, e, shown));
-      metadata[e.name == kConfigFile ? "config" : "metadata"] = JsonValue(text);
+      metadata[e.name == kConfigFile ? "config" : "metadata"] = keras::ParseJsonText(text);
     }
   }
   if (!weights) {
@@ -207,7 +200,7 @@ Status AddJsonFile(const SourceDir& dir, std::string_view name, std::string_view
   if (!dir.Lists(std::string(name))) return Status::Ok();
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> file, dir.open(std::string(name)));
   CKPTFS_ASSIGN_OR_RETURN(const std::string text, ReadWhole(*file, kMaxJsonMember));
-  metadata[std::string(key)] = JsonValue(text);
+  metadata[std::string(key)] = keras::ParseJsonText(text);
   return Status::Ok();
 }
 
@@ -310,21 +303,8 @@ Status ReadKeras(const SourceDir& dir, const Claim& claim, ReadContext& codec, C
   ckpt.storages = std::move(storages);
   for (Tensor& t : ckpt.tensors) t.storage = renumber[t.storage];
 
-  state->summary = kind + ", " + std::to_string(ckpt.tensors.size()) + " datasets (" +
-                   std::to_string(ckpt.tensors.size() - optimizer) + " model, " +
-                   std::to_string(optimizer) + " optimizer)";
-  if (model.metadata.contains("keras_version")) {
-    state->summary += ", keras_version ";
-    state->summary += model.metadata["keras_version"].get<std::string>();
-  } else if (metadata.contains("metadata") && metadata["metadata"].is_object() &&
-             metadata["metadata"].contains("keras_version") &&
-             metadata["metadata"]["keras_version"].is_string()) {
-    state->summary += ", keras_version ";
-    state->summary += metadata["metadata"]["keras_version"].get<std::string>();
-  }
-  ckpt.format_state = std::move(state);
-
-  // metadata.json: what the file says of itself, then what the tree says.
+  // metadata.json: what the file says of itself (a .keras's metadata.json version), then
+  // what the tree says (a legacy root's keras_version wins), then the JSON files.
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   out["format"] = kind;
   if (metadata.contains("metadata") && metadata["metadata"].is_object() &&
@@ -334,6 +314,16 @@ Status ReadKeras(const SourceDir& dir, const Claim& claim, ReadContext& codec, C
   for (auto& [key, value] : model.metadata.items()) out[key] = value;
   for (auto& [key, value] : metadata.items()) out[key] = value;
   ckpt.state_json = out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+
+  state->summary = kind + ", " + std::to_string(ckpt.tensors.size()) + " datasets (" +
+                   std::to_string(ckpt.tensors.size() - optimizer) + " model, " +
+                   std::to_string(optimizer) + " optimizer)";
+  if (const auto version = out.find("keras_version");
+      version != out.end() && version->is_string()) {
+    state->summary += ", keras_version ";
+    state->summary += version->get<std::string>();
+  }
+  ckpt.format_state = std::move(state);
   ckpt.metadata = {{"format", "pt"}};
   return Status::Ok();
 }

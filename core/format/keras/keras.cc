@@ -38,13 +38,10 @@ bool Under(std::string_view path, std::string_view group) {
   return path.size() > group.size() && path.starts_with(group) && path[group.size()] == '/';
 }
 
-// A JSON text attribute (model_config, training_config) parsed, or kept as text when it
-// does not parse: metadata.json shows what the file holds either way.
+// A JSON text attribute (model_config, training_config) as ParseJsonText makes it.
 nlohmann::ordered_json JsonOrText(const nlohmann::json& value) {
   if (!value.is_string()) return nlohmann::ordered_json::parse(value.dump());
-  const std::string& text = value.get_ref<const std::string&>();
-  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(text, nullptr, false);
-  return parsed.is_discarded() ? nlohmann::ordered_json(text) : parsed;
+  return ParseJsonText(value.get_ref<const std::string&>());
 }
 
 // The root's attributes Keras writes (save_model_to_hdf5) into metadata.
@@ -118,6 +115,11 @@ struct Preferred {
 };
 
 }  // namespace
+
+nlohmann::ordered_json ParseJsonText(std::string_view text) {
+  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(text, nullptr, false);
+  return parsed.is_discarded() ? nlohmann::ordered_json(std::string(text)) : parsed;
+}
 
 Result<Dtype> DatasetDtype(const h5::Dataset& d) {
   switch (d.type) {

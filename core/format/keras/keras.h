@@ -79,6 +79,10 @@ struct KerasModel {
 Result<KerasModel> Interpret(const std::vector<h5::File>& parts,
                              const std::vector<std::string>& shown);
 
+// JSON text (config.json, model_config) as a value for metadata.json: parsed, or kept as
+// a string when it does not parse, so metadata.json shows what the file holds either way.
+nlohmann::ordered_json ParseJsonText(std::string_view text);
+
 // The dtype of `d` (BF16 for Keras's marked opaque pairs), or why none ("type: string").
 Result<Dtype> DatasetDtype(const h5::Dataset& d);
 
