@@ -199,8 +199,12 @@ std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt);
 // remote SOURCE, and which model the merged views show. A RemoteOptions alone converts to
 // one (the format's model rule).
 struct OpenOptions {
-  OpenOptions(RemoteOptions remote_options = {},  // NOLINT(google-explicit-constructor)
-              std::optional<std::string> key = std::nullopt)
+  // Overloads, not default arguments: GCC 12 under -fsanitize=thread warns that a
+  // defaulted std::optional<std::string> argument "may be used uninitialized".
+  OpenOptions() = default;
+  OpenOptions(RemoteOptions remote_options)  // NOLINT(google-explicit-constructor)
+      : remote(std::move(remote_options)) {}
+  OpenOptions(RemoteOptions remote_options, std::optional<std::string> key)
       : remote(std::move(remote_options)), model_key(std::move(key)) {}
 
   RemoteOptions remote;
