@@ -2,7 +2,7 @@
 # ckptfs benchmark: every contender side by side in ONE run, ratios first.
 #
 #   scripts/bench.sh [--size 2G] [--workdir DIR] [--reps N] [--keep] [--no-build]
-#                    [--level N] [--frame-size SIZE] [--sections plain,mmap,gpu,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque]
+#                    [--level N] [--frame-size SIZE] [--sections plain,mmap,many,gpu,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque]
 #                    [SECTION...]
 #
 # What it measures (see DESIGN.md section 3, "Performance rules"):
@@ -106,6 +106,11 @@
 #     (scripts/bench/mmap_read.py), raw and packed, vs the same on the shards, and `cat`
 #     of each; cached (a fresh mount over page-cached backing files), warm, cold; the
 #     daemon's stats.json account of where a read's time went.
+#   * many: MANY_READERS processes (default twice the cores, at most 16) read different
+#     tensors at once (scripts/bench/many_read.py, tensors dealt round-robin, pread):
+#     MNT/tensors/*.npy and ranges of MNT/model.safetensors, raw and packed, vs the same
+#     readers on the shards' ranges; cached and warm; the packed mount's bytes served,
+#     decoded and read compressed.
 #   * gpu: where torch.cuda.is_available() and safetensors imports (reported as skipped
 #     otherwise): safetensors.torch.load_file(..., device="cuda") of MNT/model.safetensors,
 #     raw and packed, vs of the shards (scripts/bench/gpu_load.py), cached and warm.
@@ -169,7 +174,7 @@ HDR_SHARDS=2000
 HDR_TENSORS=200000
 LEVEL=3
 FRAME=''            # --frame-size for ckptfs pack; '' = its default
-SECTIONS=plain,mmap,gpu,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque
+SECTIONS=plain,mmap,many,gpu,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque
 RSS_CACHE=256M      # --cache-size for the peak RSS measurement
 RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
 RANDOM_TENSORS=32
@@ -190,8 +195,8 @@ BENCH_LIB=$REPO/scripts/bench
 # shellcheck source=scripts/bench/lib.sh
 . "$BENCH_LIB/lib.sh"
 # sections in the order they run, and the order their tables are printed in
-RUN_ORDER=(plain mmap gpu mount zstd torch remote tf run deepspeed dcp keras opaque)
-REPORT_ORDER=(plain mmap gpu mount zstd torch remote tf opaque run deepspeed dcp keras)
+RUN_ORDER=(plain mmap many gpu mount zstd torch remote tf run deepspeed dcp keras opaque)
+REPORT_ORDER=(plain mmap many gpu mount zstd torch remote tf opaque run deepspeed dcp keras)
 # shellcheck source=scripts/bench/plain.sh
 . "$BENCH_LIB/plain.sh"
 # shellcheck source=scripts/bench/mount.sh
@@ -214,6 +219,8 @@ REPORT_ORDER=(plain mmap gpu mount zstd torch remote tf opaque run deepspeed dcp
 . "$BENCH_LIB/keras.sh"
 # shellcheck source=scripts/bench/mmap.sh
 . "$BENCH_LIB/mmap.sh"
+# shellcheck source=scripts/bench/many.sh
+. "$BENCH_LIB/many.sh"
 # shellcheck source=scripts/bench/gpu.sh
 . "$BENCH_LIB/gpu.sh"
 # shellcheck source=scripts/bench/opaque.sh
@@ -273,7 +280,7 @@ while (($#)); do
     --frame-size=*) FRAME=${1#*=}; shift ;;
     --sections) SECTIONS=${2:?--sections needs a value}; shift 2 ;;
     --sections=*) SECTIONS=${1#*=}; shift ;;
-    plain|mmap|gpu|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque) BARE_SECTIONS+=("$1"); shift ;;
+    plain|mmap|many|gpu|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque) BARE_SECTIONS+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; printf '%s: error: unknown argument %s\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
@@ -284,8 +291,8 @@ size_to_bytes "$SIZE" >/dev/null   # validate
   { echo "$PROG: error: --level must be 1..19" >&2; exit 2; }
 [[ -z $FRAME ]] || size_to_bytes "$FRAME" >/dev/null
 ((${#BARE_SECTIONS[@]})) && SECTIONS=$(IFS=,; echo "${BARE_SECTIONS[*]}")
-[[ ,$SECTIONS, =~ ^(,(plain|mmap|gpu|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque))+,$ ]] ||
-  { echo "$PROG: error: --sections takes a comma list of plain, mmap, gpu, mount, zstd, torch, remote, tf, run, deepspeed, dcp, keras, opaque" >&2; exit 2; }
+[[ ,$SECTIONS, =~ ^(,(plain|mmap|many|gpu|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque))+,$ ]] ||
+  { echo "$PROG: error: --sections takes a comma list of plain, mmap, many, gpu, mount, zstd, torch, remote, tf, run, deepspeed, dcp, keras, opaque" >&2; exit 2; }
 section() { [[ ,$SECTIONS, == *,$1,* ]]; }
 mkdir -p -- "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
@@ -389,7 +396,7 @@ if section plain; then build_passthrough_ll; fi
 
 # the plain BF16 checkpoint: read by plain, packed by zstd, a torch source
 DATA='' SHARD_FILES=()
-if section plain || section mmap || section gpu || section zstd || section torch; then
+if section plain || section mmap || section many || section gpu || section zstd || section torch; then
   DATA=$WORKDIR/bench-bf16-${SIZE}-${SHARDS}shards
   gen_data "$DATA" --kind bench --total-bytes "$SIZE" --dtype BF16 --shards "$SHARDS"
   mapfile -t SHARD_FILES < <(shard_files "$DATA")

@@ -199,7 +199,7 @@ resident_pct() {
 # cache empty: the timed read decodes from page-cached backing files. How much of them
 # was still resident just before the timed read goes to RESIDENT[ID] (fincore).
 run_sample() {
-  local id=$1 mode=$2 files bytes t0 t1 secs mbps out backing=() res=''
+  local id=$1 mode=$2 files bytes t0 t1 secs secs_own='' mbps out='' backing=() res=''
   if [[ $mode == cached ]]; then
     has_fn "c_${id}_backing" || die "$id: no c_${id}_backing: cannot run it cached"
     mapfile -t backing < <("c_${id}_backing")
@@ -225,13 +225,19 @@ run_sample() {
   esac
   t0=$(now_ns)
   if has_fn "c_${id}_read"; then
-    out=$("c_${id}_read" "${files[@]}"); [[ -n $out ]] && bytes=$out
+    out=$("c_${id}_read" "${files[@]}")
   else
     read_files "${files[@]}"
   fi
   t1=$(now_ns)
   if has_fn "c_${id}_teardown"; then "c_${id}_teardown"; fi
   secs=$(elapsed "$t0" "$t1")
+  # A reader may print the bytes it read, or "BYTES SECONDS" when it times itself (to
+  # leave out its own start-up: forking readers, parsing headers).
+  if [[ -n $out ]]; then
+    read -r bytes secs_own <<<"$out"
+    [[ -n $secs_own ]] && secs=$secs_own
+  fi
   mbps=$(awk -v b="$bytes" -v s="$secs" 'BEGIN{printf "%.0f", (s > 0 ? b/1e6/s : 0)}')
   SAMPLES[$id,$mode]="${SAMPLES[$id,$mode]:-} $mbps"
   BYTES[$id]=$bytes
