@@ -108,7 +108,7 @@
 #     daemon's stats.json account of where a read's time went.
 #   * many: MANY_READERS processes (default twice the cores, at most 16) read different
 #     tensors at once (scripts/bench/many_read.py, tensors dealt round-robin, pread):
-#     MNT/tensors/*.npy and ranges of MNT/model.safetensors, raw and packed, vs the same
+#     MNT/tensors/ files and ranges of MNT/model.safetensors, raw and packed, vs the same
 #     readers on the shards' ranges; cached and warm; the packed mount's bytes served,
 #     decoded and read compressed.
 #   * gpu: where torch.cuda.is_available() and safetensors imports (reported as skipped

@@ -2,7 +2,7 @@
 # The many section of scripts/bench.sh: loaders that shard a model across processes read
 # different tensors of one mount at once. MANY_READERS forked readers
 # (scripts/bench/many_read.py; default twice the cores, at most 16) are dealt the tensors
-# round-robin and read them with pread: per-tensor files (MNT/tensors/*.npy) and ranges of
+# round-robin and read them with pread: per-tensor files (MNT/tensors/) and ranges of
 # MNT/model.safetensors, through a mount of the raw shards and of a `pack --level N` of
 # them, against the same readers on the same tensors' ranges of the shards themselves.
 # Modes: cached (a fresh mount over backing files in the page cache) and warm (a second
@@ -15,7 +15,7 @@ many_reader() {
     --readers "$MANY_READERS" "$@"
 }
 
-c_many_tensors_label() { echo "ckptfs: MNT/tensors/*.npy (raw shards)"; }
+c_many_tensors_label() { echo "ckptfs: the files of MNT/tensors/ (raw shards)"; }
 c_many_tensors_setup() { ckptfs_mount "$DATA" "$SCRATCH/mnt/many"; }
 c_many_tensors_files() { echo "$SCRATCH/mnt/many/tensors"; }
 c_many_tensors_backing() { printf '%s\n' "${SHARD_FILES[@]}"; }
@@ -29,7 +29,7 @@ c_many_ranges_backing() { printf '%s\n' "${SHARD_FILES[@]}"; }
 c_many_ranges_read() { many_reader --ranges "$@"; }
 c_many_ranges_teardown() { unmount_one "$SCRATCH/mnt/many" || die "could not unmount ckptfs"; }
 
-c_many_ptensors_label() { echo "ckptfs: MNT/tensors/*.npy (pack --level $LEVEL)"; }
+c_many_ptensors_label() { echo "ckptfs: the files of MNT/tensors/ (pack --level $LEVEL)"; }
 c_many_ptensors_setup() { ckptfs_mount "$MZDATA" "$SCRATCH/mnt/manyz"; }
 c_many_ptensors_files() { echo "$SCRATCH/mnt/manyz/tensors"; }
 c_many_ptensors_backing() { printf '%s\n' "${MZST_FILES[@]}"; }

@@ -2,7 +2,8 @@
 """The bench's many-readers reader: a loader that shards a model across processes.
 
     many_read.py --readers N --ranges FILE...   every tensor of these safetensors files
-    many_read.py --readers N --tensors DIR      every *.npy file under DIR, whole
+    many_read.py --readers N --tensors DIR      every file under DIR, whole (a mount's
+                                                tensors/: .npy, or .safetensors for BF16)
 
 Prints "BYTES SECONDS": the bytes read and the wall time from the moment every reader was
 ready to the moment the last one finished. The tensors are dealt round-robin, in file
@@ -37,14 +38,13 @@ def safetensors_ranges(path):
     return jobs
 
 
-def npy_files(root):
+def tensor_files(root):
     jobs = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
-            if name.endswith(".npy"):
-                path = os.path.join(dirpath, name)
-                jobs.append((path, 0, os.stat(path).st_size))
+            path = os.path.join(dirpath, name)
+            jobs.append((path, 0, os.stat(path).st_size))
     return jobs
 
 
@@ -78,7 +78,7 @@ def main():
     if args.readers < 1:
         parser.error("--readers must be at least 1")
 
-    jobs = npy_files(args.tensors) if args.tensors else [
+    jobs = tensor_files(args.tensors) if args.tensors else [
         job for path in args.ranges for job in safetensors_ranges(path)]
     if not jobs:
         sys.exit("many_read: nothing to read")
