@@ -457,7 +457,7 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
   if (!ctx.splice_replies) {
     LogInfo(
         "replies are copied, not spliced: pipes cannot grow past fs.pipe-max-size "
-        "without CAP_SYS_RESOURCE");
+        "without CAP_SYS_RESOURCE (sysctl fs.pipe-max-size=4194304 lets them)");
   }
   StartBackground(ctx, se);
   std::thread ready(SignalReady, options.mountpoint, ready_fd);
