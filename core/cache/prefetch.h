@@ -20,6 +20,16 @@
 // stream and window. Reads slightly behind a stream (stragglers of its own out-of-order
 // requests) belong to it but neither advance it nor prefetch.
 //
+// A stream may also run backwards: a reader faulting in a mapped file under a large
+// memcpy that copies from the end down (glibc's memmove does, for big pieces) reads each
+// piece in descending order, every request ending where the previous one began. A read
+// ending within two slacks below a stream's lowest read continues it downwards; once the
+// reader has come down more than a few requests' worth, in three reads or more (the
+// kernel's first requests for a forward reader can arrive highest first), the initial
+// window is prefetched below it, each read asking only for what was not yet requested.
+// That window never grows: a backward reader is one piece of a larger copy, and past the
+// piece's end what was requested is wasted.
+//
 // Readahead only speaks byte ranges: the caller maps them to blocks, skips blocks the
 // cache already holds or is loading, and hands the rest to a ThreadPool. Prefetch is best
 // effort: the pool refuses work past a bound instead of queueing without limit, and a
@@ -134,12 +144,22 @@ class Readahead {
  private:
   struct Stream {
     bool active = false;
-    uint64_t start = 0;             // where the reader began: it has read [start, next)
-    uint64_t next = 0;              // where the reader should read next: the furthest end
-    uint64_t prefetched_until = 0;  // end of everything requested for this stream
+    uint64_t start = 0;             // where the reader began
+    uint64_t low = 0;               // the lowest offset read: it has read [low, next)
+    uint64_t next = 0;              // where a forward reader reads next: the furthest end
+    uint64_t prefetched_from = 0;   // start of everything requested below the stream
+    uint64_t prefetched_until = 0;  // end of everything requested above it
     uint64_t window = 0;            // 0 until the stream proves sequential
+    uint64_t downs = 0;             // reads that moved `low` down
     uint64_t last_used = 0;         // for replacing the least recently used slot
   };
+
+  // A read that moved the stream's end up to `end`, or its lowest read down to `offset`:
+  // the bytes to prefetch beyond it, in that direction.
+  ByteRange Forward(Stream& stream, uint64_t end);
+  ByteRange Backward(Stream& stream, uint64_t offset);
+  // Sets a forward stream's first window, or doubles it once it has `read` twice the window.
+  void Grow(Stream& stream, uint64_t read) const;
 
   const Options options_;
   std::mutex mu_;

@@ -353,5 +353,73 @@ TEST(ReadaheadTest, ConcurrentReadersEachGetTheirStream) {
   }
 }
 
+// A reader coming down a source a request at a time (a large memcpy out of a map that
+// copies from the end down) gets the initial window below it once it has come down more
+// than a few requests: never requested twice, never more than that window below the
+// reader, and never grown (where the copy's piece ends, whatever lies below is waste).
+TEST(ReadaheadTest, BackwardReaderGetsTheWindowBelow) {
+  Readahead ra(SmallWindows());
+  const uint64_t top = 200 * kMiB, window = 4 * kMiB;
+  uint64_t requested_from = 0, requested = 0, first_end = 0;
+  for (uint64_t i = 1; i <= 100; ++i) {
+    const uint64_t at = top - i * kMiB;
+    const ByteRange r = ra.OnRead(at, kMiB);
+    const uint64_t below = (top - kMiB) - at;  // read below where the stream began
+    if (below < 4 * kMiB) {
+      EXPECT_TRUE(r.empty()) << "not yet a backward reader at " << i;
+      continue;
+    }
+    const ByteRange want{at - window, requested_from == 0 ? at : requested_from};
+    EXPECT_EQ(r, want) << i;
+    if (first_end == 0) first_end = r.end;
+    requested_from = r.begin;
+    requested += r.size();
+  }
+  EXPECT_EQ(first_end, top - 5 * kMiB);
+  EXPECT_EQ(requested, first_end - requested_from) << "nothing requested twice";
+  EXPECT_EQ(requested_from, top - 100 * kMiB - window);
+}
+
+// A forward reader whose first requests reach the threads highest first goes down at
+// most that batch: no window below it, and its forward window as usual.
+TEST(ReadaheadTest, ForwardReaderArrivingHighestFirstPrefetchesNothingBelow) {
+  Readahead ra(SmallWindows());
+  const uint64_t base = 40 * kMiB;
+  for (uint64_t i = 4; i-- > 0;) EXPECT_TRUE(ra.OnRead(base + i * kMiB, kMiB).empty()) << i;
+  EXPECT_EQ(ra.OnRead(base + 4 * kMiB, kMiB), (ByteRange{base + 5 * kMiB, base + 9 * kMiB}));
+  EXPECT_EQ(ra.OnRead(base + 5 * kMiB, kMiB), (ByteRange{base + 9 * kMiB, base + 10 * kMiB}));
+}
+
+// What the daemon saw of numpy copying a mapped file out in 64 MiB pieces: each piece
+// faulted in from its top down, two 1 MiB requests per fault in either order and a
+// single page at each fault's upper edge, pieces in ascending order. Everything requested
+// below a piece lies inside that piece or within one window of the reader.
+TEST(ReadaheadTest, MmapPiecesFaultedTopDownPrefetchDownwards) {
+  Readahead ra(SmallWindows());
+  constexpr uint64_t kPiece = 64 * kMiB, kPage = 4096;
+  uint64_t prefetched_below = 0;
+  for (uint64_t piece = 0; piece < 4; ++piece) {
+    const uint64_t bottom = piece * kPiece, top = bottom + kPiece;
+    for (uint64_t fault = top; fault > bottom; fault -= 2 * kMiB) {
+      const bool swap = (fault / (2 * kMiB)) % 2 == 1;
+      const uint64_t first = swap ? fault - 2 * kMiB : fault - kMiB;
+      const uint64_t second = swap ? fault - kMiB : fault - 2 * kMiB;
+      for (const ByteRange read : {ByteRange{first, first + kMiB}, ByteRange{second, second + kMiB},
+                                   ByteRange{fault - kPage, fault}}) {
+        const ByteRange r = ra.OnRead(read.begin, read.size());
+        if (r.empty()) continue;
+        if (r.end <= read.begin) {  // below the reader: at most the initial window under it
+          EXPECT_GE(r.begin + 4 * kMiB, read.begin) << fault;
+          prefetched_below += r.size();
+        } else {  // above: at most one window over it
+          EXPECT_LE(r.end, read.end + 16 * kMiB) << fault;
+        }
+      }
+    }
+  }
+  // Most of each piece was prefetched ahead of the reader's faults.
+  EXPECT_GT(prefetched_below, 3 * kPiece);
+}
+
 }  // namespace
 }  // namespace ckptfs
