@@ -82,7 +82,7 @@ ByteRange Readahead::OnRead(uint64_t offset, uint64_t length) {
   ++tick_;
   // The stream the read lies nearest to, among those it may belong to: just past its
   // furthest end (forward), just below its lowest read (backward), or a straggler within
-  // a few requests of either edge.
+  // a few requests of the edge it moves.
   Stream* stream = nullptr;
   uint64_t best_distance = UINT64_MAX;
   for (Stream& s : streams_) {
@@ -95,8 +95,10 @@ ByteRange Readahead::OnRead(uint64_t offset, uint64_t length) {
       // requests at once, and the lower one may arrive first.
       const uint64_t gap = s.low - std::min(end, s.low);
       if (gap <= 2 * options_.slack) distance = gap;
-    } else if (s.next - offset <= straggler_slack || offset - s.low <= straggler_slack) {
-      distance = std::min(s.next - offset, offset - s.low);
+    } else if (s.next - offset <= straggler_slack) {
+      distance = s.next - offset;
+    } else if (s.downs > 0 && offset - s.low <= straggler_slack) {
+      distance = offset - s.low;  // a straggler of a stream going down
     }
     if (distance < best_distance) {
       stream = &s;
