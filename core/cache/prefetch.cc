@@ -136,7 +136,12 @@ ByteRange Readahead::Forward(Stream& stream, uint64_t end) {
   // reached the maximum window after a few requests, so reading one tensor prefetched tens
   // of MiB past it (issue 28). Now the window is never more than the stream has read
   // (beyond the initial window).
-  Grow(stream, end - stream.start);
+  if (stream.window == 0) {
+    stream.window = std::min(options_.initial_window, options_.max_window);
+  } else if (stream.window < options_.max_window &&
+             end - stream.start >= SaturatingAdd(stream.window, stream.window)) {
+    stream.window = std::min(stream.window * 2, options_.max_window);
+  }
   const uint64_t begin = std::max(stream.prefetched_until, stream.next);
   const uint64_t stop = std::min(SaturatingAdd(stream.next, stream.window), options_.limit);
   if (stop <= begin) return {};
@@ -162,15 +167,6 @@ ByteRange Readahead::Backward(Stream& stream, uint64_t offset) {
   if (stop <= begin) return {};
   stream.prefetched_from = begin;
   return {begin, stop};
-}
-
-void Readahead::Grow(Stream& stream, uint64_t read) const {
-  if (stream.window == 0) {
-    stream.window = std::min(options_.initial_window, options_.max_window);
-  } else if (stream.window < options_.max_window &&
-             read >= SaturatingAdd(stream.window, stream.window)) {
-    stream.window = std::min(stream.window * 2, options_.max_window);
-  }
 }
 
 }  // namespace ckptfs

@@ -158,8 +158,6 @@ class Readahead {
   // the bytes to prefetch beyond it, in that direction.
   ByteRange Forward(Stream& stream, uint64_t end);
   ByteRange Backward(Stream& stream, uint64_t offset);
-  // Sets a forward stream's first window, or doubles it once it has `read` twice the window.
-  void Grow(Stream& stream, uint64_t read) const;
 
   const Options options_;
   std::mutex mu_;
