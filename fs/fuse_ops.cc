@@ -20,30 +20,46 @@
 #include <cstring>
 #include <thread>
 
+#include "core/source/remote_dir.h"
 #include "fs/commands.h"
 #include "fs/log.h"
 
 namespace ckptfs {
 namespace {
 
-constexpr uint64_t kMaxRead = 1u << 20;
+// libfuse splices a reply through a per-thread pipe it grows to a page per reply segment,
+// two pages more, and the bytes (fuse_send_data_iov, libfuse 3.14). An unprivileged pipe
+// holds at most fs.pipe-max-size, 1 MiB by default (CAP_SYS_RESOURCE lifts that, and root
+// in a container rarely has it): a 1 MiB request never fits and every reply was copied
+// twice. Requests of at most kSplicedMaxRead (the max_read mount option, which also caps
+// the kernel's readahead requests) leave room for kMaxSplicedSegments segments, so plain
+// shards splice on a stock kernel. A remote source's bytes are cache blocks in memory,
+// written, never spliced: it keeps requests of one 1 MiB block (capped, a fault on a
+// stalled server waited for a block queued behind busy workers, then for its fetch).
+constexpr unsigned kPipeBytes = 1u << 20;
+constexpr unsigned kSplicedMaxRead = kPipeBytes - (32u << 10);
+constexpr unsigned kRemoteMaxRead = 1u << 20;
+constexpr size_t kMaxSplicedSegments =
+    (kPipeBytes - kSplicedMaxRead - 16 /* fuse_out_header */) / 4096 - 2;
 constexpr size_t kMaxReplySegments = 256;  // well under IOV_MAX (1024), header included
+constexpr blksize_t kBlockSize = 1 << 20;  // what stat tells readers to read at a time
 
 // What the session serves: the mount tree (core/mount, where every policy lives) and how
 // replies may be sent.
 struct FsContext {
   std::unique_ptr<MountTree> tree;
-  bool splice_replies = true;  // see CanSpliceReplies
+  bool splice_replies = true;           // see CanSpliceReplies
+  unsigned max_read = kSplicedMaxRead;  // bytes a read request asks at most
 };
 
-// libfuse splices a reply only through a pipe it can grow to its whole buffer (1 MiB of
-// data plus a header, rounded up to 2 MiB). Past fs.pipe-max-size (1 MiB by default)
-// that takes CAP_SYS_RESOURCE; without it libfuse falls back to a fresh 1 MiB malloc and
-// pread per reply, which costs page faults on every read. Probe once, the same way.
+// libfuse splices a reply only through a pipe it can grow to kPipeBytes (kSplicedMaxRead);
+// where it cannot (a hard per-user pipe limit), it falls back to a fresh malloc and pread
+// per reply, which costs page faults on every read, and the daemon copies instead. Probe
+// once, the same way.
 bool CanSpliceReplies() {
   int p[2];
   if (::pipe(p) != 0) return false;
-  const bool ok = ::fcntl(p[0], F_SETPIPE_SZ, static_cast<int>(kMaxRead + 4096)) >= 0;
+  const bool ok = ::fcntl(p[0], F_SETPIPE_SZ, static_cast<int>(kPipeBytes)) >= 0;
   ::close(p[0]);
   ::close(p[1]);
   return ok;
@@ -69,7 +85,7 @@ struct stat ToStat(const Attr& a) {
   st.st_uid = a.uid;
   st.st_gid = a.gid;
   st.st_atim = st.st_mtim = st.st_ctim = a.mtime;
-  st.st_blksize = kMaxRead;
+  st.st_blksize = kBlockSize;
   st.st_nlink = a.nlink;
   st.st_size = static_cast<off_t>(a.size);
   st.st_blocks = static_cast<blkcnt_t>(a.blocks);
@@ -172,7 +188,9 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   thread_local std::vector<uint8_t> copy_buffer;
   Gathered gathered;
   Status s = ctx.tree->Read(file, static_cast<uint64_t>(off), size,
-                            {.descriptors = ctx.splice_replies, .max_segments = kMaxReplySegments},
+                            {.descriptors = ctx.splice_replies,
+                             .max_segments = kMaxReplySegments,
+                             .max_descriptor_segments = kMaxSplicedSegments},
                             copy_buffer, &gathered);
   if (!s.ok()) return ReplyError(req, s);
   // Once the reply is sent the reader may close the file and its release free `file`: what
@@ -254,7 +272,8 @@ void OpStatfs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &sv);
 }
 
-void OpInit(void*, fuse_conn_info* conn) {
+void OpInit(void* userdata, fuse_conn_info* conn) {
+  const unsigned max_read = static_cast<FsContext*>(userdata)->max_read;
   // Splice moves shard pages from the page cache to the kernel without a userspace copy.
   conn->want |= conn->capable & (FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
   // Always READDIRPLUS: entries carry their attributes and timeouts (long for a
@@ -263,7 +282,8 @@ void OpInit(void*, fuse_conn_info* conn) {
     conn->want |= FUSE_CAP_READDIRPLUS;
     conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
   }
-  conn->max_readahead = kMaxRead;
+  conn->max_readahead = max_read;
+  conn->max_read = max_read;  // libfuse wants init to repeat the max_read mount option
 }
 
 const fuse_lowlevel_ops kOps = [] {
@@ -301,21 +321,21 @@ std::string EscapeOptionValue(const std::string& value) {
 
 // Big sequential reads want 1 MiB requests, but the kernel limits FUSE readahead to the
 // bdi's read_ahead_kb (128 KiB by default). Raise it for this mount when we may (root), to
-// kReadaheadWindow: 4 requests' worth, not 1. A loader's mmap (safetensors,
+// 4 requests' worth, not 1. A loader's mmap (safetensors,
 // torch.load(mmap=True), numpy) faults pages in through read-around, a window of
 // read_ahead_kb centred on the fault, half of it already cached by the fault before: at
 // 1 MiB each fault waited for one 512 KiB request; at 4 MiB it asks for 2 MiB, two full
 // requests the daemon's threads serve at once. Measured (docs/benchmarks.md, "Where the
 // time goes"): mmap through the mount 1.5-1.8x faster, cat unchanged; 8 and 16 MiB slow
 // cat down (more bytes in flight than the daemon turns around in time).
-constexpr uint64_t kReadaheadWindow = 4 * kMaxRead;
+constexpr uint64_t kReadaheadRequests = 4;
 
-void RaiseReadahead(dev_t dev) {
+void RaiseReadahead(dev_t dev, uint64_t max_read) {
   std::string path = "/sys/class/bdi/" + std::to_string(major(dev)) + ":" +
                      std::to_string(minor(dev)) + "/read_ahead_kb";
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return;
-  const std::string kb = std::to_string(kReadaheadWindow / 1024);
+  const std::string kb = std::to_string(kReadaheadRequests * max_read / 1024);
   if (::write(fd, kb.data(), kb.size()) < 0) LogWarn("cannot raise %s", path.c_str());
   ::close(fd);
 }
@@ -345,13 +365,13 @@ void NotifySystemdReady() {
 
 // Runs in the daemon once the session loop is about to start: the first stat() of the
 // mount point is answered by that loop, so when it returns the mount works.
-void SignalReady(const std::string& mountpoint, int ready_fd) {
+void SignalReady(const std::string& mountpoint, uint64_t max_read, int ready_fd) {
   struct stat st;
   std::string msg = "ok\n";
   if (::stat(mountpoint.c_str(), &st) != 0) {
     msg = mountpoint + ": mounted but does not answer: " + std::strerror(errno) + "\n";
   } else {
-    RaiseReadahead(st.st_dev);
+    RaiseReadahead(st.st_dev, max_read);
     NotifySystemdReady();
   }
   if (ready_fd >= 0) {
@@ -419,8 +439,8 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
     }
     return 1;
   };
-  std::string opts =
-      "ro,default_permissions,fsname=" + EscapeOptionValue(source) + ",subtype=ckptfs";
+  std::string opts = "ro,default_permissions,max_read=" + std::to_string(ctx.max_read) +
+                     ",fsname=" + EscapeOptionValue(source) + ",subtype=ckptfs";
   for (const std::string& o : options.fuse_options) opts += "," + o;
   opts += ",ro";  // last, so that no -o option before it can make the mount writable
   std::vector<std::string> argv_storage = {"ckptfs", "-o", opts};
@@ -454,13 +474,13 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
   // A fact of the data path, not a failure, and nothing a plain user can change: info in
   // the daemon's log (a foreground daemon's is the terminal, which must stay quiet on a
   // clean mount) and stats.json say it.
-  if (!ctx.splice_replies) {
+  if (!ctx.splice_replies && !IsUrl(source)) {
     LogInfo(
-        "replies are copied, not spliced: pipes cannot grow past fs.pipe-max-size "
-        "without CAP_SYS_RESOURCE (sysctl fs.pipe-max-size=4194304 lets them)");
+        "replies are copied, not spliced: a pipe cannot grow to 1 MiB here "
+        "(fs.pipe-max-size below its default, or the user's pipe limit)");
   }
   StartBackground(ctx, se);
-  std::thread ready(SignalReady, options.mountpoint, ready_fd);
+  std::thread ready(SignalReady, options.mountpoint, ctx.max_read, ready_fd);
   fuse_loop_config* config = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(config, 16);
   int rc = fuse_session_loop_mt(se, config);
@@ -506,7 +526,9 @@ int AwaitDaemon(int fd, pid_t child) {
 // foreground.
 int MountContext(FsContext& ctx, const std::string& source, const MountOptions& options) {
   // The mount point was checked before the checkpoint was opened (CheckMountPoint).
-  ctx.splice_replies = CanSpliceReplies();
+  const bool remote = IsUrl(source);
+  ctx.max_read = remote ? kRemoteMaxRead : kSplicedMaxRead;
+  ctx.splice_replies = !remote && CanSpliceReplies();
   if (ctx.tree->volume()) ctx.tree->volume()->stats().replies_spliced = ctx.splice_replies;
   if (options.foreground) return Serve(ctx, source, options, -1);
 

@@ -220,7 +220,13 @@ Status Volume::Gather(std::span<const ReadPiece> plan, bool descriptors,
     at += p.length;
     Status s;
     if (p.source->Fd() >= 0 && (s = p.source->CheckUnchanged()).ok() && descriptors) {
-      out->segments.push_back({nullptr, p.source->Fd(), p.offset, p.length, p.source});
+      // Tensors that follow each other in a shard are one range of its descriptor.
+      ReplySegment* last = out->segments.empty() ? nullptr : &out->segments.back();
+      if (last && last->source == p.source && last->offset + last->length == p.offset) {
+        last->length += p.length;
+      } else {
+        out->segments.push_back({nullptr, p.source->Fd(), p.offset, p.length, p.source});
+      }
     } else if (s.ok()) {
       PieceSink sink(&lent, buffer, total, here, p.length);
       s = p.source->Read(p.offset, p.length, sink);
@@ -286,8 +292,12 @@ Status Volume::Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* rea
   if (s.ok() && view) Stats::Add(view->bytes_served, total);
   // writev takes at most IOV_MAX pieces, and a reply the kernel refuses leaves its reader
   // waiting forever: a read across many tiny tensors (a thousand small records in 1 MiB of
-  // pytorch_model.bin) goes out as one copied piece instead.
-  if (s.ok() && out->segments.size() >= limits.max_segments) {
+  // pytorch_model.bin) goes out as one copied piece instead. So does a spliced reply of
+  // more pieces than the front end's pipe holds, which libfuse would copy less well.
+  const bool by_descriptor = std::any_of(out->segments.begin(), out->segments.end(),
+                                         [](const ReplySegment& seg) { return seg.fd >= 0; });
+  if (s.ok() && (out->segments.size() >= limits.max_segments ||
+                 (by_descriptor && out->segments.size() > limits.max_descriptor_segments))) {
     s = Flatten(*out, buffer);
     if (!s.ok()) Stats::Add(stats_.read_errors, 1);
   }

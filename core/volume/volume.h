@@ -60,6 +60,9 @@ struct Gathered {
 struct ReplyLimits {
   bool descriptors = true;    // segments may name a descriptor (the front end splices it)
   size_t max_segments = 256;  // a reply of more goes out as one copied segment
+  // A reply naming a descriptor with more segments than this goes out copied as well: the
+  // front end splices it through a pipe that holds only so many (fs/fuse_ops.cc).
+  size_t max_descriptor_segments = 256;
 };
 
 // Whether a Volume owns its ReadContext (a single-checkpoint mount: closing the Volume

@@ -125,7 +125,19 @@ TEST_F(VolumeReadTest, EveryReplyShapeGivesTheSameBytes) {
   // Plain shards go out by descriptor, the generated header from memory.
   EXPECT_EQ(ReadVia(*volume, merged, 0, want.size(), {}, &segments, &any_fd), want);
   EXPECT_TRUE(any_fd);
-  EXPECT_GE(segments, 2u);
+  // The header's three pieces, then a.w, c.w and b.w (the merged order) by descriptor.
+  EXPECT_EQ(segments, 6u);
+  // More descriptor segments than the front end's pipe holds: one copied segment.
+  EXPECT_EQ(
+      ReadVia(*volume, merged, 0, want.size(), {.max_descriptor_segments = 2}, &segments, &any_fd),
+      want);
+  EXPECT_EQ(segments, 1u);
+  EXPECT_FALSE(any_fd);
+  // That bound is the pipe's: a reply of memory only is written, not spliced.
+  EXPECT_EQ(ReadVia(*volume, merged, 0, want.size(),
+                    {.descriptors = false, .max_descriptor_segments = 1}, &segments, &any_fd),
+            want);
+  EXPECT_FALSE(any_fd);
   // A front end that cannot splice gets memory only.
   EXPECT_EQ(ReadVia(*volume, merged, 0, want.size(), {.descriptors = false}, &segments, &any_fd),
             want);
@@ -150,6 +162,28 @@ TEST_F(VolumeReadTest, EveryReplyShapeGivesTheSameBytes) {
     const std::string bytes = Reference(*volume, ino);
     EXPECT_EQ(ReadVia(*volume, ino, 0, bytes.size(), {}), bytes) << path.back();
   }
+}
+
+// Tensors that follow each other in a shard and in the merged file go out as one range of
+// the shard's descriptor: one splice, one segment of the pipe's few (fs/fuse_ops.cc).
+TEST_F(VolumeReadTest, TensorsThatFollowEachOtherAreOneRange) {
+  std::filesystem::create_directories(dir_ / "one");
+  Write("one/model.safetensors",
+        MakeSafetensors({{"x.w", Dtype::kF32, {300, 100}}, {"y.w", Dtype::kF32, {200, 100}}}));
+  auto volume = OpenVolume("one");
+  ASSERT_TRUE(volume);
+  const uint64_t merged = Ino(*volume, {"model.safetensors"});
+  const std::string want = Reference(*volume, merged);
+  std::vector<uint8_t> buffer;
+  Gathered gathered;
+  ASSERT_TRUE(volume->Read(merged, 0, want.size(), nullptr, {}, buffer, &gathered).ok());
+  std::vector<ReplySegment> ranges;
+  for (const ReplySegment& seg : gathered.segments) {
+    if (seg.fd >= 0) ranges.push_back(seg);
+  }
+  ASSERT_EQ(ranges.size(), 1u);
+  EXPECT_EQ(ranges[0].length, (300u + 200u) * 100u * 4u);
+  EXPECT_EQ(Bytes(gathered), want);
 }
 
 TEST_F(VolumeReadTest, CountsReadsAndRefusesWhatIsNotAFile) {
