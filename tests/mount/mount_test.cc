@@ -83,8 +83,8 @@ TEST_F(MountTest, MountReturnsWhenReadyAndDetaches) {
 
 // Requests of at most 992 KiB (max_read) fit a reply and its header in a pipe of the
 // default fs.pipe-max-size (1 MiB), so plain shards splice without CAP_SYS_RESOURCE
-// (fs/fuse_ops.cc, kMaxRead): stats.json says so, and every byte of the merged file came by
-// descriptor but the header's.
+// (fs/fuse_ops.cc, kSplicedMaxRead): stats.json says so, and every byte of the merged file
+// came by descriptor but the header's.
 TEST_F(MountTest, PlainShardsSpliceOnAStockKernel) {
   std::ifstream max_file("/proc/sys/fs/pipe-max-size");
   uint64_t pipe_max = 0;
