@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -475,9 +476,16 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
   // the daemon's log (a foreground daemon's is the terminal, which must stay quiet on a
   // clean mount) and stats.json say it.
   if (!ctx.splice_replies && !IsUrl(source)) {
-    LogInfo(
-        "replies are copied, not spliced: a pipe cannot grow to 1 MiB here "
-        "(fs.pipe-max-size below its default, or the user's pipe limit)");
+    if (ctx.max_read > kSplicedMaxRead) {
+      LogInfo(
+          "replies are copied, not spliced: -o max_read=%u is more than a 1 MiB pipe holds "
+          "(%u)",
+          ctx.max_read, kSplicedMaxRead);
+    } else {
+      LogInfo(
+          "replies are copied, not spliced: a pipe cannot grow to 1 MiB here "
+          "(fs.pipe-max-size below its default, or the user's pipe limit)");
+    }
   }
   StartBackground(ctx, se);
   std::thread ready(SignalReady, options.mountpoint, ctx.max_read, ready_fd);
@@ -528,7 +536,15 @@ int MountContext(FsContext& ctx, const std::string& source, const MountOptions& 
   // The mount point was checked before the checkpoint was opened (CheckMountPoint).
   const bool remote = IsUrl(source);
   ctx.max_read = remote ? kRemoteMaxRead : kSplicedMaxRead;
-  ctx.splice_replies = !remote && CanSpliceReplies();
+  // `-o max_read=N` is the user's to set (the last one counts, as libfuse reads them); replies
+  // of more than kSplicedMaxRead would not fit the pipe, so those are copied.
+  for (const std::string& option : options.fuse_options) {
+    unsigned value = 0;
+    if (std::sscanf(option.c_str(), "max_read=%u", &value) == 1 && value > 0) {
+      ctx.max_read = value;
+    }
+  }
+  ctx.splice_replies = !remote && ctx.max_read <= kSplicedMaxRead && CanSpliceReplies();
   if (ctx.tree->volume()) ctx.tree->volume()->stats().replies_spliced = ctx.splice_replies;
   if (options.foreground) return Serve(ctx, source, options, -1);
 

@@ -111,6 +111,37 @@ TEST_F(MountTest, PlainShardsSpliceOnAStockKernel) {
   EXPECT_EQ(r.out, "True True\n") << r.out;
 }
 
+// `-o max_read=N` stays the user's: smaller requests still splice, larger ones (past what a
+// 1 MiB pipe holds) are copied; either way the merged file is whole.
+TEST_F(MountTest, UsersMaxReadIsKept) {
+  const std::string source = scratch_->Path("mixed");
+  ASSERT_NO_FATAL_FAILURE(Generate(source));
+  struct Case {
+    std::string max_read;
+    bool megabyte_requests;  // any request over 256 KiB
+  };
+  for (const Case& c : {Case{"65536", false}, Case{"1048576", true}}) {
+    const std::string mountpoint = scratch_->MakeDir("mnt" + c.max_read);
+    ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, nullptr, {"-o", "max_read=" + c.max_read}));
+    RunCheck("check_merged.py", {source, mountpoint});
+    const ProcessResult r =
+        RunProcess({kPython, "-c",
+                    "import json, sys\n"
+                    "s = json.load(open(sys.argv[1] + '/.ckptfs/stats.json'))\n"
+                    "sizes = [k for k, v in s['requests']['by_size'].items() if v]\n"
+                    "print(s['replies_spliced'], ' '.join(sorted(sizes)))",
+                    mountpoint},
+                   kCheckTimeout);
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    EXPECT_EQ(r.out.find("1M") != std::string::npos, c.megabyte_requests)
+        << c.max_read << ": " << r.out;
+    // 1 MiB replies do not fit a 1 MiB pipe: the daemon copies them.
+    if (c.megabyte_requests) {
+      EXPECT_EQ(r.out.rfind("False", 0), 0u) << r.out;
+    }
+  }
+}
+
 // A loader's mmap faults pages in through read-around of read_ahead_kb: the mount raises
 // its window to four requests, 3968 KiB (fs/fuse_ops.cc, RaiseReadahead), so each fault
 // asks for two whole requests, not one of half a request; stats.json's `requests` says
