@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "core/source/remote_dir.h"
+#include "core/source/remote_source.h"
 #include "fs/commands.h"
 #include "fs/log.h"
 
@@ -39,7 +40,7 @@ namespace {
 // stalled server waited for a block queued behind busy workers, then for its fetch).
 constexpr unsigned kPipeBytes = 1u << 20;
 constexpr unsigned kSplicedMaxRead = kPipeBytes - (32u << 10);
-constexpr unsigned kRemoteMaxRead = 1u << 20;
+constexpr auto kRemoteMaxRead = static_cast<unsigned>(RemoteSource::kBlockSize);
 constexpr size_t kMaxSplicedSegments =
     (kPipeBytes - kSplicedMaxRead - 16 /* fuse_out_header */) / 4096 - 2;
 constexpr size_t kMaxReplySegments = 256;  // well under IOV_MAX (1024), header included
@@ -49,6 +50,7 @@ constexpr blksize_t kBlockSize = 1 << 20;  // what stat tells readers to read at
 // replies may be sent.
 struct FsContext {
   std::unique_ptr<MountTree> tree;
+  bool remote = false;                  // SOURCE is a URL: replies come from memory
   bool splice_replies = true;           // see CanSpliceReplies
   unsigned max_read = kSplicedMaxRead;  // bytes a read request asks at most
 };
@@ -322,16 +324,16 @@ std::string EscapeOptionValue(const std::string& value) {
 
 // Big sequential reads want 1 MiB requests, but the kernel limits FUSE readahead to the
 // bdi's read_ahead_kb (128 KiB by default). Raise it for this mount when we may (root), to
-// 4 requests' worth, not 1. A loader's mmap (safetensors,
-// torch.load(mmap=True), numpy) faults pages in through read-around, a window of
-// read_ahead_kb centred on the fault, half of it already cached by the fault before: at
-// 1 MiB each fault waited for one 512 KiB request; at 4 MiB it asks for 2 MiB, two full
-// requests the daemon's threads serve at once. Measured (docs/benchmarks.md, "Where the
+// 4 requests' worth, not 1. A loader's mmap (safetensors, torch.load(mmap=True), numpy)
+// faults pages in through read-around, a window of read_ahead_kb centred on the fault,
+// half of it already cached by the fault before: at one request's worth each fault waited
+// for half a request; at four it asks for two whole requests the daemon's threads serve at
+// once. Measured (docs/benchmarks.md, "Where the
 // time goes"): mmap through the mount 1.5-1.8x faster, cat unchanged; 8 and 16 MiB slow
 // cat down (more bytes in flight than the daemon turns around in time).
 constexpr uint64_t kReadaheadRequests = 4;
 
-void RaiseReadahead(dev_t dev, uint64_t max_read) {
+void RaiseReadahead(dev_t dev, unsigned max_read) {
   std::string path = "/sys/class/bdi/" + std::to_string(major(dev)) + ":" +
                      std::to_string(minor(dev)) + "/read_ahead_kb";
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -366,7 +368,7 @@ void NotifySystemdReady() {
 
 // Runs in the daemon once the session loop is about to start: the first stat() of the
 // mount point is answered by that loop, so when it returns the mount works.
-void SignalReady(const std::string& mountpoint, uint64_t max_read, int ready_fd) {
+void SignalReady(const std::string& mountpoint, unsigned max_read, int ready_fd) {
   struct stat st;
   std::string msg = "ok\n";
   if (::stat(mountpoint.c_str(), &st) != 0) {
@@ -475,7 +477,7 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
   // A fact of the data path, not a failure, and nothing a plain user can change: info in
   // the daemon's log (a foreground daemon's is the terminal, which must stay quiet on a
   // clean mount) and stats.json say it.
-  if (!ctx.splice_replies && !IsUrl(source)) {
+  if (!ctx.splice_replies && !ctx.remote) {
     if (ctx.max_read > kSplicedMaxRead) {
       LogInfo(
           "replies are copied, not spliced: -o max_read=%u is more than a 1 MiB pipe holds "
@@ -534,8 +536,8 @@ int AwaitDaemon(int fd, pid_t child) {
 // foreground.
 int MountContext(FsContext& ctx, const std::string& source, const MountOptions& options) {
   // The mount point was checked before the checkpoint was opened (CheckMountPoint).
-  const bool remote = IsUrl(source);
-  ctx.max_read = remote ? kRemoteMaxRead : kSplicedMaxRead;
+  ctx.remote = IsUrl(source);
+  ctx.max_read = ctx.remote ? kRemoteMaxRead : kSplicedMaxRead;
   // `-o max_read=N` is the user's to set (the last one counts, as libfuse reads them); replies
   // of more than kSplicedMaxRead would not fit the pipe, so those are copied.
   for (const std::string& option : options.fuse_options) {
@@ -544,7 +546,7 @@ int MountContext(FsContext& ctx, const std::string& source, const MountOptions& 
       ctx.max_read = value;
     }
   }
-  ctx.splice_replies = !remote && ctx.max_read <= kSplicedMaxRead && CanSpliceReplies();
+  ctx.splice_replies = !ctx.remote && ctx.max_read <= kSplicedMaxRead && CanSpliceReplies();
   if (ctx.tree->volume()) ctx.tree->volume()->stats().replies_spliced = ctx.splice_replies;
   if (options.foreground) return Serve(ctx, source, options, -1);
 

@@ -218,11 +218,15 @@ Status Volume::Gather(std::span<const ReadPiece> plan, bool descriptors,
   for (const ReadPiece& p : plan) {
     const uint64_t here = at;
     at += p.length;
+    // The segment before, when it is this piece's file by descriptor: checked unchanged
+    // already for this read.
+    ReplySegment* last = out->segments.empty() || out->segments.back().source != p.source
+                             ? nullptr
+                             : &out->segments.back();
     Status s;
-    if (p.source->Fd() >= 0 && (s = p.source->CheckUnchanged()).ok() && descriptors) {
+    if (p.source->Fd() >= 0 && (last || (s = p.source->CheckUnchanged()).ok()) && descriptors) {
       // Tensors that follow each other in a shard are one range of its descriptor.
-      ReplySegment* last = out->segments.empty() ? nullptr : &out->segments.back();
-      if (last && last->source == p.source && last->offset + last->length == p.offset) {
+      if (last && last->offset + last->length == p.offset) {
         last->length += p.length;
       } else {
         out->segments.push_back({nullptr, p.source->Fd(), p.offset, p.length, p.source});
@@ -294,10 +298,12 @@ Status Volume::Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* rea
   // waiting forever: a read across many tiny tensors (a thousand small records in 1 MiB of
   // pytorch_model.bin) goes out as one copied piece instead. So does a spliced reply of
   // more pieces than the front end's pipe holds, which libfuse would copy less well.
-  const bool by_descriptor = std::any_of(out->segments.begin(), out->segments.end(),
-                                         [](const ReplySegment& seg) { return seg.fd >= 0; });
+  auto by_descriptor = [&] {
+    return std::any_of(out->segments.begin(), out->segments.end(),
+                       [](const ReplySegment& seg) { return seg.fd >= 0; });
+  };
   if (s.ok() && (out->segments.size() >= limits.max_segments ||
-                 (by_descriptor && out->segments.size() > limits.max_descriptor_segments))) {
+                 (out->segments.size() > limits.max_descriptor_segments && by_descriptor()))) {
     s = Flatten(*out, buffer);
     if (!s.ok()) Stats::Add(stats_.read_errors, 1);
   }
