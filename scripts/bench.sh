@@ -132,7 +132,12 @@
 # are also saved to WORKDIR/results/; logs are kept in WORKDIR/run.*/ on failure.
 #
 # Environment overrides: CKPTFS_BIN (binary to bench, implies no build),
+# BENCH_PYTHON (the Python the readers, loaders and generators run on, default
+# /usr/bin/python3: a GPU machine's torch often lives in a venv),
 # BENCH_READ_TIMEOUT (s, per read, default 900), BENCH_MOUNT_TIMEOUT (s, 120).
+# Only what the chosen sections need is asked for: with --no-build (or CKPTFS_BIN)
+# and --sections mmap,many,gpu the script needs no compiler, no squashfuse and no
+# libfuse headers, so it runs on a machine where nothing can be installed.
 #
 # Layout: this driver (arguments, builds, the data the sections share, the
 # section loop, the report's header) sources scripts/bench/lib.sh (timing,
@@ -146,7 +151,8 @@
 # c_<id>_prepare (once), c_<id>_setup / c_<id>_teardown (per sample, e.g.
 # mount/unmount) and c_<id>_read (replaces the default `cat FILES >
 # /dev/null`; must print the number of bytes it consumed if that differs from
-# the files' sizes), then append <id> to CONTENDERS (cold and warm) or
+# the files' sizes), c_<id>_prime (the untimed reads of a warm sample, where
+# the reader's own start-up is costly), then append <id> to CONTENDERS (cold and warm) or
 # ZCONTENDERS (cold and cached, zstd section; also define c_<id>_backing, the
 # files on disk the contender reads: .zst shards, squashfs image) or
 # RCONTENDERS (fresh: a new mount, no drop_caches; remote section) and any
@@ -160,7 +166,7 @@ set -Eeuo pipefail
 
 PROG=bench.sh
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PY=/usr/bin/python3
+PY=${BENCH_PYTHON:-/usr/bin/python3}
 
 SIZE=2G
 WORKDIR=/var/tmp/ckptfs-bench
@@ -302,36 +308,44 @@ WORKDIR=$(cd "$WORKDIR" && pwd)
 [[ -c /dev/fuse ]] || die "/dev/fuse missing: FUSE is not available here"
 
 ensure_packages() {
-  # command or check -> Debian package
-  local -A need=(
-    [gcc]=gcc [g++]=g++ [cmake]=cmake [pkg-config]=pkg-config
-    [fusermount3]=fuse3 [pgrep]=procps [timeout]=coreutils [mountpoint]=util-linux
-    [squashfuse_ll]=squashfuse [mksquashfs]=squashfs-tools [zstd]=zstd
-  )
+  # command -> Debian package; what every section needs, then each section's own
+  local -A need=([pgrep]=procps [timeout]=coreutils [awk]=gawk)
+  local building=0
+  [[ -z ${CKPTFS_BIN:-} && $NO_BUILD == 0 ]] && building=1
+  ((building)) && need+=([g++]=g++ [cmake]=cmake [pkg-config]=pkg-config)
+  if section plain; then need+=([gcc]=gcc [pkg-config]=pkg-config [fusermount3]=fuse3); fi
+  if section zstd; then
+    need+=([squashfuse_ll]=squashfuse [mksquashfs]=squashfs-tools [zstd]=zstd
+           [fusermount3]=fuse3 [fincore]=util-linux)
+  fi
+  if section many; then need+=([zstd]=zstd); fi
+  if section mmap || section many || section gpu; then need+=([fincore]=util-linux); fi
+  if section remote; then need+=([curl]=curl); fi
   local missing=() c
   for c in "${!need[@]}"; do command -v "$c" >/dev/null 2>&1 || missing+=("${need[$c]}"); done
-  pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
-  [[ -f /usr/share/doc/libfuse3-dev/examples/passthrough_ll.c ]] || missing+=(libfuse3-dev)
+  if section plain; then
+    pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
+    [[ -f /usr/share/doc/libfuse3-dev/examples/passthrough_ll.c ]] || missing+=(libfuse3-dev)
+  fi
   [[ -x $PY ]] || missing+=(python3)
   # building ckptfs needs the one list README and the other scripts install
   local p
-  for p in $("$REPO/scripts/packages.sh" build); do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if section zstd; then
-    "$PY" -c 'import torch' 2>/dev/null || missing+=(python3-torch)
-    command -v fincore >/dev/null 2>&1 || missing+=(util-linux)
+  if ((building)); then
+    for p in $("$REPO/scripts/packages.sh" build); do
+      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
   fi
-  if section dcp; then "$PY" -c 'import torch' 2>/dev/null || missing+=(python3-torch); fi
+  if section zstd || section dcp; then "$PY" -c 'import torch' 2>/dev/null || missing+=(python3-torch); fi
   if section keras; then "$PY" -c 'import h5py' 2>/dev/null || missing+=(python3-h5py); fi
-  if section mmap; then "$PY" -c 'import numpy' 2>/dev/null || missing+=(python3-numpy); fi
-  if section remote; then
-    command -v curl >/dev/null 2>&1 || missing+=(curl)
-    [[ -x $NGINX ]] || missing+=(nginx-light)
+  if section plain || section mmap || section many || section gpu || section zstd || section torch ||
+    section remote; then
     "$PY" -c 'import numpy' 2>/dev/null || missing+=(python3-numpy)
   fi
+  if section remote; then [[ -x $NGINX ]] || missing+=(nginx-light); fi
   ((${#missing[@]})) || return 0
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  command -v apt-get >/dev/null 2>&1 ||
+    die "missing here, and no apt-get to install them: ${missing[*]} (Debian package names)"
   log "installing missing packages: ${missing[*]}"
   timeout 600 apt-get update -qq || die "apt-get update failed"
   DEBIAN_FRONTEND=noninteractive timeout 1200 apt-get install -y -qq --no-install-recommends \
@@ -450,7 +464,7 @@ damon_note() {
 report() {
   local commit dirty mem
   commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
-  dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | head -c1)
+  dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | head -c1 || true)
   [[ -n $dirty ]] && commit="$commit (+uncommitted changes)"
   mem=$(awk '/^MemTotal:/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)
   declare -gA MED=()
