@@ -15,7 +15,7 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", (b-a)/1e9}'; }
 # median of the numbers given as arguments
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END{
   if (NR==0) {print "nan"; exit}
-  if (NR%2) print v[(NR+1)/2]; else printf "%.3f\n", (v[NR/2]+v[NR/2+1])/2}'; }
+  if (NR%2) print v[(NR+1)/2]; else printf "%.6g\n", (v[NR/2]+v[NR/2+1])/2}'; }
 max_of() { printf '%s\n' "$@" | sort -g | tail -n 1; }
 # fmt helpers
 mib() { awk -v b="$1" 'BEGIN{printf "%.0f", b/1048576}'; }

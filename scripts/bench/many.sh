@@ -50,7 +50,10 @@ c_many_shards_read() { many_reader --ranges "$@"; }
 
 # What the packed shards cost to decode with the same parallelism outside the mount:
 # MANY_READERS `zstd -d -T1` at once, a shard each.
-c_many_zstd_label() { echo "zstd -d -T1: the packed shards, $MANY_READERS at once, to /dev/null"; }
+c_many_zstd_label() {
+  local n=${#MZST_FILES[@]}
+  echo "zstd -d -T1: the packed shards, $((n < MANY_READERS ? n : MANY_READERS)) at once, to /dev/null"
+}
 c_many_zstd_files() { printf '%s\n' "${MZST_FILES[@]}"; }
 c_many_zstd_backing() { printf '%s\n' "${MZST_FILES[@]}"; }
 c_many_zstd_read() {

@@ -50,10 +50,12 @@ MMAPRATIOS=(
   "mmap_merged mmap_shards cold -"
 )
 
-# The daemon's own account of the last raw mmap read (stats.json "requests"): how much of
-# the wall time it was busy.
+# The daemon's own account of the last cached raw mmap read (stats.json "requests"): how
+# much of the wall time it was busy. Cached only: a cold read's time is the disk's. `mode`
+# is run_sample's, which calls the teardown.
 mmap_note_stats() {
   local s
+  [[ ${mode:-} == cached ]] || return 0
   s=$(timeout 30 "$PY" -c 'import json, sys
 r = json.load(open(sys.argv[1] + "/.ckptfs/stats.json"))["requests"]
 print("%d %s %.3f %.3f %d %d %d" % (sum(r["by_size"].values()), r["by_size"]["1M"],
@@ -98,6 +100,6 @@ mmap_report() {
     local n big gather reply copied lent fd
     read -r n big gather reply copied lent fd <<<"$MMAPSTATS"
     echo
-    echo "The daemon's account of the last raw mmap read (stats.json \`requests\`): $n read requests ($big of 1 MiB), ${gather} s gathering and ${reply} s replying; bytes copied $copied, lent $lent, by descriptor $fd."
+    echo "The daemon's account of the last cached raw mmap read (stats.json \`requests\`): $n read requests ($big of 1 MiB), ${gather} s gathering and ${reply} s replying; bytes copied $copied, lent $lent, by descriptor $fd."
   fi
 }
