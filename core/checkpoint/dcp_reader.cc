@@ -427,10 +427,13 @@ Status ReadDcp(const SourceDir& dir, const Claim& claim, ReadContext& codec, Che
 // model-0000K-of-0000N.safetensors, each tensor's size the largest offset + size of its
 // pieces along each dimension; this is that model, with nothing written.
 Status ReadHfDcp(const SourceDir& dir, ReadContext& codec, Checkpoint& ckpt) {
-  std::vector<std::string> files;
+  // x.safetensors and x.safetensors.zst are one file: OpenWeightFile takes the plain one
+  // where both are (a packed source has only the .zst).
+  std::set<std::string> unique;
   for (const std::string& f : dir.files) {
-    if (IsHfShardName(f)) files.push_back(f);
+    if (IsHfShardName(f)) unique.insert(std::string(StripZst(f)));
   }
+  const std::vector<std::string> files(unique.begin(), unique.end());
   std::vector<StoredFile> opened;
   std::vector<SafetensorsHeader> headers;
   CKPTFS_RETURN_IF_ERROR(OpenAndParse(
