@@ -611,7 +611,7 @@ int RunPack(const std::string& source, const std::string& dest, const PackOption
   const Checkpoint& ckpt = (*volume)->checkpoint();
   Status s = PackCheckpoint(ckpt, dest, with_progress, &summary);
   progress.Clear();
-  if (s.ok()) s = WritePackedCrcs(dest, codec);
+  if (s.ok()) s = WritePackedCrcs(dest, codec, summary.range_crcs);
   if (!s.ok()) {
     PrintRefusal(s);
     return s.code() == Status::Code::kIoError ? 1 : 2;

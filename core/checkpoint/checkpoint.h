@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -187,8 +188,25 @@ uint64_t MetadataJsonSize(const Checkpoint& ckpt);
 // in parallel; zip testers check them in the merged pytorch_model.bin.
 Status ComputeStorageCrcs(Checkpoint& ckpt);
 
-// Reads `storage` through its shard and returns its CRC-32.
-Result<uint32_t> ReadStorageCrc(const Checkpoint& ckpt, const Storage& storage);
+// Reads `storage` through its shard and returns its CRC-32, reading into `scratch` (grown
+// to at most 4 MiB and kept: pass the same one for many storages).
+Result<uint32_t> ReadStorageCrc(const Checkpoint& ckpt, const Storage& storage,
+                                std::vector<uint8_t>& scratch);
+
+// The CRC-32 of `length` bytes at `offset` of a stored file, learned by a reader that had
+// the bytes in hand anyway (ckptfs pack's frame workers).
+struct RangeCrc {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint32_t crc32 = 0;
+};
+// Range CRCs by stored file name (StoredFile::name), each file's sorted by offset.
+using RangeCrcs = std::map<std::string, std::vector<RangeCrc>>;
+
+// Gives each storage without a CRC whose stored ranges are all in `known` (same file,
+// offset and length) the CRC they combine to, reading nothing; the others keep none
+// (ComputeStorageCrcs reads those). Returns how many storages it gave one.
+size_t ApplyRangeCrcs(Checkpoint& ckpt, const RangeCrcs& known);
 
 // Contiguous tensor indices ordered by element size (largest first), then name. With an 8-aligned
 // data start, laying tensors end to end in this order keeps every tensor aligned to its

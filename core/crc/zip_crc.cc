@@ -365,13 +365,15 @@ Result<ZipCrcStatus> ResolveZipCrcs(Checkpoint& ckpt, ZipCrcMode mode, const Crc
   return status;
 }
 
-Status WritePackedCrcs(const std::string& dest, const ReadOptions& codec_options) {
+Status WritePackedCrcs(const std::string& dest, const ReadOptions& codec_options,
+                       const RangeCrcs& known) {
   ReadContext codec(codec_options);
   CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(dest, codec));
   for (StoredFile& f : ckpt.shards) f.source->BeginServing();
   const std::vector<uint32_t> missing = MissingCrcStorages(ckpt);
   const std::optional<CrcKey> key = CrcKeyOf(ckpt);
   if (missing.empty() || !key) return Status::Ok();
+  ApplyRangeCrcs(ckpt, known);  // after the key, which names the storages without a CRC
   Status computed = ComputeStorageCrcs(ckpt);
   codec.Shutdown();
   CKPTFS_RETURN_IF_ERROR(computed);

@@ -122,11 +122,14 @@ struct ZipCrcStatus {
 Result<ZipCrcStatus> ResolveZipCrcs(Checkpoint& ckpt, ZipCrcMode mode, const CrcStore& store,
                                     const std::function<void(const std::string&)>& warn);
 
-// Writes `dest`/kPackedCrcFile for the packed checkpoint in `dest` (ckptfs pack's output),
-// reading its tensors back through their frames on every core: the CRCs then describe
-// exactly what a mount of `dest` serves, and its key (frame checksums, not paths) holds
-// wherever `dest` is copied or uploaded. Writes nothing if no CRC is missing.
-Status WritePackedCrcs(const std::string& dest, const ReadOptions& codec);
+// Writes `dest`/kPackedCrcFile for the packed checkpoint in `dest` (ckptfs pack's output):
+// its key (frame checksums, not paths) holds wherever `dest` is copied or uploaded. A
+// storage whose stored ranges are all in `known` (PackSummary::range_crcs: computed from
+// the bytes the frames were compressed from, which the frames' checksums guard on every
+// read) gets their combined CRC; any other is read back through its frames on every
+// core. Writes nothing if no CRC is missing.
+Status WritePackedCrcs(const std::string& dest, const ReadOptions& codec,
+                       const RangeCrcs& known = {});
 
 // Computes a mount's pending CRCs on a thread of idle priority (CPU SCHED_IDLE and I/O
 // class idle), reading through the checkpoint's own sources, then saves the sidecar and

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getCParams
 #include <zstd.h>
 
@@ -39,6 +40,9 @@ struct OutputFile {
   bool compress = true;
   // --byte-group: the multi-byte elements' runs in the file, sorted, not overlapping.
   std::vector<ElementRun> runs;
+  // The ranges whose CRC-32 the workers compute on the way (PackSummary::range_crcs),
+  // sorted, not overlapping; `crc32` is filled in by the writer.
+  std::vector<RangeCrc> crc_ranges;
 
   uint64_t Size() const {
     uint64_t n = 0;
@@ -122,22 +126,71 @@ class Writer {
   uint64_t written_ = 0;
 };
 
+// The CRC-32 of the part of OutputFile::crc_ranges[range] that one frame holds.
+struct CrcPiece {
+  size_t range = 0;
+  uint64_t length = 0;
+  uint32_t crc32 = 0;
+};
+
+// Bytes that grow without being zeroed first, and keep their memory: std::vector's resize
+// zeroed what the read and the compressor then overwrite, 5% of a pack's CPU (perf).
+class FrameBuffer {
+ public:
+  void resize(size_t n) {
+    if (n > capacity_) {
+      data_ = std::make_unique_for_overwrite<uint8_t[]>(n);
+      capacity_ = n;
+    }
+    size_ = n;
+  }
+  uint8_t* data() { return data_.get(); }
+  size_t size() const { return size_; }
+  std::span<uint8_t> bytes() { return {data_.get(), size_}; }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
 // One frame being compressed.
 struct FrameJob {
-  std::vector<uint8_t> plain;
-  std::vector<uint8_t> compressed;
+  FrameBuffer plain;
+  FrameBuffer compressed;
   std::vector<GroupRegion> regions;  // grouped before compression
   uint32_t checksum = 0;             // of `plain` as read, before grouping
+  std::vector<CrcPiece> crc_pieces;  // of `plain` as read, in file order
   Status status;
 };
+
+// The CRC-32 of each part of `ranges` (sorted, not overlapping) that lies in the frame at
+// `offset` of its file, whose bytes `plain` holds as read.
+void CrcPieces(std::span<const RangeCrc> ranges, uint64_t offset, std::span<const uint8_t> plain,
+               std::vector<CrcPiece>& out) {
+  out.clear();
+  const uint64_t end = offset + plain.size();
+  // Sorted and not overlapping, so ends are sorted too: the first range ending past us.
+  auto it =
+      std::upper_bound(ranges.begin(), ranges.end(), offset,
+                       [](uint64_t at, const RangeCrc& r) { return at < r.offset + r.length; });
+  for (; it != ranges.end() && it->offset < end; ++it) {
+    const uint64_t from = std::max(it->offset, offset);
+    const uint64_t to = std::min(it->offset + it->length, end);
+    const uInt n = static_cast<uInt>(to - from);
+    out.push_back(
+        {static_cast<size_t>(it - ranges.begin()), n,
+         static_cast<uint32_t>(crc32(crc32(0, nullptr, 0), plain.data() + (from - offset), n))});
+  }
+}
 
 constexpr int kGroupedMinMatch = 7;
 
 Status CompressFrame(FrameJob& job, int level) {
-  job.checksum = SeekableChecksum(job.plain);
+  job.checksum = SeekableChecksum(job.plain.bytes());
   if (!job.regions.empty()) {
     thread_local std::vector<uint8_t> scratch;
-    GroupFrame(job.plain, job.regions, scratch);
+    GroupFrame(job.plain.bytes(), job.regions, scratch);
   }
   job.compressed.resize(ZSTD_compressBound(job.plain.size()));
   thread_local std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(),
@@ -263,7 +316,8 @@ class FramePipeline {
     const uint64_t offset = (g - first_[i]) * options_.frame_size;
     const uint64_t n = std::min(options_.frame_size, file.Size() - offset);
     job.plain.resize(n);
-    CKPTFS_RETURN_IF_ERROR(ReadPieces(file, offset, job.plain));
+    CKPTFS_RETURN_IF_ERROR(ReadPieces(file, offset, job.plain.bytes()));
+    CrcPieces(file.crc_ranges, offset, job.plain.bytes(), job.crc_pieces);
     job.regions.clear();
     if (options_.byte_group) job.regions = RegionsInFrame(file.runs, offset, offset + n);
     return CompressFrame(job, options_.level);
@@ -292,16 +346,22 @@ Status WriteSeekable(const OutputFile& file, const std::string& dest, const Pack
   const uint64_t size = file.Size();
   std::vector<Frame> frames;
   std::vector<std::vector<GroupRegion>> grouped;  // per frame, for the record
+  std::vector<RangeCrc> crcs = file.crc_ranges;   // zero: the CRC of no bytes
   for (uint64_t offset = 0; offset < size; offset += options.frame_size) {
     FrameJob& job = pipeline.Take();
     CKPTFS_RETURN_IF_ERROR(job.status);
+    for (const CrcPiece& p : job.crc_pieces) {
+      RangeCrc& r = crcs[p.range];
+      r.crc32 =
+          static_cast<uint32_t>(crc32_combine(r.crc32, p.crc32, static_cast<z_off_t>(p.length)));
+    }
     Frame f;
     f.compressed_size = job.compressed.size();
     f.decoded_size = job.plain.size();
     f.checksum = job.checksum;
     frames.push_back(f);
     grouped.push_back(std::move(job.regions));
-    CKPTFS_RETURN_IF_ERROR(out.Write(job.compressed));
+    CKPTFS_RETURN_IF_ERROR(out.Write(job.compressed.bytes()));
     pipeline.Release();
     done += f.decoded_size;
     if (options.progress) options.progress(done, total);
@@ -321,12 +381,14 @@ Status WriteSeekable(const OutputFile& file, const std::string& dest, const Pack
   summary.decoded_bytes += size;
   summary.compressed_bytes += out.written();
   ++summary.shards;
+  if (!crcs.empty()) summary.range_crcs[file.name] = std::move(crcs);
   return out.Commit();
 }
 
 Status WriteCopy(const OutputFile& file, const std::string& dest, PackSummary& summary) {
   CKPTFS_ASSIGN_OR_RETURN(Writer out, Writer::Create(dest + "/" + file.name));
-  std::vector<uint8_t> buf(4u << 20);
+  FrameBuffer buf;  // a config.json's few bytes get a buffer of their size, not 4 MiB
+  buf.resize(std::min<uint64_t>(4u << 20, file.Size()));
   for (uint64_t offset = 0, size = file.Size(); offset < size;) {
     const size_t n = std::min<uint64_t>(buf.size(), size - offset);
     CKPTFS_RETURN_IF_ERROR(ReadPieces(file, offset, {buf.data(), n}));
@@ -356,7 +418,7 @@ std::vector<OutputFile> Reshard(const Checkpoint& ckpt, uint64_t shard_size) {
   for (size_t g = 0; g < groups.size(); ++g) {
     char name[64];
     std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", g + 1, groups.size());
-    OutputFile file{name, {}, true, {}};
+    OutputFile file{name, {}, true, {}, {}};
     std::vector<TensorEntry> entries;
     uint64_t offset = 0;
     for (uint32_t i : groups[g]) {
@@ -369,6 +431,8 @@ std::vector<OutputFile> Reshard(const Checkpoint& ckpt, uint64_t shard_size) {
     const uint64_t data_start = file.pieces.back().length;
     for (const TensorEntry& e : entries) {
       file.runs.push_back({data_start + e.begin, e.end - e.begin, DtypeSize(e.dtype)});
+      // A new safetensors shard: each tensor is a storage without a CRC.
+      if (e.end > e.begin) file.crc_ranges.push_back({data_start + e.begin, e.end - e.begin, 0});
     }
     for (uint32_t i : groups[g]) {
       StoredRange one;
@@ -382,29 +446,39 @@ std::vector<OutputFile> Reshard(const Checkpoint& ckpt, uint64_t shard_size) {
   nlohmann::json index = {{"metadata", {{"total_size", ckpt.TotalTensorBytes()}}},
                           {"weight_map", weight_map}};
   shards.push_back(
-      OutputFile{"model.safetensors.index.json", {Bytes(index.dump(2) + "\n")}, false, {}});
+      OutputFile{"model.safetensors.index.json", {Bytes(index.dump(2) + "\n")}, false, {}, {}});
   return shards;
 }
 
-// The runs of every storage's elements in the shard files (files[i] is shard i).
-void AddStorageRuns(const Checkpoint& ckpt, std::vector<OutputFile>& files) {
+// Sorts `ranges` by offset and keeps the first of any that overlap.
+template <typename Range>
+void KeepDisjoint(std::vector<Range>& ranges) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.offset < b.offset; });
+  std::vector<Range> kept;
+  for (const Range& r : ranges) {
+    if (kept.empty() || r.offset >= kept.back().offset + kept.back().length) kept.push_back(r);
+  }
+  ranges = std::move(kept);
+}
+
+// Where the storages lie in the shard files (files[i] is shard i): with `byte_group`, the
+// runs of every storage's elements; and the ranges of those without a CRC, for the
+// workers to checksum. Storages never share bytes in the formats read; if some did,
+// grouping one twice would not undo, so the first of any overlap is kept (a storage
+// left out of crc_ranges is read back by WritePackedCrcs instead).
+void AddStorageRanges(const Checkpoint& ckpt, bool byte_group, std::vector<OutputFile>& files) {
   for (const Storage& s : ckpt.storages) {
     StoredRange one;
     for (const StoredRange& r : RangesOf(ckpt, s, one)) {
-      if (r.shard < files.size())
-        files[r.shard].runs.push_back({r.offset, r.size, DtypeSize(s.dtype)});
+      if (r.shard >= files.size()) continue;
+      if (byte_group) files[r.shard].runs.push_back({r.offset, r.size, DtypeSize(s.dtype)});
+      if (!s.has_crc32 && r.size) files[r.shard].crc_ranges.push_back({r.offset, r.size, 0});
     }
   }
   for (OutputFile& f : files) {
-    std::sort(f.runs.begin(), f.runs.end(),
-              [](const ElementRun& a, const ElementRun& b) { return a.offset < b.offset; });
-    // Storages never share bytes in the formats read; if some did, grouping one twice
-    // would not undo: keep the first of any overlap.
-    std::vector<ElementRun> kept;
-    for (const ElementRun& r : f.runs) {
-      if (kept.empty() || r.offset >= kept.back().offset + kept.back().length) kept.push_back(r);
-    }
-    f.runs = std::move(kept);
+    KeepDisjoint(f.runs);
+    KeepDisjoint(f.crc_ranges);
   }
 }
 
@@ -493,15 +567,17 @@ Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const Pac
   if (options.shard_size) {
     files = Reshard(ckpt, options.shard_size);
   } else {
-    for (const StoredFile& s : ckpt.shards) files.push_back({s.name, {Whole(*s.source)}, true, {}});
-    if (options.byte_group) AddStorageRuns(ckpt, files);
-    for (const StoredFile& f : ckpt.index) files.push_back({f.name, {Whole(*f.source)}, false, {}});
+    for (const StoredFile& s : ckpt.shards)
+      files.push_back({s.name, {Whole(*s.source)}, true, {}, {}});
+    AddStorageRanges(ckpt, options.byte_group, files);
+    for (const StoredFile& f : ckpt.index)
+      files.push_back({f.name, {Whole(*f.source)}, false, {}, {}});
   }
   for (const StoredFile& f : ckpt.others) {
     // A module folder's file (hf_layout.h, OpenHfModuleFolders) is not the checkpoint's:
     // pack writes one flat directory, as it always did.
     if (f.name.find('/') != std::string::npos) continue;
-    files.push_back({f.name, {Whole(*f.source)}, false, {}});
+    files.push_back({f.name, {Whole(*f.source)}, false, {}, {}});
   }
   CKPTFS_RETURN_IF_ERROR(PrepareDest(dest, OutputNames(files), options.force));
   // A replaced pack's zip CRCs describe its old shards: gone before any new shard lands.

@@ -5,10 +5,11 @@
 // original bytes). Frames are read and compressed on a pool of `threads` workers that
 // runs across shard boundaries, while the calling thread writes them in order; at most
 // 2 x threads frames are in flight, each holding its bytes and its compressed copy (about
-// 2 x frame_size), besides one zstd context per worker. The bytes written are the same
-// for any thread count. Plain `zstd -d` decodes the result (to the
-// grouped bytes with `byte_group`). Non-weight files and the index are copied
-// unchanged. With `shard_size`, tensors are regrouped (in aligned order) into new shards
+// 2 x frame_size), besides one zstd context per worker. The workers also CRC the
+// storages without a CRC from the bytes they hold (PackSummary::range_crcs), for the zip
+// CRC sidecar, which then needs no second pass over the output. The bytes written are the
+// same for any thread count. Plain `zstd -d` decodes the result (to the grouped bytes with
+// `byte_group`). Non-weight files and the index are copied unchanged. With `shard_size`, tensors are regrouped (in aligned order) into new shards
 // of at most that many bytes each (a larger tensor gets a shard of its own) under a new
 // model.safetensors.index.json. Files are written under a temporary name (NAME.part) and
 // renamed, so an interrupted pack leaves no file that looks complete.
@@ -50,6 +51,11 @@ struct PackSummary {
   uint64_t compressed_bytes = 0;  // their .zst files, seek tables included
   uint64_t copied_bytes = 0;      // files copied as they are (index, config...)
   size_t shards = 0;
+  // The CRC-32 of each stored range of the storages without one (the safetensors tensors
+  // a merged pytorch_model.bin records), by the compressed file's decoded name: computed
+  // by the frame workers from the bytes they compress, so that the zip CRC sidecar
+  // (WritePackedCrcs) needs no second pass that decodes every frame again.
+  RangeCrcs range_crcs;
 };
 
 // Packs `ckpt` into the directory `dest`, which must be missing or empty. Refuses a

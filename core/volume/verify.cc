@@ -101,9 +101,10 @@ VerifyResult VerifyCheckpoint(const Checkpoint& ckpt,
     }
   }
   // torch.save records carry a CRC-32 of each storage: check what the zip promised.
+  std::vector<uint8_t> scratch;
   for (const Storage& s : ckpt.storages) {
     if (!s.has_crc32 || result.damaged) continue;
-    Result<uint32_t> crc = ReadStorageCrc(ckpt, s);
+    Result<uint32_t> crc = ReadStorageCrc(ckpt, s, scratch);
     if (!crc.ok()) {
       problem(crc.status());
     } else if (crc.value() != s.crc32) {
