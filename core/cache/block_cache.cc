@@ -408,7 +408,10 @@ BlockCache::Buffer BlockCache::AllocateBuffer(size_t size) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t bytes = std::max(page, (size + page - 1) / page * page);
   if (bytes < kHuge) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    // Populated at once: the loader writes every byte anyway, and one call that maps the
+    // pages costs less than a page fault per 4 KiB (a 1 MiB remote block took 256).
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     return p == MAP_FAILED ? Buffer(nullptr, {0}) : Buffer(static_cast<uint8_t*>(p), {bytes});
   }
   // Over-map by 2 MiB, then trim both ends so the buffer starts on a huge-page boundary.
