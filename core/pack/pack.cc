@@ -471,7 +471,8 @@ void AddStorageRanges(const Checkpoint& ckpt, bool byte_group, std::vector<Outpu
   for (const Storage& s : ckpt.storages) {
     StoredRange one;
     for (const StoredRange& r : RangesOf(ckpt, s, one)) {
-      if (r.shard >= files.size()) continue;
+      // Past the shards are the decoded data of legacy torch files, not files of ours.
+      if (r.shard >= ckpt.shards.size()) continue;
       if (byte_group) files[r.shard].runs.push_back({r.offset, r.size, DtypeSize(s.dtype)});
       if (!s.has_crc32 && r.size) files[r.shard].crc_ranges.push_back({r.offset, r.size, 0});
     }
