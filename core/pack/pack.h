@@ -9,8 +9,9 @@
 // storages without a CRC from the bytes they hold (PackSummary::range_crcs), for the zip
 // CRC sidecar, which then needs no second pass over the output. The bytes written are the
 // same for any thread count. Plain `zstd -d` decodes the result (to the grouped bytes with
-// `byte_group`). Non-weight files and the index are copied unchanged. With `shard_size`, tensors are regrouped (in aligned order) into new shards
-// of at most that many bytes each (a larger tensor gets a shard of its own) under a new
+// `byte_group`). Non-weight files and the index are copied unchanged. With `shard_size`,
+// tensors are regrouped (in aligned order) into new shards of at most that many bytes
+// each (a larger tensor gets a shard of its own) under a new
 // model.safetensors.index.json. Files are written under a temporary name (NAME.part) and
 // renamed, so an interrupted pack leaves no file that looks complete.
 //

@@ -308,18 +308,31 @@ TEST_F(PackThreadsTest, OutputIsTheSameForAnyThreadCount) {
   }
 }
 
-// A range the pack did not see gets no CRC from ApplyRangeCrcs: nothing is guessed.
+// A storage gets a CRC from ApplyRangeCrcs only when a known range matches its own in
+// file, offset and length: nothing is guessed.
 TEST_F(PackThreadsTest, RangeCrcsGiveOnlyWhatTheyCover) {
   auto ckpt = Open();
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   PackOptions options;
   options.frame_size = 64 << 10;
-  ASSERT_TRUE(PackCheckpoint(*ckpt, dest_, options).ok());
+  PackSummary summary;
+  ASSERT_TRUE(PackCheckpoint(*ckpt, dest_, options, &summary).ok());
   auto packed = OpenCheckpoint(dest_, testing::TestCodec());
   ASSERT_TRUE(packed.ok());
-  RangeCrcs partial;
-  partial[packed->shards[0].name].push_back({0, 1, 0});
-  EXPECT_EQ(ApplyRangeCrcs(*packed, partial), 0u);
+  ASSERT_FALSE(packed->storages.empty());
+  const Storage& first = packed->storages[0];
+  const std::string& file = packed->shards[first.shard].name;
+  RangeCrcs one_short;  // the first storage's offset, one byte short
+  one_short[file].push_back({first.offset, first.size - 1, 0});
+  EXPECT_EQ(ApplyRangeCrcs(*packed, one_short), 0u);
+  RangeCrcs just_it;  // the pack's CRC of that storage alone
+  const std::vector<RangeCrc>& all = summary.range_crcs.at(file);
+  auto it = std::find_if(all.begin(), all.end(),
+                         [&](const RangeCrc& r) { return r.offset == first.offset; });
+  ASSERT_NE(it, all.end());
+  just_it[file].push_back(*it);
+  EXPECT_EQ(ApplyRangeCrcs(*packed, just_it), 1u);
+  EXPECT_TRUE(packed->storages[0].has_crc32);
 }
 
 // A read that fails mid-pack stops it: the first failing frame's error (the same for any
