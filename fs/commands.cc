@@ -200,29 +200,36 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   return out;
 }
 
+// Every name inspect, verify and pack print comes from a file or its metadata: printed
+// through Shown (control characters escaped, status.h), so a tensor name holding an ESC or
+// a newline cannot drive the terminal or forge a table row.
+std::string Shown(std::string_view name) { return EscapeControlChars(name); }
+
 void PrintShardLine(const StoredFile& s) {
+  const std::string name = Shown(s.stored_name);
   if (s.source->StoredSize() == s.source->Size() && s.stored_name == s.name) {
-    std::printf("  %s  %s  (%s)\n", s.stored_name.c_str(), HumanBytes(s.source->Size()).c_str(),
+    std::printf("  %s  %s  (%s)\n", name.c_str(), HumanBytes(s.source->Size()).c_str(),
                 s.source->StorageKind().c_str());
     return;
   }
-  std::printf("  %s  %s stored, %s decoded, ratio %.2f  (%s)\n", s.stored_name.c_str(),
+  std::printf("  %s  %s stored, %s decoded, ratio %.2f  (%s)\n", name.c_str(),
               HumanBytes(s.source->StoredSize()).c_str(), HumanBytes(s.source->Size()).c_str(),
               Ratio(s), s.source->StorageKind().c_str());
 }
 
 void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
-  std::printf("source   %s\n", ckpt.source_path.c_str());
+  std::printf("source   %s\n", Shown(ckpt.source_path).c_str());
   std::printf("format   %s\n", std::string(FormatOf(ckpt.format).name).c_str());
-  std::printf("index    %s\n", ckpt.index.empty() ? "(single file)" : ckpt.index[0].name.c_str());
+  std::printf("index    %s\n",
+              ckpt.index.empty() ? "(single file)" : Shown(ckpt.index[0].name).c_str());
   std::printf("shards   %zu\n", ckpt.shards.size());
   for (const StoredFile& s : ckpt.shards) PrintShardLine(s);
   std::printf("tensors  %zu, %s\n", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str());
-  std::printf("model    %s\n", ModelLine(ckpt).c_str());
+  std::printf("model    %s\n", Shown(ModelLine(ckpt)).c_str());
   if (const auto lines = FormatOf(ckpt.format).inspect) {
     for (const auto& [label, text] : lines(ckpt)) {
-      std::printf("%-8s %s\n", label.c_str(), text.c_str());
+      std::printf("%-8s %s\n", Shown(label).c_str(), Shown(text).c_str());
     }
   }
   const ParameterCount params = CountParameters(ckpt);
@@ -232,16 +239,21 @@ void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
                 d.tensors, HumanBytes(d.bytes).c_str());
   }
   std::printf("zip CRCs: %s\n\n", crcs.Describe().c_str());
+  // Names escaped once, for the width and the rows alike.
+  std::vector<std::string> names(ckpt.tensors.size());
   size_t width = 6;
-  for (const Tensor& t : ckpt.tensors) width = std::max(width, t.name.size());
+  for (size_t i = 0; i < ckpt.tensors.size(); ++i) {
+    names[i] = Shown(ckpt.tensors[i].name);
+    width = std::max(width, names[i].size());
+  }
   std::printf("%-*s  %-8s  %-20s  %12s  %s\n", static_cast<int>(width), "TENSOR", "DTYPE", "SHAPE",
               "BYTES", "SHARD");
   for (uint32_t i : NaturalTensorOrder(ckpt)) {
     const Tensor& t = ckpt.tensors[i];
-    std::printf("%-*s  %-8s  %-20s  %12llu  %s%s\n", static_cast<int>(width), t.name.c_str(),
+    std::printf("%-*s  %-8s  %-20s  %12llu  %s%s\n", static_cast<int>(width), names[i].c_str(),
                 std::string(DtypeName(t.dtype)).c_str(), ShapeToJson(t.shape).c_str(),
                 static_cast<unsigned long long>(ViewBytes(t)),
-                ShardFile(ckpt, t.shard).name.c_str(),
+                Shown(ShardFile(ckpt, t.shard).name).c_str(),
                 t.contiguous() ? "" : "  (strided: only in pytorch_model.bin)");
   }
 }
@@ -326,7 +338,7 @@ void SaveZipCrcs(const Volume& volume, const RemoteOptions& remote) {
     return;
   }
   std::printf("zip CRCs: saved in %s (pytorch_model.bin passes unzip -t from the next mount)\n",
-              status.sidecar_path.c_str());
+              Shown(status.sidecar_path).c_str());
 }
 
 }  // namespace
@@ -553,7 +565,7 @@ int RunVerify(const std::string& source, const ReadOptions& codec, const OpenOpt
   const uint64_t total = result.bytes_read;
   const double seconds = progress.Elapsed();
   std::printf("%s: ok (%zu %s, %zu tensors, %s; %s read in %s, %.1f MB/s)\n",
-              ckpt.source_path.c_str(), ckpt.shards.size(),
+              Shown(ckpt.source_path).c_str(), ckpt.shards.size(),
               ckpt.shards.size() == 1 ? "shard" : "shards", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str(), HumanBytes(total).c_str(),
               Duration(seconds).c_str(), MegabytesPerSecond(total, seconds));
@@ -621,11 +633,11 @@ int RunPack(const std::string& source, const std::string& dest, const PackOption
                                                       static_cast<double>(summary.compressed_bytes)
                                                 : 1.0;
   std::printf("%s: packed %zu tensors into %s: %s, %s -> %s (ratio %.2f) in %s, %.1f MB/s\n",
-              source.c_str(), ckpt.tensors.size(), dest.c_str(), WhatPackMade(dest).c_str(),
-              HumanBytes(summary.decoded_bytes).c_str(),
+              Shown(source).c_str(), ckpt.tensors.size(), Shown(dest).c_str(),
+              Shown(WhatPackMade(dest)).c_str(), HumanBytes(summary.decoded_bytes).c_str(),
               HumanBytes(summary.compressed_bytes).c_str(), ratio, Duration(seconds).c_str(),
               MegabytesPerSecond(summary.decoded_bytes, seconds));
-  std::printf("mount it: ckptfs mount %s MOUNTPOINT\n", dest.c_str());
+  std::printf("mount it: ckptfs mount %s MOUNTPOINT\n", Shown(dest).c_str());
   return 0;
 }
 

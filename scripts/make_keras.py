@@ -40,7 +40,9 @@ a reader that handles these handles what Keras writes. They cover what the real 
   hostile/                          (g) deflated.keras, no_weights.keras,
                                     truncated.weights.h5, chunked_gzip.weights.h5; big-endian,
                                     soft and external links, npz.keras, sharded maps naming
-                                    ../ or holding a dataset twice
+                                    ../ or holding a dataset twice; a config.json, a
+                                    metadata.json and a weight map nested 100,000 deep
+  run_deep/                         model_1.keras, and model_2.keras with that deep config
 
 expected.json "hostile": file -> [strings the one-line refusal must hold].
 expected.json: for each checkpoint (key = its directory above; "path" = what to mount),
@@ -242,13 +244,13 @@ def WriteKerasZip(path, expected, saveables, config, metadata, weights_compress=
     """saving_lib._save_model_to_fileobj: zipfile.ZipFile(f, "w") (ZIP_STORED); metadata.json
     and config.json through zf.open(name, "w") (ZipInfo's 1980 date, no permissions), then
     the weights store's close(): archive.writestr("model.weights.h5", bytes) (the save's
-    time, mode 0o600). The member order is Keras's: metadata.json, config.json, weights."""
+    time, mode 0o600). The member order is Keras's: metadata.json, config.json, weights.
+    A config or metadata given as text is written as it is (hostile cases)."""
     weights = H5Bytes(expected, saveables) if with_weights else None
     with open(path, "wb") as f, zipfile.ZipFile(f, "w") as zf:
-        with zf.open("metadata.json", "w") as m:
-            m.write(json.dumps(metadata).encode())
-        with zf.open("config.json", "w") as m:
-            m.write(json.dumps(config).encode())
+        for member, value in (("metadata.json", metadata), ("config.json", config)):
+            with zf.open(member, "w") as m:
+                m.write((value if isinstance(value, str) else json.dumps(value)).encode())
         if with_weights:
             info = zipfile.ZipInfo("model.weights.h5", date_time=ZIP_TIME)
             info.compress_type = weights_compress
@@ -866,7 +868,32 @@ def Main(out):
                                                      "model_00001.weights.h5"]
         with open(index, "w") as f:
             f.write(json.dumps(m, indent=4))
+    # JSON nested 100,000 deep (200 KB): once a stack overflow wherever the parsed value was
+    # copied; now refused before a tree is built. A config, a metadata.json, a weight map.
+    deep = 100000
+    deep_json = '{"a":' * deep + "1" + "}" * deep
+    WriteKerasZip(os.path.join(d, "deep_config.keras"), scratch, SequentialSaveables(rng, sizes),
+                  deep_json, metadata)
+    WriteKerasZip(os.path.join(d, "deep_metadata.keras"), scratch,
+                  SequentialSaveables(rng, sizes), config, deep_json)
+    sd = Dir("hostile", "sharded_deep")
+    store = ShardedStore(sd, scratch, max_shard_size=600)
+    SaveState(store, [("layers/dense", "dense", Dense(rng, 8, 16))])
+    store.Close()
+    with open(os.path.join(sd, "model.weights.json"), "w") as f:
+        f.write('{"weight_map": {"/layers/dense/vars": ' + "[" * deep +
+                '"model_00000.weights.h5"' + "]" * deep + "}}")
+    # A run whose second save's config is that deep: the entry shows ERROR, the run lives.
+    rd = Dir("run_deep")
+    WriteKerasZip(os.path.join(rd, "model_1.keras"), scratch, SequentialSaveables(rng, sizes),
+                  config, metadata)
+    WriteKerasZip(os.path.join(rd, "model_2.keras"), scratch, SequentialSaveables(rng, sizes),
+                  deep_json, metadata)
+    too_deep = "JSON nested deeper than 100 levels"
     hostile = {"hostile/big_endian.weights.h5": ["big_endian.weights.h5", "layers/dense/vars/0"],
+               "hostile/deep_config.keras": ["deep_config.keras:config.json", too_deep],
+               "hostile/deep_metadata.keras": ["deep_metadata.keras:metadata.json", too_deep],
+               "hostile/sharded_deep/model.weights.json": ["model.weights.json", too_deep],
                "hostile/soft_link.weights.h5": ["soft_link.weights.h5", "layers/dense/vars/1"],
                "hostile/external_link.weights.h5": ["external_link.weights.h5",
                                                     "layers/dense/vars/1"],

@@ -37,9 +37,15 @@ namespace {
 // read as dump would write them), whitespace outside strings is dropped, and "{", "[",
 // "," and ":" get dump's newlines, indents and spaces. The same bytes as parse + dump(2)
 // without the tree, whose JSON value per string, number or node costs 50 to 100 times its
-// text (1M empty TF strings: 3 MB of state_json, 70 MiB of tree). `emit(text)` or
-// `emit(n, ' ')` receives the output; run once to count and once to write, the output is
-// allocated once, at its size.
+// text (1M empty TF strings: 3 MB of state_json, 70 MiB of tree). Only the first
+// kIndentLevels levels are laid out; deeper ones stay compact, as dump(-1) writes them: an
+// indent per level makes a deep value's layout grow as its depth squared (a 30 KB Keras
+// config nested 15,000 deep laid out to 880 MiB), where this keeps it within 12 times the
+// compact text (a value and its comma, 2 bytes, become a newline and at most 20 spaces
+// more). `emit(text)` or `emit(n, ' ')` receives the output; run once to count and once to
+// write, the output is allocated once, at its size.
+constexpr size_t kIndentLevels = 10;
+
 template <typename Emit>
 void IndentJson(std::string_view in, Emit&& emit) {
   size_t depth = 0;
@@ -54,6 +60,7 @@ void IndentJson(std::string_view in, Emit&& emit) {
   };
   for (size_t i = 0; i < in.size(); ++i) {
     const char c = in[i];
+    const bool laid_out = depth <= kIndentLevels;  // the level `c` is on
     switch (c) {
       case '"': {
         size_t j = i + 1;
@@ -69,24 +76,24 @@ void IndentJson(std::string_view in, Emit&& emit) {
         last = c;
         if (next_token(i + 1) == (c == '{' ? '}' : ']')) break;  // "{}" and "[]" stay so
         ++depth;
-        newline();
+        if (depth <= kIndentLevels) newline();
         break;
       case '}':
       case ']':
         if (last != (c == '}' ? '{' : '[')) {
           depth -= depth > 0 ? 1 : 0;
-          newline();
+          if (laid_out) newline();
         }
         emit(in.substr(i, 1));
         last = c;
         break;
       case ',':
         emit(std::string_view(","));
-        newline();
+        if (laid_out) newline();
         last = c;
         break;
       case ':':
-        emit(std::string_view(": "));
+        emit(laid_out ? std::string_view(": ") : std::string_view(":"));
         last = c;
         break;
       case ' ':

@@ -34,6 +34,7 @@
 #include "core/checkpoint/model.h"
 #include "core/format/dcp/metadata.h"
 #include "core/format/dcp/tiling.h"
+#include "core/format/ordered_json.h"
 #include "core/format/safetensors.h"
 #include "core/format/shape.h"
 #include "core/format/torch_file.h"
@@ -456,7 +457,9 @@ Status ReadHfDcp(const SourceDir& dir, ReadContext& codec, Checkpoint& ckpt) {
                                 ": no DCP_SHARDING_INFO in its __metadata__ (not a "
                                 "piece HuggingFaceStorageWriter wrote)");
     }
-    const nlohmann::json info = nlohmann::json::parse(info_text->second, nullptr, false);
+    CKPTFS_ASSIGN_OR_RETURN(
+        const nlohmann::json info,
+        ParseJson<nlohmann::json>(info_text->second, shown + ": DCP_SHARDING_INFO"));
     if (!info.is_object())
       return Status::Corruption(shown + ": DCP_SHARDING_INFO is not a JSON object");
     const auto shard = static_cast<uint32_t>(ckpt.shards.size());
@@ -486,7 +489,7 @@ Status ReadHfDcp(const SourceDir& dir, ReadContext& codec, Checkpoint& ckpt) {
   }
   Summary summary;
   for (auto& [name, pieces] : tensors) {
-    const std::string what = JoinShown(dir.path, pieces.first_file) + ": tensor " + name;
+    const std::string what = pieces.first_file + ": tensor " + name;
     std::vector<uint64_t> shape(pieces.chunks[0].box.sizes.size(), 0);
     for (const ChunkAt& c : pieces.chunks) {
       if (c.box.sizes.size() != shape.size()) {

@@ -157,7 +157,7 @@ struct Part {
 
 // What a .keras zip holds: the weights member's extent, and config/metadata as JSON.
 Result<Part> OpenZip(const StoredFile& file, const std::string& shown,
-                     nlohmann::ordered_json& metadata) {
+                     nlohmann::ordered_json& metadata, MetadataBudget& budget) {
   CKPTFS_ASSIGN_OR_RETURN(const std::vector<ZipEntry> entries, ReadZipDirectory(*file.source));
   const ZipEntry* weights = nullptr;
   for (const ZipEntry& e : entries) {
@@ -165,7 +165,9 @@ Result<Part> OpenZip(const StoredFile& file, const std::string& shown,
       weights = &e;
     } else if (e.name == kConfigFile || e.name == kMetadataFile) {
       CKPTFS_ASSIGN_OR_RETURN(const std::string text, ReadMember(*file.source, e, shown));
-      metadata[e.name == kConfigFile ? "config" : "metadata"] = keras::ParseJsonText(text);
+      budget.AddStored(text.size());
+      CKPTFS_ASSIGN_OR_RETURN(metadata[e.name == kConfigFile ? "config" : "metadata"],
+                              keras::ParseJsonText(text, shown + ":" + e.name, &budget));
     }
   }
   if (!weights) {
@@ -196,16 +198,21 @@ Result<bool> IsZip(const ByteSource& source) {
 
 // A small JSON file of `dir` beside the weights (an unzipped .keras's), if there.
 Status AddJsonFile(const SourceDir& dir, std::string_view name, std::string_view key,
-                   nlohmann::ordered_json& metadata) {
+                   nlohmann::ordered_json& metadata, MetadataBudget& budget) {
   if (!dir.Lists(std::string(name))) return Status::Ok();
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> file, dir.open(std::string(name)));
   CKPTFS_ASSIGN_OR_RETURN(const std::string text, ReadWhole(*file, kMaxJsonMember));
-  metadata[std::string(key)] = keras::ParseJsonText(text);
+  budget.AddStored(text.size());
+  CKPTFS_ASSIGN_OR_RETURN(
+      metadata[std::string(key)],
+      keras::ParseJsonText(text, JoinShown(dir.path, std::string(name)), &budget));
   return Status::Ok();
 }
 
 Status ReadKeras(const SourceDir& dir, const Claim& claim, ReadContext& codec, Checkpoint& ckpt) {
   nlohmann::ordered_json metadata = nlohmann::ordered_json::object();
+  // The JSON files' trees and metadata.json's text, within 32 times their bytes + 64 MiB.
+  MetadataBudget budget(JoinShown(dir.path, claim.file));
   std::vector<Part> parts;
   std::string kind;
   if (IsMapFile(claim.file)) {
@@ -226,15 +233,15 @@ Status ReadKeras(const SourceDir& dir, const Claim& claim, ReadContext& codec, C
     const std::string shown = JoinShown(dir.path, claim.file);
     CKPTFS_ASSIGN_OR_RETURN(const bool zip, IsZip(*file.source));
     if (zip) {
-      CKPTFS_ASSIGN_OR_RETURN(Part part, OpenZip(file, shown, metadata));
+      CKPTFS_ASSIGN_OR_RETURN(Part part, OpenZip(file, shown, metadata, budget));
       parts.push_back(std::move(part));
       kind = ".keras archive";
     } else {
       parts.push_back(Part{0, 0, file.source->Size(), shown});
       if (claim.file == kWeightsMember) {
         // The unzipped form of a .keras: its config and metadata lie beside it.
-        CKPTFS_RETURN_IF_ERROR(AddJsonFile(dir, kConfigFile, "config", metadata));
-        CKPTFS_RETURN_IF_ERROR(AddJsonFile(dir, kMetadataFile, "metadata", metadata));
+        CKPTFS_RETURN_IF_ERROR(AddJsonFile(dir, kConfigFile, "config", metadata, budget));
+        CKPTFS_RETURN_IF_ERROR(AddJsonFile(dir, kMetadataFile, "metadata", metadata, budget));
       }
     }
     ckpt.shards.push_back(std::move(file));
@@ -314,6 +321,8 @@ Status ReadKeras(const SourceDir& dir, const Claim& claim, ReadContext& codec, C
   for (auto& [key, value] : model.metadata.items()) out[key] = value;
   for (auto& [key, value] : metadata.items()) out[key] = value;
   ckpt.state_json = out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  // The compact text is held with the checkpoint; metadata.json is laid out from it.
+  CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(ckpt.state_json.size()));
 
   state->summary = kind + ", " + std::to_string(ckpt.tensors.size()) + " datasets (" +
                    std::to_string(ckpt.tensors.size() - optimizer) + " model, " +

@@ -525,7 +525,11 @@ Status BestFromTrainerState(const SourceDir& dir, TrainerStates states, RunListi
   if (!file.ok()) return Skip(run.skipped, file.status());
   auto text = ReadWhole(**file, kMaxTrainerStateBytes);
   if (!text.ok()) return Skip(run.skipped, text.status());
-  const nlohmann::json state = nlohmann::json::parse(*text, nullptr, false);
+  const Result<nlohmann::json> parsed = ParseJson<nlohmann::json>(*text, shown);
+  if (!parsed.ok() && parsed.status().code() != Status::Code::kCorruption) {
+    return Skip(run.skipped, parsed.status());
+  }
+  const nlohmann::json& state = parsed.ok() ? *parsed : nlohmann::json();
   if (!state.is_object()) {
     run.skipped.push_back(shown + ": not a JSON object, skipped");
     return Status::Ok();

@@ -272,7 +272,12 @@ Result<SourceDir> S3Named(std::shared_ptr<const S3Target> target, const S3Url& w
 }  // namespace
 
 std::optional<HttpListing> ParseAutoindexJson(std::string_view body) {
-  const nlohmann::json items = nlohmann::json::parse(body, nullptr, false);
+  // An item's fields are at depth 2: deeper values are dropped as parsed, so a hostile
+  // listing never becomes a deep tree (core/format/ordered_json.h says why that matters;
+  // this layer lies below it).
+  const nlohmann::json items = nlohmann::json::parse(
+      body, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) { return depth <= 2; },
+      /*allow_exceptions=*/false);
   if (!items.is_array()) return std::nullopt;
   HttpListing listing;
   for (const nlohmann::json& item : items) {

@@ -286,6 +286,24 @@ TEST_F(CliTest, InspectSortsNaturallyAndCountsParameters) {
   EXPECT_TRUE(std::regex_search(j, std::regex(R"("ratio": ([2-9]\d|\d{3,})\.)"))) << j;
 }
 
+// Names come from the file: an ESC or a newline in a tensor name (JSON-escaped in the
+// header) is printed escaped, so it can neither drive the terminal nor forge a table row.
+TEST_F(CliTest, InspectEscapesControlCharactersInNames) {
+  const std::string dir = scratch_->MakeDir("control");
+  WriteSafetensors(dir + "/model.safetensors",
+                   {{R"(evil\u001b[2J\nforged.row)", "F32", {4}}, {"plain", "F32", {4}}},
+                   /*random=*/false);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"inspect", dir}, {"verify", dir}}) {
+    const ProcessResult r = Ckptfs(args, kCheckTimeout);
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    EXPECT_EQ((r.out + r.err).find('\x1b'), std::string::npos) << r.Describe();
+    EXPECT_EQ(r.out.find("\nforged.row"), std::string::npos) << r.Describe();
+  }
+  const ProcessResult table = Ckptfs({"inspect", dir}, kCheckTimeout);
+  EXPECT_NE(table.out.find(R"(evil\x1b[2J\x0aforged.row  F32)"), std::string::npos) << table.out;
+}
+
 // A pack killed with SIGKILL half-way leaves finished shards and a NAME.part; run again,
 // it removes the leftover, packs everything and the result verifies. A finished pack is
 // replaced only with --force, and a file pack does not write is never touched.

@@ -218,6 +218,26 @@ TEST_F(KerasMountTest, HostileFilesFailInOneLine) {
   EXPECT_GE(cases, 10);
 }
 
+// A run whose model_2.keras has a config.json nested 100,000 deep, which once crashed the
+// daemon (a recursive copy of the parsed JSON overflowed the stack) and took every entry of
+// the run with it: that entry is a directory holding ERROR with the reason, and
+// model_1.keras, read after it, still reads whole.
+TEST_F(KerasMountTest, ADeepConfigIsOneEntrysErrorNotTheDaemonsCrash) {
+  const std::string out = Generate();
+  if (HasFailure()) return;
+  const std::string mnt = MountFresh(out + "/run_deep");
+  if (HasFatalFailure()) return;
+  const ProcessResult error = RunProcess({"cat", mnt + "/model_2.keras/ERROR"}, kCheckTimeout);
+  EXPECT_EQ(error.exit_code, 0) << error.Describe();
+  EXPECT_NE(error.out.find("model_2.keras:config.json: JSON nested deeper than 100 levels"),
+            std::string::npos)
+      << error.Describe();
+  const ProcessResult good = RunProcess(
+      {"sh", "-c", "cat \"$1\"/model_1.keras/model.safetensors | wc -c", "sh", mnt}, kCheckTimeout);
+  EXPECT_EQ(good.exit_code, 0) << good.Describe();
+  EXPECT_GT(std::stoull(good.out.empty() ? "0" : good.out), 1000u) << good.Describe();
+}
+
 // --model-key '' puts the optimizer in the merged files under its HDF5 paths; any other
 // key is refused in one line (Keras names hold no sub-trees). NAME.zst of a .weights.h5, a
 // .keras and a legacy .h5 is the same checkpoint, decoded on read.

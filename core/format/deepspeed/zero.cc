@@ -429,16 +429,16 @@ class Consolidator {
       const json& mr = models_[r].state();
       for (const char* key : {"global_steps", "dp_world_size", "mp_world_size"}) {
         if (m0.contains(key) && mr.contains(key) && Get(m0, key) != Get(mr, key)) {
-          return models_[r].Bad(std::string(key) + " " + Get(mr, key).dump() + " but " +
-                                models_[0].name() + " says " + Get(m0, key).dump() +
+          return models_[r].Bad(std::string(key) + " " + QuoteJson(Get(mr, key)) + " but " +
+                                models_[0].name() + " says " + QuoteJson(Get(m0, key)) +
                                 ": rank files of different tags or world sizes");
         }
       }
     }
     if (m0.contains("dp_world_size") && Get(m0, "dp_world_size").is_number_unsigned() &&
         Get(m0, "dp_world_size").get<uint64_t>() != d) {
-      return models_[0].Bad("dp_world_size " + Get(m0, "dp_world_size").dump() + " but rank 0's " +
-                            "partition_count is " + std::to_string(d) +
+      return models_[0].Bad("dp_world_size " + QuoteJson(Get(m0, "dp_world_size")) +
+                            " but rank 0's " + "partition_count is " + std::to_string(d) +
                             ": rank files of different world sizes");
     }
     return Status::Ok();
@@ -771,7 +771,7 @@ Result<TagInfo> ReadTagInfo(const RankFile& model_states) {
     if (!st.contains(key)) continue;
     if (!st[key].is_number_unsigned() || st[key].get<uint64_t>() == 0 ||
         st[key].get<uint64_t>() > kMaxWorldSize) {
-      return f.Bad(std::string(key) + " " + st[key].dump() + " is out of range");
+      return f.Bad(std::string(key) + " " + QuoteJson(st[key]) + " is out of range");
     }
     *field = st[key].get<uint32_t>();
   }
@@ -835,17 +835,17 @@ std::string ZeroSummary(const std::string& state_json) {
   const std::string precision = Get(Get(config, "bf16"), "enabled") == true   ? "bf16"
                                 : Get(Get(config, "fp16"), "enabled") == true ? "fp16"
                                                                               : "fp32";
-  std::string line = "stage " + Get(zero, "stage").dump() + ", dp_world_size " +
-                     Get(zero, "dp_world_size").dump() + ", mp_world_size " +
-                     Get(zero, "mp_world_size").dump() + ", " + precision;
+  std::string line = "stage " + QuoteJson(Get(zero, "stage")) + ", dp_world_size " +
+                     QuoteJson(Get(zero, "dp_world_size")) + ", mp_world_size " +
+                     QuoteJson(Get(zero, "mp_world_size")) + ", " + precision;
   if (Get(zero, "master_dtype").is_string()) {
     line += ", master weights " + Get(zero, "master_dtype").get<std::string>();
   }
   line += ", " + std::to_string(Get(zero, "rank_files").size()) + " rank files";
   const json& pipeline = Get(state, "pipeline");
   if (pipeline.is_object()) {
-    line += ", pipeline of " + Get(pipeline, "layer_files").dump() + " layer files (" +
-            Get(pipeline, "tensor_parallel").dump() + " tensor-parallel)";
+    line += ", pipeline of " + QuoteJson(Get(pipeline, "layer_files")) + " layer files (" +
+            QuoteJson(Get(pipeline, "tensor_parallel")) + " tensor-parallel)";
   }
   return line + ", complete";
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/format/h5/protocol.h"
+#include "core/format/ordered_json.h"
 
 namespace ckptfs::h5::internal {
 
@@ -139,7 +140,10 @@ std::string EncodeFile(const File& file) {
 Result<File> DecodeFile(std::string_view text, const std::string& shown) {
   const Decoder d(shown);
   try {
-    const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    // The child ran libhdf5 on untrusted bytes: what it sends is untrusted too.
+    Result<json> parsed = ParseJson<json>(text, "its description");
+    if (!parsed.ok()) return d.Bad(parsed.status().message());
+    const json& doc = *parsed;
     if (!doc.is_object()) return d.Bad("not a JSON object");
     const auto groups = doc.find("groups");
     const auto datasets = doc.find("datasets");

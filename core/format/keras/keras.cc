@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/checked.h"
+#include "core/format/ordered_json.h"
 #include "core/source/source_dir.h"
 
 namespace ckptfs::keras {
@@ -38,14 +39,17 @@ bool Under(std::string_view path, std::string_view group) {
   return path.size() > group.size() && path.starts_with(group) && path[group.size()] == '/';
 }
 
-// A JSON text attribute (model_config, training_config) as ParseJsonText makes it.
-nlohmann::ordered_json JsonOrText(const nlohmann::json& value) {
+// A JSON text attribute (model_config, training_config) as ParseJsonText makes it. A
+// value that is not a string came from the HDF5 child's description, already bounded
+// (h5::DecodeFile parses it with ParseJson).
+Result<nlohmann::ordered_json> JsonOrText(const nlohmann::json& value, const std::string& shown) {
   if (!value.is_string()) return nlohmann::ordered_json::parse(value.dump());
-  return ParseJsonText(value.get_ref<const std::string&>());
+  return ParseJsonText(value.get_ref<const std::string&>(), shown);
 }
 
 // The root's attributes Keras writes (save_model_to_hdf5) into metadata.
-void RootMetadata(const h5::Group& root, const h5::Group* weights, KerasModel& model) {
+Status RootMetadata(const h5::Group& root, const h5::Group* weights, const std::string& shown,
+                    KerasModel& model) {
   for (std::string_view key : {"keras_version", "backend"}) {
     const h5::Attribute* a = FindAttribute(root.attributes, key);
     if (!a && weights) a = FindAttribute(weights->attributes, key);
@@ -53,9 +57,11 @@ void RootMetadata(const h5::Group& root, const h5::Group* weights, KerasModel& m
   }
   for (std::string_view key : {"model_config", "training_config"}) {
     if (const h5::Attribute* a = FindAttribute(root.attributes, key)) {
-      model.metadata[key == "model_config" ? "config" : "training_config"] = JsonOrText(a->value);
+      CKPTFS_ASSIGN_OR_RETURN(model.metadata[key == "model_config" ? "config" : "training_config"],
+                              JsonOrText(a->value, shown + ": attribute " + std::string(key)));
     }
   }
+  return Status::Ok();
 }
 
 struct Located {
@@ -116,9 +122,11 @@ struct Preferred {
 
 }  // namespace
 
-nlohmann::ordered_json ParseJsonText(std::string_view text) {
-  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(text, nullptr, false);
-  return parsed.is_discarded() ? nlohmann::ordered_json(std::string(text)) : parsed;
+Result<nlohmann::ordered_json> ParseJsonText(std::string_view text, const std::string& shown,
+                                             MetadataBudget* budget) {
+  Result<nlohmann::ordered_json> parsed = ParseJson<nlohmann::ordered_json>(text, shown, budget);
+  if (parsed.ok() || parsed.status().code() != Status::Code::kCorruption) return parsed;
+  return nlohmann::ordered_json(std::string(text));
 }
 
 Result<Dtype> DatasetDtype(const h5::Dataset& d) {
@@ -215,7 +223,8 @@ Result<KerasModel> Interpret(const std::vector<h5::File>& parts,
     const auto weights = groups.find("model_weights");
     const h5::Group weights_group{"model_weights",
                                   weights == groups.end() ? none : weights->second};
-    RootMetadata(root_group, has_model_weights ? &weights_group : nullptr, model);
+    CKPTFS_RETURN_IF_ERROR(
+        RootMetadata(root_group, has_model_weights ? &weights_group : nullptr, shown[0], model));
   }
 
   // Preferred model names by dataset path, with their fallbacks.
@@ -306,8 +315,8 @@ Result<KerasModel> Interpret(const std::vector<h5::File>& parts,
 }
 
 Result<std::vector<std::string>> ShardFiles(std::string_view json_text, const std::string& shown) {
-  const nlohmann::json map = nlohmann::json::parse(json_text, nullptr, false);
-  if (map.is_discarded() || !map.is_object()) {
+  CKPTFS_ASSIGN_OR_RETURN(const nlohmann::json map, ParseJson<nlohmann::json>(json_text, shown));
+  if (!map.is_object()) {
     return Status::Corruption(shown + ": not a JSON object");
   }
   const auto weight_map = map.find("weight_map");
@@ -318,7 +327,7 @@ Result<std::vector<std::string>> ShardFiles(std::string_view json_text, const st
   std::set<std::string> seen;
   auto add = [&](const nlohmann::json& file) -> Status {
     if (!file.is_string() || !IsPlainName(file.get_ref<const std::string&>())) {
-      return Status::Corruption(shown + ": weight_map names " + file.dump().substr(0, 200) +
+      return Status::Corruption(shown + ": weight_map names " + QuoteJson(file) +
                                 ", not a plain file name");
     }
     if (seen.insert(file.get<std::string>()).second) files.push_back(file.get<std::string>());

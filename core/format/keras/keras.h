@@ -42,6 +42,7 @@
 
 #include "core/format/dtype.h"
 #include "core/format/h5/h5_file.h"
+#include "core/format/metadata_budget.h"
 #include "core/status.h"
 
 namespace ckptfs::keras {
@@ -80,8 +81,11 @@ Result<KerasModel> Interpret(const std::vector<h5::File>& parts,
                              const std::vector<std::string>& shown);
 
 // JSON text (config.json, model_config) as a value for metadata.json: parsed, or kept as
-// a string when it does not parse, so metadata.json shows what the file holds either way.
-nlohmann::ordered_json ParseJsonText(std::string_view text);
+// a string when it is not JSON, so metadata.json shows what the file holds either way.
+// Text nested deeper than kMaxJsonDepth, or whose tree would pass `budget`, is refused
+// (ParseJson, core/format/ordered_json.h), naming `shown`.
+Result<nlohmann::ordered_json> ParseJsonText(std::string_view text, const std::string& shown,
+                                             MetadataBudget* budget = nullptr);
 
 // The dtype of `d` (BF16 for Keras's marked opaque pairs), or why none ("type: string").
 Result<Dtype> DatasetDtype(const h5::Dataset& d);
