@@ -103,7 +103,7 @@ class LinearBuilder {
 };
 
 // What a scan of the text finds before anything is built: how deep it nests (counting
-// stops past kMaxJsonDepth) and how many structural characters it has. Brackets inside
+// stops past `max_depth`) and how many structural characters it has. Brackets inside
 // strings are skipped; for text that is not valid JSON the figures may be off, but the
 // parser then fails, and no partial tree it builds nests deeper than the scan counted.
 struct JsonShape {
@@ -111,7 +111,7 @@ struct JsonShape {
   uint64_t structural = 0;
 };
 
-JsonShape ScanJson(std::string_view text) {
+JsonShape ScanJson(std::string_view text, size_t max_depth = kMaxJsonDepth) {
   JsonShape shape;
   size_t depth = 0;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -123,7 +123,7 @@ JsonShape ScanJson(std::string_view text) {
       case '{':
         ++shape.structural;
         shape.depth = std::max(shape.depth, ++depth);
-        if (depth > kMaxJsonDepth) return shape;
+        if (depth > max_depth) return shape;
         break;
       case ']':
       case '}':
@@ -206,7 +206,11 @@ std::string QuoteBounded(const Json& value, size_t max_bytes) {
 }  // namespace
 
 json ParseOrderedJson(std::string_view text) {
-  if (ScanJson(text).depth > kMaxJsonDepth) return json(json::value_t::discarded);
+  // Text ckptfs wrote holds untrusted values (kMaxJsonDepth deep at most) a few levels
+  // down (a Keras config under "config"): twice the bound is still safe to copy.
+  if (ScanJson(text, 2 * kMaxJsonDepth).depth > 2 * kMaxJsonDepth) {
+    return json(json::value_t::discarded);
+  }
   return ParseLinear(text);
 }
 

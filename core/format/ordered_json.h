@@ -81,7 +81,7 @@ class OrderedJsonObject {
 
 // Parses `text` as nlohmann::ordered_json::parse(text, nullptr, false) does (strict JSON,
 // a discarded value on any error), in time linear in its length; text nested deeper than
-// kMaxJsonDepth is an error too (a discarded value). For JSON ckptfs wrote itself (the
+// twice kMaxJsonDepth is an error too (a discarded value). For JSON ckptfs wrote itself (the
 // state_json of a checkpoint); untrusted text goes through ParseJson.
 nlohmann::ordered_json ParseOrderedJson(std::string_view text);
 

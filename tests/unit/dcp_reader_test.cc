@@ -166,23 +166,25 @@ TEST(DcpReader, FsdpRankFilesMissingOrDisagreeingAreRefused) {
 // one line naming the piece's path once (the tiling refusal once said "mem/mem/shard-...").
 TEST(DcpReader, HfPieceRefusalsNameThePathOnce) {
   auto piece = [](std::string info) {
-    return MakeSafetensors({{"w", Dtype::kF32, {2}}},
-                           {{"DCP_VERSION", "1.0"}, {"DCP_SHARDING_INFO", std::move(info)}});
+    return testing::MakeSafetensors(
+        {{"w", Dtype::kF32, {2}}},
+        {{"DCP_VERSION", "1.0"}, {"DCP_SHARDING_INFO", std::move(info)}});
   };
-  auto overlap = OpenCheckpointIn(MemoryDir({{"shard-00001-model-00001-of-00001.safetensors",
-                                              piece(R"({"w": {"saved_offsets": [0]}})")},
-                                             {"shard-00002-model-00001-of-00001.safetensors",
-                                              piece(R"({"w": {"saved_offsets": [1]}})")}}),
-                                  testing::TestCodec());
+  auto overlap =
+      OpenCheckpointIn(testing::MemoryDir({{"shard-00001-model-00001-of-00001.safetensors",
+                                            piece(R"({"w": {"saved_offsets": [0]}})")},
+                                           {"shard-00002-model-00001-of-00001.safetensors",
+                                            piece(R"({"w": {"saved_offsets": [1]}})")}}),
+                       testing::TestCodec());
   ASSERT_FALSE(overlap.ok());
   const std::string& message = overlap.status().message();
   EXPECT_EQ(message.rfind("mem/shard-00001-model-00001-of-00001.safetensors: tensor w: ", 0), 0u)
       << message;
-  auto deep =
-      OpenCheckpointIn(MemoryDir({{"shard-00001-model-00001-of-00001.safetensors",
-                                   piece(R"({"w": {"saved_offsets": )" + std::string(100000, '[') +
-                                         std::string(100000, ']') + "}}")}}),
-                       testing::TestCodec());
+  auto deep = OpenCheckpointIn(
+      testing::MemoryDir({{"shard-00001-model-00001-of-00001.safetensors",
+                           piece(R"({"w": {"saved_offsets": )" + std::string(100000, '[') +
+                                 std::string(100000, ']') + "}}")}}),
+      testing::TestCodec());
   ASSERT_FALSE(deep.ok());
   EXPECT_EQ(deep.status().message(),
             "mem/shard-00001-model-00001-of-00001.safetensors: DCP_SHARDING_INFO: JSON nested "
