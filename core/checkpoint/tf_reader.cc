@@ -14,7 +14,7 @@
 // Memory: one MetadataBudget (core/format/metadata_budget.h) per bundle counts what
 // reading it holds: the index bytes, the parsed entries (bundle.h), each tensor's
 // Checkpoint entry, each string tensor's bytes while they are decoded, the compact JSON
-// text written for metadata.json (kept at its size) and the laid-out text the layout keeps
+// text written for metadata.json (held at its size) and the laid-out text the layout makes
 // beside it (one copy: the metadata view moves it in). Its stored bytes are the index's
 // and each decoded string tensor's; past 32 x those + 64 MiB the checkpoint is refused, one
 // line naming the index.
@@ -415,8 +415,8 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
   ckpt.ranges.shrink_to_fit();
   CKPTFS_ASSIGN_OR_RETURN(ckpt.state_json,
                           MetadataWriter(ckpt, bundle, shown_prefix, budget).Write(claim.file));
-  // The layout keeps metadata.json laid out (MetadataJson, moved in, never copied) beside
-  // state_json, both for as long as the checkpoint is open: charged too.
+  // The layout keeps metadata.json laid out (MetadataJson, moved in, never copied), made
+  // while state_json is held (the Volume frees state_json only then): charged too.
   CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(MetadataJsonSize(ckpt)));
   // The merged safetensors says where its tensors come from (transformers reads "format").
   ckpt.metadata = {{"format", "tf"}};

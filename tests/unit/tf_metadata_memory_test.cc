@@ -1,10 +1,10 @@
 // What metadata.json costs once a TensorFlow checkpoint is laid out (docs/tensorflow.md,
 // "Metadata memory"): the reader charges its compact text and its laid-out text, and the
 // layout holds the laid-out text once, moved in (AppendHeld), so what the reader charges
-// covers what reading and laying out hold. The bundles come from
-// scripts/make_tf_checkpoint.py (`standard`, and `graph_nodes`: 300k empty object-graph
-// nodes, 0.6 MB stored, 33 MB laid out). tests/mount/tf_mount_test.cc checks the same case
-// against the bound on the real binary (inspect and the daemon).
+// covers what reading and laying out hold; a Volume then frees the compact text. The
+// bundles come from scripts/make_tf_checkpoint.py (`standard`, and `graph_nodes`: 300k
+// empty object-graph nodes, 0.6 MB stored, 35 MB laid out). tests/mount/tf_mount_test.cc
+// checks the same case against the bound on the real binary (inspect, mount, the daemon).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,6 +17,7 @@
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/layout/layout.h"
+#include "core/volume/volume.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -101,6 +102,28 @@ TEST(TfMetadataMemoryTest, ManyNodesLaidOutOnce) {
             << " MiB\n";
   ASSERT_NE(MetadataJsonNode(layout), 0u);
   EXPECT_LT(grown, laid_out + laid_out / 4);
+}
+
+// A Volume keeps metadata.json laid out, not the compact text it was made from too (TF's
+// inspect lines do not read it): the file still shows every byte.
+TEST(TfMetadataMemoryTest, VolumeFreesTheCompactTextOnceLaidOut) {
+  auto ckpt = OpenCheckpoint(Generated("standard").string(), testing::TestCodec());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  ASSERT_FALSE(ckpt->state_json.empty());
+  const std::string expected = MetadataJson(*ckpt);
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  EXPECT_TRUE(volume->checkpoint().state_json.empty());
+  const Layout& layout = volume->layout();
+  const uint64_t ino = MetadataJsonNode(layout);
+  ASSERT_NE(ino, 0u);
+  const ExtentList extents = layout.Extents(ino, 0, expected.size());
+  ASSERT_EQ(extents.size(), 1u);
+  std::string bytes(extents[0].length, '\0');
+  ASSERT_TRUE(layout.Source(extents[0].source)
+                  .ReadAt(extents[0].source_offset,
+                          {reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()})
+                  .ok());
+  EXPECT_EQ(bytes, expected);
 }
 
 }  // namespace
