@@ -7,6 +7,9 @@
                                                    optimizer slot, save_counter, optimizer/iter
                                                    and optimizer/learning_rate)
   make_tf_checkpoint.py many DIR [--count N]      N small F32 variables in one shard
+  make_tf_checkpoint.py graph_nodes DIR [--count N]
+                                                   only an object graph of N empty nodes (2
+                                                   bytes each, 33 MB of metadata.json at 300k)
   make_tf_checkpoint.py big DIR [--size BYTES] [--shards K]
                                                    F32 variables of 64 MiB (random bytes,
                                                    no CRCs: for scripts/bench.sh) in K shards
@@ -367,6 +370,13 @@ def many(directory, count):
     b.write(directory, "ckpt-1")
 
 
+def graph_nodes(directory, count):
+    """Metadata's worst text per stored byte: nodes with no fields, each a JSON object."""
+    b = Bundle(num_shards=1)
+    b.add_strings(b"_CHECKPOINTABLE_OBJECT_GRAPH", [field_bytes(1, b"") * count], [])
+    b.write(directory, "ckpt")
+
+
 def big(directory, size, shards):
     """About `size` bytes of F32 variables, 64 MiB each (smaller if `size` is small), spread
     over `shards` data files and streamed to disk: Python could not CRC a gigabyte in time, so
@@ -541,10 +551,12 @@ def corpus(directory):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("kind", choices=["standard", "many", "big", "hostile", "corpus"])
+    ap.add_argument("kind", choices=["standard", "many", "graph_nodes", "big", "hostile",
+                                       "corpus"])
     ap.add_argument("dir")
     ap.add_argument("--snappy", action="store_true", help="snappy-compress index blocks")
-    ap.add_argument("--count", type=int, default=50000)
+    ap.add_argument("--count", type=int, default=None,
+                    help="many: variables (50000); graph_nodes: nodes (300000)")
     ap.add_argument("--size", type=int, default=1 << 30, help="big: total bytes")
     ap.add_argument("--shards", type=int, default=8, help="big: data files")
     args = ap.parse_args()
@@ -553,7 +565,9 @@ def main():
     if args.kind == "standard":
         standard(args.dir, args.snappy)
     elif args.kind == "many":
-        many(args.dir, args.count)
+        many(args.dir, 50000 if args.count is None else args.count)
+    elif args.kind == "graph_nodes":
+        graph_nodes(args.dir, 300000 if args.count is None else args.count)
     elif args.kind == "big":
         big(args.dir, args.size, args.shards)
     elif args.kind == "hostile":

@@ -13,9 +13,11 @@
 //
 // Memory: one MetadataBudget (core/format/metadata_budget.h) per bundle counts what
 // reading it holds: the index bytes, the parsed entries (bundle.h), each tensor's
-// Checkpoint entry, each string tensor's bytes while they are decoded and the JSON text
-// written for metadata.json. Its stored bytes are the index's and each decoded string
-// tensor's; past 32 x those + 64 MiB the checkpoint is refused, one line naming the index.
+// Checkpoint entry, each string tensor's bytes while they are decoded, the compact JSON
+// text written for metadata.json (held at its size) and the laid-out text the layout makes
+// beside it (one copy: the metadata view moves it in). Its stored bytes are the index's
+// and each decoded string tensor's; past 32 x those + 64 MiB the checkpoint is refused, one
+// line naming the index.
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -231,6 +233,12 @@ class MetadataWriter {
     }
     if (any) CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, "]"));
     CKPTFS_RETURN_IF_ERROR(budget_.Append(out_, "}"));
+    // The checkpoint keeps the text for as long as it is mounted: at its size, not with the
+    // up to half again that growing it left (charged first, then the larger buffer freed).
+    const uint64_t grown = HeapBytes(out_);
+    CKPTFS_RETURN_IF_ERROR(budget_.ChargeOrRefuse(out_.size() + 1));
+    out_.shrink_to_fit();
+    budget_.Release(grown);
     return std::move(out_);
   }
 
@@ -407,7 +415,8 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
   ckpt.ranges.shrink_to_fit();
   CKPTFS_ASSIGN_OR_RETURN(ckpt.state_json,
                           MetadataWriter(ckpt, bundle, shown_prefix, budget).Write(claim.file));
-  // The mount keeps metadata.json laid out (MetadataJson) beside it: charged too.
+  // The layout keeps metadata.json laid out (MetadataJson, moved in, never copied), made
+  // while state_json is held (the Volume frees state_json only then): charged too.
   CKPTFS_RETURN_IF_ERROR(budget.ChargeOrRefuse(MetadataJsonSize(ckpt)));
   // The merged safetensors says where its tensors come from (transformers reads "format").
   ckpt.metadata = {{"format", "tf"}};

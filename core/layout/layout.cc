@@ -44,10 +44,12 @@ uint32_t AppendExtents(std::vector<Extent>& extents, uint64_t& file_size, uint32
   return added;
 }
 
-// The small bytes views keep (.npy headers, one-tensor safetensors headers, the merged
-// header's ends, metadata.json), lent to replies without a copy.
+// Bytes a view keeps, lent to replies without a copy: the pool of small ones (.npy
+// headers, one-tensor safetensors headers, the merged header's ends), or one large file's
+// own (metadata.json, AppendHeld).
 class LayoutBuilder::Pool final : public ByteSource {
  public:
+  explicit Pool(std::string held = {}) : bytes(std::move(held)) {}
   uint64_t Size() const override { return bytes.size(); }
   Status Read(uint64_t offset, uint64_t length, ReadSink& sink) const override {
     CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
@@ -159,6 +161,11 @@ void LayoutBuilder::AppendInline(uint64_t ino, std::string_view bytes) {
   const uint64_t pool_offset = pool_->bytes.size();
   pool_->bytes += bytes;
   AppendSource(ino, pool_source_, pool_offset, bytes.size());
+}
+
+void LayoutBuilder::AppendHeld(uint64_t ino, std::string bytes) {
+  const uint64_t length = bytes.size();
+  AppendSource(ino, AddSource(std::make_unique<Pool>(std::move(bytes))), 0, length);
 }
 
 Extent LayoutBuilder::AppendShared(uint64_t ino, std::string bytes) {

@@ -255,6 +255,10 @@ class LayoutBuilder {
   // Appends `bytes`, kept in the layout's pool of small made bytes (an extent source that
   // lends them, so replies send them without a copy).
   void AppendInline(uint64_t ino, std::string_view bytes);
+  // Appends `bytes` as their own extent source, moved in and lent like the pool's: for one
+  // large made file (metadata.json: 33 MB for 300k TF object-graph nodes), which the pool
+  // would copy, and grow to twice its size for whatever comes after.
+  void AppendHeld(uint64_t ino, std::string bytes);
   // AppendInline for bytes many files repeat (an .npy header depends only on dtype and
   // shape, and a model has few distinct shapes): the pool keeps one copy of each.
   // Returns the extent appended, which a caller may append again to other files.

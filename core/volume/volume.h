@@ -92,6 +92,8 @@ class Volume {
                                                 ContextUse use = ContextUse::kOwned);
   ~Volume();
 
+  // The checkpoint served. Its state_json is empty once the layout holds metadata.json,
+  // unless the format's inspect lines (FormatReader::inspect) read it.
   const Checkpoint& checkpoint() const { return ckpt_; }
   const Layout& layout() const { return layout_; }
   Stats& stats() const { return stats_; }

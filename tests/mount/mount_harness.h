@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -76,6 +77,9 @@ struct ProcessResult {
   // exited; `ckptfs mount ... | cat` would then hang.
   bool left_pipes_open = false;
   milliseconds elapsed{0};
+  // Bytes: the peak RSS of the process, or of a child it waited for if larger (wait4's
+  // ru_maxrss); 0 if it timed out.
+  uint64_t peak_rss = 0;
   std::string out;
   std::string err;
 
@@ -157,9 +161,11 @@ inline ProcessResult RunProcess(std::vector<std::string> argv, milliseconds time
   int status = 0;
   bool exited = false;
   Clock::time_point exited_at;
+  struct rusage usage = {};
   while (true) {
-    if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
+    if (!exited && wait4(pid, &status, WNOHANG, &usage) == pid) {
       exited = true;
+      r.peak_rss = static_cast<uint64_t>(usage.ru_maxrss) << 10;
       exited_at = Clock::now();
       r.elapsed = std::chrono::duration_cast<milliseconds>(exited_at - start);
     }

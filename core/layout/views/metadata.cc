@@ -14,7 +14,7 @@ class MetadataView final : public View {
   void LayOut(LayoutBuilder& b) override {
     const uint64_t dir = b.AddDir(Layout::kRoot, RootName());
     b.AddFile(dir, "stats.json", b.whole_mode(), NodeKind::kStats);
-    b.AppendInline(b.AddFile(dir, "metadata.json", b.whole_mode()), MetadataJson(ckpt_));
+    b.AppendHeld(b.AddFile(dir, "metadata.json", b.whole_mode()), MetadataJson(ckpt_));
   }
 
  private:
