@@ -282,7 +282,7 @@ TEST_F(TorchMountTest, WeightsOnlyVerdict) {
   ASSERT_NO_FATAL_FAILURE(GenerateTorch("single", single));
   const std::vector<std::string> refused = {"argparse.Namespace", "__main__.Holder",
                                             "pathlib.PosixPath"};
-  for (const std::string& file : {"any_values.pt", "any_values_p4.pt"}) {
+  for (const std::string file : {"any_values.pt", "any_values_p4.pt"}) {
     SCOPED_TRACE(file);
     const std::string mountpoint = scratch_->MakeDir("mnt_" + file);
     ASSERT_NO_FATAL_FAILURE(Mount(dir + "/" + file, mountpoint, nullptr, {"--model-key", ""}));
