@@ -390,7 +390,7 @@ class Unpickler {
         !IsGetattr(std::string(module) + "." + std::string(name))) {
       return Refuse("global " + Printable(module) + "." + Printable(name) + " is not allowed");
     }
-    // Each distinct pair once, for the weights_only verdict (pickle_globals.h).
+    // Each distinct pair once, for the weights_only verdict (weights_only.h).
     std::pair<std::string, std::string> pair(module, name);
     if (!named_.contains(pair)) {
       CKPTFS_RETURN_IF_ERROR(Charge(2 * (module.size() + name.size()) + 192));
