@@ -193,6 +193,7 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
               {"metadata", metadata},
               {"zip_crc", ZipCrcInspectJson(crcs)},
               {"tensors", tensors}};
+  if (ckpt.weights_only) out["weights_only"] = json::parse(WeightsOnlyJson(*ckpt.weights_only));
   // What only the format knows (DeepSpeed: the tag's ZeRO stage and world sizes).
   if (const auto lines = FormatOf(ckpt.format).inspect) {
     for (const auto& [label, text] : lines(ckpt)) out[label] = text;
@@ -227,6 +228,10 @@ void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   std::printf("tensors  %zu, %s\n", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str());
   std::printf("model    %s\n", Shown(ModelLine(ckpt)).c_str());
+  if (ckpt.weights_only) {
+    std::printf("torch.load(weights_only=True): %s\n",
+                Shown(WeightsOnlyLine(*ckpt.weights_only)).c_str());
+  }
   if (const auto lines = FormatOf(ckpt.format).inspect) {
     for (const auto& [label, text] : lines(ckpt)) {
       std::printf("%-8s %s\n", Shown(label).c_str(), Shown(text).c_str());

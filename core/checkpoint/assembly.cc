@@ -131,6 +131,10 @@ void AddShard(Checkpoint& ckpt, ShardContents& shard, uint32_t shard_no) {
     ckpt.tensors.push_back(std::move(t));
   }
   std::vector<Tensor>().swap(shard.tensors);  // the peak holds one shard twice, not all
+  if (shard.weights_only) {
+    if (!ckpt.weights_only) ckpt.weights_only.emplace();
+    MergeWeightsOnlyVerdict(*ckpt.weights_only, *shard.weights_only);
+  }
   std::vector<Storage>().swap(shard.storages);
   for (auto& kv : shard.metadata) {
     auto same_key = [&](const auto& m) { return m.first == kv.first; };

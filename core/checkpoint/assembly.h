@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -60,6 +61,8 @@ struct ShardContents {
   // Bytes decoded at open (Checkpoint::decoded): storages with `shard` kDecodedData lie
   // here, not in the shard, and AddShard makes them a decoded file.
   std::string decoded;
+  // Set for a torch.save file: would torch.load(FILE, weights_only=True) load it.
+  std::optional<WeightsOnlyVerdict> weights_only;
 };
 inline constexpr uint32_t kDecodedData = UINT32_MAX;
 

@@ -120,13 +120,33 @@ struct AppendBytes {
   void operator()(size_t count, char c) { out.append(count, c); }
 };
 
+// The key metadata.json gives the weights_only verdict under, beside the pickle's own keys
+// (dunder, as safetensors' __metadata__, so a state dict's own keys hardly collide).
+constexpr std::string_view kWeightsOnlyKey = "__weights_only__";
+
+// state_json with the verdict added as its last key; as it is where there is no verdict,
+// where state_json is no object, or where a key of that name may be there already.
+std::string StateWithVerdict(const Checkpoint& ckpt) {
+  if (!ckpt.weights_only) return ckpt.state_json;
+  const std::string quoted = "\"" + std::string(kWeightsOnlyKey) + "\"";
+  const std::string entry = quoted + ":" + WeightsOnlyJson(*ckpt.weights_only);
+  if (ckpt.state_json.empty()) return "{" + entry + "}";
+  const std::string& state = ckpt.state_json;
+  if (state.front() != '{' || state.back() != '}' || state.find(quoted) != state.npos) {
+    return state;
+  }
+  const bool empty = state.find_first_not_of(" \n", 1) == state.size() - 1;
+  return state.substr(0, state.size() - 1) + (empty ? "" : ",") + entry + "}";
+}
+
 }  // namespace
 
 uint64_t MetadataJsonSize(const Checkpoint& ckpt) {
   if (ckpt.format == CheckpointFormat::kSafetensors) return MetadataJson(ckpt).size();
-  if (ckpt.state_json.empty()) return 3;
+  const std::string state = StateWithVerdict(ckpt);
+  if (state.empty()) return 3;
   uint64_t size = 1;  // the final newline
-  IndentJson(ckpt.state_json, CountBytes{size});
+  IndentJson(state, CountBytes{size});
   return size;
 }
 
@@ -134,10 +154,10 @@ std::string MetadataJson(const Checkpoint& ckpt) {
   // Formats other than safetensors keep their non-tensor values as state_json: laid out,
   // never parsed again (see IndentJson).
   if (ckpt.format != CheckpointFormat::kSafetensors) {
-    if (ckpt.state_json.empty()) return "{}\n";
+    const std::string state = StateWithVerdict(ckpt);
+    if (state.empty()) return "{}\n";
     std::string out;
-    out.reserve(MetadataJsonSize(ckpt));
-    IndentJson(ckpt.state_json, AppendBytes{out});
+    IndentJson(state, AppendBytes{out});
     out += '\n';
     return out;
   }

@@ -25,6 +25,7 @@
 #include "core/format/dtype.h"
 #include "core/format/safetensors.h"
 #include "core/format/stored_range.h"
+#include "core/format/weights_only.h"
 #include "core/source/byte_source.h"
 #include "core/source/remote_options.h"
 #include "core/source/source_dir.h"
@@ -140,7 +141,10 @@ struct Checkpoint {
   Metadata metadata;                // union of the shards' __metadata__, first shard wins
   CheckpointFormat format = CheckpointFormat::kSafetensors;
   std::string state_json;  // torch: the non-tensor values, as JSON; empty if none
-  ModelView model;         // what the merged views hold (SelectModel)
+  // Torch sources: whether torch.load(weights_only=True) would load every source pickle
+  // (their refusals together; core/format/pickle_globals.h). Unset for other formats.
+  std::optional<WeightsOnlyVerdict> weights_only;
+  ModelView model;  // what the merged views hold (SelectModel)
   // The merged views' names at the mount root: a merged view is named for what it merges.
   // HF weights saved under a loader's own name keep it (HfViewNames, hf_layout.h:
   // adapter_model.*, diffusion_pytorch_model.*); any other checkpoint's model is what

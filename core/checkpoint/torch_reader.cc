@@ -37,6 +37,7 @@ ShardContents FromTorchFile(TorchFile& file, uint32_t shard_no) {
     out.tensors.push_back(std::move(tensor));
   }
   out.state_json = std::move(file.state_json);
+  out.weights_only = std::move(file.weights_only);
   return out;
 }
 

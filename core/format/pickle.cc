@@ -7,143 +7,16 @@
 #include <map>
 #include <set>
 #include <span>
+#include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "core/checked.h"
 #include "core/format/metadata_budget.h"
 
 namespace ckptfs {
 namespace {
-
-// The denylist of pickle.h, sorted for binary search. kDeniedModules match a global's
-// module or any submodule of it; kDeniedGlobals match "module.name" exactly, or as a
-// prefix followed by '.' (torch.hub names a module, torch.load a function).
-constexpr std::string_view kDeniedModules[] = {
-    "_ctypes",
-    "_imp",
-    "_io",
-    "_pickle",
-    "_posixsubprocess",
-    "_socket",
-    "_thread",
-    "_winapi",
-    "_winreg",
-    "asyncio",
-    "bdb",
-    "bz2",
-    "cPickle",
-    "cProfile",
-    "code",
-    "codeop",
-    "commands",
-    "ctypes",
-    "dbm",
-    "dill",
-    "distutils",
-    "doctest",
-    "ensurepip",
-    "fileinput",
-    "ftplib",
-    "glob",
-    "gzip",
-    "http",
-    "imp",
-    "importlib",
-    "io",
-    "linecache",
-    "lzma",
-    "marshal",
-    "mmap",
-    "msvcrt",
-    "multiprocessing",
-    "nt",
-    "operator",
-    "os",
-    "pdb",
-    "pickle",
-    "pkgutil",
-    "platform",
-    "popen2",
-    "posix",
-    "profile",
-    "pty",
-    "pydoc",
-    "requests",
-    "resource",
-    "runpy",
-    "setuptools",
-    "shelve",
-    "shutil",
-    "signal",
-    "smtplib",
-    "socket",
-    "sqlite3",
-    "ssl",
-    "subprocess",
-    "sys",
-    "tarfile",
-    "telnetlib",
-    "tempfile",
-    "threading",
-    "timeit",
-    "trace",
-    "types",
-    "urllib",
-    "venv",
-    "webbrowser",
-    "winreg",
-    "xmlrpc",
-    "zipfile",
-    "zipimport",
-};
-constexpr std::string_view kDeniedBuiltins[] = {
-    "__import__", "apply", "breakpoint", "compile",   "delattr", "eval",    "exec",
-    "execfile",   "exit",  "file",       "getattr",   "globals", "help",    "input",
-    "locals",     "open",  "quit",       "raw_input", "reload",  "setattr", "vars",
-};
-constexpr std::string_view kDeniedGlobals[] = {
-    "codecs.open",
-    "numpy.ctypeslib",
-    "numpy.distutils",
-    "numpy.f2py",
-    "numpy.fromfile",
-    "numpy.genfromtxt",
-    "numpy.lib.npyio",
-    "numpy.load",
-    "numpy.loadtxt",
-    "numpy.memmap",
-    "numpy.save",
-    "numpy.testing",
-    "torch._C",
-    "torch.classes",
-    "torch.hub",
-    "torch.jit",
-    "torch.load",
-    "torch.ops",
-    "torch.package",
-    "torch.save",
-    "torch.serialization._load",
-    "torch.serialization.load",
-    "torch.serialization.save",
-    "torch.storage._load_from_bytes",  // an unrestricted torch.load of the bytes it is given
-    "torch.utils.cpp_extension",
-};
-static_assert(std::is_sorted(std::begin(kDeniedModules), std::end(kDeniedModules)));
-static_assert(std::is_sorted(std::begin(kDeniedBuiltins), std::end(kDeniedBuiltins)));
-static_assert(std::is_sorted(std::begin(kDeniedGlobals), std::end(kDeniedGlobals)));
-
-// Whether a sorted table holds `name` or an entry `name` lies under. An entry `name` lies
-// under sorts before it, but other names may sort between them ("os" < "os-x" < "os.path"),
-// so each proper prefix of `name` at a '.' is looked up.
-bool UnderAny(std::span<const std::string_view> table, std::string_view name) {
-  for (size_t end = 0; end != std::string_view::npos;) {
-    end = name.find('.', end + 1);
-    const std::string_view prefix = name.substr(0, end);
-    if (std::binary_search(table.begin(), table.end(), prefix)) return true;
-  }
-  return false;
-}
 
 constexpr std::string_view kZeroStageEnum = "deepspeed.runtime.zero.config.ZeroStageEnum";
 // TensorProperties.memory_format in a DCP .metadata (core/format/dcp/metadata.h).
@@ -286,6 +159,7 @@ class Unpickler {
     while (pos_ < data_.size()) {
       op_pos_ = pos_;
       const auto op = static_cast<uint8_t>(data_[pos_++]);
+      names_.opcodes.set(op);
       if (op != kStop) {
         CKPTFS_RETURN_IF_ERROR(RoomForOneMore());
         CKPTFS_RETURN_IF_ERROR(Step(op));
@@ -296,7 +170,7 @@ class Unpickler {
       CKPTFS_ASSIGN_OR_RETURN(const uint32_t root, Top());
       op_pos_ = pos_;
       if (pos_ != data_.size()) return Error("trailing bytes after STOP");
-      return PickleTree{std::move(values_), root};
+      return PickleTree{std::move(values_), root, std::move(names_)};
     }
     op_pos_ = pos_;
     return Error("truncated: no STOP");
@@ -512,9 +386,16 @@ class Unpickler {
 
   // getattr passes here and is checked where it is called (PushCall).
   Status PushGlobal(std::string_view module, std::string_view name) {
-    if (IsDeniedPickleGlobal(module, name) &&
+    if (IsDeniedPickleGlobal(module, name, protocol_) &&
         !IsGetattr(std::string(module) + "." + std::string(name))) {
       return Refuse("global " + Printable(module) + "." + Printable(name) + " is not allowed");
+    }
+    // Each distinct pair once, for the weights_only verdict (weights_only.h).
+    std::pair<std::string, std::string> pair(module, name);
+    if (!named_.contains(pair)) {
+      CKPTFS_RETURN_IF_ERROR(Charge(2 * (module.size() + name.size()) + 192));
+      named_.insert(pair);
+      names_.globals.push_back(std::move(pair));
     }
     return PushText(PickleKind::kGlobal, std::string(module) + "." + std::string(name));
   }
@@ -648,6 +529,9 @@ class Unpickler {
   std::vector<uint32_t> canonical_;  // KeyOf cache, by value index
   std::set<uint32_t, KeyLess> keys_;
   std::unordered_map<uint64_t, uint32_t> slots_;  // (container, KeyOf(key)) -> items index
+  uint32_t protocol_ = 0;                         // as python's Unpickler: 0 until a PROTO opcode
+  PickleNames names_;
+  std::set<std::pair<std::string, std::string>> named_;  // names_.globals, for lookup
 };
 
 Status Unpickler::Step(uint8_t op) {
@@ -655,6 +539,7 @@ Status Unpickler::Step(uint8_t op) {
     case kProto: {
       CKPTFS_ASSIGN_OR_RETURN(const uint64_t version, Le(1));
       if (version > 5) return Refuse("pickle protocol " + std::to_string(version));
+      protocol_ = static_cast<uint32_t>(version);  // find_class reads the latest PROTO
       return Status::Ok();
     }
     case kFrame: {  // protocol 4 framing is a read-ahead hint; the frame must still fit
@@ -904,18 +789,6 @@ Status Unpickler::Step(uint8_t op) {
 }
 
 }  // namespace
-
-bool IsDeniedPickleGlobal(std::string_view module, std::string_view name) {
-  if (module == "builtins" || module == "__builtin__") {
-    return std::binary_search(std::begin(kDeniedBuiltins), std::end(kDeniedBuiltins), name);
-  }
-  // The one class of `types` that is plain data: an attribute bag configs often pickle.
-  if (module == "types" && name == "SimpleNamespace") return false;
-  if (UnderAny(kDeniedModules, module)) return true;
-  std::string full;
-  full.append(module).append(".").append(name);
-  return UnderAny(kDeniedGlobals, full);
-}
 
 Result<PickleTree> Unpickle(std::string_view data, const std::string& file_name,
                             PickleGlobals globals, std::string_view record) {

@@ -11,33 +11,17 @@
 // Denylist. A pickle that names what only an attack needs is refused outright (Unsupported,
 // "global os.system is not allowed (byte N)"), before anything else happens: a checkpoint
 // has no business naming a way to run a command, open a file or socket, import a module or
-// evaluate code, and serving such a file as data would hide that from its user. Denied
-// (IsDeniedPickleGlobal; `module` matches the module or any submodule):
-//   - processes, signals, the interpreter: os, posix, nt, subprocess, _posixsubprocess,
-//     _winapi, commands, popen2, pty, signal, sys, multiprocessing, asyncio, threading,
-//     _thread, ctypes, _ctypes, platform, resource, msvcrt, winreg, _winreg;
-//   - files and the network: io, _io, shutil, tempfile, glob, fileinput, linecache, mmap,
-//     zipfile, tarfile, gzip, bz2, lzma, dbm, sqlite3, socket, _socket, ssl, http, urllib,
-//     ftplib, smtplib, telnetlib, xmlrpc, webbrowser, requests;
-//   - importing, loading and evaluating code: importlib, imp, _imp, zipimport, pkgutil, runpy,
-//     code, codeop, types (all but types.SimpleNamespace, an attribute bag), marshal, pickle,
-//     _pickle, cPickle, dill, shelve, timeit, pdb, bdb, profile, cProfile, trace, doctest, pydoc,
-//     operator (attrgetter, methodcaller: getattr by another name), ensurepip, venv, distutils,
-//     setuptools;
-//   - builtins / __builtin__: eval, exec, execfile, compile, open, file, input, raw_input,
-//     breakpoint, __import__, reload, apply, getattr, setattr, delattr, globals, locals,
-//     vars, help, exit, quit;
-//   - in torch and numpy, whatever loads, saves, compiles or imports: torch.load,
-//     torch.save, torch.hub, torch.jit, torch.package, torch.ops, torch.classes, torch._C,
-//     torch.utils.cpp_extension, torch.storage._load_from_bytes (an unrestricted
-//     torch.load), torch.serialization.load / save / _load, numpy.load, numpy.save,
-//     numpy.fromfile, numpy.loadtxt, numpy.genfromtxt, numpy.memmap, numpy.lib.npyio,
-//     numpy.ctypeslib, numpy.distutils, numpy.f2py, numpy.testing; and codecs.open.
+// evaluate code, and serving such a file as data would hide that from its user. Each
+// global is judged as Python's find_class would resolve it at the protocol the stream is
+// at (the latest PROTO; 0 before any): _compat_pickle's renames below protocol 3, dotted
+// names as attribute walks. The list, its families and the resolution rules are
+// IsDeniedPickleGlobal's, in core/format/pickle_globals.h. It is a tripwire, not a
+// guarantee: the guarantee is that nothing here runs what a pickle names.
 // One exception, for the enums checkpoints hold: getattr called as getattr(E, 'name')
 // (how Python 3.11.0-3.11.6 pickle an enum member), E being DeepSpeed's ZeroStageEnum (rank
 // files) or DCP's _MEM_FORMAT_ENCODING (a .metadata's TensorProperties); getattr called
-// any other way is refused (Unsupported, at the call's byte). Opcodes EXT1/2/4 (the copyreg extension
-// registry), PERSID (text), and the out-of-band buffers of protocol 5 stay refused; BUILD
+// any other way is refused (Unsupported, at the call's byte). Opcodes EXT1/2/4 (the copyreg
+// extension registry), PERSID (text), and the out-of-band buffers of protocol 5 stay refused; BUILD
 // on a number, string or global is a malformed stream.
 //
 // Objects. REDUCE(f, args) and NEWOBJ(cls, args) are kCall {callable, args};
@@ -68,6 +52,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/format/pickle_globals.h"
 #include "core/status.h"
 
 namespace ckptfs {
@@ -114,6 +99,7 @@ struct PickleValue {
 struct PickleTree {
   std::vector<PickleValue> values;
   uint32_t root = 0;  // the value STOP returned
+  PickleNames names;  // the globals and opcodes the stream used (pickle_globals.h)
 
   const PickleValue& at(uint32_t index) const { return values[index]; }
 };
@@ -124,10 +110,6 @@ enum class PickleGlobals : uint8_t {
   kTorch,      // a torch.save file
   kDeepSpeed,  // a DeepSpeed rank file or client state
 };
-
-// Whether the global `module.name` is on the denylist (see the top of this file). The
-// getattr(ZeroStageEnum, 'name') exception is the unpickler's, not this function's.
-bool IsDeniedPickleGlobal(std::string_view module, std::string_view name);
 
 // Parses `data` (a whole pickle, STOP included). Errors are Corruption (malformed stream,
 // truncated, stack underflow, limits) or Unsupported (a denied global or opcode);

@@ -85,6 +85,7 @@ class Interpreter {
     json state;
     CKPTFS_RETURN_IF_ERROR(Visit(tree_.root, "", 0, &state, &has_state));
     if (has_state) out_.state_json = state.dump(-1, ' ', false, json::error_handler_t::replace);
+    out_.weights_only = WeightsOnlyVerdictOf(tree_.names);
     return std::move(out_);
   }
 

@@ -68,6 +68,7 @@
 
 #include "core/format/dtype.h"
 #include "core/format/pickle.h"
+#include "core/format/weights_only.h"
 #include "core/source/byte_source.h"
 #include "core/status.h"
 
@@ -144,6 +145,9 @@ struct TorchFile {
   // The pickled root itself is a tensor (torch.save(tensor), or of a Parameter): then
   // `tensors` holds that one tensor, named "tensor".
   bool root_is_tensor = false;
+  // Whether torch.load(FILE, weights_only=True) would accept data.pkl's globals and
+  // opcodes (pickle_globals.h says what it covers).
+  WeightsOnlyVerdict weights_only;
 };
 
 // Reads the directory and pickle of the torch.save file in `source`. With

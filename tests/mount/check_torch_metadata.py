@@ -33,6 +33,11 @@ def Main(args) -> int:
         ck.Fail(f"metadata.json is not UTF-8 JSON ({e}): {data[:300]!r}")
         return ck.Finish("")
     ck.Expect(isinstance(got, dict), f"metadata.json is not an object: {Short(got)}")
+    if source.kind != "safetensors" and isinstance(got, dict) and "__weights_only__" in got:
+        # ckptfs's verdict on the source (issue 37), not a value of it: check_weights_only.py
+        verdict = got.pop("__weights_only__")
+        ck.Expect(isinstance(verdict, dict) and isinstance(verdict.get("loads"), bool),
+                  f"__weights_only__ is not a verdict: {Short(verdict)}")
     if source.kind == "safetensors":
         ck.Equal(got, source.metadata, "metadata.json")
     else:

@@ -270,6 +270,31 @@ TEST_F(TorchMountTest, AnyPythonValues) {
   }
 }
 
+// Issue 37: the verdict on the source and the guarantee on what ckptfs writes. The
+// any_values files (argparse.Namespace, a __main__ class, numpy scalars; protocol 2 and
+// 4) are served, their merged pytorch_model.bin loads with torch.load(weights_only=True),
+// and metadata.json, inspect and inspect --json say torch would refuse the source, as
+// torch.load(SOURCE, weights_only=True) does; a plain state dict would load.
+TEST_F(TorchMountTest, WeightsOnlyVerdict) {
+  const std::string dir = scratch_->Path("any_values");
+  ASSERT_NO_FATAL_FAILURE(GenerateTorch("any_values", dir));
+  const std::string single = scratch_->Path("single");
+  ASSERT_NO_FATAL_FAILURE(GenerateTorch("single", single));
+  const std::vector<std::string> refused = {"argparse.Namespace", "__main__.Holder",
+                                            "pathlib.PosixPath"};
+  for (const std::string file : {"any_values.pt", "any_values_p4.pt"}) {
+    SCOPED_TRACE(file);
+    const std::string mountpoint = scratch_->MakeDir("mnt_" + file);
+    ASSERT_NO_FATAL_FAILURE(Mount(dir + "/" + file, mountpoint, nullptr, {"--model-key", ""}));
+    std::vector<std::string> args = {kCkptfs, dir + "/" + file, mountpoint, "refuses"};
+    args.insert(args.end(), refused.begin(), refused.end());
+    RunCheck("check_weights_only.py", args);
+  }
+  const std::string mountpoint = scratch_->MakeDir("mnt_single");
+  ASSERT_NO_FATAL_FAILURE(Mount(single + "/pytorch_model.bin", mountpoint));
+  RunCheck("check_weights_only.py", {kCkptfs, single + "/pytorch_model.bin", mountpoint, "loads"});
+}
+
 // The same for files real libraries wrote (../shared/fixtures/wild, skipped when absent):
 // train_state_wild.pt (numpy 2's numpy._core paths, a __main__ class, complex64, bf16)
 // and HF Trainer's own rng_state.pth, both pickled at protocol 2, so their numpy arrays

@@ -106,9 +106,6 @@ TEST(Checkpoint, LocalPathsThatAreNotCheckpoints) {
             Status::Code::kInvalidArgument);
 }
 
-}  // namespace
-}  // namespace ckptfs
-
 namespace ckptfs {
 namespace {
 
@@ -126,6 +123,38 @@ TEST(Checkpoint, HidesTheOtherCopyOfTheWeights) {
   std::vector<std::string> others;
   for (const StoredFile& f : ckpt->others) others.push_back(f.name);
   EXPECT_EQ(others, std::vector<std::string>{"training_args.bin"});
+}
+
+}  // namespace
+}  // namespace ckptfs
+
+// metadata.json carries the weights_only verdict beside the pickle's own keys (issue 37):
+// after them, alone where there are none, and left out where the pickle has that key.
+TEST(Checkpoint, MetadataJsonHoldsTheWeightsOnlyVerdict) {
+  Checkpoint ckpt;
+  ckpt.format = CheckpointFormat::kTorch;
+  ckpt.weights_only = WeightsOnlyVerdict{false, {"argparse.Namespace"}, {}};
+  const std::string verdict =
+      R"("__weights_only__": {
+    "loads": false,
+    "globals": [
+      "argparse.Namespace"
+    ],
+    "opcodes": []
+  })";
+  ckpt.state_json = R"({"epoch":3})";
+  EXPECT_EQ(MetadataJson(ckpt), "{\n  \"epoch\": 3,\n  " + verdict + "\n}\n");
+  EXPECT_EQ(MetadataJsonSize(ckpt), MetadataJson(ckpt).size());
+  for (const char* empty : {"", "{}"}) {
+    ckpt.state_json = empty;
+    EXPECT_EQ(MetadataJson(ckpt), "{\n  " + verdict + "\n}\n");
+    EXPECT_EQ(MetadataJsonSize(ckpt), MetadataJson(ckpt).size());
+  }
+  ckpt.state_json = R"({"__weights_only__":1})";
+  EXPECT_EQ(MetadataJson(ckpt), "{\n  \"__weights_only__\": 1\n}\n");
+  ckpt.weights_only.reset();
+  ckpt.state_json = "";
+  EXPECT_EQ(MetadataJson(ckpt), "{}\n");
 }
 
 }  // namespace

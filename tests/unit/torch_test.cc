@@ -237,6 +237,8 @@ TEST(TorchFile, ReadsRealTorchSave) {
   MemorySource source("real.bin", kRealTorchFile);
   auto file = ReadTorchFile(source);
   ASSERT_TRUE(file.ok()) << file.status().message();
+  // What torch.save writes is what torch.load(weights_only=True) takes (issue 37).
+  EXPECT_TRUE(file->weights_only.loads) << WeightsOnlyLine(file->weights_only);
   ASSERT_EQ(file->tensors.size(), 5u);
   std::map<std::string, const TorchTensor*> by_name;
   for (const TorchTensor& t : file->tensors) by_name[t.name] = &t;
