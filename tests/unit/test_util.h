@@ -1,6 +1,7 @@
 // Helpers for unit tests: safetensors files and checkpoint directories built in memory.
 #pragma once
 
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -119,5 +120,18 @@ inline std::string MakeZip(const std::vector<std::pair<std::string, std::string>
   }
   return out + ZipCentralDirectory(meta, offsets, out.size());
 }
+
+// Peak RSS (KiB) since the last ResetPeakRss(), from VmHWM.
+inline long PeakRssKib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+// Resets VmHWM to the current RSS (writing 5 to clear_refs).
+inline void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 }  // namespace ckptfs::testing

@@ -45,17 +45,8 @@ fs::path Generated(const std::string& kind) {
   return dir;
 }
 
-// Peak RSS (KiB) since the last ResetPeakRss(), from VmHWM.
-long PeakRssKib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return 0;
-}
-
-void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+using testing::PeakRssKib;
+using testing::ResetPeakRss;
 
 // .ckptfs/metadata.json of `layout`: its inode, or 0.
 uint64_t MetadataJsonNode(const Layout& layout) {

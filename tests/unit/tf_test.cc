@@ -653,17 +653,8 @@ std::string EmptyNodesGraph(uint64_t n) {
   return graph;
 }
 
-// Peak RSS (KiB) since the last ResetPeakRss(), from VmHWM.
-long PeakRssKib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return 0;
-}
-
-void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+using testing::PeakRssKib;
+using testing::ResetPeakRss;
 
 // Writes the campaign's full-size cases into $CKPTFS_TF_MEMORY_CASES, if set.
 TEST(TfMemoryTest, WriteCampaignCasesWhenAsked) {
