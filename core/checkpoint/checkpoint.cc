@@ -124,26 +124,31 @@ struct AppendBytes {
 // (dunder, as safetensors' __metadata__, so a state dict's own keys hardly collide).
 constexpr std::string_view kWeightsOnlyKey = "__weights_only__";
 
-// state_json with the verdict added as its last key; as it is where there is no verdict,
-// where state_json is no object, or where a key of that name may be there already.
-std::string StateWithVerdict(const Checkpoint& ckpt) {
+// The text metadata.json is laid out from: state_json itself, or, where there is a
+// verdict, a copy of it in `held` with the verdict added as its last key. Never a copy
+// without one (a TF object graph's state_json is tens of MB). As it is where state_json is
+// no object, or where a key of that name may be there already.
+std::string_view StateWithVerdict(const Checkpoint& ckpt, std::string& held) {
   if (!ckpt.weights_only) return ckpt.state_json;
   const std::string quoted = "\"" + std::string(kWeightsOnlyKey) + "\"";
   const std::string entry = quoted + ":" + WeightsOnlyJson(*ckpt.weights_only);
-  if (ckpt.state_json.empty()) return "{" + entry + "}";
   const std::string& state = ckpt.state_json;
+  if (state.empty()) return held = "{" + entry + "}";
   if (state.front() != '{' || state.back() != '}' || state.find(quoted) != state.npos) {
     return state;
   }
   const bool empty = state.find_first_not_of(" \n", 1) == state.size() - 1;
-  return state.substr(0, state.size() - 1) + (empty ? "" : ",") + entry + "}";
+  held.reserve(state.size() + entry.size() + 1);
+  held.append(state, 0, state.size() - 1).append(empty ? "" : ",").append(entry).append("}");
+  return held;
 }
 
 }  // namespace
 
 uint64_t MetadataJsonSize(const Checkpoint& ckpt) {
   if (ckpt.format == CheckpointFormat::kSafetensors) return MetadataJson(ckpt).size();
-  const std::string state = StateWithVerdict(ckpt);
+  std::string held;
+  const std::string_view state = StateWithVerdict(ckpt, held);
   if (state.empty()) return 3;
   uint64_t size = 1;  // the final newline
   IndentJson(state, CountBytes{size});
@@ -152,11 +157,15 @@ uint64_t MetadataJsonSize(const Checkpoint& ckpt) {
 
 std::string MetadataJson(const Checkpoint& ckpt) {
   // Formats other than safetensors keep their non-tensor values as state_json: laid out,
-  // never parsed again (see IndentJson).
+  // never parsed again (see IndentJson), into a string allocated once at its size.
   if (ckpt.format != CheckpointFormat::kSafetensors) {
-    const std::string state = StateWithVerdict(ckpt);
+    std::string held;
+    const std::string_view state = StateWithVerdict(ckpt, held);
     if (state.empty()) return "{}\n";
+    uint64_t size = 1;
+    IndentJson(state, CountBytes{size});
     std::string out;
+    out.reserve(size);
     IndentJson(state, AppendBytes{out});
     out += '\n';
     return out;
