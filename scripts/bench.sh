@@ -5,7 +5,7 @@
 #                    [--level N] [--frame-size SIZE] [--sections plain,mmap,many,gpu,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque]
 #                    [SECTION...]
 #
-# What it measures (see DESIGN.md section 3, "Performance rules"):
+# What it measures (docs/benchmarks.md, "Reading the figures"):
 #   * sequential read of MNT/model.safetensors through ckptfs (merged view)
 #     vs `cat` of the shard files straight from disk
 #     vs the same shard files through libfuse's passthrough_ll example

@@ -10,8 +10,8 @@
 // more workers: the number of range requests a sequential reader keeps in flight.
 // Thread-safe.
 //
-// Memory bound (DESIGN.md 3): the daemon's RSS stays within cache_bytes + 40 MiB, for any
-// frame size and any number of readers:
+// Memory bound (docs/security.md, "Memory"): the daemon's RSS stays within cache_bytes +
+// 40 MiB, for any frame size and any number of readers:
 // - Decoded blocks: the cache charges a block before its buffer exists and admits it
 //   only within cache_bytes (loads wait for room; see BlockCache), pinned blocks, loads
 //   in flight and prefetches included, and keeps spare buffers only inside that room.

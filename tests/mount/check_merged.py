@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """MergedSafetensors: mount/model.safetensors, parsed here independently, is a valid
-safetensors file (DESIGN.md's rules: space-padded header, contiguous offsets from 0
+safetensors file (docs/usage.md's rules: space-padded header, contiguous offsets from 0
 to the end, aligned tensors, string __metadata__ kept) holding every source tensor
 with its dtype, shape and bytes. `cp` copies it intact and an mmap of it (what
 safetensors loaders do) reads the same bytes through numpy.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""NameEscaping: tensors/ holds exactly one file per tensor at the path DESIGN.md's
+"""NameEscaping: tensors/ holds exactly one file per tensor at the path docs/usage.md's
 escaping gives (dotted name split into directories; '%' -> %25, '/' -> %2F, empty
 component -> %, '.'/'..' -> %2E/%2E%2E) and nothing else: no stray files or directories.
 

@@ -14,7 +14,7 @@ from checklib import Checker, LoadSource, ReadFile, RunMain
 
 VIEWS = {"model.safetensors": False, "pytorch_model": True, "tensors": True, "shards": True,
          ".ckptfs": True}
-# DESIGN.md lists the legacy pytorch_model.bin view; it may not be built yet.
+# The README lists the legacy pytorch_model.bin view; it may not be built yet.
 OPTIONAL_VIEWS = {"pytorch_model.bin"}
 
 

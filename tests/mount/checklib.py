@@ -160,7 +160,7 @@ def RefuseDuplicateKeys(pairs):
 
 
 def Validate(st: Safetensors, file_size: int, what: str, ck: Checker) -> None:
-    """The reference validator's rules plus the ones DESIGN.md adds for ckptfs output:
+    """The reference validator's rules plus the ones docs/usage.md adds for ckptfs output:
     space padding to a multiple of 8, contiguous offsets from 0 with no holes up to the
     end of the file, every tensor aligned to its element size, string metadata."""
     ck.Equal(st.header_len % 8, 0, f"{what}: header length {st.header_len} mod 8")
@@ -269,7 +269,7 @@ def AddShard(source: Source, path: str) -> None:
 # Per-tensor paths
 
 def EscapeComponent(component: str) -> str:
-    """DESIGN.md's escaping: '%' first (so the escapes it introduces stay unambiguous),
+    """docs/usage.md's escaping: '%' first (so the escapes it introduces stay unambiguous),
     then '/'; '.' and '..' could walk the tree and an empty name cannot exist."""
     if component == "":
         return "%"

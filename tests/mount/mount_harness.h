@@ -44,7 +44,7 @@ using std::chrono::seconds;
 
 constexpr char kCkptfs[] = CKPTFS_BIN;
 constexpr char kSourceDir[] = CKPTFS_SOURCE_DIR;
-// Debian's python, which has numpy; a python3 earlier on PATH may not (DESIGN.md §4).
+// Debian's python, which has numpy; a python3 earlier on PATH may not (README, "Set up").
 constexpr char kPython[] = "/usr/bin/python3";
 
 constexpr milliseconds kGenerateTimeout = seconds(120);
@@ -376,7 +376,7 @@ inline std::string GenerateCheckpoint(const std::string& out_dir, std::vector<st
   return r.exit_code == 0 ? "" : "generating a checkpoint failed: " + r.Describe();
 }
 
-// DESIGN.md: a refusal exits 2 with one line on stderr naming the file and the
+// docs/formats.md ("Bad input"): a refusal exits 2 with one line on stderr naming the file and the
 // problem. Refusals here need only headers (or nothing) read, so they must be quick.
 inline void ExpectRefusal(const ProcessResult& r, const std::vector<std::string>& names_any_of) {
   EXPECT_EQ(r.exit_code, 2) << r.Describe();

@@ -57,9 +57,9 @@ TEST_F(ZstdMountTest, StatsCacheCounters) {
   RunCheck("check_root.py", {plain, mountpoint});
 }
 
-// DESIGN.md: "a random read decodes at most the frames it touches"; the target:
-// bytes decoded <= requested + 2 frames per random read. 8 random tensors of 4 MiB (in
-// 64 MiB of weight-like BF16, 1 MiB frames), each read whole through tensors/.
+// docs/architecture.md ("The read path"): a random read decodes only the frames it
+// touches; the target: bytes decoded <= requested + 2 frames per random read. 8 random
+// tensors of 4 MiB (in 64 MiB of weight-like BF16, 1 MiB frames), each read whole through tensors/.
 TEST_F(ZstdMountTest, TensorReadsDecodeOnlyTheirFrames) {
   const std::string plain = scratch_->Path("plain");
   const std::string source = scratch_->Path("seekable");
