@@ -529,11 +529,11 @@ Status BestFromTrainerState(const SourceDir& dir, TrainerStates states, RunListi
   if (!parsed.ok() && parsed.status().code() != Status::Code::kCorruption) {
     return Skip(run.skipped, parsed.status());
   }
-  const nlohmann::json& state = parsed.ok() ? *parsed : nlohmann::json();
-  if (!state.is_object()) {
+  if (!parsed.ok() || !parsed->is_object()) {
     run.skipped.push_back(shown + ": not a JSON object, skipped");
     return Status::Ok();
   }
+  const nlohmann::json& state = *parsed;
   auto best = state.find("best_model_checkpoint");
   if (best == state.end() || best->is_null()) return Status::Ok();
   if (!best->is_string()) {
