@@ -419,15 +419,18 @@ void LogUnmounted(const FsContext& ctx, const std::string& mountpoint) {
 // fork): decode workers, the CRC pass of a single checkpoint, a run's watcher. The
 // watcher tells the kernel when a root name appears or goes, so `ls` sees it at once.
 void StartBackground(FsContext& ctx, fuse_session* se) {
-  ctx.tree->StartBackground([](const std::string& line) { LogInfo("%s", line.c_str()); },
-                            [se](const std::string& name) {
-                              if (name.empty()) {
-                                fuse_lowlevel_notify_inval_inode(se, MountTree::kRootIno, 0, 0);
-                              } else {
-                                fuse_lowlevel_notify_inval_entry(se, MountTree::kRootIno,
-                                                                 name.c_str(), name.size());
-                              }
-                            });
+  ctx.tree->StartBackground(
+      [](const std::string& line) { LogInfo("%s", line.c_str()); },
+      [se](const std::string& name) {
+        if (name.empty()) {
+          fuse_lowlevel_notify_inval_inode(se, MountTree::kRootIno, 0, 0);
+        } else {
+          // The name is at the root and in views/ (a run's).
+          for (const uint64_t dir : {MountTree::kRootIno, RunTree::kViewsIno}) {
+            fuse_lowlevel_notify_inval_entry(se, dir, name.c_str(), name.size());
+          }
+        }
+      });
 }
 
 // Mounts and runs the session loop in this process. Failures before the loop starts are

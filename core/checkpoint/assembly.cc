@@ -298,7 +298,7 @@ Status OpenOthers(const SourceDir& dir, const ReadOptions& options,
     bool used = std::any_of(ckpt.index.begin(), ckpt.index.end(), stored_as(name)) ||
                 std::any_of(ckpt.shards.begin(), ckpt.shards.end(), stored_as(name));
     if (used || std::binary_search(hidden.begin(), hidden.end(), name)) continue;
-    if (name == kPackedCrcFile) {
+    if (name == kPackedCrcFile && !ckpt.files_only) {
       // Untrusted like the rest of SOURCE: ResolveZipCrcs parses it strictly.
       auto crcs = dir.open(name);
       if (crcs.ok()) ckpt.packed_crcs = std::move(crcs).value();

@@ -155,6 +155,10 @@ struct Checkpoint {
   // folders, OpenHfModuleFolders); their files are in `others` as "FOLDER/NAME".
   std::vector<std::string> folders;
   bool remote = false;  // files come from a server (SourceDir::remote)
+  // SOURCE's own files and folders only (ReadFilesOnly): the Layout adds no views, so
+  // every stored file keeps its name (a run's top `model.safetensors`, a checkpoint
+  // directory's shards) and nothing else is shown.
+  bool files_only = false;
   // SOURCE's own modification time when it is a local directory; {0, 0} otherwise (a
   // file path, a URL), where the mount's directories show the newest stored file's.
   struct timespec dir_mtime = {};

@@ -21,8 +21,8 @@ FormatReader KerasFormat();
 std::span<const FormatReader> Formats() {
   // Order is precedence among equal ranks (see formats.h).
   static const FormatReader kTable[] = {
-      SafetensorsFormat(), TorchFormat(),     TensorflowFormat(),
-      SplitFormat(),       DeepSpeedFormat(), DcpFormat(), KerasFormat(),
+      SafetensorsFormat(), TorchFormat(), TensorflowFormat(), SplitFormat(),
+      DeepSpeedFormat(),   DcpFormat(),   KerasFormat(),
   };
   return kTable;
 }
@@ -154,11 +154,12 @@ Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, ReadContext& codec,
 }
 
 Result<Checkpoint> ReadFilesOnly(const SourceDir& dir, const std::vector<std::string>& folders,
-                                 ReadContext& codec) {
+                                 ReadContext& codec, const std::vector<std::string>& hidden) {
   Checkpoint ckpt;
   ckpt.source_path = dir.path;
   ckpt.remote = dir.remote;
-  CKPTFS_RETURN_IF_ERROR(OpenOthers(dir, codec.options(), {}, ckpt));
+  ckpt.files_only = true;
+  CKPTFS_RETURN_IF_ERROR(OpenOthers(dir, codec.options(), hidden, ckpt));
   auto warn = [&](const std::string& line) {
     if (codec.options().warn) codec.options().warn(JoinShown(dir.path, line));
   };

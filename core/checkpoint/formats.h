@@ -235,12 +235,13 @@ Status NotACheckpointFile(const std::string& shown);
 Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
                                 const RemoteOptions& remote);
 
-// The files of `dir` without any checkpoint: every file at its top, and the files of each
-// of `folders` (AddFolderFiles, hf_layout.h), as `others` of a Checkpoint with no tensors,
-// shown unchanged and read on use (a diffusers pipeline's model_index.json, tokenizer/,
-// scheduler/: core/run/run_listing.h). A file the source refuses is left out with a line
-// to codec.options().warn.
+// The files of `dir` without any checkpoint: every file at its top but `hidden` (sorted),
+// and the files of each of `folders` (AddFolderFiles, hf_layout.h), as `others` of a
+// files_only Checkpoint (no tensors, no views), shown unchanged and read on use (a
+// diffusers pipeline's model_index.json, tokenizer/, scheduler/; a run's top files and each
+// checkpoint's own files: core/run/run_listing.h). A file the source refuses is left out
+// with a line to codec.options().warn.
 Result<Checkpoint> ReadFilesOnly(const SourceDir& dir, const std::vector<std::string>& folders,
-                                 ReadContext& codec);
+                                 ReadContext& codec, const std::vector<std::string>& hidden = {});
 
 }  // namespace ckptfs

@@ -226,6 +226,7 @@ Layout Layout::Build(const Checkpoint& ckpt, ReadContext* context) {
 
   std::vector<std::string> view_names;
   for (const ViewEntry& entry : kViews) {
+    if (ckpt.files_only) break;  // SOURCE's files as they are (ReadFilesOnly)
     layout.views_.push_back(entry.make(ckpt));
     view_names.push_back(layout.views_.back()->RootName());
   }

@@ -20,6 +20,7 @@
 #include "core/format/hf_index.h"
 #include "core/format/ordered_json.h"
 #include "core/format/torch_file.h"
+#include "core/run/run_entries.h"
 #include "core/source/remote_dir.h"
 #include "core/source/s3.h"
 #include "core/transient.h"
@@ -104,6 +105,8 @@ std::vector<std::string> EntryFiles(const SourceDir& dir) {
   return names;
 }
 
+}  // namespace
+
 // The claim the format table makes on `dir`, whichever entry wins (nullopt: none).
 Result<std::optional<Claim>> TopClaim(const SourceDir& dir, std::string* format) {
   std::optional<Claim> best;
@@ -116,6 +119,8 @@ Result<std::optional<Claim>> TopClaim(const SourceDir& dir, std::string* format)
   }
   return best;
 }
+
+namespace {
 
 // Subdirectories that belong to the checkpoint at the top of `dir`, not to a run: the
 // directory of a claimed path (a SavedModel's `variables/`), and those a format writes
@@ -168,14 +173,16 @@ bool Later(const timespec& a, const timespec& b) {
   return a.tv_sec != b.tv_sec ? a.tv_sec > b.tv_sec : a.tv_nsec > b.tv_nsec;
 }
 
+}  // namespace
+
 // Adds `name`'s listed size and time to `entry` (bytes, newest time, signature).
 // `prefix`: the subdirectory `dir` is of the entry ("pytorch_model/"), for the signature.
 // A file the store refuses (a link out of SOURCE, a FIFO) is the entry's own problem, for
 // its mount to name (ERROR, or a non-weight file skipped with a line), never the run's: it
 // signs the entry as refused, so that mending it makes a new checkpoint. Only a transient
 // failure (out of descriptors, a timeout) fails, and with it the listing: tried again later.
-Status AddFile(const SourceDir& dir, const std::string& name, RunEntry& entry,
-               const std::string& prefix = "") {
+Status AddListedFile(const SourceDir& dir, const std::string& name, RunEntry& entry,
+                     const std::string& prefix) {
   Result<ListedInfo> listed = dir.Info(name);
   if (!listed.ok()) {
     if (IsTransient(listed.status())) return listed.status();
@@ -190,6 +197,8 @@ Status AddFile(const SourceDir& dir, const std::string& name, RunEntry& entry,
                      ":" + info.etag + ";";
   return Status::Ok();
 }
+
+namespace {
 
 // A record that cannot be read leaves latest or best to the next rule, with a line.
 Status Skip(std::vector<std::string>& skipped, const Status& why) {
@@ -326,7 +335,7 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
       // The key files (a Trainer checkpoint's ZeRO tag) are the checkpoint: a rewritten one
       // is a new one.
       for (const std::string& f : inner->files) {
-        CKPTFS_RETURN_IF_ERROR(AddFile(*inner, f, entry, inner_name + "/"));
+        CKPTFS_RETURN_IF_ERROR(AddListedFile(*inner, f, entry, inner_name + "/"));
       }
     }
   }
@@ -338,8 +347,7 @@ Status CheckDirectoryEntry(const SourceDir& sub, const Claim& claim, RunEntry& e
   return Status::Ok();
 }
 
-// Where a trainer_state.json is (an entry's name, "" for SOURCE), and its time.
-using TrainerStates = std::vector<std::pair<std::string, timespec>>;
+}  // namespace
 
 // Entry for subdirectory `name` of `dir`, or nullopt (with a line) when it holds none;
 // notes its trainer_state.json in `states`.
@@ -371,7 +379,7 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
   }
   entry.step = StepOf(entry.format, name);
   entry.complete = true;
-  for (const std::string& f : sub->files) CKPTFS_RETURN_IF_ERROR(AddFile(*sub, f, entry));
+  for (const std::string& f : sub->files) CKPTFS_RETURN_IF_ERROR(AddListedFile(*sub, f, entry));
   if (claim) {
     CKPTFS_RETURN_IF_ERROR(CheckDirectoryEntry(*sub, *claim, entry));
     if (entry.complete && !claim->problem.ok()) entry.problem = claim->problem.message();
@@ -388,6 +396,8 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
   }
   return std::optional<RunEntry>(std::move(entry));
 }
+
+namespace {
 
 // The entry of the final model Trainer.save_model leaves at the top of an output dir beside
 // its checkpoint-N/ (claimed as `top`, a `format` model with config.json), or nullopt with a
@@ -413,7 +423,7 @@ Result<std::optional<RunEntry>> FinalEntry(const SourceDir& dir, const Claim& to
   entry.format = format;
   entry.mode = dir.reach;
   entry.complete = true;
-  for (const std::string& f : dir.files) CKPTFS_RETURN_IF_ERROR(AddFile(dir, f, entry));
+  for (const std::string& f : dir.files) CKPTFS_RETURN_IF_ERROR(AddListedFile(dir, f, entry));
   CKPTFS_RETURN_IF_ERROR(CheckDirectoryEntry(dir, top, entry));
   if (entry.complete && !top.problem.ok()) entry.problem = top.problem.message();
   return std::optional<RunEntry>(std::move(entry));
@@ -429,7 +439,7 @@ Result<RunEntry> FileEntry(const SourceDir& dir, const std::string& name) {
   entry.complete = true;
   // The entry is this one file: one the store refuses (a link out) is no entry, with a line.
   CKPTFS_RETURN_IF_ERROR(dir.Info(name).status());
-  CKPTFS_RETURN_IF_ERROR(AddFile(dir, name, entry));
+  CKPTFS_RETURN_IF_ERROR(AddListedFile(dir, name, entry));
   std::string problem;
   if (format && format->run.incomplete) {
     CKPTFS_ASSIGN_OR_RETURN(problem, format->run.incomplete(dir, name));
@@ -455,7 +465,7 @@ Result<RunEntry> PrefixEntry(const SourceDir& run_dir, const FormatReader& forma
   bool listed = false;
   for (const std::string& f : dir.files) {
     if (!f.starts_with(recorded.name + ".")) continue;
-    CKPTFS_RETURN_IF_ERROR(AddFile(dir, f, entry));
+    CKPTFS_RETURN_IF_ERROR(AddListedFile(dir, f, entry));
     listed = true;
   }
   if (format.run.incomplete) {
@@ -463,7 +473,8 @@ Result<RunEntry> PrefixEntry(const SourceDir& run_dir, const FormatReader& forma
     if (!why.empty()) Incomplete(entry, std::move(why));
   }
   // A store that cannot list: the key file's size and time sign the entry.
-  if (!listed && entry.complete) CKPTFS_RETURN_IF_ERROR(AddFile(dir, recorded.key_file, entry));
+  if (!listed && entry.complete)
+    CKPTFS_RETURN_IF_ERROR(AddListedFile(dir, recorded.key_file, entry));
   if (!recorded.named && !recorded.kept) {
     Incomplete(entry, "not (yet) named in the " + record.title);
   }
@@ -685,73 +696,6 @@ void ChooseLatest(RunListing& run, const Records& records) {
   }
 }
 
-// A diffusers pipeline (run_listing.h): DiffusionPipeline.save_pretrained writes
-// model_index.json ({"unet": ["diffusers", "UNet2DConditionModel"], ...}) and has each
-// component save_pretrained into the folder of its name; from_pretrained reads
-// model_index.json, then loads each component from that folder. So a folder the format
-// table claims is a component entry, and everything else (top files, folders of config
-// and vocabulary only) is the kFiles entry, shown unchanged. model_index.json is not read:
-// the folders say what is there, and a component it does not name is still shown.
-Result<RunListing> ListPipeline(const SourceDir& dir) {
-  RunListing run;
-  run.pipeline = true;
-  run.skipped = dir.left_out;
-  TrainerStates ignored;
-  RunEntry files;
-  files.name = std::string(kPipelineFilesEntry);
-  files.kind = RunEntry::Kind::kFiles;
-  files.mode = dir.reach;
-  files.complete = true;
-  for (const std::string& f : dir.files) CKPTFS_RETURN_IF_ERROR(AddFile(dir, f, files));
-  for (const std::string& name : dir.dirs) {
-    if (!IsPlainName(name)) {
-      run.skipped.push_back(dir.path + ": \"" + EscapeControlChars(name.substr(0, 200)) +
-                            "\" is not a plain name, skipped");
-      continue;
-    }
-    auto sub = dir.OpenDir(name);
-    if (!sub.ok()) {
-      if (IsTransient(sub.status())) return sub.status();
-      run.skipped.push_back(JoinShown(dir.path, EscapeControlChars(sub.status().message())));
-      continue;
-    }
-    auto claim = TopClaim(*sub, nullptr);
-    if (!claim.ok() && IsTransient(claim.status())) return claim.status();
-    if (!claim.ok() || *claim) {
-      // Weights (or a refusal of them, for its ERROR file): a component.
-      CKPTFS_ASSIGN_OR_RETURN(std::optional<RunEntry> entry,
-                              DirectoryEntry(dir, name, run.skipped, ignored));
-      if (entry) run.entries.push_back(std::move(*entry));
-      continue;
-    }
-    // The folders a Layout makes at its root (layout.cc, kReservedRootNames) are the
-    // files entry's own views: a folder of that name would show their bytes, not its own.
-    static constexpr std::string_view kViewFolders[] = {"pytorch_model", "tensors", "shards",
-                                                        ".ckptfs"};
-    if (std::find(std::begin(kViewFolders), std::end(kViewFolders), name) !=
-        std::end(kViewFolders)) {
-      run.skipped.push_back(JoinShown(dir.path, name) +
-                            "/: no weights, and named as a view of the mount, skipped");
-      continue;
-    }
-    if (files.folders.size() == kMaxModuleFolders) {
-      run.skipped.push_back(JoinShown(dir.path, name) + "/: more than " +
-                            std::to_string(kMaxModuleFolders) +
-                            " folders without weights, skipped");
-      continue;
-    }
-    files.folders.push_back(name);
-    // Its files sign the entry: a rewritten tokenizer is new files, never mixed bytes.
-    for (const std::string& f : sub->files) {
-      CKPTFS_RETURN_IF_ERROR(AddFile(*sub, f, files, name + "/"));
-    }
-  }
-  std::sort(run.entries.begin(), run.entries.end(),
-            [](const RunEntry& a, const RunEntry& b) { return NaturalLess(a.name, b.name); });
-  run.entries.push_back(std::move(files));
-  return run;
-}
-
 }  // namespace
 
 Result<bool> IsRun(const SourceDir& dir) {
@@ -865,6 +809,7 @@ Result<RunListing> ListRun(const SourceDir& dir) {
   if (final_model) run.entries.push_back(std::move(*final_model));
   std::sort(run.entries.begin(), run.entries.end(),
             [](const RunEntry& a, const RunEntry& b) { return NaturalLess(a.name, b.name); });
+  CKPTFS_RETURN_IF_ERROR(AddTopFiles(dir, run));
   ChooseLatest(run, records);
   CKPTFS_RETURN_IF_ERROR(BestFromTrainerState(dir, std::move(trainer_states), run));
   if (run.best.empty()) CKPTFS_RETURN_IF_ERROR(BestFromLightning(dir, run));

@@ -88,6 +88,9 @@ struct RunEntry {
   // kFiles only: SOURCE's subdirectories without weights, shown with their files (plain
   // names, one level deep, at most kMaxModuleFolders of kMaxModuleFiles files).
   std::vector<std::string> folders;
+  // kFiles only: top files shown elsewhere (a run's file entries, each under its own name
+  // once complete), sorted.
+  std::vector<std::string> hidden;
   std::optional<uint64_t> step;  // the step number its name carries, if any
   // All its files are there and whole (an HF dir with its index and every shard; a torch
   // zip whose end record is valid; a TF prefix the `checkpoint` file names). An incomplete
@@ -119,6 +122,11 @@ struct RunListing {
   // A diffusers pipeline (model_index.json at the top): components and a kFiles entry, no
   // latest or best.
   bool pipeline = false;
+  // A run's SOURCE as it is (not a pipeline's, whose kFiles entry is among `entries`): a
+  // kFiles entry named "." of every top file that is no file entry (the final model's files,
+  // a TF `checkpoint` state file and prefixes, DeepSpeed's `latest`, logs) and every folder
+  // that is no directory entry, so that each path of SOURCE names the same file in the mount.
+  std::optional<RunEntry> top_files;
 };
 
 // The file that makes a directory a diffusers pipeline.

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "core/checkpoint/formats.h"
+#include "core/checkpoint/hf_layout.h"
 #include "core/run/run_tree.h"
 
 namespace ckptfs {
@@ -52,20 +53,41 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
     shared->fresh = false;
     return ListRun(shared->dir);
   };
-  run.open = [shared](const RunEntry& entry, ReadContext& context) -> Result<Checkpoint> {
-    std::unique_lock<std::mutex> lock(shared->mu);
+  // The SourceDir of `entry`, through a listing fresh enough for its opening (above);
+  // `lock` is released for a local entry, whose openings run in parallel.
+  auto entry_dir = [shared](const RunEntry& entry,
+                            std::unique_lock<std::mutex>& lock) -> Result<SourceDir> {
     if (shared->dir.remote && Clock::now() - shared->listed_at > kFreshFor) {
       const Clock::time_point began = Clock::now();
       CKPTFS_ASSIGN_OR_RETURN(shared->dir,
                               OpenSourceDir(shared->source, *shared->codec, shared->open.remote));
       shared->listed_at = began;
     }
-    CKPTFS_ASSIGN_OR_RETURN(SourceDir entry_dir, EntrySourceDir(shared->dir, entry));
-    const std::string shown = shared->dir.path + "/" + entry.name;
+    Result<SourceDir> dir = EntrySourceDir(shared->dir, entry);
     if (!shared->dir.remote) lock.unlock();
+    return dir;
+  };
+  run.open = [shared, entry_dir](const RunEntry& entry,
+                                 ReadContext& context) -> Result<Checkpoint> {
+    std::unique_lock<std::mutex> lock(shared->mu);
+    const std::string shown = shared->dir.path + "/" + entry.name;
+    CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, entry_dir(entry, lock));
     if (entry.kind == RunEntry::Kind::kFiles)
-      return ReadFilesOnly(entry_dir, entry.folders, context);
-    return OpenCheckpointIn(entry_dir, context, shared->open, shown);
+      return ReadFilesOnly(dir, entry.folders, context, entry.hidden);
+    return OpenCheckpointIn(dir, context, shared->open, shown);
+  };
+  // An entry's own files as SOURCE has them: a file entry's one file, a directory entry's
+  // files and its folders' (one level, as a pipeline's folders: AddFolderFiles).
+  run.open_files = [shared, entry_dir](const RunEntry& entry,
+                                       ReadContext& context) -> Result<Checkpoint> {
+    std::unique_lock<std::mutex> lock(shared->mu);
+    CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, entry_dir(entry, lock));
+    std::vector<std::string> folders;
+    for (const std::string& name : dir.dirs) {
+      if (folders.size() == kMaxModuleFolders) break;
+      if (IsPlainName(name)) folders.push_back(name);
+    }
+    return ReadFilesOnly(dir, folders, context);
   };
   return run;
 }

@@ -18,6 +18,8 @@ constexpr uint64_t kLatestIno = 2;
 constexpr uint64_t kBestIno = 3;
 constexpr uint64_t kMetaDirIno = 4;
 constexpr uint64_t kStatsIno = 5;
+constexpr uint64_t kViewsLatestIno = 7;
+constexpr uint64_t kViewsBestIno = 8;
 // A failed entry's ERROR file: beyond any Layout inode, so that an entry that opens on a
 // later try never serves one of its files under the inode the kernel knew as ERROR.
 constexpr uint64_t kErrorLocal = 0xffffffffu;
@@ -78,6 +80,9 @@ struct RunTree::Slot {
   RunClock::duration backoff{};  // the wait after the last transient failure
   size_t files = 0;              // descriptors `volume` holds (counted in held_files_)
   uint64_t shape = 0;            // of the first Layout (0: never opened)
+  bool own_files = false;        // the entry's own files (RunSource::open_files), not views
+  bool error_said = false;       // own files: their failure to open was logged
+  uint32_t twin = 0;             // a views slot: its own-files slot (0: none)
 
   uint64_t base() const { return static_cast<uint64_t>(id) << 32; }
 };
@@ -102,6 +107,7 @@ Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source, std::shared_ptr
                                                RunTreeOptions options) {
   CKPTFS_ASSIGN_OR_RETURN(RunListing listing, source.list());
   std::unique_ptr<RunTree> tree(new RunTree(std::move(source), std::move(codec), options));
+  tree->pipeline_ = listing.pipeline;
   tree->Apply(listing, /*initial=*/true);
   tree->CheckPointers();
   const std::string& pin = tree->options_.pin;
@@ -140,7 +146,11 @@ std::vector<std::string> RunTree::Apply(const RunListing& listing, bool initial)
     std::map<std::string, uint32_t> next;
     std::vector<std::string> order;
     std::map<std::string, Candidate> candidates;
-    for (const RunEntry& e : listing.entries) {
+    std::vector<const RunEntry*> entries;
+    for (const RunEntry& e : listing.entries) entries.push_back(&e);
+    if (listing.top_files) entries.push_back(&*listing.top_files);
+    for (const RunEntry* entry : entries) {
+      const RunEntry& e = *entry;
       if (!e.complete) continue;
       auto it = shown_.find(e.name);
       if (it != shown_.end() && slots_[it->second]->entry.signature == e.signature) {
@@ -148,15 +158,19 @@ std::vector<std::string> RunTree::Apply(const RunListing& listing, bool initial)
         order.push_back(e.name);
         continue;
       }
-      // New or rewritten: shown once two listings `stable` apart agree on it.
+      // New or rewritten: shown once two listings `stable` apart agree on it. Top files
+      // being rewritten (DeepSpeed's `latest` at each save) stay shown as they were.
       if (!initial) {
         auto c = candidates_.find(e.name);
+        const bool keep = e.kind == RunEntry::Kind::kFiles && it != shown_.end();
         if (c == candidates_.end() || c->second.signature != e.signature) {
           candidates[e.name] = {e.signature, now};
+          if (keep) next[e.name] = it->second, order.push_back(e.name);
           continue;
         }
         if (now - c->second.first_seen < options_.stable) {
           candidates[e.name] = c->second;
+          if (keep) next[e.name] = it->second, order.push_back(e.name);
           continue;
         }
       }
@@ -164,8 +178,16 @@ std::vector<std::string> RunTree::Apply(const RunListing& listing, bool initial)
       slots_.push_back(std::make_shared<Slot>(id, e));
       next[e.name] = id;
       order.push_back(e.name);
+      // A training run's file and directory entries are also their own files, by name.
+      const bool own = e.kind == RunEntry::Kind::kFile || e.kind == RunEntry::Kind::kDirectory;
+      if (own && !pipeline_) {
+        const auto twin = static_cast<uint32_t>(slots_.size());
+        slots_.push_back(std::make_shared<Slot>(twin, e));
+        slots_[twin]->own_files = true;
+        slots_[id]->twin = twin;
+      }
     }
-    // A pipeline's top files (kFiles) are shown in the root itself, not as an entry.
+    // Top files (kFiles) are shown in the root itself, not as an entry.
     files_slot_ = 0;
     std::erase_if(order, [&](const std::string& name) {
       if (slots_[next[name]]->entry.kind != RunEntry::Kind::kFiles) return false;
@@ -175,8 +197,11 @@ std::vector<std::string> RunTree::Apply(const RunListing& listing, bool initial)
     for (const auto& [name, id] : shown_) {
       auto it = next.find(name);
       if (it != next.end() && it->second == id) continue;
-      slots_[id]->retired = true;
-      retired.push_back(slots_[id]);
+      for (const uint32_t gone : {id, slots_[id]->twin}) {
+        if (gone == 0) continue;
+        slots_[gone]->retired = true;
+        retired.push_back(slots_[gone]);
+      }
       changed.push_back(name);
     }
     for (const auto& [name, id] : next) {
@@ -258,7 +283,9 @@ RunNode RunTree::EntryDir(const Slot& slot, uint64_t root_ino) const {
   node.ino = root_ino;
   node.mtime = slot.entry.mtime;
   node.mode = slot.entry.mode;
-  node.parent = kRootIno;
+  // A training run's views are in views/; an entry's own files and a pipeline's
+  // components at the root.
+  node.parent = slot.own_files || pipeline_ ? kRootIno : kViewsIno;
   node.short_lived = true;
   node.short_children = root_ino == kRootIno;  // a pinned root follows its target
   if (slot.volume) {
@@ -286,7 +313,11 @@ void RunTree::OpenLocked(Slot& slot) {
     ++opening_;
   }
   MakeRoom(slot);
-  Result<Checkpoint> ckpt = source_.open(slot.entry, *context_);
+  Result<Checkpoint> ckpt =
+      !slot.own_files ? source_.open(slot.entry, *context_)
+      : source_.open_files
+          ? source_.open_files(slot.entry, *context_)
+          : Result<Checkpoint>(Status::NotFound(slot.entry.name + ": no own files"));
   {
     std::lock_guard<std::mutex> lock(opening_mu_);
     --opening_;
@@ -336,11 +367,7 @@ std::shared_ptr<Volume> RunTree::TakeVolume(Slot& slot) {
 
 void RunTree::MakeRoom(const Slot& opening) {
   if (held_files_ < options_.max_held_files) return;
-  std::vector<std::shared_ptr<Slot>> slots;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [name, id] : shown_) slots.push_back(slots_[id]);
-  }
+  std::vector<std::shared_ptr<Slot>> slots = ShownSlots();
   std::sort(slots.begin(), slots.end(),
             [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
   for (const auto& slot : slots) {
@@ -450,11 +477,19 @@ Result<RunNode> RunTree::Resolve(uint64_t ino, bool open_entry) {
       if (ino == kStatsIno) node.text = StatsJson();
       return node;
     }
+    if (ino == kViewsIno && options_.pin.empty() && !pipeline_) {
+      node.kind = RunNode::Kind::kDirectory;
+      return node;
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    const std::string& target = ino == kLatestIno ? latest_ : best_;
-    if ((ino == kLatestIno || ino == kBestIno) && !target.empty() && options_.pin.empty()) {
+    const bool latest = ino == kLatestIno || ino == kViewsLatestIno;
+    const bool in_views = ino == kViewsLatestIno || ino == kViewsBestIno;
+    const std::string& target = latest ? latest_ : best_;
+    const bool pointer = latest || ino == kBestIno || ino == kViewsBestIno;
+    if (pointer && !target.empty() && options_.pin.empty() && !(in_views && pipeline_)) {
       node.kind = RunNode::Kind::kSymlink;
-      node.text = target;
+      node.text = PointerTarget(target, in_views);
+      if (in_views) node.parent = kViewsIno;
       return node;
     }
     return Status::NotFound("inode " + std::to_string(ino) + ": gone");
@@ -497,26 +532,38 @@ Result<RunNode> RunTree::Lookup(const RunNode& dir, std::string_view name) {
 std::vector<std::pair<std::string, RunNode>> RunTree::List(const RunNode& dir) {
   std::vector<std::pair<std::string, RunNode>> out;
   if (dir.kind != RunNode::Kind::kDirectory) return out;
+  if (dir.ino == kViewsIno && options_.pin.empty() && !pipeline_) return ListViews();
   if (dir.ino == kRootIno && options_.pin.empty()) {
     MaybeRelist();
     std::vector<std::shared_ptr<Slot>> slots;
-    std::string latest, best;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const std::string& name : order_) slots.push_back(Shown(name));
-      latest = latest_;
-      best = best_;
+      for (const std::string& name : order_) {
+        std::shared_ptr<Slot> slot = Shown(name);
+        // A training run shows an entry's own files; a pipeline its components' views.
+        if (pipeline_) slots.push_back(slot);
+        if (!pipeline_ && slot->twin != 0) slots.push_back(slots_[slot->twin]);
+      }
     }
     std::set<std::string> names;
     for (const auto& slot : slots) {
+      std::optional<RunNode> node;
+      // A file is opened to be shown (its size, its mode); a directory on first use.
+      if (slot->own_files && slot->entry.kind == RunEntry::Kind::kFile) {
+        node = OwnNode(*slot);
+      } else {
+        std::lock_guard<std::mutex> lock(slot->mu);
+        node = EntryDir(*slot, slot->base() | Layout::kRoot);
+      }
+      if (!node) continue;
       names.insert(slot->entry.name);
-      std::lock_guard<std::mutex> lock(slot->mu);
-      out.emplace_back(slot->entry.name, EntryDir(*slot, slot->base() | Layout::kRoot));
+      out.emplace_back(slot->entry.name, std::move(*node));
     }
     ListTopFiles(names, out);
-    // An entry of SOURCE with the same name wins over the run's own node.
+    // A name of SOURCE wins over the run's own node.
     for (const auto& [name, ino] : {std::pair<std::string, uint64_t>{"latest", kLatestIno},
                                     {"best", kBestIno},
+                                    {kViewsDir, kViewsIno},
                                     {kMetaDir, kMetaDirIno}}) {
       if (names.count(name)) continue;
       Result<RunNode> node = Resolve(ino, false);
@@ -539,6 +586,56 @@ std::vector<std::pair<std::string, RunNode>> RunTree::List(const RunNode& dir) {
     out.emplace_back("ERROR", std::move(error.value()));
   }
   return out;
+}
+
+std::vector<std::pair<std::string, RunNode>> RunTree::ListViews() {
+  std::vector<std::pair<std::string, RunNode>> out;
+  std::vector<std::shared_ptr<Slot>> slots;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& name : order_) slots.push_back(Shown(name));
+  }
+  std::set<std::string> names;
+  for (const auto& slot : slots) {
+    names.insert(slot->entry.name);
+    std::lock_guard<std::mutex> lock(slot->mu);
+    out.emplace_back(slot->entry.name, EntryDir(*slot, slot->base() | Layout::kRoot));
+  }
+  for (const auto& [name, ino] :
+       {std::pair<std::string, uint64_t>{"latest", kViewsLatestIno}, {"best", kViewsBestIno}}) {
+    if (names.count(name)) continue;
+    Result<RunNode> node = Resolve(ino, false);
+    if (node.ok()) out.emplace_back(name, std::move(node.value()));
+  }
+  return out;
+}
+
+std::optional<RunNode> RunTree::OwnNode(Slot& own) {
+  RunNode node = OpenEntry(own, own.base() | Layout::kRoot);
+  if (node.kind != RunNode::Kind::kVolume) {
+    // One line per failure (OpenLocked keeps it until due again): the entry's views still
+    // serve, and its ERROR is under views/.
+    std::lock_guard<std::mutex> lock(own.mu);
+    if (context_->options().warn && !own.error.empty() && !own.error_said) {
+      context_->options().warn(source_.path + "/" + own.error + "; not shown");
+      own.error_said = true;
+    }
+    return std::nullopt;
+  }
+  node.parent = kRootIno;
+  // The one file of its files-only Volume, under its own inode.
+  const uint64_t local = node.volume->layout().Lookup(Layout::kRoot, own.entry.name);
+  if (local == 0) return std::nullopt;
+  node.ino = node.Global(local);
+  return node;
+}
+
+std::string RunTree::PointerTarget(const std::string& entry, bool in_views) const {
+  if (in_views) return entry;
+  std::shared_ptr<Slot> slot = Shown(entry);
+  // An entry without a path of its own in SOURCE (a TF prefix, the final model): its views.
+  if (!slot || slot->twin == 0) return std::string(kViewsDir) + "/" + entry;
+  return entry;
 }
 
 void RunTree::ListTopFiles(std::set<std::string>& names,
@@ -602,12 +699,18 @@ void RunTree::MaybeRelist() {
   }
 }
 
-size_t RunTree::CloseIdle() {
+std::vector<std::shared_ptr<RunTree::Slot>> RunTree::ShownSlots() const {
   std::vector<std::shared_ptr<Slot>> slots;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [name, id] : shown_) slots.push_back(slots_[id]);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, id] : shown_) {
+    slots.push_back(slots_[id]);
+    if (slots_[id]->twin != 0) slots.push_back(slots_[slots_[id]->twin]);
   }
+  return slots;
+}
+
+size_t RunTree::CloseIdle() {
+  std::vector<std::shared_ptr<Slot>> slots = ShownSlots();
   const int64_t cutoff = Ticks(options_.now() - options_.idle_close);
   size_t closed = 0;
   for (const auto& slot : slots) {
@@ -653,11 +756,7 @@ std::string RunTree::Best() const {
 }
 
 size_t RunTree::OpenVolumes() const {
-  std::vector<std::shared_ptr<Slot>> slots;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [name, id] : shown_) slots.push_back(slots_[id]);
-  }
+  std::vector<std::shared_ptr<Slot>> slots = ShownSlots();
   size_t open = 0;
   for (const auto& slot : slots) {
     std::lock_guard<std::mutex> lock(slot->mu);

@@ -1,13 +1,22 @@
 // RunTree: the namespace of a mounted training run (a SOURCE that IsRun, run_listing.h).
 //
-// What it shows: the root lists every complete, stable entry of the run as a directory
-// named as in SOURCE, plus the symlinks `latest` and `best` (-> entry name) when the
-// listing names them and that entry is shown; an entry of SOURCE named `latest`, `best` or
-// `.ckptfs` wins over the run's own node. `.ckptfs/stats.json` at the root holds the run's
-// counters (entries shown, checkpoints open, the shared cache). Each entry directory is
-// that checkpoint's full views (a Volume), opened on the first lookup or listing inside it;
-// a checkpoint that fails to open is a directory holding one file, `ERROR`, with the
-// one-line reason. All Volumes share one ReadContext: one byte-bounded cache for the run.
+// What it shows: SOURCE as it is, plus views. Each path of SOURCE names the same file:
+//   - every complete, stable entry under its own name as SOURCE has it: a file entry
+//     (`last.ckpt`, `model_00100.pt`) is that file, a directory entry (`checkpoint-500/`)
+//     its files and folders (one level: ReadFilesOnly), never moved;
+//   - SOURCE's other top files and folders (RunListing::top_files: the final model HF
+//     Trainer leaves at the top, a TF `checkpoint` file and its prefixes' files, DeepSpeed's
+//     `latest`, logs), unchanged;
+//   - `latest` and `best` (symlinks) when the listing names them and that entry is shown:
+//     to the entry's own name (a file `torch.load` opens, a directory `from_pretrained`
+//     reads), or into `views/` for an entry with no path of its own (a TF prefix, `final`);
+//   - `views/`: each entry's full views (a Volume: model.safetensors, pytorch_model.bin,
+//     tensors/, .ckptfs/), named as the entry, opened on the first lookup or listing inside
+//     it, with its own `latest` and `best`; a checkpoint that fails to open is a directory
+//     holding one file, `ERROR`, with the one-line reason;
+//   - `.ckptfs/stats.json`: the run's counters (entries shown, checkpoints open, the cache).
+// A name of SOURCE wins over the run's own nodes (`latest`, `best`, `views`, `.ckptfs`).
+// All Volumes share one ReadContext: one byte-bounded cache for the run.
 //
 // Failures: one entry's failure is that entry's alone. A refusal (a bad format, a file
 // linking out of SOURCE) is kept until the entry's signature changes. A failure that may
@@ -25,15 +34,14 @@
 // opened at once.
 //
 // Inodes: global = (slot << 32) | local. Slot 0 is the run's own nodes (kRootIno, the
-// symlinks, .ckptfs); every other slot belongs to one (entry name, signature) and is never
-// reused. Inside a slot, local inodes are the Volume's Layout inodes (the entry directory
-// is the Layout root, 1) or, for a failed entry, 1 (the directory) and 2^32 - 1 (ERROR, which
-// no Layout inode reaches). A
-// checkpoint rewritten or deleted is a new slot or none: its old inodes answer NotFound,
-// never another checkpoint's bytes. A Volume unused for `idle_close` (nobody holds it: the
-// front end keeps a reference per open file) is closed; reopening an unchanged entry
-// builds the same Layout, so the same inodes (a Layout whose shape differs makes the slot
-// stale instead).
+// symlinks, views/, .ckptfs); every other slot belongs to one (entry name, signature, and
+// whether it is the entry's views or its own files) and is never reused. Inside a slot, local
+// inodes are the Volume's Layout inodes (the entry directory is the Layout root, 1) or, for a
+// failed entry, 1 (the directory) and 2^32 - 1 (ERROR, which no Layout inode reaches). A checkpoint
+// rewritten or deleted is a new slot or none: its old inodes answer NotFound, never another
+// checkpoint's bytes. A Volume unused for `idle_close` (nobody holds it: the front end keeps a
+// reference per open file) is closed; reopening an unchanged entry builds the same Layout, so the
+// same inodes (a Layout whose shape differs makes the slot stale instead).
 //
 // Live: Relist() applies a new listing. An entry already shown stays while its signature
 // holds; a new or changed one is shown once it is complete and its signature was the same
@@ -44,10 +52,13 @@
 // is due to become stable; it also closes idle Volumes. Remote sources: MaybeRelist() on a
 // lookup or listing of the root, at most once per `relist`.
 //
-// Pipelines (RunListing::pipeline): the kFiles entry's Volume (SOURCE's top files and
-// folders without weights, ReadFilesOnly) is shown in the root itself: its stored files
-// and folders are the root's children beside the component entries, with the run's root
-// as their parent; no latest or best (the listing names none).
+// Pipelines (RunListing::pipeline): one model tree, no `views/`: each component entry is
+// its views under its name, and the kFiles entry's Volume (SOURCE's top files and folders
+// without weights, ReadFilesOnly) is shown in the root itself, its stored files and
+// folders the root's children beside the components; no latest or best.
+//
+// A training run's top files are a kFiles entry too (RunListing::top_files), shown the same
+// way; while a changed one waits to be stable, the one shown before stays.
 //
 // `pin` (--checkpoint latest|best|NAME): the root is that entry's directory instead, and
 // follows it (the current latest, best, or the entry of that name) for new lookups.
@@ -63,6 +74,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -81,6 +93,9 @@ using RunClock = std::chrono::steady_clock;
 struct RunSource {
   std::function<Result<RunListing>()> list;
   std::function<Result<Checkpoint>(const RunEntry& entry, ReadContext& codec)> open;
+  // A file or directory entry's own files as SOURCE has them (ReadFilesOnly): what the run
+  // shows under the entry's name, beside its views.
+  std::function<Result<Checkpoint>(const RunEntry& entry, ReadContext& codec)> open_files;
   std::string path;       // SOURCE as shown in messages and stats.json
   std::string watch_dir;  // a local SOURCE directory to watch with inotify; "" for remote
 };
@@ -133,6 +148,9 @@ struct RunNode {
 class RunTree {
  public:
   static constexpr uint64_t kRootIno = 1;
+  // `views/`: each entry's views (a training run's, not a pipeline's).
+  static constexpr uint64_t kViewsIno = 6;
+  static constexpr char kViewsDir[] = "views";
 
   // Lists the run once (the mount's view at start). A `pin` naming no entry is refused
   // with one line listing the entries.
@@ -208,6 +226,14 @@ class RunTree {
   // held descriptors are under max_held_files. Call with opening.mu held.
   void MakeRoom(const Slot& opening);
   RunNode EntryDir(const Slot& slot, uint64_t root_ino) const;
+  // The root's node for a shown file entry's own file (opened), or nullopt when it fails
+  // to open (said in the log, once per slot).
+  std::optional<RunNode> OwnNode(Slot& own);
+  // Target of `latest` or `best` naming `entry`, from the directory `views` or the root.
+  std::string PointerTarget(const std::string& entry, bool in_views) const;
+  // Shown slots, views and own files. Call without mu_.
+  std::vector<std::shared_ptr<Slot>> ShownSlots() const;
+  std::vector<std::pair<std::string, RunNode>> ListViews();
   // A pipeline's top files and folders without weights (the kFiles entry), appended to the
   // root's children `out` unless `names` (the entries') has the name; adds theirs.
   void ListTopFiles(std::set<std::string>& names,
@@ -231,7 +257,8 @@ class RunTree {
   std::map<std::string, uint32_t> shown_;        // name -> slot id
   std::map<std::string, Candidate> candidates_;  // complete, not yet stable
   std::string latest_, best_;
-  uint32_t files_slot_ = 0;    // a pipeline's kFiles entry (0: none)
+  bool pipeline_ = false;      // a diffusers pipeline (set by Open, then constant)
+  uint32_t files_slot_ = 0;    // the kFiles entry (0: none)
   std::set<uint32_t> failed_;  // slots whose checkpoint failed to open (CheckPointers)
   RunClock::time_point last_list_;
   std::vector<std::string> skipped_;
