@@ -74,8 +74,9 @@ m = make()
 print('load_state_dict(pytorch_model.bin), strict:', m.load_state_dict(torch.load('$mnt/pytorch_model.bin')))"
 run "$ckptfs" umount "$mnt"
 
-# A training run: a directory of checkpoints, one directory each in the mount, with
-# `latest` and `best`; a checkpoint saved while mounted appears, and `latest` moves.
+# A training run: every file where SOURCE has it (model_00300.pt is a file torch.load
+# opens), `latest` and `best`, each checkpoint's views in views/; a checkpoint saved while
+# mounted appears, and `latest` moves.
 mkdir -p "$work/run"
 save_step() {
   /usr/bin/python3 -c "$model_py
@@ -86,7 +87,7 @@ torch.save({'global_step': $1, 'model_state_dict': m.state_dict()}, '$work/run/s
 for step in 100 200 300; do save_step $step; done
 run "$ckptfs" inspect "$work/run"
 run "$ckptfs" mount "$work/run" "$mnt"
-run ls "$mnt" "$mnt/latest/"
+run ls "$mnt" "$mnt/views/latest/"
 run readlink "$mnt/latest"
 save_step 400
 printf '\n$ # saved model_00400.pt while mounted; waiting for latest to name it\n'
@@ -95,7 +96,8 @@ run readlink "$mnt/latest"
 [ "$(readlink "$mnt/latest")" = model_00400.pt ] || { echo "demo: latest did not move" >&2; exit 1; }
 run /usr/bin/python3 -c "$model_py
 m = make()
-print('latest/pytorch_model.bin into the model:', m.load_state_dict(torch.load('$mnt/latest/pytorch_model.bin')))"
+print('torch.load(latest):', sorted(torch.load('$mnt/latest')))
+print('views/latest/pytorch_model.bin into the model:', m.load_state_dict(torch.load('$mnt/views/latest/pytorch_model.bin')))"
 run "$ckptfs" umount "$mnt"
 
 # A TensorFlow checkpoint (TensorBundle; written here by the tests' byte-level writer, since

@@ -34,6 +34,9 @@ Result<std::optional<RunEntry>> DirectoryEntry(const SourceDir& dir, const std::
 
 // The listing of a diffusers pipeline (run_listing.h).
 Result<RunListing> ListPipeline(const SourceDir& dir);
+// The listing of a sentence-transformers model whose module folders hold weights
+// (run_listing.h); `top` is the format table's claim on `dir` itself.
+Result<RunListing> ListModules(const SourceDir& dir);
 
 // Sets run.top_files (run_listing.h) from `dir` and the entries `run` holds.
 Status AddTopFiles(const SourceDir& dir, RunListing& run);

@@ -750,6 +750,8 @@ Result<RunListing> ListRun(const SourceDir& dir) {
   TrainerStates trainer_states;
   std::string top_format;
   CKPTFS_ASSIGN_OR_RETURN(std::optional<Claim> top, TopClaim(dir, &top_format));
+  // A sentence-transformers model whose modules hold weights: one tree, not a run.
+  if (top && dir.Lists(std::string(kModulesIndex))) return ListModules(dir);
   std::optional<RunEntry> final_model;
   // A claim that is the run's record (TF's state file) names one of its entries.
   if (top && !RunRuleOf(top_format).claim_is_record && !top->file.empty()) {

@@ -19,6 +19,13 @@
 // is a per-key split checkpoint, never a run. Subdirectories of the top checkpoint are no
 // entries: a SavedModel's `variables/`, DeepSpeed's `global_stepN/` beside HF weights.
 //
+// A sentence-transformers model (`modules.json` at the top beside the transformer's weights)
+// whose module folders hold weights too (`2_Dense/model.safetensors`: Dense.save writes
+// them there; SentenceTransformer loads each module from its `path`) is one model tree, a
+// run of kind pipeline: each such folder is a component entry (kDirectory), and the kFiles
+// entry (views = true) is the top checkpoint with its views and its folders without weights
+// (`1_Pooling/`), shown at the mount root.
+//
 // A diffusers pipeline (`model_index.json` at the top: DiffusionPipeline.save_pretrained
 // writes it, then each component with its own save_pretrained into a folder of its name;
 // from_pretrained reads model_index.json, then loads each component from that folder) is
@@ -88,6 +95,10 @@ struct RunEntry {
   // kFiles only: SOURCE's subdirectories without weights, shown with their files (plain
   // names, one level deep, at most kMaxModuleFolders of kMaxModuleFiles files).
   std::vector<std::string> folders;
+  // kFiles only: the top is a checkpoint shown with its views (a sentence-transformers
+  // model whose module folders hold weights: the transformer at the top, OpenCheckpointIn),
+  // not SOURCE's files alone (ReadFilesOnly).
+  bool views = false;
   // kFiles only: top files shown elsewhere (a run's file entries, each under its own name
   // once complete), sorted.
   std::vector<std::string> hidden;
@@ -131,6 +142,8 @@ struct RunListing {
 
 // The file that makes a directory a diffusers pipeline.
 inline constexpr std::string_view kPipelineIndex = "model_index.json";
+// The file that lists a sentence-transformers model's modules.
+inline constexpr std::string_view kModulesIndex = "modules.json";
 // The name of a pipeline's kFiles entry.
 inline constexpr std::string_view kPipelineFilesEntry = ".";
 

@@ -70,10 +70,10 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
   run.open = [shared, entry_dir](const RunEntry& entry,
                                  ReadContext& context) -> Result<Checkpoint> {
     std::unique_lock<std::mutex> lock(shared->mu);
-    const std::string shown = shared->dir.path + "/" + entry.name;
+    const bool top = entry.kind == RunEntry::Kind::kFiles;
+    const std::string shown = top ? shared->dir.path : shared->dir.path + "/" + entry.name;
     CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, entry_dir(entry, lock));
-    if (entry.kind == RunEntry::Kind::kFiles)
-      return ReadFilesOnly(dir, entry.folders, context, entry.hidden);
+    if (top && !entry.views) return ReadFilesOnly(dir, entry.folders, context, entry.hidden);
     return OpenCheckpointIn(dir, context, shared->open, shown);
   };
   // An entry's own files as SOURCE has them: a file entry's one file, a directory entry's

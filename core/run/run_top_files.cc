@@ -67,6 +67,46 @@ Result<RunListing> ListPipeline(const SourceDir& dir) {
   return run;
 }
 
+// A sentence-transformers model (run_listing.h): module folders the format table claims
+// are components; the top checkpoint, with its views and folders without weights, is the
+// kFiles entry (views = true), signed by every file of SOURCE's top and its folders.
+Result<RunListing> ListModules(const SourceDir& dir) {
+  RunListing run;
+  run.pipeline = true;
+  run.skipped = dir.left_out;
+  TrainerStates ignored;
+  RunEntry top;
+  top.name = std::string(kPipelineFilesEntry);
+  top.kind = RunEntry::Kind::kFiles;
+  top.views = true;
+  top.mode = dir.reach;
+  top.complete = true;
+  for (const std::string& f : dir.files) CKPTFS_RETURN_IF_ERROR(AddListedFile(dir, f, top));
+  for (const std::string& name : dir.dirs) {
+    if (!IsPlainName(name)) continue;
+    auto sub = dir.OpenDir(name);
+    if (!sub.ok()) {
+      if (IsTransient(sub.status())) return sub.status();
+      continue;  // the top checkpoint's module folders say it, if modules.json names it
+    }
+    auto claim = TopClaim(*sub, nullptr);
+    if (!claim.ok() && IsTransient(claim.status())) return claim.status();
+    if (!claim.ok() || *claim) {
+      CKPTFS_ASSIGN_OR_RETURN(std::optional<RunEntry> entry,
+                              DirectoryEntry(dir, name, run.skipped, ignored));
+      if (entry) run.entries.push_back(std::move(*entry));
+      continue;
+    }
+    for (const std::string& f : sub->files) {
+      CKPTFS_RETURN_IF_ERROR(AddListedFile(*sub, f, top, name + "/"));
+    }
+  }
+  std::sort(run.entries.begin(), run.entries.end(),
+            [](const RunEntry& a, const RunEntry& b) { return NaturalLess(a.name, b.name); });
+  run.entries.push_back(std::move(top));
+  return run;
+}
+
 // Every top file that is no file entry, and every folder that is no directory entry: the
 // final model HF Trainer leaves at the top, a TF `checkpoint` state file and its prefixes,
 // DeepSpeed's `latest`, logs. An entry's own files are shown under its name once it is

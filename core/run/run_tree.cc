@@ -650,11 +650,12 @@ void RunTree::ListTopFiles(std::set<std::string>& names,
   // (an I/O error) shows nothing at the root and says why in the log, as an entry's ERROR.
   const RunNode top = OpenEntry(*files, kRootIno);
   if (top.kind != RunNode::Kind::kVolume) return;
-  // Its Layout also holds the views of a checkpoint without tensors (an empty
-  // model.safetensors, tensors/, .ckptfs/): only the stored files and folders are shown,
-  // and a stored file the Layout hid behind a view's name is not (never a view's bytes).
+  // Only the stored files and folders are shown (a files-only Layout has nothing else), and
+  // a stored file the Layout hid behind a view's name is not (never a view's bytes).
   const Checkpoint& ckpt = top.volume->checkpoint();
   const Layout& layout = top.volume->layout();
+  // A checkpoint shown with its views (a sentence-transformers model's top): all of it.
+  const bool all = files->entry.views;
   std::set<std::string, std::less<>> stored;
   for (const StoredFile& f : ckpt.others) {
     if (f.name.find('/') == std::string::npos) stored.insert(f.name);
@@ -664,7 +665,7 @@ void RunTree::ListTopFiles(std::set<std::string>& names,
     const Node* node = layout.Find(local);
     const std::string name(node->name());
     const bool shown =
-        node->kind == NodeKind::kDirectory
+        all || node->kind == NodeKind::kDirectory
             ? std::find(ckpt.folders.begin(), ckpt.folders.end(), name) != ckpt.folders.end()
             : node->kind == NodeKind::kFile && stored.count(name);
     if (!shown || !names.insert(name).second) continue;

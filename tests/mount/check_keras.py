@@ -442,9 +442,12 @@ def Run(c, out, run, mnt):
         expected = json.load(f)
     r = expected["runs"][run]
     have = sorted(os.listdir(mnt))
+    views = os.path.join(mnt, "views")
     for entry in r["entries"]:
-        c.Expect(entry in have and os.path.isdir(os.path.join(mnt, entry)),
-                 f"{run}: {entry} is not a directory of the mount (ls: {have})")
+        # SOURCE's file at its own path (a file stays a file), its views in views/.
+        c.Expect(entry in have, f"{run}: {entry} is not in the mount (ls: {have})")
+        c.Expect(os.path.isdir(os.path.join(views, entry)),
+                 f"{run}: views/{entry} is not a directory of the mount")
     for entry in r.get("absent", []):  # a save in progress appears once complete
         c.Expect(entry not in have, f"{run}: {entry} is listed (ls: {have})")
     latest = os.path.join(mnt, "latest")
@@ -456,8 +459,12 @@ def Run(c, out, run, mnt):
         source = os.path.join(out, e["path"])
         _, meta = ReadCheckpoint(source)
         meta.update(e["metadata"])
-        CheckMount(c, key, os.path.join(mnt, entry), e["datasets"], meta, StoredFiles(source))
-    # latest/ serves the latest entry's model.
+        CheckMount(c, key, os.path.join(views, entry), e["datasets"], meta, StoredFiles(source))
+        if os.path.isfile(source):
+            with open(os.path.join(mnt, entry), "rb") as got, open(source, "rb") as want:
+                c.Expect(got.read() == want.read(), f"{key}: the mount's file is not SOURCE's")
+    # views/latest/ serves the latest entry's model.
+    latest = os.path.join(views, "latest")
     e = expected["checkpoints"][f"{run}/{r['latest']}"]
     merged = ParseSafetensorsFile(os.path.join(latest, "model.safetensors"), c, f"{run}: latest")
     model = {d["model_name"]: d["sha256"] for d in e["datasets"] if d["model_name"]}
@@ -493,7 +500,7 @@ def Live(c, out, run_dir, mnt):
         return "live: the save did not become latest"
     e = json.load(open(os.path.join(out, "expected.json")))["checkpoints"][key]
     _, meta = ReadCheckpoint(os.path.join(out, key))
-    CheckMount(c, "live " + name, os.path.join(mnt, name), e["datasets"], meta,
+    CheckMount(c, "live " + name, os.path.join(mnt, "views", name), e["datasets"], meta,
                {name: os.path.join(out, key)})
 
     # Epoch 12 written by h5py itself, held open mid-save as ModelCheckpoint's
@@ -518,7 +525,7 @@ def Live(c, out, run_dir, mnt):
         time.sleep(0.2)
     if c.Equal(os.readlink(latest), name12, "live: latest 15 s after h5py closed the file"):
         datasets, meta = ReadCheckpoint(target)
-        CheckMount(c, "live " + name12, os.path.join(mnt, name12), datasets, meta,
+        CheckMount(c, "live " + name12, os.path.join(mnt, "views", name12), datasets, meta,
                    {name12: target})
     return f"live: {name} and {name12} appeared once complete and became latest"
 

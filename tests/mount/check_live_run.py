@@ -121,7 +121,7 @@ class Reader(threading.Thread):
     def __init__(self, src, mnt, use_mmap, training):
         super().__init__(daemon=True)
         self.src, self.mnt, self.use_mmap, self.training = src, mnt, use_mmap, training
-        self.path = os.path.join(mnt, "latest", "model.safetensors")
+        self.path = os.path.join(mnt, "views", "latest", "model.safetensors")
         self.stop = threading.Event()
         self.reads = self.outlived = self.raced = 0
 
@@ -274,7 +274,7 @@ def check_slowsave(src, mnt):
                     shown_early.append("%s shown after only %s" % (entry, rel))
         wait_for(lambda: os.readlink(os.path.join(mnt, "latest")) == entry,
                  "latest -> %s once its last file is written" % entry)
-        latest = os.path.join(mnt, "latest", "model.safetensors")
+        latest = os.path.join(mnt, "views", "latest", "model.safetensors")
         with open(latest, "rb") as f:
             if check_model(f.read(), latest) != step_of(entry):
                 fail("latest/model.safetensors is not %s's" % entry)

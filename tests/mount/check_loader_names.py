@@ -15,6 +15,9 @@ weights file under the name its loader opens (issue 23, item 4), with numpy and 
         (the transformer at "path": "", then 1_Pooling, 2_Normalize), the transformer's
         model.safetensors and config.json at the top, 1_Pooling/config.json, 2_Normalize/
         empty, sentence_bert_config.json.
+    check_loader_names.py write-sentence-transformers-dense DIR
+        The same with a Dense module after Normalize: 3_Dense/ holding its config.json and
+        model.safetensors (Dense.save writes its weights into its own folder).
     check_loader_names.py module-folders SRC MNT
         Every folder modules.json lists is a directory of MNT holding SRC's files with
         their bytes, as SentenceTransformer opens them.
@@ -133,6 +136,19 @@ def WriteSentenceTransformers(out):
               {"word_embedding_dimension": 4, "pooling_mode_mean_tokens": True})
     SaveSafetensors(os.path.join(out, "model.safetensors"),
                     {"embeddings.word_embeddings.weight": Rand(9, 10, 4)})
+
+
+def WriteSentenceTransformersDense(out):
+    WriteSentenceTransformers(out)
+    with open(os.path.join(out, "modules.json")) as f:
+        modules = json.load(f)
+    modules.append({"idx": 3, "name": "3", "path": "3_Dense",
+                    "type": "sentence_transformers.models.Dense"})
+    WriteJson(os.path.join(out, "modules.json"), modules)
+    WriteJson(os.path.join(out, "3_Dense", "config.json"),
+              {"in_features": 4, "out_features": 2, "bias": True})
+    SaveSafetensors(os.path.join(out, "3_Dense", "model.safetensors"),
+                    {"linear.weight": Rand(11, 2, 4), "linear.bias": Rand(12, 2)})
 
 
 def CheckModuleFolders(src, mnt, errors):
@@ -275,6 +291,8 @@ def main(argv):
         WriteAdapterBin(argv[2])
     elif argv[1] == "write-sentence-transformers":
         WriteSentenceTransformers(argv[2])
+    elif argv[1] == "write-sentence-transformers-dense":
+        WriteSentenceTransformersDense(argv[2])
     elif argv[1] == "module-folders":
         CheckModuleFolders(argv[2], argv[3], errors)
     elif argv[1] == "pipeline-root":

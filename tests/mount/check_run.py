@@ -98,18 +98,18 @@ def wait_for(predicate, what, timeout=VISIBLE_WITHIN):
 def check_hf(mnt):
     names = sorted(os.listdir(mnt))
     want = sorted([".ckptfs", "best", "checkpoint-100", "checkpoint-200", "checkpoint-300",
-                   "checkpoint-broken", "latest"])
+                   "checkpoint-broken", "latest", "views"])
     if names != want:
         fail("ls %s: %s, expected %s" % (mnt, names, want))
     if os.readlink(os.path.join(mnt, "latest")) != "checkpoint-300":
         fail("latest -> %s" % os.readlink(os.path.join(mnt, "latest")))
     if os.readlink(os.path.join(mnt, "best")) != "checkpoint-200":
         fail("best -> %s" % os.readlink(os.path.join(mnt, "best")))
-    with open(os.path.join(mnt, "latest", "model.safetensors"), "rb") as f:
+    with open(os.path.join(mnt, "views", "latest", "model.safetensors"), "rb") as f:
         if single_value(f.read(), "latest/model.safetensors") != 300:
             fail("latest/model.safetensors is not checkpoint-300's")
     import torch
-    sd = torch.load(os.path.join(mnt, "best", "pytorch_model.bin"), weights_only=True)
+    sd = torch.load(os.path.join(mnt, "views", "best", "pytorch_model.bin"), weights_only=True)
     if sorted(sd) != ["embed.weight", "layers.0.bias", "layers.0.weight"]:
         fail("best/pytorch_model.bin keys %s" % sorted(sd))
     if any(float(t.min()) != 200 or float(t.max()) != 200 for t in sd.values()):
@@ -118,7 +118,7 @@ def check_hf(mnt):
         state = json.load(open(os.path.join(mnt, "checkpoint-%d" % step, "trainer_state.json")))
         if state["global_step"] != step:
             fail("checkpoint-%d/trainer_state.json says step %s" % (step, state["global_step"]))
-    broken = os.path.join(mnt, "checkpoint-broken")
+    broken = os.path.join(mnt, "views", "checkpoint-broken")
     if os.listdir(broken) != ["ERROR"]:
         fail("checkpoint-broken holds %s, expected only ERROR" % os.listdir(broken))
     error = open(os.path.join(broken, "ERROR")).read()
@@ -208,9 +208,9 @@ def check_live(src, mnt, seconds):
     step = first
     # A file opened now and read after its checkpoint is deleted: its bytes (issue 22).
     held_name = "ckpt_%04d.pt" % first
-    held = open(os.path.join(mnt, held_name, "model.safetensors"), "rb")
+    held = open(os.path.join(mnt, "views", held_name, "model.safetensors"), "rb")
     head = held.read(64)
-    with Readers(mnt, 3) as readers:
+    with Readers(os.path.join(mnt, "views"), 3) as readers:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and not readers.errors:
             step += 1
@@ -272,8 +272,8 @@ def open_count(mnt):
 
 
 def check_idle(mnt):
-    path = os.path.join(mnt, "checkpoint-100", "model.safetensors")
-    held_path = os.path.join(mnt, "checkpoint-200", "model.safetensors")
+    path = os.path.join(mnt, "views", "checkpoint-100", "model.safetensors")
+    held_path = os.path.join(mnt, "views", "checkpoint-200", "model.safetensors")
     # The mount opened what latest and best name, to check them; unused, they close too.
     wait_for(lambda: open_count(mnt) == 0, "the checkpoints latest and best name closed")
     data = open(path, "rb").read()
@@ -299,7 +299,7 @@ def check_remote(src, mnt, save=True):
     names = sorted(n for n in os.listdir(mnt) if n.startswith("checkpoint-"))
     if names != ["checkpoint-100", "checkpoint-200", "checkpoint-300"]:
         fail("ls %s: %s" % (mnt, names))
-    latest = os.path.join(mnt, "latest", "model.safetensors")
+    latest = os.path.join(mnt, "views", "latest", "model.safetensors")
     if single_value(open(latest, "rb").read(), latest) != 300:
         fail("latest/model.safetensors is not checkpoint-300's")
     if not save:
@@ -320,7 +320,7 @@ def check_remote(src, mnt, save=True):
 def check_latest(mnt, name, step):
     took = wait_for(lambda: name in os.listdir(mnt) and
                     os.readlink(os.path.join(mnt, "latest")) == name, "%s listed and latest" % name)
-    latest = os.path.join(mnt, "latest", "model.safetensors")
+    latest = os.path.join(mnt, "views", "latest", "model.safetensors")
     if single_value(open(latest, "rb").read(), latest) != step:
         fail("latest/model.safetensors is not %s's" % name)
     print("%s listed and latest %.1f s after the check started" % (name, took))
@@ -333,7 +333,7 @@ def check_lightning(mnt):
         if got != want:
             fail("%s -> %s, not %s" % (link, got, want))
     for entry, step in (("latest", 30), ("best", 10), ("last.ckpt", 20)):
-        sd = torch.load(os.path.join(mnt, entry, "pytorch_model.bin"), map_location="cpu")
+        sd = torch.load(os.path.join(mnt, "views", entry, "pytorch_model.bin"), map_location="cpu")
         weights = [v for k, v in sd.items() if k.endswith("model.weight")]
         if len(weights) != 1 or not bool((weights[0] == float(step)).all()):
             fail("%s/pytorch_model.bin: keys %s, not step %d's" % (entry, sorted(sd), step))
@@ -354,7 +354,7 @@ def check_wild_lightning(src, mnt):
         want = torch.load(os.path.join(src, os.readlink(os.path.join(mnt, entry))
                                        if entry in ("latest", "best") else entry),
                           map_location="cpu")["state_dict"]
-        got = torch.load(os.path.join(mnt, entry, "pytorch_model.bin"), map_location="cpu")
+        got = torch.load(os.path.join(mnt, "views", entry, "pytorch_model.bin"), map_location="cpu")
         if sorted(got) != sorted(want) or any(not torch.equal(got[k], want[k]) for k in want):
             fail("%s/pytorch_model.bin: keys %s differ from SRC's state_dict %s"
                  % (entry, sorted(got), sorted(want)))

@@ -60,7 +60,7 @@ def add_outside(src, outside, name, step, what):
 
 
 def error_of(mnt, name):
-    d = os.path.join(mnt, name)
+    d = os.path.join(mnt, "views", name)
     kids = os.listdir(d)
     if kids != ["ERROR"]:
         return None
@@ -70,7 +70,8 @@ def error_of(mnt, name):
 def check_error(mnt, name, text):
     error = error_of(mnt, name)
     if error is None:
-        fail("%s holds %s, expected only ERROR" % (name, os.listdir(os.path.join(mnt, name))))
+        fail("views/%s holds %s, expected only ERROR"
+             % (name, os.listdir(os.path.join(mnt, "views", name))))
     if error.count("\n") != 1 or text not in error or name not in error:
         fail("%s/ERROR is not one line naming it and %r: %r" % (name, text, error))
     return error.strip()
@@ -83,16 +84,16 @@ def check_outside(mnt):
     if names != want:
         fail("ls %s: %s, expected %s" % (mnt, names, want))
     error = check_error(mnt, "checkpoint-400", "leads outside")
-    kids = sorted(os.listdir(os.path.join(mnt, "checkpoint-250")))
+    kids = sorted(os.listdir(os.path.join(mnt, "views", "checkpoint-250")))
     if "config.json" in kids or "model.safetensors" not in kids:
         fail("checkpoint-250 holds %s: its config.json links out" % kids)
-    path = os.path.join(mnt, "checkpoint-250", "model.safetensors")
+    path = os.path.join(mnt, "views", "checkpoint-250", "model.safetensors")
     if single_value(open(path, "rb").read(), path) != 250:
         fail("checkpoint-250/model.safetensors is not its own")
     if os.readlink(os.path.join(mnt, "latest")) != "checkpoint-300":
         fail("latest -> %s, expected checkpoint-300 (checkpoint-400 fails to open)"
              % os.readlink(os.path.join(mnt, "latest")))
-    path = os.path.join(mnt, "latest", "model.safetensors")
+    path = os.path.join(mnt, "views", "latest", "model.safetensors")
     if single_value(open(path, "rb").read(), path) != 300:
         fail("latest/model.safetensors is not checkpoint-300's")
     print("run with entries linking out: 5 listed, latest -> checkpoint-300, "
@@ -118,7 +119,7 @@ def check_follows(src, mnt, outside):
 
 
 def check_recovers(mnt, name, step):
-    d = os.path.join(mnt, name)
+    d = os.path.join(mnt, "views", name)
     took = wait_for(lambda: "model.safetensors" in os.listdir(d), name + " opens again")
     if "ERROR" in os.listdir(d):
         fail("%s still holds ERROR beside its files: %s" % (name, os.listdir(d)))

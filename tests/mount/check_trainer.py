@@ -34,7 +34,11 @@ DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "BF16": np.uint
 
 
 def CheckFinal(src, state_dict, mnt, errors):
-    final = os.path.join(mnt, "final")
+    # The final model stays at the root as SOURCE has it; its views are views/final.
+    for name in ("config.json", "model.safetensors", "training_args.bin"):
+        if open(os.path.join(mnt, name), "rb").read() != open(os.path.join(src, name), "rb").read():
+            errors.append("%s at the root is not SOURCE's bytes" % name)
+    final = os.path.join(mnt, "views", "final")
     for link, want in (("latest", "checkpoint-12"), ("best", "checkpoint-4")):
         got = os.readlink(os.path.join(mnt, link))
         if got != want:
@@ -85,17 +89,17 @@ def CheckDeepSpeed(run, mnt, errors):
             got = open(os.path.join(mnt, entry, name), "rb").read()
             if got != open(os.path.join(run, entry, name), "rb").read():
                 errors.append("%s/%s is not the stored file" % (entry, name))
-        tensors = os.listdir(os.path.join(mnt, entry, "tensors"))
+        tensors = os.listdir(os.path.join(mnt, "views", entry, "tensors"))
         for name in TRAINER:
             if name in tensors:
                 errors.append("%s/tensors/%s: Trainer's file served as weights" % (entry, name))
         # The model is its own (zero_to_fp32's or the gathered one), with config beside it.
-        if "model.safetensors" not in os.listdir(os.path.join(mnt, entry)):
+        if "model.safetensors" not in os.listdir(os.path.join(mnt, "views", entry)):
             errors.append("%s has no model.safetensors" % entry)
     gathered = Tensors(os.path.join(run, "checkpoint-20", "model.safetensors"))
-    if Tensors(os.path.join(mnt, "checkpoint-20", "model.safetensors")) != gathered:
+    if Tensors(os.path.join(mnt, "views", "checkpoint-20", "model.safetensors")) != gathered:
         errors.append("checkpoint-20/model.safetensors is not the gathered model")
-    zero = Tensors(os.path.join(mnt, "checkpoint-10", "model.safetensors"))
+    zero = Tensors(os.path.join(mnt, "views", "checkpoint-10", "model.safetensors"))
     if sorted(zero) != sorted(Tensors(os.path.join(run, "checkpoint-20", "model.safetensors"))):
         errors.append("checkpoint-10's ZeRO model names %s, the gathered one %s"
                       % (sorted(zero)[:3], sorted(gathered)[:3]))

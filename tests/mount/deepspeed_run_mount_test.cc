@@ -65,7 +65,7 @@ class DeepSpeedRunTest : public MountFixture {
     std::string got;
     for (int i = 0; i < seconds * 10; ++i) {
       std::error_code ec;
-      got = fs::read_symlink(mountpoint_ + "/latest", ec).string();
+      got = fs::read_symlink(mountpoint_ + "/views/latest", ec).string();
       if (got == want) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -83,7 +83,7 @@ TEST_F(DeepSpeedRunTest, SaveDirIsARunAndLatestFollowsItsLatestFile) {
   EXPECT_NE(mounted.out.find("2 checkpoint(s), latest global_step20"), std::string::npos)
       << mounted.out;
   EXPECT_EQ(LatestOnceItIs("global_step20"), "global_step20");
-  RunCheck("check_deepspeed.py", {newer_, mountpoint_ + "/latest"});
+  RunCheck("check_deepspeed.py", {newer_, mountpoint_ + "/views/latest"});
   RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/global_step10"});
   // The record wins over the highest step, and moves while mounted.
   WriteLatest(dir, "global_step10");
@@ -106,7 +106,7 @@ TEST_F(DeepSpeedRunTest, LatestFileIsStrippedAsDeepSpeedStripsIt) {
   EXPECT_NE(mounted.out.find("checkpoint(s), latest global_step10,"), std::string::npos)
       << mounted.out;
   EXPECT_EQ(LatestOnceItIs("global_step10"), "global_step10");
-  RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/latest"});
+  RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/views/latest"});
 }
 
 TEST_F(DeepSpeedRunTest, TagMissingARankFileShowsErrorAndLatestFallsBack) {
@@ -128,7 +128,7 @@ TEST_F(DeepSpeedRunTest, TagMissingARankFileShowsErrorAndLatestFallsBack) {
   const std::string error = ReadTextFile(mountpoint_ + "/global_step20/ERROR");
   EXPECT_NE(error.find(removed), std::string::npos) << error;
   EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << error;
-  RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/latest"});
+  RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/views/latest"});
   const ProcessResult inspect = Ckptfs({"inspect", dir}, kCheckTimeout);
   EXPECT_NE(inspect.out.find(removed), std::string::npos) << inspect.out;
 }
@@ -144,7 +144,7 @@ TEST_F(DeepSpeedRunTest, SaveDirOverHttpWithoutAListing) {
   // No autoindex: the `latest` file names the one tag shown.
   ASSERT_NO_FATAL_FAILURE(Mount(server.Url("ds/"), mountpoint_));
   EXPECT_EQ(LatestOnceItIs("global_step20"), "global_step20");
-  RunCheck("check_deepspeed.py", {newer_, mountpoint_ + "/latest"});
+  RunCheck("check_deepspeed.py", {newer_, mountpoint_ + "/views/latest"});
   // A tag URL is a checkpoint of its own; its rank files' names come from the model states.
   const std::string tag_mnt = scratch_->MakeDir("tagmnt");
   ASSERT_NO_FATAL_FAILURE(Mount(server.Url("ds/global_step10/"), tag_mnt));
@@ -168,7 +168,7 @@ TEST_F(DeepSpeedRunTest, SaveDirOverS3) {
   ASSERT_NO_FATAL_FAILURE(
       Mount(S3Server::Url("ds/"), mountpoint_, nullptr, server.ClientOptions()));
   EXPECT_EQ(LatestOnceItIs("global_step20"), "global_step20");
-  RunCheck("check_deepspeed.py", {newer_, mountpoint_ + "/latest"});
+  RunCheck("check_deepspeed.py", {newer_, mountpoint_ + "/views/latest"});
   RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/global_step10"});
   for (const std::string& m : mounts_) EXPECT_TRUE(ForceUnmount(m));
 }

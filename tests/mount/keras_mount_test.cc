@@ -227,7 +227,7 @@ TEST_F(KerasMountTest, ADeepConfigIsOneEntrysErrorNotTheDaemonsCrash) {
   if (HasFailure()) return;
   const std::string mnt = MountFresh(out + "/run_deep");
   if (HasFatalFailure()) return;
-  const ProcessResult error = RunProcess({"cat", mnt + "/model_2.keras/ERROR"}, kCheckTimeout);
+  const ProcessResult error = RunProcess({"cat", mnt + "/views/model_2.keras/ERROR"}, kCheckTimeout);
   EXPECT_EQ(error.exit_code, 0) << error.Describe();
   EXPECT_NE(error.out.find("model_2.keras:config.json: JSON nested deeper than 100 levels"),
             std::string::npos)

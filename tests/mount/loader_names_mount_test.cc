@@ -84,5 +84,20 @@ TEST_F(LoaderNamesMountTest, SentenceTransformersModuleFoldersAreShown) {
   RunCheck("check_loader_names.py", {"module-folders", src_, scratch_->Path("mnt-0")});
 }
 
+// (issue 38) A module folder holding weights (3_Dense/model.safetensors) makes the model one
+// tree, not a run: the transformer's views at the root as before, every file of SOURCE at
+// its path, and 3_Dense/ with its files and views.
+TEST_F(LoaderNamesMountTest, SentenceTransformersModuleWithWeightsIsOneModelTree) {
+  ASSERT_NO_FATAL_FAILURE(Write("write-sentence-transformers-dense", src_));
+  CheckComponent(src_, "model.safetensors", "pytorch_model.bin");
+  const std::string mnt = scratch_->Path("mnt-0");
+  RunCheck("check_loader_names.py", {"module-folders", src_, mnt});
+  RunCheck("check_loader_names.py", {"component", src_ + "/3_Dense", mnt + "/3_Dense",
+                                     "model.safetensors", "pytorch_model.bin"});
+  RunCheck("check_source_paths.py", {src_, mnt});
+  EXPECT_FALSE(std::filesystem::exists(mnt + "/latest"));
+  EXPECT_FALSE(std::filesystem::exists(mnt + "/views"));
+}
+
 }  // namespace
 }  // namespace ckptfs::mount_test

@@ -7,6 +7,10 @@
                                       (the middle one); --bad NAME adds an entry
                                       directory whose safetensors header is broken.
   make_run.py many OUT N              N small checkpoint-K/ directories.
+  make_run.py hf-sharded OUT N        as hf, each checkpoint-{100*k}/ sharded in two
+                                      (model-0000K-of-00002.safetensors and the index),
+                                      with optimizer.pt beside it and a final sharded model
+                                      at the top, as trainer.save_model leaves it.
   make_run.py save FILE STEP          one torch.save training dict {"model_state_dict":
                                       {...}, "step": STEP}, written to a temporary name
                                       then renamed, every tensor holding STEP.
@@ -85,6 +89,35 @@ def hf(out, n, bad=None):
             f.write(struct.pack("<Q", 16) + b"{not json at all")
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump({"model_type": "toy"}, f)
+
+
+def write_sharded(d, step):
+    os.makedirs(d, exist_ok=True)
+    tensors = model(step)
+    names = sorted(tensors)
+    parts = [names[:1], names[1:]]
+    weight_map = {}
+    for k, part in enumerate(parts):
+        shard = "model-%05d-of-%05d.safetensors" % (k + 1, len(parts))
+        with open(os.path.join(d, shard), "wb") as f:
+            f.write(safetensors_bytes({n: tensors[n] for n in part}))
+        weight_map.update({n: shard for n in part})
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": sum(t.nbytes for t in tensors.values())},
+                   "weight_map": weight_map}, f)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"model_type": "toy", "step": step}, f)
+    return d
+
+
+def hf_sharded(out, n):
+    steps = [100 * (k + 1) for k in range(n)]
+    for step in steps:
+        d = write_sharded(os.path.join(out, "checkpoint-%d" % step), step)
+        with open(os.path.join(d, "optimizer.pt"), "wb") as f:
+            f.write(b"not read: an optimizer state beside the weights")
+        write_trainer_state(d, step, steps[0])
+    write_sharded(out, 999)
 
 
 def save(path, step):
@@ -211,6 +244,8 @@ def main():
     if kind == "hf":
         bad = sys.argv[sys.argv.index("--bad") + 1] if "--bad" in sys.argv else None
         hf(out, int(sys.argv[3]), bad)
+    elif kind == "hf-sharded":
+        hf_sharded(out, int(sys.argv[3]))
     elif kind == "many":
         for k in range(int(sys.argv[3])):
             write_entry(out, "checkpoint-%d" % (k + 1), k + 1, width=4)

@@ -6,6 +6,8 @@
 // the final model beside checkpoint-N/ (the real ../shared/fixtures/wild, skipped when
 // absent) and Trainer with DeepSpeed. Runs are written by tests/mount/make_run.py and checked
 // by tests/mount/check_run.py, check_run_faults.py and check_trainer.py.
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "remote_harness.h"
@@ -65,8 +67,9 @@ TEST_F(RunMountTest, HfTrainerRunShowsCheckpointsLatestBestAndError) {
             std::string::npos)
       << mounted.out;
   const ProcessResult ls = RunProcess({"ls", mountpoint_}, kCheckTimeout);
-  EXPECT_EQ(ls.out,
-            "best\ncheckpoint-100\ncheckpoint-200\ncheckpoint-300\ncheckpoint-broken\nlatest\n");
+  EXPECT_EQ(
+      ls.out,
+      "best\ncheckpoint-100\ncheckpoint-200\ncheckpoint-300\ncheckpoint-broken\nlatest\nviews\n");
   const ProcessResult link = RunProcess({"readlink", mountpoint_ + "/latest"}, kCheckTimeout);
   EXPECT_EQ(link.out, "checkpoint-300\n");
   RunCheck("check_run.py", {"hf", mountpoint_});
@@ -103,8 +106,8 @@ TEST_F(RunMountTest, RealLightningRunLatestLastAndBestFromTheCallbacksState) {
   RunCheck("check_run.py", {"wild-lightning", wild + "/lightning_run", mountpoint_});
 }
 
-// A real Trainer output dir (trainer.save_model after training): the final model is entry
-// `final`, loaded as from_pretrained loads a directory and byte-identical to SOURCE's.
+// A real Trainer output dir (trainer.save_model after training): the final model stays at
+// the root where SOURCE has it (from_pretrained(MNT) loads it), its views are views/final.
 TEST_F(RunMountTest, TrainerOutputDirFinalModelLoadsWhileLatestIsTheNewestCheckpoint) {
   const std::string wild = std::string(kSourceDir) + "/../shared/fixtures/wild";
   if (!std::filesystem::exists(wild + "/hf_trainer_output")) {
@@ -114,9 +117,47 @@ TEST_F(RunMountTest, TrainerOutputDirFinalModelLoadsWhileLatestIsTheNewestCheckp
   ProcessResult mounted;
   ASSERT_NO_FATAL_FAILURE(Mount(wild + "/hf_trainer_output", mountpoint_, &mounted, {"-v"}));
   const ProcessResult ls = RunProcess({"ls", mountpoint_}, kCheckTimeout);
-  EXPECT_EQ(ls.out, "best\ncheckpoint-12\ncheckpoint-4\nfinal\nlatest\n");
+  EXPECT_EQ(ls.out,
+            "best\ncheckpoint-12\ncheckpoint-4\nconfig.json\ngeneration_config.json\nlatest\n"
+            "model.safetensors\ntraining_args.bin\nviews\n");
   RunCheck("check_trainer.py",
            {"final", wild + "/hf_trainer_output", wild + "/hf_final_state_dict.pt", mountpoint_});
+}
+
+// (issue 38) A mount never takes away a path of SOURCE: a Lightning dirpath's .ckpt files
+// stay files (torch.load and ckpt_path= open them), `latest` is a file torch.load opens,
+// other files and folders are where SOURCE has them, and each checkpoint's views are in
+// views/.
+TEST_F(RunMountTest, EveryPathOfSourceWorksInTheMountSingleFileCheckpoints) {
+  if (!HasTorch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"lightning", run_}));
+  std::ofstream(run_ + "/notes.txt") << "not a checkpoint\n";
+  std::filesystem::create_directories(run_ + "/lightning_logs/version_0");
+  std::ofstream(run_ + "/lightning_logs/hparams.yaml") << "lr: 0.1\n";
+  ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_));
+  EXPECT_TRUE(std::filesystem::is_regular_file(mountpoint_ + "/last.ckpt"));
+  EXPECT_TRUE(std::filesystem::is_directory(mountpoint_ + "/views/last.ckpt"));
+  RunCheck("check_source_paths.py", {run_, mountpoint_, "--torch-latest"});
+}
+
+// (issue 38) An HF Trainer output dir of sharded checkpoints: each checkpoint-N/ keeps its
+// shards and index where SOURCE has them (no merged file beside them to load twice), the
+// final model stays at the root for from_pretrained(MNT), and the merged views are in
+// views/NAME/ (views/final for the final model).
+TEST_F(RunMountTest, EveryPathOfSourceWorksInTheMountShardedTrainerOutput) {
+  ASSERT_NO_FATAL_FAILURE(MakeRun({"hf-sharded", run_, "2"}));
+  ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_));
+  RunCheck("check_source_paths.py", {run_, mountpoint_});
+  namespace fs = std::filesystem;
+  EXPECT_FALSE(fs::exists(mountpoint_ + "/checkpoint-200/model.safetensors"));
+  EXPECT_FALSE(fs::exists(mountpoint_ + "/model.safetensors"));
+  EXPECT_EQ(fs::read_symlink(mountpoint_ + "/latest"), "checkpoint-200");
+  for (const std::string& views : {"/views/latest", "/views/checkpoint-100", "/views/final"}) {
+    EXPECT_TRUE(fs::is_regular_file(mountpoint_ + views + "/model.safetensors")) << views;
+    EXPECT_TRUE(
+        fs::is_regular_file(mountpoint_ + views + "/shards/model-00002-of-00002.safetensors"))
+        << views;
+  }
 }
 
 // HF Trainer with DeepSpeed (make_run.py trainer-deepspeed): each checkpoint-N/ is one
@@ -132,7 +173,7 @@ TEST_F(RunMountTest, TrainerWithDeepSpeedCheckpointsMountAsOneCheckpointEach) {
             std::string::npos)
       << mounted.out;
   RunCheck("check_trainer.py", {"deepspeed", run_, mountpoint_});
-  RunCheck("check_deepspeed.py", {truth10, mountpoint_ + "/checkpoint-10"});
+  RunCheck("check_deepspeed.py", {truth10, mountpoint_ + "/views/checkpoint-10"});
   // One checkpoint mounted alone: the same views.
   const std::string one = scratch_->MakeDir("one");
   ASSERT_NO_FATAL_FAILURE(Mount(run_ + "/checkpoint-10", one));
@@ -143,7 +184,7 @@ TEST_F(RunMountTest, ErrorFileIsOneLineAndTheRestOfTheRunServes) {
   ASSERT_NO_FATAL_FAILURE(MakeRun({"hf", run_, "2", "--bad", "checkpoint-broken"}));
   ASSERT_NO_FATAL_FAILURE(Mount(run_, mountpoint_));
   const ProcessResult error =
-      RunProcess({"cat", mountpoint_ + "/checkpoint-broken/ERROR"}, kCheckTimeout);
+      RunProcess({"cat", mountpoint_ + "/views/checkpoint-broken/ERROR"}, kCheckTimeout);
   ASSERT_EQ(error.exit_code, 0) << error.Describe();
   EXPECT_EQ(LineCount(error.out), 1) << error.out;
   EXPECT_NE(error.out.find("checkpoint-broken"), std::string::npos) << error.out;

@@ -67,8 +67,8 @@ TEST_F(SplitMountTest, RunOfSplitCheckpoints) {
   }
   const std::string mnt = MountFresh(run);
   if (mnt.empty()) return;
-  RunCheck("check_split.py", {gen_ + "/model", mnt + "/latest", "--split"});
-  RunCheck("check_split.py", {gen_ + "/model", mnt + "/checkpoint-100", "--split"});
+  RunCheck("check_split.py", {gen_ + "/model", mnt + "/views/latest", "--split"});
+  RunCheck("check_split.py", {gen_ + "/model", mnt + "/views/checkpoint-100", "--split"});
   const ProcessResult inspect = Ckptfs({"inspect", run}, kCheckTimeout);
   EXPECT_EQ(inspect.exit_code, 0) << inspect.Describe();
   EXPECT_NE(inspect.out.find("latest   -> checkpoint-200"), std::string::npos) << inspect.out;

@@ -30,17 +30,20 @@ struct FakeRun {
   std::atomic<int> opens{0};
 
   void Put(const std::string& name, const std::string& signature, bool complete = true,
-           std::string tensor = "w") {
+           std::string tensor = "w", RunEntry::Kind kind = RunEntry::Kind::kDirectory) {
     std::lock_guard<std::mutex> lock(mu);
     std::erase_if(listing.entries, [&](const RunEntry& e) { return e.name == name; });
     RunEntry e;
     e.name = name;
+    e.kind = kind;
     e.complete = complete;
     e.signature = signature;
     listing.entries.push_back(e);
     std::sort(listing.entries.begin(), listing.entries.end(),
               [](const RunEntry& a, const RunEntry& b) { return a.name < b.name; });
-    files[name] = {{"model.safetensors", MakeSafetensors({{tensor, Dtype::kF32, {4}}})}};
+    // A file entry's one file is itself; a directory entry holds model.safetensors.
+    const std::string file = kind == RunEntry::Kind::kFile ? name : "model.safetensors";
+    files[name] = {{file, MakeSafetensors({{tensor, Dtype::kF32, {4}}})}};
   }
   void Remove(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu);
@@ -73,6 +76,16 @@ struct FakeRun {
       }
       return OpenCheckpointIn(MemoryDir(entry_files), codec, {}, "run/" + entry.name);
     };
+    source.open_files = [this](const RunEntry& entry, ReadContext& codec) -> Result<Checkpoint> {
+      std::map<std::string, std::string> entry_files;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = files.find(entry.name);
+        if (it == files.end()) return Status::NotFound(entry.name + ": gone");
+        entry_files = it->second;
+      }
+      return ReadFilesOnly(MemoryDir(entry_files), {}, codec);
+    };
     return source;
   }
 };
@@ -92,7 +105,23 @@ class RunTreeTest : public ::testing::Test {
     for (auto& [name, node] : tree.List(*root)) names.push_back(name);
     return names;
   }
+  std::vector<std::string> ViewNames(RunTree& tree) {
+    std::vector<std::string> names;
+    auto views = tree.Resolve(RunTree::kViewsIno, true);
+    if (!views.ok()) return names;
+    for (auto& [name, node] : tree.List(*views)) names.push_back(name);
+    return names;
+  }
+  // `name` in views/ (an entry's views, or latest/best there) when the run has views/ and
+  // it is there, else at the root.
   RunNode Child(RunTree& tree, const std::string& name) {
+    auto views = tree.Resolve(RunTree::kViewsIno, true);
+    if (views.ok()) {
+      if (auto node = tree.Lookup(*views, name); node.ok()) return *node;
+    }
+    return RootChild(tree, name);
+  }
+  RunNode RootChild(RunTree& tree, const std::string& name) {
     auto root = tree.Resolve(RunTree::kRootIno, true);
     auto node = tree.Lookup(*root, name);
     EXPECT_TRUE(node.ok()) << name;
@@ -131,7 +160,7 @@ TEST_F(RunTreeTest, PipelineRootShowsTopFilesBesideComponents) {
   const std::map<std::string, std::string> top = {
       {"model_index.json", R"({"unet": ["diffusers", "UNet2DConditionModel"]})"},
       {"README.md", "a pipeline"},
-      {"model.safetensors", "a stray file named as a view"}};
+      {"model.safetensors", "a top file named as a view"}};
   RunSource source = run_.Source();
   auto open = source.open;
   source.open = [open, top](const RunEntry& entry, ReadContext& codec) -> Result<Checkpoint> {
@@ -143,8 +172,8 @@ TEST_F(RunTreeTest, PipelineRootShowsTopFilesBesideComponents) {
   RunTree& t = **tree;
   EXPECT_TRUE(t.Pipeline());
   EXPECT_EQ(t.EntryNames(), (std::vector<std::string>{"unet", "vae"}));
-  EXPECT_EQ(RootNames(t),
-            (std::vector<std::string>{"unet", "vae", "README.md", "model_index.json", ".ckptfs"}));
+  EXPECT_EQ(RootNames(t), (std::vector<std::string>{"unet", "vae", "README.md", "model.safetensors",
+                                                    "model_index.json", ".ckptfs"}));
   auto root = t.Resolve(RunTree::kRootIno, true);
   ASSERT_TRUE(root.ok());
   auto index = t.Lookup(*root, "model_index.json");
@@ -157,7 +186,7 @@ TEST_F(RunTreeTest, PipelineRootShowsTopFilesBesideComponents) {
   auto again = t.Resolve(index->ino, false);
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_EQ(again->volume, index->volume);
-  for (const char* hidden : {"model.safetensors", "tensors", "shards", ".", "latest", "best"}) {
+  for (const char* hidden : {"tensors", "shards", ".", "latest", "best", "views"}) {
     EXPECT_FALSE(t.Lookup(*root, hidden).ok()) << hidden;
   }
 }
@@ -170,7 +199,9 @@ TEST_F(RunTreeTest, RootShowsCompleteEntriesAndSymlinks) {
   run_.listing.best = "checkpoint-500";
   tree_ = Open();
   EXPECT_EQ(RootNames(*tree_), (std::vector<std::string>{"checkpoint-1000", "checkpoint-500",
-                                                         "latest", "best", ".ckptfs"}));
+                                                         "latest", "best", "views", ".ckptfs"}));
+  EXPECT_EQ(ViewNames(*tree_),
+            (std::vector<std::string>{"checkpoint-1000", "checkpoint-500", "latest", "best"}));
   RunNode latest = Child(*tree_, "latest");
   EXPECT_EQ(latest.kind, RunNode::Kind::kSymlink);
   EXPECT_EQ(latest.text, "checkpoint-1000");
@@ -195,8 +226,9 @@ TEST_F(RunTreeTest, LatestAndBestSkipACheckpointThatFailsToOpen) {
   tree_ = Open();
   EXPECT_EQ(tree_->Latest(), "checkpoint-2");
   EXPECT_EQ(tree_->Best(), "");
-  EXPECT_EQ(RootNames(*tree_), (std::vector<std::string>{"checkpoint-1", "checkpoint-2",
-                                                         "checkpoint-3", "latest", ".ckptfs"}));
+  EXPECT_EQ(RootNames(*tree_),
+            (std::vector<std::string>{"checkpoint-1", "checkpoint-2", "checkpoint-3", "latest",
+                                      "views", ".ckptfs"}));
   Relist();  // the listing still names it: latest stays where it is
   EXPECT_EQ(tree_->Latest(), "checkpoint-2");
   // Rewritten whole: a new slot, opened and valid once stable, so latest again.
@@ -213,8 +245,43 @@ TEST_F(RunTreeTest, EntryNamedLatestWinsOverTheSymlink) {
   run_.Put("x", "s2");
   run_.listing.latest = "x";
   tree_ = Open();
-  EXPECT_EQ(RootNames(*tree_), (std::vector<std::string>{"latest", "x", ".ckptfs"}));
+  EXPECT_EQ(RootNames(*tree_), (std::vector<std::string>{"latest", "x", "views", ".ckptfs"}));
   EXPECT_NE(Child(*tree_, "latest").kind, RunNode::Kind::kSymlink);
+}
+
+// (issue 38) The root is SOURCE as it is: a file entry is its one file (SOURCE's bytes, a
+// file torch.load opens), a directory entry its own files (no views among them), `latest`
+// names the entry's own path; each entry's views are in views/, with their own latest.
+TEST_F(RunTreeTest, RootShowsEachEntryAsSourceHasItAndItsViewsInViews) {
+  run_.Put("checkpoint-1", "s1");
+  run_.Put("w.safetensors", "s2", true, "w", RunEntry::Kind::kFile);
+  run_.listing.latest = "w.safetensors";
+  tree_ = Open();
+  EXPECT_EQ(RootNames(*tree_), (std::vector<std::string>{"checkpoint-1", "w.safetensors", "latest",
+                                                         "views", ".ckptfs"}));
+  EXPECT_EQ(ViewNames(*tree_),
+            (std::vector<std::string>{"checkpoint-1", "w.safetensors", "latest"}));
+  EXPECT_EQ(RootChild(*tree_, "latest").text, "w.safetensors");
+  EXPECT_EQ(Child(*tree_, "latest").text, "w.safetensors");
+  // The file entry at the root: SOURCE's one file, under an inode of its own slot.
+  const RunNode file = RootChild(*tree_, "w.safetensors");
+  ASSERT_EQ(file.kind, RunNode::Kind::kVolume);
+  const Node* node = file.volume->layout().Find(file.Local(file.ino));
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(node->kind, NodeKind::kFile);
+  EXPECT_EQ(node->size, run_.files["w.safetensors"]["w.safetensors"].size());
+  auto again = tree_->Resolve(file.ino, false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->Local(again->ino), file.Local(file.ino));
+  // Its views are a directory in views/.
+  EXPECT_NE(InnerIno(*tree_, "w.safetensors", "tensors"), 0u);
+  // The directory entry at the root: its files, no views.
+  auto dir = tree_->Resolve(RootChild(*tree_, "checkpoint-1").ino, true);
+  ASSERT_TRUE(dir.ok());
+  ASSERT_EQ(dir->kind, RunNode::Kind::kVolume);
+  EXPECT_NE(dir->volume->layout().Lookup(Layout::kRoot, "model.safetensors"), 0u);
+  EXPECT_EQ(dir->volume->layout().Lookup(Layout::kRoot, "tensors"), 0u);
+  EXPECT_NE(dir->volume, Child(*tree_, "checkpoint-1").volume);
 }
 
 TEST_F(RunTreeTest, InodesAreSlotShiftedAndSurviveIdleClose) {
