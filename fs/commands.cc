@@ -454,7 +454,7 @@ std::string MountLogLine(const Volume& volume, const std::string& source,
 std::string RunLogLine(const RunTree& run, const std::string& mountpoint) {
   return "mounted " + run.path() + " at " + mountpoint + ": " +
          std::to_string(run.EntryNames().size()) +
-         (run.Pipeline() ? " component(s) of a diffusers pipeline" : " checkpoint(s) of a run") +
+         (run.Pipeline() ? " component(s) of one model tree" : " checkpoint(s) of a run") +
          "; cache " + HumanBytes(run.context().options().cache_bytes) + " in memory";
 }
 
@@ -473,7 +473,7 @@ std::string RunSummary(const RunTree& run, const std::string& mountpoint, const 
   auto or_none = [](const std::string& name) { return name.empty() ? "none" : name; };
   std::vector<std::string> lines = {
       "ckptfs: mounted " + run.path() + " at " + mountpoint + " (read-only, a " +
-          (run.Pipeline() ? "diffusers pipeline)" : "training run)"),
+          (run.Pipeline() ? "model tree of components)" : "training run)"),
       run.Pipeline() ? "  pipeline " + std::to_string(names.size()) + " component(s)"
                      : "  run      " + std::to_string(names.size()) + " checkpoint(s), latest " +
                            or_none(run.Latest()) + ", best " + or_none(run.Best()),

@@ -127,8 +127,14 @@ nlohmann::json RunJson(const std::string& source, const RunListing& run) {
 void PrintRun(const std::string& source, const RunListing& run) {
   std::printf("source   %s\n", EscapeControlChars(source).c_str());
   if (run.pipeline) {
-    std::printf("pipeline: %zu components (a directory with %s is a diffusers pipeline)\n",
-                Components(run), std::string(kPipelineIndex).c_str());
+    if (run.modules) {
+      std::printf("pipeline: %zu components (%s beside module folders holding weights: a "
+                  "sentence-transformers model, one tree)\n",
+                  Components(run), std::string(kModulesIndex).c_str());
+    } else {
+      std::printf("pipeline: %zu components (a directory with %s is a diffusers pipeline)\n",
+                  Components(run), std::string(kPipelineIndex).c_str());
+    }
   } else {
     std::printf("run: %zu checkpoints (rule: %s; here %s)\n", run.entries.size(), kRunRule,
                 RuleOf(run).c_str());

@@ -133,6 +133,8 @@ struct RunListing {
   // A diffusers pipeline (model_index.json at the top): components and a kFiles entry, no
   // latest or best.
   bool pipeline = false;
+  // The pipeline is a sentence-transformers model's modules (modules.json), not diffusers'.
+  bool modules = false;
   // A run's SOURCE as it is (not a pipeline's, whose kFiles entry is among `entries`): a
   // kFiles entry named "." of every top file that is no file entry (the final model's files,
   // a TF `checkpoint` state file and prefixes, DeepSpeed's `latest`, logs) and every folder

@@ -73,6 +73,7 @@ Result<RunListing> ListPipeline(const SourceDir& dir) {
 Result<RunListing> ListModules(const SourceDir& dir) {
   RunListing run;
   run.pipeline = true;
+  run.modules = true;
   run.skipped = dir.left_out;
   TrainerStates ignored;
   RunEntry top;

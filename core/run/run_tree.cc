@@ -664,10 +664,10 @@ void RunTree::ListTopFiles(std::set<std::string>& names,
   for (const uint64_t local : layout.Children(Layout::kRoot)) {
     const Node* node = layout.Find(local);
     const std::string name(node->name());
-    const bool shown =
-        all || node->kind == NodeKind::kDirectory
-            ? std::find(ckpt.folders.begin(), ckpt.folders.end(), name) != ckpt.folders.end()
-            : node->kind == NodeKind::kFile && stored.count(name);
+    const bool shown = all || (node->kind == NodeKind::kDirectory
+                                   ? std::find(ckpt.folders.begin(), ckpt.folders.end(), name) !=
+                                         ckpt.folders.end()
+                                   : node->kind == NodeKind::kFile && stored.count(name));
     if (!shown || !names.insert(name).second) continue;
     RunNode child = top;
     child.ino = top.Global(local);

@@ -152,7 +152,7 @@ TEST_F(RunMountTest, EveryPathOfSourceWorksInTheMountShardedTrainerOutput) {
   EXPECT_FALSE(fs::exists(mountpoint_ + "/checkpoint-200/model.safetensors"));
   EXPECT_FALSE(fs::exists(mountpoint_ + "/model.safetensors"));
   EXPECT_EQ(fs::read_symlink(mountpoint_ + "/latest"), "checkpoint-200");
-  for (const std::string& views : {"/views/latest", "/views/checkpoint-100", "/views/final"}) {
+  for (const char* views : {"/views/latest", "/views/checkpoint-100", "/views/final"}) {
     EXPECT_TRUE(fs::is_regular_file(mountpoint_ + views + "/model.safetensors")) << views;
     EXPECT_TRUE(
         fs::is_regular_file(mountpoint_ + views + "/shards/model-00002-of-00002.safetensors"))
