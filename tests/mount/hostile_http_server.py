@@ -13,6 +13,10 @@ a test can mount against a sound server and then turn it hostile:
                 one more than the file's size
   stall-shards  never answer a GET of a .safetensors file (HEADs are answered)
   stall-get     never answer any GET
+  stall-ranges:NAME
+                never answer a range GET of a file whose path ends with NAME (HEADs, whole
+                GETs and other files are answered); stalled requests stay stalled after
+                the mode changes, as a hung connection does
   redirect      answer everything with 307 to the same path on --redirect-port
   auth          serve correctly, but only requests with basic auth someone:hunter2
                 (401 to the rest)
@@ -109,8 +113,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not os.path.isfile(file_path):
             self.Answer(404)
             return
+        ranged = "Range" in self.headers
         if self.command == "GET" and (mode == "stall-get" or (
-                mode == "stall-shards" and resolved.endswith(".safetensors"))):
+                mode == "stall-shards" and resolved.endswith(".safetensors")) or (
+                mode.startswith("stall-ranges:") and ranged and
+                resolved.endswith(mode[len("stall-ranges:"):]))):
             time.sleep(STALL_SECONDS)
             return
         with open(file_path, "rb") as f:
