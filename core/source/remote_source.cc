@@ -117,7 +117,7 @@ void RemoteSource::ClearTimeout() const {
 }
 
 template <typename ReadBlocks>
-Status RemoteSource::ServeBlocks(uint64_t offset, uint64_t length, ReadBlocks read) const {
+Status RemoteSource::ServeBlocks(uint64_t length, ReadBlocks read) const {
   if (length == 0) return read();
   Status status = RecentTimeout();
   if (status.ok()) {
@@ -153,7 +153,7 @@ Status RemoteSource::Read(uint64_t offset, uint64_t length, ReadSink& sink) cons
     return ReadInto(offset, sink.Fill());
   }
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-  return ServeBlocks(offset, length, [&] { return blocks_.Lend(offset, length, sink.lent); });
+  return ServeBlocks(length, [&] { return blocks_.Lend(offset, length, sink.lent); });
 }
 
 Status RemoteSource::ReadInto(uint64_t offset, std::span<uint8_t> out) const {
@@ -161,7 +161,7 @@ Status RemoteSource::ReadInto(uint64_t offset, std::span<uint8_t> out) const {
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
   const ByteRange ahead = readahead_->OnRead(offset, out.size());
   if (!ahead.empty()) Prefetch(ahead.begin, ahead.size());
-  return ServeBlocks(offset, out.size(), [&] { return blocks_.Read(offset, out); });
+  return ServeBlocks(out.size(), [&] { return blocks_.Read(offset, out); });
 }
 
 }  // namespace ckptfs

@@ -121,10 +121,10 @@ class RemoteSource final : public ByteSource, private BlockSet {
   void NoteTimeout(const Status& status) const;
   // A block was fetched: the object answers again.
   void ClearTimeout() const;
-  // A serving read of [offset, offset + length) through `read`, failing at once while the
-  // object has just timed out and remembering a timeout now.
+  // A serving read of `length` bytes through `read`, failing at once while the object has
+  // just timed out and remembering a timeout now.
   template <typename ReadBlocks>
-  Status ServeBlocks(uint64_t offset, uint64_t length, ReadBlocks read) const;
+  Status ServeBlocks(uint64_t length, ReadBlocks read) const;
 
   std::unique_ptr<ByteSource> object_;
   const std::string identity_;
