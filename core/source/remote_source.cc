@@ -119,11 +119,10 @@ void RemoteSource::ClearTimeout() const {
 template <typename ReadBlocks>
 Status RemoteSource::ServeBlocks(uint64_t length, ReadBlocks read) const {
   if (length == 0) return read();
+  // A fresh timeout is noted where the fetch failed (LoadBlock); noting here too would
+  // restart the backoff on every read that failed at once with the remembered error.
   Status status = RecentTimeout();
-  if (status.ok()) {
-    status = read();
-    if (status.errno_value() == ETIMEDOUT) NoteTimeout(status);
-  }
+  if (status.ok()) status = read();
   return Reported(std::move(status));
 }
 

@@ -122,7 +122,7 @@ class RemoteSource final : public ByteSource, private BlockSet {
   // A block was fetched: the object answers again.
   void ClearTimeout() const;
   // A serving read of `length` bytes through `read`, failing at once while the object has
-  // just timed out and remembering a timeout now.
+  // just timed out.
   template <typename ReadBlocks>
   Status ServeBlocks(uint64_t length, ReadBlocks read) const;
 
