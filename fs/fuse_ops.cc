@@ -50,6 +50,7 @@ constexpr blksize_t kBlockSize = 1 << 20;  // what stat tells readers to read at
 // replies may be sent.
 struct FsContext {
   std::unique_ptr<MountTree> tree;
+  std::string mountpoint;               // as read errors name it
   bool remote = false;                  // SOURCE is a URL: replies come from memory
   bool splice_replies = true;           // see CanSpliceReplies
   unsigned max_read = kSplicedMaxRead;  // bytes a read request asks at most
@@ -78,6 +79,18 @@ OpenFile& Open(fuse_file_info* fi) { return *reinterpret_cast<OpenFile*>(fi->fh)
 void ReplyError(fuse_req_t req, const Status& status) {
   if (status.code() != Status::Code::kNotFound && !IsRefusal(status)) {
     LogError("%s", status.message().c_str());
+  }
+  fuse_reply_err(req, status.errno_value() ? status.errno_value() : EIO);
+}
+
+// A failed read's reply. The volume recorded the failure (stats.json "errors"); the first
+// of a read's failures, not the kernel's retries of it (core/volume/error_log.h), is one
+// log line naming the mount, the file in it, the stored file and why.
+void ReplyReadError(fuse_req_t req, const Status& status, const ReadError& error) {
+  if (!error.reason.empty()) {
+    const auto& ctx = *static_cast<const FsContext*>(fuse_req_userdata(req));
+    LogError("read failed: mount %s, file %s, source %s: %s", ctx.mountpoint.c_str(),
+             error.file.c_str(), error.source.c_str(), error.reason.c_str());
   }
   fuse_reply_err(req, status.errno_value() ? status.errno_value() : EIO);
 }
@@ -190,12 +203,13 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   // Per worker thread, so its pages stay mapped across replies.
   thread_local std::vector<uint8_t> copy_buffer;
   Gathered gathered;
+  ReadError error;
   Status s = ctx.tree->Read(file, static_cast<uint64_t>(off), size,
                             {.descriptors = ctx.splice_replies,
                              .max_segments = kMaxReplySegments,
                              .max_descriptor_segments = kMaxSplicedSegments},
-                            copy_buffer, &gathered);
-  if (!s.ok()) return ReplyError(req, s);
+                            copy_buffer, &gathered, &error);
+  if (!s.ok()) return ReplyReadError(req, s, error);
   // Once the reply is sent the reader may close the file and its release free `file`: what
   // is counted after the reply holds the volume itself.
   const std::shared_ptr<Volume> volume = file.volume;
@@ -468,7 +482,7 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
   }
   // The log file was opened before the mount (OpenLogFile): opening it now could reach
   // into this very mount, which does not serve yet.
-  LogToDaemonDestination(/*keep_stderr=*/ready_fd < 0);
+  LogToDaemonDestination(/*keep_stderr=*/ready_fd < 0, options.mountpoint);
   if (ready_fd >= 0) {
     RedirectStdioToDevNull();
   } else {
@@ -588,6 +602,7 @@ int MountAndServe(std::unique_ptr<MountTree> tree, const MountOptions& options) 
   FsContext ctx;
   const std::string source = tree->source();
   ctx.tree = std::move(tree);
+  ctx.mountpoint = options.mountpoint;
   return MountContext(ctx, source, options);
 }
 

@@ -12,13 +12,14 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 
 namespace ckptfs {
 namespace {
 
 enum class Destination { kStderr, kSyslog, kFile };
 std::atomic<Destination> destination{Destination::kStderr};
-int log_fd = 2;
+std::atomic<int> log_fd{2};
 int log_file_fd = -1;  // from OpenLogFile, used once the daemon detaches
 std::string log_file_path;
 // Why lines do not go where asked (syslog): set when the fallback file was chosen.
@@ -46,18 +47,79 @@ const char* LevelName(LogLevel level) {
   return kNames[static_cast<int>(level)];
 }
 
-void VLog(LogLevel level, const char* fmt, va_list args) {
-  if (!LogEnabled(level)) return;
-  char raw[1024];
-  std::vsnprintf(raw, sizeof(raw), fmt, args);
-  const std::string message = EscapeControlChars(raw);
-  if (destination.load(std::memory_order_relaxed) == Destination::kSyslog) {
-    syslog(SyslogPriority(level), "%s", message.c_str());
-    return;
+Status OpenAppend(const std::string& what, const std::string& path, mode_t mode);
+Status MakeDirs(const std::string& dir, mode_t mode);
+
+// The daemon's syslog: datagrams written here rather than by syslog(3), which drops a
+// line without a word when the socket has gone (journald stopped, /dev/log removed) and
+// blocks when the reader stops reading. Guarded by syslog_mu.
+std::mutex syslog_mu;
+int syslog_fd = -1;
+std::string syslog_path;      // the socket
+std::string syslog_fallback;  // FallbackLogPath, "" when none can be named or it is unusable
+
+int ConnectSyslog(const std::string& socket_path) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path)) return -1;
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
   }
+  return fd;
+}
+
+// Sends one line as syslog(3) would ("<PRI>Mmm dd hh:mm:ss ckptfs[PID]: MESSAGE"), once
+// more on a fresh connection if the first send fails (a restarted journald made a new
+// socket). Never waits: a reader that stopped reading counts as gone. errno on failure.
+bool SendSyslog(LogLevel level, const std::string& message) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm;
+  std::strftime(stamp, sizeof(stamp), "%b %e %H:%M:%S", ::localtime_r(&now, &tm));
+  const std::string datagram = "<" + std::to_string(LOG_DAEMON | SyslogPriority(level)) + ">" +
+                               stamp + " ckptfs[" + std::to_string(::getpid()) + "]: " + message;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (syslog_fd < 0) syslog_fd = ConnectSyslog(syslog_path);
+    if (syslog_fd >= 0 &&
+        ::send(syslog_fd, datagram.data(), datagram.size(), MSG_NOSIGNAL | MSG_DONTWAIT) >= 0) {
+      return true;
+    }
+    const int err = errno;
+    if (syslog_fd >= 0) ::close(syslog_fd);
+    syslog_fd = -1;
+    errno = err;
+  }
+  return false;
+}
+
+void WriteLine(LogLevel level, const std::string& message);
+
+// The syslog line `message` could not be delivered (`err`): from now on the daemon logs to
+// the fallback file, which says why first. Lines are lost only when no such file can be
+// opened. Call with syslog_mu held.
+void LeaveSyslog(LogLevel level, const std::string& message, int err) {
+  const std::string why =
+      "syslog at " + syslog_path + " stopped answering (" + std::strerror(err) + ")";
+  Status s = syslog_fallback.empty()
+                 ? Status::InvalidArgument("no log file to fall back on")
+                 : MakeDirs(syslog_fallback.substr(0, syslog_fallback.rfind('/')), 0700);
+  if (s.ok()) s = OpenAppend(syslog_fallback, syslog_fallback, 0600);
+  if (!s.ok()) return;  // nowhere left to write; syslog is tried again on the next line
+  log_fd.store(log_file_fd, std::memory_order_release);
+  destination.store(Destination::kFile, std::memory_order_release);
+  WriteLine(LogLevel::kWarn, why + ": the daemon logs to " + syslog_fallback + " from now on");
+  WriteLine(level, message);
+}
+
+// Writes one line to the log file or stderr, as the destination says.
+void WriteLine(LogLevel level, const std::string& message) {
   char line[1200];
   int n;
-  if (destination.load(std::memory_order_relaxed) == Destination::kFile) {
+  if (destination.load(std::memory_order_acquire) == Destination::kFile) {
     char stamp[32];
     std::time_t now = std::time(nullptr);
     std::tm tm;
@@ -74,7 +136,23 @@ void VLog(LogLevel level, const char* fmt, va_list args) {
     line[length - 1] = '\n';
   }
   // One write(2) per line: lines from worker threads never interleave.
-  (void)!::write(log_fd, line, length);
+  (void)!::write(log_fd.load(std::memory_order_acquire), line, length);
+}
+
+void VLog(LogLevel level, const char* fmt, va_list args) {
+  if (!LogEnabled(level)) return;
+  char raw[1024];
+  std::vsnprintf(raw, sizeof(raw), fmt, args);
+  const std::string message = EscapeControlChars(raw);
+  if (destination.load(std::memory_order_acquire) == Destination::kSyslog) {
+    std::lock_guard<std::mutex> lock(syslog_mu);
+    // Another thread may have left syslog meanwhile.
+    if (destination.load(std::memory_order_acquire) == Destination::kSyslog) {
+      if (!SendSyslog(level, message)) LeaveSyslog(level, message, errno);
+      return;
+    }
+  }
+  WriteLine(level, message);
 }
 
 }  // namespace
@@ -96,6 +174,12 @@ bool LogEnabled(LogLevel level) {
 }
 
 namespace {
+
+std::optional<std::string> Env(const char* name) {
+  const char* value = ::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
 
 // Opens `path` to append to, created with `mode`: one line naming `what` on failure.
 Status OpenAppend(const std::string& what, const std::string& path, mode_t mode) {
@@ -132,13 +216,12 @@ Status MakeDirs(const std::string& dir, mode_t mode) {
   }
 }
 
-std::optional<std::string> Env(const char* name) {
-  const char* value = ::getenv(name);
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
-}
-
 }  // namespace
+
+std::string SyslogSocket() {
+  const std::optional<std::string> path = Env("CKPTFS_SYSLOG_SOCKET");
+  return path && !path->empty() ? *path : kSyslogSocket;
+}
 
 Status OpenLogFile(const std::string& log_file) {
   return OpenAppend("--log-file " + log_file, log_file, 0644);
@@ -177,7 +260,7 @@ std::optional<std::string> DaemonLogFallback(bool foreground) {
   DaemonLogInputs in;
   in.foreground = foreground;
   // Probed only where it matters: a foreground daemon never uses syslog.
-  in.syslog_reachable = foreground || SyslogReachable(kSyslogSocket);
+  in.syslog_reachable = foreground || SyslogReachable(SyslogSocket());
   in.uid = ::getuid();
   in.home = Env("HOME");
   in.xdg_state_home = Env("XDG_STATE_HOME");
@@ -187,7 +270,7 @@ std::optional<std::string> DaemonLogFallback(bool foreground) {
 }
 
 Status OpenFallbackLog(const std::string& path, const Status& usable) {
-  fallback_reason = std::string("no syslog at ") + kSyslogSocket;
+  fallback_reason = "no syslog at " + SyslogSocket();
   fallback_failed = true;
   if (path.empty()) {
     return Status::InvalidArgument(fallback_reason +
@@ -206,15 +289,24 @@ Status OpenFallbackLog(const std::string& path, const Status& usable) {
   return Status::Ok();
 }
 
-void LogToDaemonDestination(bool keep_stderr) {
+void LogToDaemonDestination(bool keep_stderr, const std::string& mountpoint) {
   threshold = daemon_threshold;
   if (log_file_fd >= 0) {
     log_fd = log_file_fd;
     destination = Destination::kFile;
   } else if (!keep_stderr) {
-    // Where the fallback file could not be opened, syslog drops the lines; the user was
-    // told so (OpenFallbackLog's line) before the daemon detached.
-    openlog("ckptfs", LOG_PID, LOG_DAEMON);
+    // Where the fallback file could not be opened at mount, syslog drops the lines; the
+    // user was told so (OpenFallbackLog's line) before the daemon detached. Where syslog
+    // answered then and goes later, the lines go to the fallback file (LeaveSyslog), unless
+    // it lies in this mount, which would serve the daemon's own writes.
+    std::lock_guard<std::mutex> lock(syslog_mu);
+    syslog_path = SyslogSocket();
+    syslog_fallback = FallbackLogPath(::getuid(), Env("HOME"), Env("XDG_STATE_HOME"));
+    if (!mountpoint.empty() &&
+        (syslog_fallback == mountpoint || syslog_fallback.starts_with(mountpoint + "/"))) {
+      syslog_fallback.clear();
+    }
+    syslog_fd = ConnectSyslog(syslog_path);
     destination = Destination::kSyslog;
   }
 }

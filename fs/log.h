@@ -7,7 +7,9 @@
 //
 // Lines never vanish: where nothing listens on /dev/log (containers, CI), glibc's syslog()
 // drops every line without a word, so the daemon falls back (ChooseDaemonLog): a
-// foreground daemon to stderr, a detached one to a file of its own (FallbackLogPath).
+// foreground daemon to stderr, a detached one to a file of its own (FallbackLogPath). And
+// where syslog answers at mount but goes later, the daemon's lines go to that file from
+// then on (LogToDaemonDestination).
 #pragma once
 
 #include <sys/types.h>
@@ -37,6 +39,9 @@ bool LogEnabled(LogLevel level);
 Status OpenLogFile(const std::string& log_file);
 // The socket syslog(3) writes to.
 inline constexpr char kSyslogSocket[] = "/dev/log";
+// The socket the daemon's syslog lines go to: kSyslogSocket, or $CKPTFS_SYSLOG_SOCKET when
+// set (the mount tests' own syslog, which they can take away).
+std::string SyslogSocket();
 // Whether a syslog daemon listens on `socket_path`: an AF_UNIX datagram socket connects to
 // it. glibc's openlog/syslog try the same and silently drop every line when it fails.
 bool SyslogReachable(const std::string& socket_path);
@@ -83,8 +88,12 @@ Status OpenFallbackLog(const std::string& path, const Status& usable = Status::O
 
 // Switches to the daemon's destination and threshold: the file OpenLogFile opened, else
 // syslog, or with `keep_stderr` (a foreground daemon, whose stderr systemd or the user
-// reads) stderr when no file was opened.
-void LogToDaemonDestination(bool keep_stderr = false);
+// reads) stderr when no file was opened. Syslog lines are datagrams to SyslogSocket(); when
+// one cannot be delivered, even on a fresh connection (journald stopped or restarted
+// without its socket, /dev/log removed, its queue full), the daemon logs to
+// FallbackLogPath for the rest of its life, starting with a line saying why; not when that
+// file lies inside `mountpoint` (the mount would serve the daemon's own writes).
+void LogToDaemonDestination(bool keep_stderr = false, const std::string& mountpoint = "");
 // Where LogToDaemonDestination sends lines, for people: "syslog (journalctl -t ckptfs)",
 // "stderr", the log file's path, or the fallback file's path with "(no syslog at
 // /dev/log)", or "nowhere (...)" when not even the fallback file could be opened.

@@ -227,9 +227,10 @@ Result<std::unique_ptr<OpenFile>> MountTree::Open(uint64_t ino, int flags) {
 }
 
 Status MountTree::Read(OpenFile& file, uint64_t offset, uint64_t size, const ReplyLimits& limits,
-                       std::vector<uint8_t>& buffer, Gathered* out) const {
+                       std::vector<uint8_t>& buffer, Gathered* out, ReadError* reported) const {
   if (file.volume) {
-    return file.volume->Read(file.local, offset, size, file.readahead.get(), limits, buffer, out);
+    return file.volume->Read(file.local, offset, size, file.readahead.get(), limits, buffer, out,
+                             reported);
   }
   const uint64_t start = std::min<uint64_t>(offset, file.snapshot.size());
   const uint64_t length = std::min<uint64_t>(size, file.snapshot.size() - start);

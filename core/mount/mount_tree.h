@@ -161,9 +161,11 @@ class MountTree {
   // (a symlink), EROFS (opened for writing).
   Result<std::unique_ptr<OpenFile>> Open(uint64_t ino, int flags);
   // Reads [offset, offset + size) of `file` into `out` (Volume::Read's segments, or one
-  // segment of the snapshot; clipped at its end). Errors as Volume::Read's.
+  // segment of the snapshot; clipped at its end). Errors as Volume::Read's, recorded in
+  // the volume's stats.json and, when new, copied to `*reported` for the caller to log
+  // (Volume::Read; a run's file paths are inside their checkpoint).
   Status Read(OpenFile& file, uint64_t offset, uint64_t size, const ReplyLimits& limits,
-              std::vector<uint8_t>& buffer, Gathered* out) const;
+              std::vector<uint8_t>& buffer, Gathered* out, ReadError* reported = nullptr) const;
   // The target of symlink `ino`: NotFound, or Refused EINVAL for a node that is none.
   Result<std::string> Readlink(uint64_t ino);
   // Extended attributes of `ino` (none for the run's own nodes or a missing inode).

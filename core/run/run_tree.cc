@@ -782,6 +782,36 @@ std::string RunTree::StatsJson() const {
   j["checkpoints_open"] = OpenVolumes();
   j["files_held"] = HeldFiles();
   j["files_held_max"] = options_.max_held_files;
+  {
+    // Read errors of the checkpoints open now (a closed one's go with it), each file named
+    // under its checkpoint.
+    std::vector<std::pair<std::string, std::shared_ptr<Slot>>> slots;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [name, id] : shown_) slots.emplace_back(name, slots_[id]);
+    }
+    uint64_t total = 0;
+    nlohmann::json recent = nlohmann::json::array();
+    for (const auto& [name, slot] : slots) {
+      std::shared_ptr<Volume> volume;
+      {
+        std::lock_guard<std::mutex> lock(slot->mu);
+        volume = slot->volume;
+      }
+      if (!volume) continue;
+      nlohmann::json one = ckptfs::ErrorsJson(volume->errors(), name + "/");
+      total += one["total"].get<uint64_t>();
+      for (auto& e : one["recent"]) recent.push_back(std::move(e));
+    }
+    // The newest ErrorLog::kKept of all, oldest first (ISO 8601 times sort as text).
+    std::stable_sort(recent.begin(), recent.end(), [](const auto& a, const auto& b) {
+      return a["time"].template get<std::string>() < b["time"].template get<std::string>();
+    });
+    if (recent.size() > ErrorLog::kKept) {
+      recent.erase(recent.begin(), recent.end() - static_cast<std::ptrdiff_t>(ErrorLog::kKept));
+    }
+    j["errors"] = {{"total", total}, {"recent", std::move(recent)}};
+  }
   j["rss_bytes"] = CurrentRssBytes();
   j["cache"] = {{"capacity_bytes", c.capacity_bytes},
                 {"charged_bytes", c.charged_bytes},

@@ -56,14 +56,14 @@ Status RemoteSource::LoadBlock(size_t block, std::span<uint8_t> out, bool* from_
     context_.disk_cache_bytes.fetch_add(out.size(), std::memory_order_relaxed);
     return Status::Ok();
   }
-  // A queued prefetch of a block that just timed out would only wait as long again.
-  CKPTFS_RETURN_IF_ERROR(RecentTimeout(block, block));
+  // A queued prefetch of an object that just timed out would only wait as long again.
+  CKPTFS_RETURN_IF_ERROR(RecentTimeout());
   *from_server = true;
   if (Status s = object_->ReadAt(block * kBlockSize, out); !s.ok()) {
-    if (s.errno_value() == ETIMEDOUT) NoteTimeout(block, block, s);
+    if (s.errno_value() == ETIMEDOUT) NoteTimeout(s);
     return s;
   }
-  ClearTimeouts(block);
+  ClearTimeout();
   context_.remote_requests.fetch_add(1, std::memory_order_relaxed);
   context_.remote_bytes_fetched.fetch_add(out.size(), std::memory_order_relaxed);
   ChargeWork(&WorkCounters::remote_bytes_fetched, out.size());
@@ -97,42 +97,32 @@ bool RemoteSource::ReadFromDisk(uint64_t offset, std::span<uint8_t> out) const {
   return true;
 }
 
-Status RemoteSource::RecentTimeout(size_t first, size_t last) const {
+Status RemoteSource::RecentTimeout() const {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(timed_out_mu_);
-  for (const TimedOutRange& r : timed_out_) {
-    if (r.first <= last && first <= r.last && now - r.at < timed_out_window_) return r.status;
-  }
+  if (timed_out_ && now - timed_out_at_ < timed_out_window_) return timed_out_status_;
   return Status::Ok();
 }
 
-void RemoteSource::NoteTimeout(size_t first, size_t last, const Status& status) const {
-  const auto now = std::chrono::steady_clock::now();
+void RemoteSource::NoteTimeout(const Status& status) const {
   std::lock_guard<std::mutex> lock(timed_out_mu_);
-  std::erase_if(timed_out_, [&](const TimedOutRange& r) {
-    return (r.first == first && r.last == last) || now - r.at >= timed_out_window_;
-  });
-  if (timed_out_.size() >= kMaxTimedOut) timed_out_.erase(timed_out_.begin());
-  timed_out_.push_back({first, last, now, status});
+  timed_out_ = true;
+  timed_out_at_ = std::chrono::steady_clock::now();
+  timed_out_status_ = status;
 }
 
-void RemoteSource::ClearTimeouts(size_t block) const {
+void RemoteSource::ClearTimeout() const {
   std::lock_guard<std::mutex> lock(timed_out_mu_);
-  std::erase_if(timed_out_,
-                [&](const TimedOutRange& r) { return r.first <= block && block <= r.last; });
+  timed_out_ = false;
 }
 
 template <typename ReadBlocks>
-Status RemoteSource::ServeBlocks(uint64_t offset, uint64_t length, ReadBlocks read) const {
+Status RemoteSource::ServeBlocks(uint64_t length, ReadBlocks read) const {
   if (length == 0) return read();
-  const size_t first = BlockAt(offset), last = BlockAt(offset + length - 1);
-  Status status = RecentTimeout(first, last);
-  if (status.ok()) {
-    status = read();
-    // The kernel's retry may ask for any part of this range: the reader has waited for all
-    // of it, including blocks only queued behind the one that stalled.
-    if (status.errno_value() == ETIMEDOUT) NoteTimeout(first, last, status);
-  }
+  // A fresh timeout is noted where the fetch failed (LoadBlock); noting here too would
+  // restart the backoff on every read that failed at once with the remembered error.
+  Status status = RecentTimeout();
+  if (status.ok()) status = read();
   return Reported(std::move(status));
 }
 
@@ -162,7 +152,7 @@ Status RemoteSource::Read(uint64_t offset, uint64_t length, ReadSink& sink) cons
     return ReadInto(offset, sink.Fill());
   }
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, length));
-  return ServeBlocks(offset, length, [&] { return blocks_.Lend(offset, length, sink.lent); });
+  return ServeBlocks(length, [&] { return blocks_.Lend(offset, length, sink.lent); });
 }
 
 Status RemoteSource::ReadInto(uint64_t offset, std::span<uint8_t> out) const {
@@ -170,7 +160,7 @@ Status RemoteSource::ReadInto(uint64_t offset, std::span<uint8_t> out) const {
   CKPTFS_RETURN_IF_ERROR(CheckRange(offset, out.size()));
   const ByteRange ahead = readahead_->OnRead(offset, out.size());
   if (!ahead.empty()) Prefetch(ahead.begin, ahead.size());
-  return ServeBlocks(offset, out.size(), [&] { return blocks_.Read(offset, out); });
+  return ServeBlocks(out.size(), [&] { return blocks_.Read(offset, out); });
 }
 
 }  // namespace ckptfs

@@ -32,15 +32,17 @@
 // Prefetch never asks for more than ReadContext::AheadBudget() at once, and the fetch
 // queue is bounded: a slow server means waiting, never unbounded memory.
 //
-// Timeouts. A read that ran out of time (the object's ReadAt failed with ETIMEDOUT: no
-// answer within --timeout) has made its reader wait --timeout already, and the kernel asks
-// again at once for what it was refused: a failed readahead page by page, an mmap fault
-// once or twice more, each time for a part of the range it asked for first. So the blocks
-// a timed-out Lend or ReadAt spanned (all of them: the kernel's retry may land on a block
-// that was only queued behind a stalled one), and any block whose fetch timed out, fail
-// again at once, with the first error, for TimedOutWindow(timeout); a fault then fails
-// within --timeout plus a little, not a multiple of it. At most kMaxTimedOut ranges are
-// remembered (the oldest go first); a block fetched since clears every range holding it.
+// Timeouts. Once a read of the object ran out of time (the object's ReadAt failed with
+// ETIMEDOUT: no answer within --timeout), every further read of the object fails at once,
+// with that first error, for TimedOutWindow(timeout), or until a block of it arrives (a
+// fetch that began before the timeout and was answered after all): the server has stopped
+// answering for this object, and asking it again would only make each reader wait
+// --timeout once more. That reader may be the kernel retrying what it was refused (a
+// failed readahead page by page, an mmap fault once or twice more), or an mmap fault whose
+// own request was queued behind readahead requests that timed out (the kernel sends at most
+// a dozen at once), or any other block the loader touches next. So a fault fails within
+// --timeout plus a little, whichever of its requests timed out first, never a multiple of
+// it. After the window, the next read asks the server again.
 //
 // Thread-safe. Errors (the server's, with its retries and --timeout) are IoErrors (EIO)
 // naming the object; a failed block is not cached, so the next read tries again (after
@@ -68,13 +70,12 @@ class RemoteSource final : public ByteSource, private BlockSet {
  public:
   static constexpr uint64_t kBlockSize = uint64_t{1} << 20;
 
-  // How long a range that timed out fails at once (see the top of this file): the object's
-  // own --timeout, at least kMinTimedOutWindow (the kernel's retry comes within
+  // How long an object that timed out fails at once (see the top of this file): the
+  // object's own --timeout, at least kMinTimedOutWindow (the kernel's retry comes within
   // milliseconds, but a loaded machine may take longer to send it) and at most
   // kMaxTimedOutWindow (a reader asking again later asks the server again).
   static constexpr std::chrono::milliseconds kMinTimedOutWindow{1000};
   static constexpr std::chrono::milliseconds kMaxTimedOutWindow{5000};
-  static constexpr size_t kMaxTimedOut = 64;
   static std::chrono::milliseconds TimedOutWindow(std::chrono::milliseconds timeout) {
     return std::clamp(timeout, kMinTimedOutWindow, kMaxTimedOutWindow);
   }
@@ -113,17 +114,17 @@ class RemoteSource final : public ByteSource, private BlockSet {
   // block the range touches.
   Status ReadWhileOpening(uint64_t offset, std::span<uint8_t> out) const;
   bool ReadFromDisk(uint64_t offset, std::span<uint8_t> out) const;
-  // Timeouts (see the top of this file). The error a block of [first, last] timed out with
-  // less than timed_out_window_ ago, or Ok.
-  Status RecentTimeout(size_t first, size_t last) const;
-  // Remembers that blocks [first, last] timed out with `status`.
-  void NoteTimeout(size_t first, size_t last, const Status& status) const;
-  // Block `block` was fetched: ranges holding it are forgotten.
-  void ClearTimeouts(size_t block) const;
-  // A serving read of [offset, offset + length) through `read`, failing at once for a
-  // range that just timed out and remembering one that times out now.
+  // Timeouts (see the top of this file). The error the object timed out with less than
+  // timed_out_window_ ago, with no block fetched since, or Ok.
+  Status RecentTimeout() const;
+  // Remembers that a read of the object timed out now with `status`.
+  void NoteTimeout(const Status& status) const;
+  // A block was fetched: the object answers again.
+  void ClearTimeout() const;
+  // A serving read of `length` bytes through `read`, failing at once while the object has
+  // just timed out.
   template <typename ReadBlocks>
-  Status ServeBlocks(uint64_t offset, uint64_t length, ReadBlocks read) const;
+  Status ServeBlocks(uint64_t length, ReadBlocks read) const;
 
   std::unique_ptr<ByteSource> object_;
   const std::string identity_;
@@ -137,14 +138,11 @@ class RemoteSource final : public ByteSource, private BlockSet {
   mutable std::mutex opening_mu_;
   mutable uint64_t opening_block_ = UINT64_MAX;  // guarded by opening_mu_
   mutable std::vector<uint8_t> opening_bytes_;   // guarded by opening_mu_
-  struct TimedOutRange {
-    size_t first = 0, last = 0;  // blocks
-    std::chrono::steady_clock::time_point at;
-    Status status;
-  };
   const std::chrono::milliseconds timed_out_window_;
   mutable std::mutex timed_out_mu_;
-  mutable std::vector<TimedOutRange> timed_out_;  // guarded by timed_out_mu_; oldest first
+  mutable bool timed_out_ = false;                              // guarded by timed_out_mu_
+  mutable std::chrono::steady_clock::time_point timed_out_at_;  // guarded by timed_out_mu_
+  mutable Status timed_out_status_;                             // guarded by timed_out_mu_
 };
 
 }  // namespace ckptfs

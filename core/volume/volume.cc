@@ -124,6 +124,9 @@ nlohmann::json ZipCrcJson(const ZipCrcStatus& status, const BackgroundCrcPass* p
 }  // namespace
 
 void Volume::IndexViews() {
+  for (const auto* group : {&ckpt_.shards, &ckpt_.decoded, &ckpt_.index, &ckpt_.others}) {
+    for (const StoredFile& f : *group) stored_of_.emplace(f.source.get(), &f);
+  }
   view_names_ = layout_.view_roots();
   view_names_.emplace_back(kOtherView);
   view_counters_ = std::make_unique<ViewCounters[]>(view_names_.size());
@@ -215,7 +218,8 @@ class PieceSink final : public ReadSink {
 }  // namespace
 
 Status Volume::Gather(std::span<const ReadPiece> plan, bool descriptors,
-                      std::vector<uint8_t>& buffer, Gathered* out) const {
+                      std::vector<uint8_t>& buffer, Gathered* out,
+                      const ByteSource** failed) const {
   uint64_t total = 0;
   for (const ReadPiece& p : plan) total += p.length;
   std::vector<LentBytes> lent;
@@ -250,7 +254,7 @@ Status Volume::Gather(std::span<const ReadPiece> plan, bool descriptors,
       lent.clear();
     }
     if (!s.ok()) {
-      Stats::Add(stats_.read_errors, 1);
+      *failed = p.source;
       return s;
     }
     Stats::Add(p.made ? stats_.bytes_synthesized : stats_.bytes_fetched, p.length);
@@ -263,7 +267,7 @@ namespace {
 // Makes `gathered` one segment in `buffer` (at least the reply's size, from Gather): each
 // segment's bytes go to their place in the reply, read by their source if they were a
 // descriptor's, copied otherwise (unless Gather already read them there).
-Status Flatten(Gathered& gathered, std::vector<uint8_t>& buffer) {
+Status Flatten(Gathered& gathered, std::vector<uint8_t>& buffer, const ByteSource** failed) {
   uint64_t total = 0;
   for (const ReplySegment& seg : gathered.segments) total += seg.length;
   if (buffer.size() < total) buffer.resize(total);
@@ -271,7 +275,10 @@ Status Flatten(Gathered& gathered, std::vector<uint8_t>& buffer) {
   for (const ReplySegment& seg : gathered.segments) {
     uint8_t* dest = buffer.data() + at;
     if (seg.fd >= 0) {
-      CKPTFS_RETURN_IF_ERROR(seg.source->ReadAt(seg.offset, {dest, seg.length}));
+      if (Status s = seg.source->ReadAt(seg.offset, {dest, seg.length}); !s.ok()) {
+        *failed = seg.source;
+        return s;
+      }
     } else if (seg.data != dest) {
       std::memcpy(dest, seg.data, seg.length);
     }
@@ -284,19 +291,27 @@ Status Flatten(Gathered& gathered, std::vector<uint8_t>& buffer) {
 }  // namespace
 
 Status Volume::Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* readahead,
-                    const ReplyLimits& limits, std::vector<uint8_t>& buffer, Gathered* out) const {
+                    const ReplyLimits& limits, std::vector<uint8_t>& buffer, Gathered* out,
+                    ReadError* reported) const {
   thread_local std::vector<ReadPiece> plan;  // reused: its capacity stays with the thread
   const auto started = std::chrono::steady_clock::now();
   // Decodes and fetches done for this read, and the prefetches it starts, count for its view.
   ViewCounters* view = ViewOf(ino);
   ScopedWorkCounters charge(view);
-  CKPTFS_RETURN_IF_ERROR(PlanRead(ino, offset, size, &plan, readahead));
+  const ByteSource* failed = nullptr;
+  auto fail = [&](const Status& status) {
+    Stats::Add(stats_.read_errors, 1);
+    ReadError error;
+    if (RecordFailure(ino, failed, status, &error) && reported) *reported = std::move(error);
+    return status;
+  };
+  if (Status s = PlanRead(ino, offset, size, &plan, readahead); !s.ok()) return fail(s);
   Stats::Add(stats_.reads, 1);
   Stats::Add(stats_.reads_by_size[Stats::SizeClass(size)], 1);
   uint64_t total = 0;
   for (const ReadPiece& p : plan) total += p.length;
   Stats::Add(stats_.bytes_read, total);
-  Status s = Gather(plan, limits.descriptors, buffer, out);
+  Status s = Gather(plan, limits.descriptors, buffer, out, &failed);
   plan.clear();
   if (s.ok() && view) Stats::Add(view->bytes_served, total);
   // writev takes at most IOV_MAX pieces, and a reply the kernel refuses leaves its reader
@@ -309,15 +324,45 @@ Status Volume::Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* rea
   };
   if (s.ok() && (out->segments.size() >= limits.max_segments ||
                  (out->segments.size() > limits.max_descriptor_segments && by_descriptor()))) {
-    s = Flatten(*out, buffer);
-    if (!s.ok()) Stats::Add(stats_.read_errors, 1);
+    s = Flatten(*out, buffer, &failed);
   }
   if (s.ok()) CountReply(*out, buffer);
   Stats::Add(stats_.gather_ns,
              static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                        std::chrono::steady_clock::now() - started)
                                        .count()));
-  return s;
+  return s.ok() ? s : fail(s);
+}
+
+std::string Volume::PathOf(uint64_t ino) const {
+  std::string path;
+  for (const Node* n = layout_.Find(ino); n && ino != Layout::kRoot; n = layout_.Find(ino)) {
+    path = path.empty() ? std::string(n->name()) : std::string(n->name()) + "/" + path;
+    ino = n->parent;
+  }
+  return path;
+}
+
+bool Volume::RecordFailure(uint64_t ino, const ByteSource* source, const Status& status,
+                           ReadError* out) const {
+  ReadError error;
+  error.file = PathOf(ino);
+  error.reason = status.message();
+  // The stored file: the failed source's, or for bytes a view makes from stored files (a
+  // converted tensor), the stored file the message starts with (sources name themselves).
+  const StoredFile* stored = nullptr;
+  if (auto it = stored_of_.find(source); it != stored_of_.end()) stored = it->second;
+  for (auto it = stored_of_.begin(); !stored && it != stored_of_.end(); ++it) {
+    if (error.reason.starts_with(it->first->Name() + ": ")) stored = it->second;
+  }
+  const std::string name = stored ? stored->source->Name() : source ? source->Name() : "";
+  error.source = stored ? StoredPath(ckpt_.source_path, stored->stored_name) : name;
+  if (!name.empty() && error.reason.starts_with(name + ": ")) {
+    error.reason.erase(0, name.size() + 2);
+  }
+  if (!errors_.Record(error)) return false;
+  *out = std::move(error);
+  return true;
 }
 
 void Volume::CountReply(const Gathered& out, const std::vector<uint8_t>& buffer) const {
@@ -427,6 +472,7 @@ std::string Volume::StatsJson() const {
     views[view_names_[v]] = std::move(entry);
   }
   j["views"] = std::move(views);
+  j["errors"] = ErrorsJson(errors_);
   j["zip_crc"] = ZipCrcJson(zip_crcs_, crc_pass_.get());
   const BlockCache::Counters c = context_->cache().counters();
   j["cache"] = {{"capacity_bytes", c.capacity_bytes},

@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "core/crc/zip_crc.h"
 #include "core/layout/layout.h"
 #include "core/status.h"
+#include "core/volume/error_log.h"
 #include "core/volume/stats.h"
 
 namespace ckptfs {
@@ -104,9 +106,13 @@ class Volume {
   // must be copied (descriptor segments when `limits` forbid them, every segment past
   // max_segments) go into `buffer`, the caller's, reused across its reads so its pages
   // stay mapped. The segments are valid while `out` and `buffer` live. Errors as
-  // PlanRead's and the sources' (counted in stats().read_errors).
+  // PlanRead's and the sources' (counted in stats().read_errors), each recorded in
+  // errors(): when the record is new, not a retry of a read that just failed (ErrorLog),
+  // it is also copied to `*reported` (if given) for the caller to log; otherwise
+  // `reported->reason` stays empty.
   Status Read(uint64_t ino, uint64_t offset, uint64_t size, Readahead* readahead,
-              const ReplyLimits& limits, std::vector<uint8_t>& buffer, Gathered* out) const;
+              const ReplyLimits& limits, std::vector<uint8_t>& buffer, Gathered* out,
+              ReadError* reported = nullptr) const;
 
   // Pieces covering [offset, offset + size) of file `ino`, clipped at end of file (an
   // empty plan at or past the end). NotFound for a bad inode, InvalidArgument for a
@@ -125,6 +131,10 @@ class Volume {
 
   // The current contents of /.ckptfs/stats.json.
   std::string StatsJson() const;
+  // The read errors recorded (stats.json "errors").
+  const ErrorLog& errors() const { return errors_; }
+  // The path of node `ino` inside the checkpoint's tree ("tensors/a/b.npy"; "" for the root).
+  std::string PathOf(uint64_t ino) const;
 
   // What the reads of one view cost (stats.json "views"): bytes served, and the decodes
   // and fetches done for them, the prefetches they started included. A view is a root
@@ -156,8 +166,13 @@ class Volume {
   // files (checked unchanged since mount) when `descriptors`, bytes lent by their sources
   // (cache blocks, bytes a view keeps); the rest is read into `buffer`, each piece at its
   // place in the reply.
+  // On failure `*failed` is the source that failed.
   Status Gather(std::span<const ReadPiece> plan, bool descriptors, std::vector<uint8_t>& buffer,
-                Gathered* out) const;
+                Gathered* out, const ByteSource** failed) const;
+  // Records the failure `status` of a read of `ino` from `source` (null if none was read) in
+  // errors_; true with `*out` filled when the record is new.
+  bool RecordFailure(uint64_t ino, const ByteSource* source, const Status& status,
+                     ReadError* out) const;
   // Asks the sources under [range) of file `ino` to fetch or decode it ahead.
   void Prefetch(uint64_t ino, ByteRange range) const;
 
@@ -168,7 +183,7 @@ class Volume {
         layout_(Layout::Build(ckpt_, context_.get())) {
     IndexViews();
   }
-  // Fills view_names_, view_counters_ and view_of_ from the layout.
+  // Fills view_names_, view_counters_ and view_of_ from the layout, and stored_of_.
   void IndexViews();
 
   std::shared_ptr<ReadContext> context_;  // first: outlives the sources that use it
@@ -184,6 +199,9 @@ class Volume {
   std::vector<std::string> view_names_;
   std::unique_ptr<ViewCounters[]> view_counters_;
   std::vector<uint8_t> view_of_;  // by inode: index into view_counters_
+  mutable ErrorLog errors_;
+  // The stored files' sources, for naming the file a failed read came from.
+  std::unordered_map<const ByteSource*, const StoredFile*> stored_of_;
 };
 
 }  // namespace ckptfs

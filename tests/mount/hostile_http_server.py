@@ -13,6 +13,10 @@ a test can mount against a sound server and then turn it hostile:
                 one more than the file's size
   stall-shards  never answer a GET of a .safetensors file (HEADs are answered)
   stall-get     never answer any GET
+  stall-ranges:NAME
+                never answer a range GET of a file whose path ends with NAME (HEADs, whole
+                GETs and other files are answered); stalled requests stay stalled after
+                the mode changes, as a hung connection does
   redirect      answer everything with 307 to the same path on --redirect-port
   auth          serve correctly, but only requests with basic auth someone:hunter2
                 (401 to the rest)
@@ -53,6 +57,36 @@ def Mode():
             return f.read().strip() or "plain"
     except OSError:
         return "plain"
+
+
+DIGESTS = {}
+DIGESTS_LOCK = threading.Lock()
+
+
+def Digest(file_path):
+    """(size, md5 hex) of a file, computed once per version of it: hashing a large shard
+    on every request would make the server too slow for a mount's --timeout."""
+    st = os.stat(file_path)
+    key = (file_path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    with DIGESTS_LOCK:
+        if key in DIGESTS:
+            return st.st_size, DIGESTS[key]
+    md5 = hashlib.md5()
+    with open(file_path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            md5.update(chunk)
+    with DIGESTS_LOCK:
+        DIGESTS[key] = md5.hexdigest()
+    return st.st_size, DIGESTS[key]
+
+
+def ReadBytes(file_path, offset, length):
+    """Bytes [offset, offset + length) of a file, fewer past its end (as a slice)."""
+    if length <= 0 or offset < 0:
+        return b""
+    with open(file_path, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
 
 
 def Resolve(raw_path):
@@ -109,14 +143,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not os.path.isfile(file_path):
             self.Answer(404)
             return
+        ranged = "Range" in self.headers
         if self.command == "GET" and (mode == "stall-get" or (
-                mode == "stall-shards" and resolved.endswith(".safetensors"))):
+                mode == "stall-shards" and resolved.endswith(".safetensors")) or (
+                mode.startswith("stall-ranges:") and ranged and
+                resolved.endswith(mode[len("stall-ranges:"):]))):
             time.sleep(STALL_SECONDS)
             return
-        with open(file_path, "rb") as f:
-            data = f.read()
-        size = len(data)
-        etag = '"%s"' % hashlib.md5(data).hexdigest()
+        size, digest = Digest(file_path)
+        etag = '"%s"' % digest
         headers = [("ETag", "W/" + etag if mode == "weak-etag" else etag),
                    ("Last-Modified", "Thu, 01 Jan 2015 00:00:00 GMT"),
                    ("Accept-Ranges", "bytes")]
@@ -124,6 +159,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             headers = headers[2:]
         match = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
         if not match or self.command == "HEAD":
+            data = ReadBytes(file_path, 0, size) if self.command == "GET" else b""
             self.Answer(200, headers + [("Content-Length", str(size))], data)
             return
         first, last = int(match.group(1)), min(int(match.group(2)), size - 1)
@@ -134,7 +170,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 first, last = first - 2 * SHIFT, last - 2 * SHIFT
         elif mode == "wrong-total":
             total = size + 1
-        body = data[first:last + 1]
+        body = ReadBytes(file_path, first, last + 1 - first)
         self.Answer(206, headers + [("Content-Range", "bytes %d-%d/%d" % (first, last, total))],
                     body)
 

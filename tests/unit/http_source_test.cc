@@ -146,8 +146,8 @@ TEST(HttpSourceTimeLimits, ARangeThatTimedOutFailsWithEtimedout) {
 }
 
 // Through RemoteSource, as a mount reads: the kernel asks again at once for a read that
-// just failed (and again under an mmap fault), and a range that timed out a moment ago
-// fails at once, with EIO, so the reader waits for --timeout once.
+// just failed (and again under an mmap fault), and an object that timed out a moment ago
+// fails at once, with EIO, whatever block is asked, so the reader waits for --timeout once.
 TEST(HttpSourceTimeLimits, ARangeThatJustTimedOutFailsAtOnceThroughRemoteSource) {
   StalledListener server;
   ASSERT_NE(server.port(), 0);
@@ -167,7 +167,11 @@ TEST(HttpSourceTimeLimits, ARangeThatJustTimedOutFailsAtOnceThroughRemoteSource)
   EXPECT_FALSE(testing::Lend(source, 0, 100, &lent).ok());
   EXPECT_FALSE(testing::Lend(source, 4096, 4096, &lent).ok());
   EXPECT_LT(Clock::now() - start, milliseconds(100)) << "the kernel's retries must fail at once";
-  // Another block is asked for.
+  // Another block fails at once too; after the window the server is asked again.
+  start = Clock::now();
+  EXPECT_FALSE(testing::Lend(source, RemoteSource::kBlockSize, 100, &lent).ok());
+  EXPECT_LT(Clock::now() - start, milliseconds(100));
+  std::this_thread::sleep_for(RemoteSource::TimedOutWindow(options.timeout));
   start = Clock::now();
   EXPECT_FALSE(testing::Lend(source, RemoteSource::kBlockSize, 100, &lent).ok());
   EXPECT_GE(Clock::now() - start, milliseconds(400));
