@@ -48,6 +48,9 @@ std::unique_ptr<MountTree> RunTreeOf(const std::string& pin = "") {
   source.open = [](const RunEntry& entry, ReadContext& codec) -> Result<Checkpoint> {
     return OpenCheckpointIn(MemoryDir(OneFile()), codec, {}, "run/" + entry.name);
   };
+  source.open_files = [](const RunEntry&, ReadContext& codec) -> Result<Checkpoint> {
+    return ReadFilesOnly(MemoryDir(OneFile()), {}, codec);
+  };
   RunTreeOptions options;
   options.pin = pin;
   auto run = RunTree::Open(std::move(source), testing::TestCodecPtr(), options);
@@ -99,8 +102,10 @@ TEST(MountTreeTest, ModesFollowFileModeDirModeAndUmask) {
 TEST(MountTreeTest, RunInodesAreSlottedAndDotDotLeadsUp) {
   auto tree = RunTreeOf();
   ASSERT_TRUE(tree);
-  const uint64_t a = InoOf(*tree, MountTree::kRootIno, "a");
-  const uint64_t b = InoOf(*tree, MountTree::kRootIno, "b");
+  const uint64_t views = InoOf(*tree, MountTree::kRootIno, RunTree::kViewsDir);
+  EXPECT_EQ(views, RunTree::kViewsIno);
+  const uint64_t a = InoOf(*tree, views, "a");
+  const uint64_t b = InoOf(*tree, views, "b");
   EXPECT_NE(a, b);
   EXPECT_NE(a >> 32, 0u);  // an entry's own slot, not the run's (slot 0)
   EXPECT_NE(a >> 32, b >> 32);
@@ -117,7 +122,7 @@ TEST(MountTreeTest, RunInodesAreSlottedAndDotDotLeadsUp) {
   EXPECT_EQ(e.attr.ino, a);
   ASSERT_TRUE(tree->EntryAt(*listing, 1, &e));
   EXPECT_STREQ(e.name, "..");
-  EXPECT_EQ(e.attr.ino, MountTree::kRootIno);
+  EXPECT_EQ(e.attr.ino, views);
   bool found = false;
   for (size_t i = 2; tree->EntryAt(*listing, i, &e); ++i) {
     EXPECT_FALSE(e.dot);
@@ -145,7 +150,7 @@ TEST(MountTreeTest, StatsFileIsNeverCachedTheRestIs) {
 
   auto run = RunTreeOf();
   ASSERT_TRUE(run);
-  const uint64_t a = InoOf(*run, MountTree::kRootIno, "a");
+  const uint64_t a = InoOf(*run, InoOf(*run, MountTree::kRootIno, "views"), "a");
   EXPECT_EQ(run->GetAttr(MountTree::kRootIno)->timeout, MountTree::kRunTimeout);
   EXPECT_EQ(run->GetAttr(a)->timeout, MountTree::kRunTimeout);
   EXPECT_EQ(run->Lookup(a, "model.safetensors")->timeout, MountTree::kCacheTimeout);

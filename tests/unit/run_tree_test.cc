@@ -335,7 +335,8 @@ TEST_F(RunTreeTest, ARewrittenOrDeletedCheckpointNeverReusesItsInodes) {
   run_.Put("a", "s2", true, "new");
   Relist();  // changed: hidden at once, shown again once stable
   EXPECT_FALSE(tree_->Resolve(old_file, false).ok());
-  EXPECT_EQ(RootNames(*tree_), (std::vector<std::string>{".ckptfs"}));
+  EXPECT_EQ(RootNames(*tree_), (std::vector<std::string>{"views", ".ckptfs"}));
+  EXPECT_EQ(ViewNames(*tree_), std::vector<std::string>{});
   now_ += 2s;
   Relist();
   const uint64_t new_file = InnerIno(*tree_, "a", "model.safetensors");
@@ -565,9 +566,9 @@ TEST_F(RunTreeTest, ReadersAndRelistsRaceSafely) {
   std::atomic<int> files_seen{0}, mismatches{0};
   auto reader = [&] {
     while (!stop) {
-      auto root = tree.Resolve(RunTree::kRootIno, true);
-      if (!root.ok()) continue;
-      for (auto& [name, node] : tree.List(*root)) {
+      auto views = tree.Resolve(RunTree::kViewsIno, true);
+      if (!views.ok()) continue;
+      for (auto& [name, node] : tree.List(*views)) {
         if (name.empty() || name[0] != 'c') continue;
         auto dir = tree.Resolve(node.ino, true);
         if (!dir.ok() || dir->kind != RunNode::Kind::kVolume || !dir->volume) continue;
