@@ -87,28 +87,54 @@ size_t EditDistance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// The name of `options` within two edits of `name` (both spelt with '-'), the nearest
+// first; "" when none is. Short names need a closer match: "ro" is not "rw".
+std::string NearestOption(const std::string& name, const std::vector<LongOption>& options) {
+  std::string best;
+  size_t best_distance = 3;
+  for (const LongOption& option : options) {
+    const size_t distance = EditDistance(name, option.name);
+    if (distance < best_distance && distance < option.name.size() / 2) {
+      best = option.name;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 std::string UnknownMountOptionLine(const std::string& item,
                                    const std::vector<LongOption>& options) {
   std::string name = WithoutEscapes(item.substr(0, item.find('=')));
-  std::replace(name.begin(), name.end(), '-', '_');
-  std::string best;
-  size_t best_distance = 3;
-  for (const LongOption& option : options) {
-    std::string spelt = option.name;
-    std::replace(spelt.begin(), spelt.end(), '-', '_');
-    const size_t distance = EditDistance(name, spelt);
-    if (distance < best_distance && distance < spelt.size() / 2) {
-      best = spelt;
-      best_distance = distance;
-    }
-  }
+  std::replace(name.begin(), name.end(), '_', '-');
+  std::string best = NearestOption(name, options);
+  std::replace(best.begin(), best.end(), '-', '_');
   const std::string line = "-o " + item + ": not a mount option of ckptfs or FUSE";
   if (!best.empty()) return line + "; did you mean -o " + best + "?";
   return line +
          " (every `ckptfs mount --help` long option is also -o name=value; FUSE's are in "
          "man ckptfs, MOUNT OPTIONS)";
+}
+
+std::optional<std::string> UnknownLongOptionLine(const std::vector<std::string>& args,
+                                                 const std::vector<LongOption>& options,
+                                                 const std::string& command) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg.rfind("--", 0) != 0) continue;
+    const std::string name = arg.substr(2, arg.find('=') - 2);
+    if (const LongOption* known = FindLongOption(options, name)) {
+      if (known->needs_value && arg.find('=') == std::string::npos) ++i;  // its value
+      continue;
+    }
+    const std::string line = "--" + name + ": not an option of " + command;
+    const std::string best = NearestOption(name, options);
+    if (!best.empty()) return line + "; did you mean --" + best + "?";
+    return line + " (see " + command + " --help)";
+  }
+  return std::nullopt;
 }
 
 std::vector<LongOption> LongOptionsOf(const CLI::App& cmd) {
