@@ -554,9 +554,11 @@ int main(int argc, char** argv) {
       "  XDG_CACHE_HOME        where zip CRC sidecars go without --cache-dir (~/.cache)\n"
       "  XDG_STATE_HOME        where the daemon logs without syslog (~/.local/state)\n"
       "\n"
-      "Logs: syslog as `ckptfs` (journalctl -t ckptfs), or --log-file; stderr with -f. Without\n"
-      "syslog (no /dev/log) a detached daemon appends to $XDG_STATE_HOME/ckptfs/ckptfs.log,\n"
-      "else ~/.local/state/ckptfs/ckptfs.log, or /var/log/ckptfs/ckptfs.log for root.");
+      // One line, which the help formatter breaks at 80 columns.
+      "Logs: syslog as `ckptfs` (journalctl -t ckptfs), or --log-file; stderr with -f. "
+      "Without syslog (no /dev/log) a detached daemon appends to "
+      "$XDG_STATE_HOME/ckptfs/ckptfs.log, else ~/.local/state/ckptfs/ckptfs.log, or "
+      "/var/log/ckptfs/ckptfs.log for root.");
   // Refusals are one line on stderr; only --help and --version print more, to stdout.
   std::string error;
   std::vector<std::string> args = MountCommandLine(app, *mount, argc, argv, error);

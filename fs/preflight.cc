@@ -61,15 +61,19 @@ bool IsSameOrInside(const std::string& path, const std::string& dir) {
 
 enum class MountAnswer { kAnswers, kNotConnected, kNoAnswer };
 
-// stat(2) of `path` from a child process: a mount whose daemon hangs blocks it, and a
-// child can be killed (a FUSE request waits killably) where this process could not get
-// back. kNoAnswer when the child took longer than `timeout`.
+// statx(2) of `path`, forced to ask the daemon, from a child process: a mount whose daemon hangs
+// blocks it, and a child can be killed (a FUSE request waits killably) where this process could not
+// get back. kNoAnswer when the child took longer than `timeout`.
 MountAnswer ProbeMount(const std::string& path, std::chrono::milliseconds timeout) {
   const pid_t pid = ::fork();
   if (pid < 0) return MountAnswer::kNoAnswer;
   if (pid == 0) {
-    struct stat st;
-    _exit(::stat(path.c_str(), &st) != 0 && errno == ENOTCONN ? 0 : 1);
+    // Forced to ask the daemon: stat(2) would answer from the root's cached attributes.
+    struct statx stx;
+    _exit(::statx(AT_FDCWD, path.c_str(), AT_STATX_FORCE_SYNC, STATX_BASIC_STATS, &stx) != 0 &&
+                  errno == ENOTCONN
+              ? 0
+              : 1);
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   int status = 0;
