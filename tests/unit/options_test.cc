@@ -268,6 +268,12 @@ TEST(UnknownLongOptionLineTest, SuggestsTheNearOption) {
             "--cache-szie: not an option of ckptfs mount; did you mean --cache-size?");
   EXPECT_EQ(UnknownLongOptionLine({"--allow-othr"}, ours, "ckptfs mount"),
             "--allow-othr: not an option of ckptfs mount; did you mean --allow-other?");
+  // A swap of neighbours is one edit: the commonest typo.
+  const std::vector<LongOption> short_names = {{"json", false}, {"level", true}};
+  EXPECT_EQ(UnknownLongOptionLine({"--jsno"}, short_names, "ckptfs inspect"),
+            "--jsno: not an option of ckptfs inspect; did you mean --json?");
+  EXPECT_EQ(UnknownLongOptionLine({"--levle", "3"}, short_names, "ckptfs pack"),
+            "--levle: not an option of ckptfs pack; did you mean --level?");
   EXPECT_EQ(UnknownLongOptionLine({"--frobnicate"}, ours, "ckptfs mount"),
             "--frobnicate: not an option of ckptfs mount (see ckptfs mount --help)");
   // Known options, a value that looks like an option, and what follows `--`: no line.
