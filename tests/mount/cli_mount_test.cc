@@ -2,7 +2,10 @@
 // --version/-V with the git description, the man page and bash completion the build
 // makes, inspect's natural order, parameter counts and compression ratios, a pack killed
 // half-way and run again, verify naming the tensors of a damaged frame, progress lines on
-// a terminal (under script(1)), and umount's own messages, exit codes and -z.
+// a terminal (under script(1)), and umount's own messages, exit codes and -z. Issue 38:
+// every --help in 80 columns naming every format, long-option typos with a hint, the
+// options other FUSE mounts take, inspect/verify naming a file SOURCE, and the directory
+// that keeps a user out of SOURCE.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>

@@ -1,6 +1,7 @@
 // Safe by default (issue 10): the real binary refuses, in one line and before it mounts
 // anything, what would make a mount unsafe or surprising: sizes and timeouts that wrap or
-// mean nothing, a mount point that is already a mount (live or with its daemon dead),
+// mean nothing, a mount point that is already a live mount (one whose ckptfs daemon died
+// is taken over, issue 38, and the systemd unit's stop works on a busy mount),
 // writable mounts, a log file inside the mount point (which used to deadlock the daemon),
 // a missing spill directory, a cache directory other users could write to; `ckptfs umount`
 // unmounts only ckptfs mounts; relative paths mean the caller's directory; and names with
@@ -173,7 +174,7 @@ TEST_F(OptionsMountTest, MountOntoADeadMountTakesItOver) {
   EXPECT_NE(again.err.find("unmounted it lazily"), std::string::npos) << again.Describe();
   EXPECT_EQ(MountCount(mountpoint_), 1) << "a mount was stacked on the dead one";
   EXPECT_NE(ReadTextFile(log).find(line), std::string::npos) << "daemon log:\n"
-                                                              << ReadTextFile(log);
+                                                             << ReadTextFile(log);
   for (const char* check : {"check_root.py", "check_npy.py"}) {
     EXPECT_TRUE(RunCheck(check, {source_, mountpoint_})) << check;
   }
