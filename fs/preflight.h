@@ -50,7 +50,8 @@ Result<std::optional<std::string>> DetachDeadMount(const std::string& path);
 
 // The canonical path of the mount point `path`: an existing directory nothing is mounted
 // on. A live mount of any kind and a dead FUSE mount (its daemon gone: stat fails with
-// ENOTCONN) are refused with the hint to `ckptfs umount` it first.
+// ENOTCONN) are refused with the hint to `ckptfs umount` it first (a dead ckptfs mount
+// never gets here when DetachDeadMount was asked first, as `ckptfs mount` does).
 Result<std::string> CheckMountPoint(const std::string& path);
 
 // Refuses -o options that would make the mount writable: `rw` anywhere in the list, also
