@@ -573,8 +573,8 @@ int RunVerify(const std::string& source, const ReadOptions& codec, const OpenOpt
   const uint64_t total = result.bytes_read;
   const double seconds = progress.Elapsed();
   // SOURCE as named: a file, not the directory it is in.
-  std::printf("%s: ok (%zu %s, %zu tensors, %s; %s read in %s, %.1f MB/s)\n", Shown(source).c_str(), ckpt.shards.size(),
-              ckpt.shards.size() == 1 ? "shard" : "shards", ckpt.tensors.size(),
+  std::printf("%s: ok (%zu %s, %zu tensors, %s; %s read in %s, %.1f MB/s)\n", Shown(source).c_str(),
+              ckpt.shards.size(), ckpt.shards.size() == 1 ? "shard" : "shards", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str(), HumanBytes(total).c_str(),
               Duration(seconds).c_str(), MegabytesPerSecond(total, seconds));
   SaveZipCrcs(**volume, open.remote);
