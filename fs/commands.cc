@@ -146,7 +146,9 @@ nlohmann::json ZipCrcInspectJson(const ZipCrcStatus& crcs) {
   return {{"state", state}, {"origin", crcs.origin}, {"sidecar", crcs.sidecar_path}};
 }
 
-nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
+// `source` is SOURCE as the user named it: a file SOURCE is named, not its directory.
+nlohmann::json InspectJson(const std::string& source, const Checkpoint& ckpt,
+                           const ZipCrcStatus& crcs) {
   using nlohmann::json;
   json shards = json::array();
   for (const StoredFile& s : ckpt.shards) {
@@ -181,7 +183,7 @@ nlohmann::json InspectJson(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
   }
   json metadata = json::object();
   for (const auto& [k, v] : ckpt.metadata) metadata[k] = v;
-  json out = {{"source", ckpt.source_path},
+  json out = {{"source", source},
               {"format", std::string(FormatOf(ckpt.format).name)},
               {"index", ckpt.index.empty() ? json(nullptr) : json(ckpt.index[0].name)},
               {"shards", shards},
@@ -218,8 +220,9 @@ void PrintShardLine(const StoredFile& s) {
               Ratio(s), s.source->StorageKind().c_str());
 }
 
-void PrintInspectTable(const Checkpoint& ckpt, const ZipCrcStatus& crcs) {
-  std::printf("source   %s\n", Shown(ckpt.source_path).c_str());
+void PrintInspectTable(const std::string& source, const Checkpoint& ckpt,
+                       const ZipCrcStatus& crcs) {
+  std::printf("source   %s\n", Shown(source).c_str());
   std::printf("format   %s\n", std::string(FormatOf(ckpt.format).name).c_str());
   std::printf("index    %s\n",
               ckpt.index.empty() ? "(single file)" : Shown(ckpt.index[0].name).c_str());
@@ -536,14 +539,14 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
   auto volume = OpenOrReport(source, codec, open, &rc);
   if (!volume.ok()) return rc;
   if (json) {
-    nlohmann::json out = InspectJson((*volume)->checkpoint(), (*volume)->zip_crcs());
+    nlohmann::json out = InspectJson(source, (*volume)->checkpoint(), (*volume)->zip_crcs());
     {
       std::lock_guard<std::mutex> lock(*warnings_mu);
       if (!warnings->empty()) out["warnings"] = *warnings;
     }
     std::puts(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    PrintInspectTable((*volume)->checkpoint(), (*volume)->zip_crcs());
+    PrintInspectTable(source, (*volume)->checkpoint(), (*volume)->zip_crcs());
     print_warnings();
   }
   return 0;
@@ -569,9 +572,9 @@ int RunVerify(const std::string& source, const ReadOptions& codec, const OpenOpt
   if (result.damaged) return 2;
   const uint64_t total = result.bytes_read;
   const double seconds = progress.Elapsed();
-  std::printf("%s: ok (%zu %s, %zu tensors, %s; %s read in %s, %.1f MB/s)\n",
-              Shown(ckpt.source_path).c_str(), ckpt.shards.size(),
-              ckpt.shards.size() == 1 ? "shard" : "shards", ckpt.tensors.size(),
+  // SOURCE as named: a file, not the directory it is in.
+  std::printf("%s: ok (%zu %s, %zu tensors, %s; %s read in %s, %.1f MB/s)\n", Shown(source).c_str(),
+              ckpt.shards.size(), ckpt.shards.size() == 1 ? "shard" : "shards", ckpt.tensors.size(),
               HumanBytes(ckpt.TotalTensorBytes()).c_str(), HumanBytes(total).c_str(),
               Duration(seconds).c_str(), MegabytesPerSecond(total, seconds));
   SaveZipCrcs(**volume, open.remote);
@@ -648,35 +651,6 @@ int RunPack(const std::string& source, const std::string& dest, const PackOption
 
 namespace {
 
-// Runs `fusermount3 -u [-z] MOUNTPOINT`, keeping what it prints on stderr (one or two
-// lines) so that ckptfs can say it in its own words. Exit status 127: no fusermount3.
-int RunFusermount(const std::string& mountpoint, bool lazy, std::string* err) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return 127;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], 2);
-    if (lazy) {
-      ::execlp("fusermount3", "fusermount3", "-u", "-z", "--", mountpoint.c_str(),
-               static_cast<char*>(nullptr));
-    } else {
-      ::execlp("fusermount3", "fusermount3", "-u", "--", mountpoint.c_str(),
-               static_cast<char*>(nullptr));
-    }
-    _exit(127);
-  }
-  ::close(fds[1]);
-  char buf[512];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) != 0;) {
-    if (n > 0 && err->size() < 4096) err->append(buf, static_cast<size_t>(n));
-    if (n < 0 && errno != EINTR) break;
-  }
-  ::close(fds[0]);
-  int status = 0;
-  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 1;
-  return WEXITSTATUS(status);
-}
-
 // fusermount3's last line without its "fusermount3: " prefix.
 std::string LastLine(std::string text) {
   while (!text.empty() && text.back() == '\n') text.pop_back();
@@ -690,20 +664,6 @@ Status BusyStatus(const std::string& mountpoint) {
                          ": busy: a process has a file or directory open there (see fuser -vm " +
                          mountpoint + " or lsof " + mountpoint +
                          "); ckptfs umount -z detaches it now and ends it once they close");
-}
-
-// The mount point as the mount table spells it, found without touching the mount: a dead
-// daemon's mount fails every stat with ENOTCONN and a hung one blocks it. realpath(3) of
-// the parent still resolves symlinks on the way to it.
-std::string MountTablePath(const std::string& path) {
-  std::string mountpoint = AbsolutePath(path);
-  if (mountpoint == "/") return mountpoint;
-  char parent[PATH_MAX];
-  const size_t slash = mountpoint.rfind('/');
-  if (::realpath(slash == 0 ? "/" : mountpoint.substr(0, slash).c_str(), parent) != nullptr) {
-    mountpoint = (std::string(parent) == "/" ? "" : std::string(parent)) + mountpoint.substr(slash);
-  }
-  return mountpoint;
 }
 
 }  // namespace

@@ -490,6 +490,7 @@ int Serve(FsContext& ctx, const std::string& source, const MountOptions& options
     std::fflush(stdout);
   }
   LogInfo("%s", options.log_line.c_str());
+  for (const std::string& line : options.warnings) LogWarn("%s", line.c_str());
   LogLayoutNotes(ctx);
   // A fact of the data path, not a failure, and nothing a plain user can change: info in
   // the daemon's log (a foreground daemon's is the terminal, which must stay quiet on a

@@ -21,6 +21,7 @@ struct MountOptions {
   std::string summary;                    // printed on stdout once the mount answers (-v)
   std::string notice;                     // printed on stderr once the mount answers
   std::string log_line;                   // logged (info) once the mount serves
+  std::vector<std::string> warnings;      // logged (warn) once the mount serves
   std::vector<std::string> fuse_options;  // from -o, passed to libfuse as given
   Ownership ownership;  // --uid, --gid, --umask, --file-mode, --dir-mode: for OpenMount
 };

@@ -322,7 +322,14 @@ std::string DaemonLogDescription(bool keep_stderr) {
 
 std::string FallbackLogNotice() {
   if (log_file_fd < 0 || fallback_reason.empty()) return "";
-  return "ckptfs: " + fallback_reason + ": the daemon logs to " + EscapeControlChars(log_file_path);
+  // A container without syslog stays one: the same line on every mount would be noise.
+  const std::string marker =
+      log_file_path.substr(0, log_file_path.rfind('/') + 1) + kFallbackNotedFile;
+  const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 && errno == EEXIST) return "";
+  if (fd >= 0) ::close(fd);
+  return "ckptfs: " + fallback_reason + ": the daemon logs to " +
+         EscapeControlChars(log_file_path) + " (said once; mount -v names it every time)";
 }
 
 void LogError(const char* fmt, ...) {

@@ -99,9 +99,13 @@ void LogToDaemonDestination(bool keep_stderr = false, const std::string& mountpo
 // /dev/log)", or "nowhere (...)" when not even the fallback file could be opened.
 std::string DaemonLogDescription(bool keep_stderr);
 // The one line a detached mount prints on stderr when its lines go to the fallback file
-// ("ckptfs: no syslog at /dev/log: the daemon logs to PATH"), so the user knows where to
-// look; empty otherwise.
+// ("ckptfs: no syslog at /dev/log: the daemon logs to PATH (said once; ...)"), so the user
+// knows where to look; empty otherwise. Said once per fallback file, and so per user and
+// machine: the first call creates the marker kFallbackNotedFile beside the file, and
+// later calls (this process's or another's) find it and return empty. Where the marker
+// cannot be created the line is said every time. `mount -v` names the file on every mount.
 std::string FallbackLogNotice();
+inline constexpr char kFallbackNotedFile[] = "no-syslog-noted";
 void LogError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void LogWarn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void LogInfo(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

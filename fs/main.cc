@@ -16,6 +16,7 @@
 #include "core/run/run_tree.h"
 #include "fs/commands.h"
 #include "fs/fuse_ops.h"
+#include "fs/help.h"
 #include "fs/log.h"
 #include "fs/mount_args.h"
 #include "fs/ownership.h"
@@ -186,6 +187,30 @@ struct OwnershipArgs {
   }
 };
 
+// Spellings other FUSE file systems (sshfs, rclone, s3fs) take, so that habits work:
+// --allow-other and --allow-root are libfuse's -o allow_other and -o allow_root;
+// --read-only is accepted and changes nothing, a ckptfs mount being read-only anyway.
+struct FuseHabitArgs {
+  bool allow_other = false;
+  bool allow_root = false;
+  bool read_only = false;
+
+  void AddTo(CLI::App* cmd) {
+    CLI::Option* other =
+        cmd->add_flag("--allow-other", allow_other,
+                      "let other users see the mount (-o allow_other; a non-root user needs "
+                      "user_allow_other in /etc/fuse.conf)");
+    cmd->add_flag("--allow-root", allow_root,
+                  "let root see the mount too (-o allow_root; as --allow-other)")
+        ->excludes(other);
+    cmd->add_flag("--read-only", read_only, "accepted: every ckptfs mount is read-only");
+  }
+  void AppendTo(std::vector<std::string>& fuse_options) const {
+    if (allow_other) fuse_options.push_back("allow_other");
+    if (allow_root) fuse_options.push_back("allow_root");
+  }
+};
+
 // Options of a mount whose SOURCE is a training run (core/run/run_tree.h).
 struct RunArgs {
   std::string checkpoint;
@@ -240,6 +265,18 @@ ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mou
                             bool allow_non_empty, ckptfs::ReadOptions& codec,
                             ckptfs::RemoteOptions& remote) {
   using ckptfs::Status;
+  if (source.find("://") == std::string::npos) {
+    CKPTFS_RETURN_IF_ERROR(ckptfs::CheckSourceReachable(source));
+  }
+  // After a crash (kill -9, out of memory) the dead mount is still in the table: taken
+  // over, so that systemd's Restart=on-failure mounts again. Said on stderr now and in
+  // the daemon's log once it serves (the same place in the foreground without a file).
+  CKPTFS_ASSIGN_OR_RETURN(const std::optional<std::string> detached,
+                          ckptfs::DetachDeadMount(mount.mountpoint));
+  if (detached) {
+    ckptfs::LogWarn("%s", detached->c_str());
+    if (!mount.foreground || !mount.log_file.empty()) mount.warnings.push_back(*detached);
+  }
   CKPTFS_ASSIGN_OR_RETURN(mount.mountpoint, ckptfs::CheckMountPoint(mount.mountpoint));
   if (source.find("://") == std::string::npos) {
     CKPTFS_RETURN_IF_ERROR(ckptfs::CheckSourceOutsideMount(source, mount.mountpoint));
@@ -291,15 +328,16 @@ int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_no
   }
   const std::string log =
       ckptfs::DaemonLogDescription(options.foreground) + " (level " + log_level + ")";
-  // Without -v the summary does not name the fallback file: one line does (not with -q).
-  if (!verbose && ckptfs::LogEnabled(ckptfs::LogLevel::kWarn)) {
-    options.notice = ckptfs::FallbackLogNotice();
-  }
   auto opened = ckptfs::OpenMount(source_path,
                                   TreeOptions(codec, zip_crc, open, run_args, options.ownership));
   if (!opened.ok()) {
     ckptfs::PrintRefusal(opened.status());
     return ckptfs::ExitCodeForOpenFailure(opened.status());
+  }
+  // Without -v the summary does not name the fallback file: one line does (not with -q),
+  // on the first such mount only (it is asked once the checkpoint is known to open).
+  if (!verbose && ckptfs::LogEnabled(ckptfs::LogLevel::kWarn)) {
+    options.notice = ckptfs::FallbackLogNotice();
   }
   const ckptfs::MountTree& tree = **opened;
   if (tree.run()) {
@@ -348,13 +386,20 @@ std::vector<std::string> MountCommandLine(CLI::App& app, const CLI::App& mount, 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The formats from the format table, so that a format added there is named here too.
+  const std::string formats = "Formats of SOURCE: " + ckptfs::FormatTitles() + ".";
   CLI::App app{
-      "ckptfs: mount an ML checkpoint (safetensors, torch.save, TensorFlow, DeepSpeed, or a\n"
-      "training run of them; local, HTTP or S3) as one read-only file system. man ckptfs.\n"
-      "Exit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint.\n"
-      "`ckptfs SOURCE MOUNTPOINT [-o OPTS]` is `ckptfs mount` (what mount(8) runs for an\n"
-      "fstab line of type fuse.ckptfs).",
+      ckptfs::WrapHelp(
+          "ckptfs: mount an ML checkpoint, or a training run of checkpoints, local, over HTTP "
+          "or in S3, as one read-only file system. " +
+          formats + " man ckptfs.") +
+          "\nExit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint.\n" +
+          ckptfs::WrapHelp(
+              "`ckptfs SOURCE MOUNTPOINT [-o OPTS]` is `ckptfs mount` (what mount(8) runs for "
+              "an fstab line of type fuse.ckptfs)."),
       "ckptfs"};  // named, not argv[0]: help (and the man page made from it) says "ckptfs"
+  // Before the subcommands are added: each takes the app's formatter when it is made.
+  app.formatter(ckptfs::WrappingHelpFormatter());
   app.require_subcommand(1);
   app.set_version_flag("-V,--version", std::string("ckptfs ") + ckptfs::VersionString(),
                        "print the version (and the git commit it was built from) and exit");
@@ -388,6 +433,8 @@ int main(int argc, char** argv) {
                     "where single-frame .zst shards are decoded once (default /var/tmp)");
   mount->add_option("--log-file", mount_options.log_file,
                     "append daemon log lines (read errors, warnings) to FILE instead of syslog");
+  FuseHabitArgs habits;
+  habits.AddTo(mount);
   ModelKeyArg model_key;
   model_key.AddTo(mount);
   OwnershipArgs ownership;
@@ -429,7 +476,7 @@ int main(int argc, char** argv) {
       ->add_option("-o", o_options,
                    "mount options, comma separated: any long option above spelt NAME[=VALUE] "
                    "with _ for - (cache_size=4G, zip_crc=off); mount(8)'s own (defaults, nofail, "
-                   "_netdev, noauto, x-*, ...) ignored; the rest go to FUSE (allow_other)")
+                   "_netdev, noauto, x-*, ...) ignored; the rest go to FUSE (noatime, max_read=N)")
       ->allow_extra_args(false);
 
   CLI::App* umount = app.add_subcommand(
@@ -495,6 +542,7 @@ int main(int argc, char** argv) {
       ->excludes("--byte-group");
   remote.AddTo(pack);
 
+  for (CLI::App* cmd : {mount, inspect, verify, pack}) cmd->footer(formats);
   // Set last: subcommands made before it would each repeat it.
   app.footer(
       "Environment:\n"
@@ -506,9 +554,11 @@ int main(int argc, char** argv) {
       "  XDG_CACHE_HOME        where zip CRC sidecars go without --cache-dir (~/.cache)\n"
       "  XDG_STATE_HOME        where the daemon logs without syslog (~/.local/state)\n"
       "\n"
-      "Logs: syslog as `ckptfs` (journalctl -t ckptfs), or --log-file; stderr with -f. Without\n"
-      "syslog (no /dev/log) a detached daemon appends to $XDG_STATE_HOME/ckptfs/ckptfs.log,\n"
-      "else ~/.local/state/ckptfs/ckptfs.log, or /var/log/ckptfs/ckptfs.log for root.");
+      // One line, which the help formatter breaks at 80 columns.
+      "Logs: syslog as `ckptfs` (journalctl -t ckptfs), or --log-file; stderr with -f. "
+      "Without syslog (no /dev/log) a detached daemon appends to "
+      "$XDG_STATE_HOME/ckptfs/ckptfs.log, else ~/.local/state/ckptfs/ckptfs.log, or "
+      "/var/log/ckptfs/ckptfs.log for root.");
   // Refusals are one line on stderr; only --help and --version print more, to stdout.
   std::string error;
   std::vector<std::string> args = MountCommandLine(app, *mount, argc, argv, error);
@@ -521,6 +571,14 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
+    // A mistyped long option gets the hint a mistyped -o option gets.
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      if (argc < 2 || sub->get_name() != argv[1]) continue;
+      if (auto line = ckptfs::UnknownLongOptionLine(
+              {argv + 2, argv + argc}, ckptfs::LongOptionsOf(*sub), "ckptfs " + sub->get_name())) {
+        return Refuse(*line);
+      }
+    }
     return Refuse(std::string(e.what()) + " (see ckptfs" +
                   (argc > 1 && argv[1][0] != '-' ? std::string(" ") + argv[1] : "") + " --help)");
   }
@@ -540,6 +598,7 @@ int main(int argc, char** argv) {
     codec.cache_bytes = *bytes;
     codec.warn = [](const std::string& line) { ckptfs::LogWarn("%s", line.c_str()); };
     mount_options.fuse_options = o_options;
+    habits.AppendTo(mount_options.fuse_options);
     if (zip_crc_option->count() > 0 && zip_crc_option->as<std::string>().empty()) {
       zip_crc = "mount";  // a bare --zip-crc (-o zip_crc)
     }
@@ -558,6 +617,14 @@ int main(int argc, char** argv) {
                  open, run_args, verbose, log_level);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint, lazy);
+  // A local SOURCE behind a directory that does not let this user in: named, rather than
+  // the opener's "permission denied" on a path the user may not see why.
+  if (source.find("://") == std::string::npos) {
+    if (ckptfs::Status s = ckptfs::CheckSourceReachable(ckptfs::AbsolutePath(source)); !s.ok()) {
+      ckptfs::PrintRefusal(s);
+      return 2;
+    }
+  }
   if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, open);
   if (verify->parsed()) return ckptfs::RunVerify(source, codec, open);
   if (pack->parsed()) {

@@ -71,20 +71,37 @@ Status ExpandOptionList(const std::string& list, const std::vector<LongOption>& 
   return Status::Ok();
 }
 
-// Levenshtein distance, for suggesting an option a typo meant.
+// Edit distance with a swap of two neighbours as one edit (optimal string alignment),
+// for suggesting an option a typo meant: "levle" is one edit from "level".
 size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
     }
   }
-  return row[b.size()];
+  return d[a.size()][b.size()];
+}
+
+// The name of `options` within two edits of `name` (both spelt with '-'), the nearest
+// first; "" when none is. Short names need a closer match: "ro" is not "rw".
+std::string NearestOption(const std::string& name, const std::vector<LongOption>& options) {
+  std::string best;
+  size_t best_distance = 3;
+  for (const LongOption& option : options) {
+    const size_t distance = EditDistance(name, option.name);
+    if (distance < best_distance && distance < option.name.size() / 2) {
+      best = option.name;
+      best_distance = distance;
+    }
+  }
+  return best;
 }
 
 }  // namespace
@@ -92,23 +109,34 @@ size_t EditDistance(const std::string& a, const std::string& b) {
 std::string UnknownMountOptionLine(const std::string& item,
                                    const std::vector<LongOption>& options) {
   std::string name = WithoutEscapes(item.substr(0, item.find('=')));
-  std::replace(name.begin(), name.end(), '-', '_');
-  std::string best;
-  size_t best_distance = 3;
-  for (const LongOption& option : options) {
-    std::string spelt = option.name;
-    std::replace(spelt.begin(), spelt.end(), '-', '_');
-    const size_t distance = EditDistance(name, spelt);
-    if (distance < best_distance && distance < spelt.size() / 2) {
-      best = spelt;
-      best_distance = distance;
-    }
-  }
+  std::replace(name.begin(), name.end(), '_', '-');
+  std::string best = NearestOption(name, options);
+  std::replace(best.begin(), best.end(), '-', '_');
   const std::string line = "-o " + item + ": not a mount option of ckptfs or FUSE";
   if (!best.empty()) return line + "; did you mean -o " + best + "?";
   return line +
          " (every `ckptfs mount --help` long option is also -o name=value; FUSE's are in "
          "man ckptfs, MOUNT OPTIONS)";
+}
+
+std::optional<std::string> UnknownLongOptionLine(const std::vector<std::string>& args,
+                                                 const std::vector<LongOption>& options,
+                                                 const std::string& command) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg.rfind("--", 0) != 0) continue;
+    const std::string name = arg.substr(2, arg.find('=') - 2);
+    if (const LongOption* known = FindLongOption(options, name)) {
+      if (known->needs_value && arg.find('=') == std::string::npos) ++i;  // its value
+      continue;
+    }
+    const std::string line = "--" + name + ": not an option of " + command;
+    const std::string best = NearestOption(name, options);
+    if (!best.empty()) return line + "; did you mean --" + best + "?";
+    return line + " (see " + command + " --help)";
+  }
+  return std::nullopt;
 }
 
 std::vector<LongOption> LongOptionsOf(const CLI::App& cmd) {

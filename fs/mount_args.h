@@ -10,6 +10,7 @@
 // left for libfuse (and CheckFuseOptions in fs/preflight.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,16 @@ bool IsMountOnlyOption(const std::string& option);
 // the item and, when one of `options` is spelt within two edits of it, suggests that one
 // ("did you mean -o cache_size?"); else it says where the options are listed.
 std::string UnknownMountOptionLine(const std::string& item, const std::vector<LongOption>& options);
+
+// The one line refusing the first of `args` (what follows the subcommand `command`, e.g.
+// "ckptfs mount") that is spelt as a long option, --NAME or --NAME=VALUE, and is none of
+// `options`: with the option spelt within two edits of it, as UnknownMountOptionLine
+// ("--cache-szie: not an option of ckptfs mount; did you mean --cache-size?"); nullopt
+// when every one is known. The value after an option that needs one, and whatever
+// follows `--`, are not options.
+std::optional<std::string> UnknownLongOptionLine(const std::vector<std::string>& args,
+                                                 const std::vector<LongOption>& options,
+                                                 const std::string& command);
 
 // Whether `ckptfs ARG ...` with ARG not a subcommand nor an option is the FUSE convention
 // (`ckptfs SOURCE MOUNTPOINT`): ARG names a URL, holds a '/', or exists. A bare word that

@@ -1,10 +1,17 @@
 #include "fs/preflight.h"
 
+#include <fcntl.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -52,6 +59,57 @@ bool IsSameOrInside(const std::string& path, const std::string& dir) {
   return path.compare(0, prefix.size(), prefix) == 0;
 }
 
+enum class MountAnswer { kAnswers, kNotConnected, kNoAnswer };
+
+// statx(2) of `path`, forced to ask the daemon, from a child process: a mount whose daemon hangs
+// blocks it, and a child can be killed (a FUSE request waits killably) where this process could not
+// get back. kNoAnswer when the child took longer than `timeout`.
+MountAnswer ProbeMount(const std::string& path, std::chrono::milliseconds timeout) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return MountAnswer::kNoAnswer;
+  if (pid == 0) {
+    // Forced to ask the daemon: stat(2) would answer from the root's cached attributes.
+    struct statx stx;
+    _exit(::statx(AT_FDCWD, path.c_str(), AT_STATX_FORCE_SYNC, STATX_BASIC_STATS, &stx) != 0 &&
+                  errno == ENOTCONN
+              ? 0
+              : 1);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return MountAnswer::kNoAnswer;
+    }
+    ::usleep(5000);
+  }
+  if (!WIFEXITED(status)) return MountAnswer::kNoAnswer;
+  return WEXITSTATUS(status) == 0 ? MountAnswer::kNotConnected : MountAnswer::kAnswers;
+}
+
+// "/home/alice (owner alice, mode 0700)": a directory as a refusal names it.
+std::string DescribeDir(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return dir;
+  char mode[8];
+  std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  const passwd* owner = ::getpwuid(st.st_uid);
+  return dir + " (owner " + (owner ? std::string(owner->pw_name) : std::to_string(st.st_uid)) +
+         ", mode " + mode + ")";
+}
+
+// The first directory on the way to the absolute `path` that this process may not search,
+// or "" when none is: why opening `path` fails with EACCES.
+std::string BlockingDir(const std::string& path) {
+  for (size_t slash = 0; slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
+    if (::access(dir.c_str(), X_OK) != 0 && errno == EACCES) return dir;
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string AbsolutePath(const std::string& path) {
@@ -84,6 +142,74 @@ std::optional<MountEntry> FindMount(const std::string& path) {
   return found;
 }
 
+std::string MountTablePath(const std::string& path) {
+  std::string mountpoint = AbsolutePath(path);
+  if (mountpoint == "/") return mountpoint;
+  char parent[PATH_MAX];
+  const size_t slash = mountpoint.rfind('/');
+  if (::realpath(slash == 0 ? "/" : mountpoint.substr(0, slash).c_str(), parent) != nullptr) {
+    mountpoint = (std::string(parent) == "/" ? "" : std::string(parent)) + mountpoint.substr(slash);
+  }
+  return mountpoint;
+}
+
+int RunFusermount(const std::string& mountpoint, bool lazy, std::string* err) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return 127;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 2);
+    if (lazy) {
+      ::execlp("fusermount3", "fusermount3", "-u", "-z", "--", mountpoint.c_str(),
+               static_cast<char*>(nullptr));
+    } else {
+      ::execlp("fusermount3", "fusermount3", "-u", "--", mountpoint.c_str(),
+               static_cast<char*>(nullptr));
+    }
+    _exit(127);
+  }
+  ::close(fds[1]);
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) != 0;) {
+    if (n > 0 && err->size() < 4096) err->append(buf, static_cast<size_t>(n));
+    if (n < 0 && errno != EINTR) break;
+  }
+  ::close(fds[0]);
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 1;
+  return WEXITSTATUS(status);
+}
+
+Result<std::optional<std::string>> DetachDeadMount(const std::string& path) {
+  const std::string mountpoint = MountTablePath(path);
+  const std::optional<MountEntry> mount = FindMount(mountpoint);
+  // Only our own: a lazy unmount of someone else's file system is never ours to do.
+  if (!mount || mount->fstype != "fuse.ckptfs") return std::optional<std::string>();
+  // Long enough for a loaded machine's live daemon to answer; a dead one answers at once.
+  constexpr std::chrono::milliseconds kProbeTimeout{1000};
+  if (ProbeMount(mountpoint, kProbeTimeout) != MountAnswer::kNotConnected) {
+    return std::optional<std::string>();
+  }
+  int error = 0;
+  std::string err;
+  if (::geteuid() == 0) {
+    if (::umount2(mountpoint.c_str(), MNT_DETACH) != 0) error = errno;
+  } else if (RunFusermount(mountpoint, /*lazy=*/true, &err) != 0) {
+    error = EPERM;
+  }
+  if (error != 0 && FindMount(mountpoint)) {
+    while (!err.empty() && err.back() == '\n') err.pop_back();
+    return Status::IoError(mountpoint +
+                           ": a ckptfs mount whose daemon is gone, and it cannot be detached (" +
+                           (err.empty() ? std::string(std::strerror(error)) : err) +
+                           "); unmount it as its owner (ckptfs umount -z " + mountpoint + ")");
+  }
+  return std::optional<std::string>(
+      mountpoint +
+      ": a ckptfs mount whose daemon is gone (Transport endpoint is not connected): "
+      "unmounted it lazily to mount again");
+}
+
 Result<std::string> CheckMountPoint(const std::string& path) {
   const std::string absolute = AbsolutePath(path);
   // From the mount table first: stat() of a mount whose daemon hangs would hang too.
@@ -100,6 +226,12 @@ Result<std::string> CheckMountPoint(const std::string& path) {
                                      ": a FUSE mount whose daemon is gone; unmount it first "
                                      "(ckptfs umount " +
                                      absolute + ")");
+    }
+    if (err == EACCES) {
+      if (const std::string blocking = BlockingDir(absolute); !blocking.empty()) {
+        return Status::InvalidArgument(absolute + ": mount point: permission denied: " +
+                                       DescribeDir(blocking) + " does not let you in");
+      }
     }
     return Status::InvalidArgument(absolute + ": mount point: " + std::strerror(err));
   }
@@ -181,6 +313,15 @@ Status CheckEmptyMountPoint(const std::string& mountpoint, bool allow_non_empty)
                                  (count > kNamed ? ", ..." : "") +
                                  "); the mount would hide it; use an empty directory, or "
                                  "--allow-non-empty (-o allow_non_empty) to mount over it");
+}
+
+Status CheckSourceReachable(const std::string& source) {
+  if (::access(source.c_str(), F_OK) == 0 || errno != EACCES) return Status::Ok();
+  const std::string blocking = BlockingDir(source);
+  if (blocking.empty()) return Status::Ok();
+  return Status::InvalidArgument(source + ": permission denied: " + DescribeDir(blocking) +
+                                 " does not let you in (no search permission); ask its owner, "
+                                 "or copy SOURCE where you may read it");
 }
 
 Status CheckWritableDir(const std::string& option, const std::string& dir) {

@@ -28,9 +28,30 @@ struct MountEntry {
 // The topmost mount whose mount point is exactly the absolute `path`, or nullopt.
 std::optional<MountEntry> FindMount(const std::string& path);
 
+// `path` made absolute as the mount table spells a mount point, without touching the
+// mount itself (a dead daemon's mount fails every stat with ENOTCONN, a hung one blocks):
+// symlinks are resolved on the way to it, not in its last component.
+std::string MountTablePath(const std::string& path);
+
+// Runs `fusermount3 -u [-z] -- MOUNTPOINT`, keeping what it prints on stderr in `err` (a
+// line or two), so that the caller can say it in its own words. Returns its exit status;
+// 127 when there is no fusermount3.
+int RunFusermount(const std::string& mountpoint, bool lazy, std::string* err);
+
+// Recovery after a crash (systemd's Restart=on-failure): when `path` is the mount point
+// of a ckptfs mount (fstype fuse.ckptfs in /proc/self/mountinfo) whose daemon is gone
+// (stat fails with ENOTCONN), it is unmounted lazily (umount2 MNT_DETACH as root, else
+// fusermount3 -uz) so that a new mount can take its place; returns the one line saying
+// so. Nothing (nullopt) for anything else: no mount, a live or hung mount (stat is asked
+// in a child process, given a second), another file system's mount, dead or not, all
+// left for CheckMountPoint to refuse. Fails (one line, with the way out) when the
+// detach does.
+Result<std::optional<std::string>> DetachDeadMount(const std::string& path);
+
 // The canonical path of the mount point `path`: an existing directory nothing is mounted
 // on. A live mount of any kind and a dead FUSE mount (its daemon gone: stat fails with
-// ENOTCONN) are refused with the hint to `ckptfs umount` it first.
+// ENOTCONN) are refused with the hint to `ckptfs umount` it first (a dead ckptfs mount
+// never gets here when DetachDeadMount was asked first, as `ckptfs mount` does).
 Result<std::string> CheckMountPoint(const std::string& path);
 
 // Refuses -o options that would make the mount writable: `rw` anywhere in the list, also
@@ -56,6 +77,12 @@ Status CheckSourceOutsideMount(const std::string& source, const std::string& mou
 // few of them and the options that allow it (--allow-non-empty, -o allow_non_empty). A
 // directory this process cannot list is left to the mount to judge.
 Status CheckEmptyMountPoint(const std::string& mountpoint, bool allow_non_empty);
+
+// Refuses a local SOURCE (an absolute path) that this process cannot reach because a
+// directory on the way denies it search permission (a 0700 directory of another user),
+// naming that directory, its owner and mode. Anything else is left to the opener's
+// refusal.
+Status CheckSourceReachable(const std::string& source);
 
 // Refuses `dir` (given as `option`) unless it is an existing directory this process may
 // create files in.

@@ -61,6 +61,28 @@ bool IsDataFile(std::string_view name) {
 
 using MaybeClaim = std::optional<Claim>;
 
+// Whether `dir` holds a TensorFlow 1 V1-format checkpoint at `prefix` (a plain name):
+// tf.train.Saver(write_version=V1), the default before TF 1.0 and what session-bundle
+// exports (`export`, `export-00000-of-00001` beside `export.meta`) hold. V1 is one table
+// per shard, named PREFIX or PREFIX-0000K-of-0000N, with no PREFIX.index.
+bool HasV1Checkpoint(const SourceDir& dir, const std::string& prefix) {
+  if (dir.Lists(prefix)) return true;
+  return std::any_of(dir.files.begin(), dir.files.end(), [&](const std::string& name) {
+    return name.rfind(prefix + "-", 0) == 0 &&
+           name.find("-of-", prefix.size()) != std::string::npos;
+  });
+}
+
+// The one line refusing a V1 checkpoint: why, and the way out.
+Status V1Refusal(const std::string& shown_prefix) {
+  return Status::InvalidArgument(
+      shown_prefix +
+      ": a TensorFlow 1 checkpoint in the old V1 format (no .index file; "
+      "tf.train.Saver(write_version=V1), session-bundle exports): ckptfs reads V2 TensorBundles "
+      "(PREFIX.index and PREFIX.data-*); load it in TensorFlow and save it again with "
+      "tf.compat.v1.train.Saver() or tf.train.Checkpoint");
+}
+
 MaybeClaim NamedClaim(std::string prefix) {
   return Claim{Claim::Rank::kNamed, std::move(prefix), Status::Ok()};
 }
@@ -394,6 +416,7 @@ Status ReadTensorflow(const SourceDir& source, const Claim& claim, ReadContext& 
   Result<StoredFile> index = OpenStored(dir, base + std::string(kIndexSuffix));
   if (!index.ok()) {
     if (index.status().code() != Status::Code::kNotFound) return index.status();
+    if (HasV1Checkpoint(dir, base)) return V1Refusal(shown_prefix);
     return Status::NotFound(index_name + ": missing (the TensorFlow checkpoint's index)");
   }
   CKPTFS_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(*index->source));

@@ -2,10 +2,14 @@
 // --version/-V with the git description, the man page and bash completion the build
 // makes, inspect's natural order, parameter counts and compression ratios, a pack killed
 // half-way and run again, verify naming the tensors of a damaged frame, progress lines on
-// a terminal (under script(1)), and umount's own messages, exit codes and -z.
+// a terminal (under script(1)), and umount's own messages, exit codes and -z. Issue 38:
+// every --help in 80 columns naming every format, long-option typos with a hint, the
+// options other FUSE mounts take, inspect/verify naming a file SOURCE, and the directory
+// that keeps a user out of SOURCE.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstring>
@@ -524,6 +528,155 @@ TEST_F(CliTest, UmountMessagesAndLazyUnmount) {
   ::close(fd);
   EXPECT_TRUE(WaitForNoDaemon(mountpoint, kDaemonExitTimeout))
       << "the daemon outlived its lazily unmounted mount";
+}
+
+// The titles of the format table, read from the readers' sources (`.title = "..."` in
+// core/checkpoint/*_reader.cc): the help must name each, and this list cannot fall behind.
+std::vector<std::string> FormatTitlesFromSource() {
+  std::vector<std::string> titles;
+  // An entry's own title, not its run record's (`record.title = ...`).
+  const std::regex title(R"re(\n\s+\.title = "([^"]+)")re");
+  for (const auto& e : fs::directory_iterator(ScriptPath("core/checkpoint"))) {
+    const std::string name = e.path().filename();
+    if (!name.ends_with("_reader.cc")) continue;
+    const std::string text = ReadTextFile(e.path());
+    for (std::sregex_iterator m(text.begin(), text.end(), title), end; m != end; ++m) {
+      titles.push_back((*m)[1]);
+    }
+  }
+  return titles;
+}
+
+// Every run of blanks and newlines as one blank: wrapped text read as one line.
+std::string Unwrapped(const std::string& text) {
+  return std::regex_replace(text, std::regex(R"(\s+)"), " ");
+}
+
+// (issue 38) Every command's --help fits 80 columns (the mount options ran to 300), and the
+// help of each command that takes a SOURCE names every format of the format table (Keras
+// and DCP were missing).
+TEST_F(CliTest, HelpFitsEightyColumnsAndNamesEveryFormat) {
+  const std::vector<std::string> titles = FormatTitlesFromSource();
+  ASSERT_GE(titles.size(), 7u) << "too few `.title = \"...\"` in core/checkpoint/*_reader.cc";
+  for (const std::string command : {"", "mount", "inspect", "verify", "pack", "umount"}) {
+    SCOPED_TRACE("ckptfs " + command + " --help");
+    std::vector<std::string> args = {"--help"};
+    if (!command.empty()) args.insert(args.begin(), command);
+    const ProcessResult help = Ckptfs(args, kRefusalTimeout);
+    ASSERT_EQ(help.exit_code, 0) << help.Describe();
+    std::istringstream lines(help.out);
+    int number = 0;
+    for (std::string line; std::getline(lines, line);) {
+      ++number;
+      EXPECT_LE(line.size(), 80u) << "line " << number << " is wider than 80 columns: " << line;
+    }
+    if (command == "umount") continue;
+    const std::string text = Unwrapped(help.out);
+    for (const std::string& title : titles) {
+      EXPECT_NE(text.find(title), std::string::npos)
+          << "does not name the format " << title << ":\n"
+          << help.out;
+    }
+  }
+}
+
+// (issue 38) A mistyped long option gets the hint a mistyped -o option gets, in one line.
+TEST_F(CliTest, LongOptionTypoGetsTheDidYouMeanHint) {
+  const std::string source = scratch_->Path("mixed");
+  ASSERT_NO_FATAL_FAILURE(Generate(source));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  mounts_.push_back(mountpoint);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"mount", "--cache-szie", "1G", source, mountpoint}, "did you mean --cache-size?"},
+      {{"mount", "--allow-othr", source, mountpoint}, "did you mean --allow-other?"},
+      {{"inspect", "--jsno", source}, "did you mean --json?"},
+      {{"pack", "--levle", "3", source, scratch_->Path("out")}, "did you mean --level?"},
+      {{"mount", "--no-such-thing", source, mountpoint}, "see ckptfs mount --help"},
+  };
+  for (const auto& [args, hint] : cases) {
+    SCOPED_TRACE(args[1]);
+    const ProcessResult r = Ckptfs(args, kRefusalTimeout);
+    ExpectRefusal(r, {args[1] + ": not an option of ckptfs " + args[0]});
+    EXPECT_NE(r.err.find(hint), std::string::npos) << r.Describe();
+  }
+  EXPECT_FALSE(IsMounted(mountpoint));
+}
+
+// (issue 38) What other FUSE mounts take: --allow-other and --allow-root (libfuse's -o
+// allow_other, allow_root), --read-only (a ckptfs mount is anyway), --foreground (-f).
+TEST_F(CliTest, OptionsOtherMountsTakeAreTaken) {
+  const std::string source = scratch_->Path("mixed");
+  ASSERT_NO_FATAL_FAILURE(Generate(source));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, nullptr, {"--allow-other", "--read-only"}));
+  std::string options;
+  std::istringstream mounts(ReadTextFile("/proc/self/mounts"));
+  for (std::string device, point, type, opts, rest; mounts >> device >> point >> type >> opts;) {
+    std::getline(mounts, rest);
+    if (UnescapeMountField(point) == mountpoint) options = opts;
+  }
+  EXPECT_NE(options.find("ro,"), std::string::npos) << options;
+  EXPECT_NE(options.find("allow_other"), std::string::npos) << options;
+  ASSERT_EQ(Ckptfs({"umount", mountpoint}, kMountTimeout).exit_code, 0);
+
+  ASSERT_NO_FATAL_FAILURE(Mount(source, mountpoint, nullptr, {"--allow-root"}));
+  ASSERT_EQ(Ckptfs({"umount", mountpoint}, kMountTimeout).exit_code, 0);
+  ExpectRefusal(
+      Ckptfs({"mount", "--allow-other", "--allow-root", source, mountpoint}, kRefusalTimeout),
+      {"--allow-root", "--allow-other"});
+  EXPECT_FALSE(IsMounted(mountpoint));
+  const ProcessResult help = Ckptfs({"mount", "--help"}, kRefusalTimeout);
+  for (const std::string option :
+       {"--foreground", "--allow-other", "--allow-root", "--read-only"}) {
+    EXPECT_NE(help.out.find(option), std::string::npos) << option << ": " << help.Describe();
+  }
+}
+
+// (issue 38) inspect and verify of one FILE name that file, not the directory it is in.
+TEST_F(CliTest, InspectAndVerifyOfAFileNameTheFile) {
+  const std::string file = scratch_->MakeDir("single") + "/model.safetensors";
+  WriteSafetensors(file, {{"a.weight", "F32", {4, 4}}, {"b.bias", "BF16", {8}}}, true);
+  const ProcessResult inspect = Ckptfs({"inspect", file}, kCheckTimeout);
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.Describe();
+  EXPECT_EQ(inspect.out.substr(0, inspect.out.find('\n')), "source   " + file) << inspect.out;
+  const ProcessResult json = Ckptfs({"inspect", "--json", file}, kCheckTimeout);
+  EXPECT_NE(json.out.find("\"source\": \"" + file + "\""), std::string::npos) << json.out;
+  const ProcessResult verify = Ckptfs({"verify", file}, kVerifyTimeout);
+  ASSERT_EQ(verify.exit_code, 0) << verify.Describe();
+  EXPECT_EQ(verify.out.rfind(file + ": ok (", 0), 0u) << verify.Describe();
+}
+
+// (issue 38) A user kept out of SOURCE by a directory of another user (0700) is told which
+// directory: it used to be a bare "Permission denied" on SOURCE.
+TEST_F(CliTest, ADirectoryThatKeepsTheUserOutIsNamed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run ckptfs as nobody";
+  if (!HaveProgram("setpriv")) GTEST_SKIP() << "no setpriv(1) (util-linux)";
+  constexpr uid_t kNobody = 65534;
+  // The scratch directory is 0700 too: opened for the way through, so that the private
+  // directory inside it is the one that blocks.
+  ASSERT_EQ(::chmod(scratch_->path().c_str(), 0711), 0) << strerror(errno);
+  const std::string blocked = scratch_->MakeDir("private");
+  ASSERT_EQ(::chmod(blocked.c_str(), 0700), 0);
+  const std::string source = blocked + "/ckpt";
+  ASSERT_NO_FATAL_FAILURE(Generate(source));
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  ASSERT_EQ(::chown(mountpoint.c_str(), kNobody, kNobody), 0) << strerror(errno);
+  mounts_.push_back(mountpoint);
+  const std::vector<std::string> as_nobody = {
+      "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", kCkptfs};
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"mount", source, mountpoint},
+        std::vector<std::string>{"inspect", source}, std::vector<std::string>{"verify", source}}) {
+    SCOPED_TRACE(args[0]);
+    std::vector<std::string> argv = as_nobody;
+    argv.insert(argv.end(), args.begin(), args.end());
+    const ProcessResult r = RunProcess(argv, kRefusalTimeout);
+    if (r.exit_code == 127 || r.err.find("setpriv:") != std::string::npos) {
+      GTEST_SKIP() << "cannot run as nobody here: " << r.Describe();
+    }
+    ExpectRefusal(r, {source + ": permission denied: " + blocked + " (owner root, mode 0700)"});
+  }
+  EXPECT_FALSE(IsMounted(mountpoint));
 }
 
 }  // namespace

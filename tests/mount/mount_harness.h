@@ -427,12 +427,13 @@ class MountFixture : public testing::Test {
     ::setenv("XDG_STATE_HOME", scratch_->MakeDir("xdg-state").c_str(), 1);
   }
 
-  // What a quiet detached mount (no -v, -q or --log-file) prints: nothing, or where no
-  // syslog answers the one line naming the daemon's fallback log file.
+  // What a test's first quiet detached mount (no -v, -q or --log-file) prints: nothing,
+  // or where no syslog answers the one line naming the daemon's fallback log file (said
+  // once per XDG_STATE_HOME, which is the test's own; later mounts print nothing).
   std::string LogNotice() const {
     if (SyslogAnswers()) return "";
     return "ckptfs: no syslog at /dev/log: the daemon logs to " + scratch_->Path("xdg-state") +
-           "/ckptfs/ckptfs.log\n";
+           "/ckptfs/ckptfs.log (said once; mount -v names it every time)\n";
   }
 
   void TearDown() override {

@@ -1,11 +1,14 @@
 // README's commands, run as written (issue 24): every fenced ```sh block that follows a
 // line `<!-- test -->` in README.md runs, in order, under `bash -euo pipefail` in one
-// scratch directory, as a user who followed README's Install would run it: `ckptfs` and
-// `python3` (Debian's, with numpy and torch) first on PATH, `scripts/` of this tree at hand.
+// scratch directory, as a user who followed README's Install would run it in one shell
+// (what a block sets, PY, the next block sees): `ckptfs` first on PATH, then a `python3`
+// without numpy (issue 38: a pyenv or virtualenv python first on PATH is common, and the
+// Tour must name the python it needs), `scripts/` of this tree at hand.
 // The example servers README names are made real: nginx serves the scratch directory
-// for https://models.example/, and s3rver (behind the SigV4 proxy) stands in for the
-// endpoint http://10.0.0.5:9000 with bucket `models`, holding the demo checkpoint `llama/`
-// once a block has made it. A block that fails fails the test, naming its README line.
+// for https://models.example.com/, and s3rver (behind the SigV4 proxy) stands in for the
+// endpoint http://s3.example.com:9000 with bucket `models`, holding the demo checkpoint
+// `llama/` once a block has made it. A block that fails fails the test, naming its README
+// line. Example hosts are placeholders, never private addresses a reader might reach.
 #include <regex>
 
 #include "mount_harness.h"
@@ -49,8 +52,8 @@ std::string ReplaceAll(std::string text, const std::string& from, const std::str
   return text;
 }
 
-constexpr char kHttpExample[] = "https://models.example/";
-constexpr char kS3EndpointExample[] = "http://10.0.0.5:9000";
+constexpr char kHttpExample[] = "https://models.example.com/";
+constexpr char kS3EndpointExample[] = "http://s3.example.com:9000";
 constexpr char kS3BucketExample[] = "s3://models/";
 constexpr milliseconds kBlockTimeout = seconds(300);
 
@@ -70,9 +73,13 @@ TEST_F(ReadmeTest, MarkedCommandsRunAsWritten) {
   const std::string bin = scratch_->MakeDir("bin");
   fs::create_directory_symlink(ScriptPath("scripts"), work + "/scripts");
   fs::create_symlink(kCkptfs, bin + "/ckptfs");
-  fs::create_symlink(kPython, bin + "/python3");
+  // Debian's python without its site directories: no numpy, no torch.
+  std::ofstream(bin + "/python3") << "#!/bin/sh\nexec " << kPython << " -S \"$@\"\n";
+  fs::permissions(bin + "/python3", fs::perms::owner_all);
   ScopedEnv env;
   env.Set("PATH", (bin + ":" + getenv("PATH")).c_str());
+  const ProcessResult numpy = RunProcess({"python3", "-c", "import numpy"}, kCheckTimeout);
+  ASSERT_NE(numpy.exit_code, 0) << "the python3 first on PATH has numpy: " << numpy.Describe();
   mounts_.push_back(work + "/mnt");  // teardown unmounts it should a block stop half-way
 
   NginxServer http(work, scratch_->Path("nginx"));
@@ -92,13 +99,43 @@ TEST_F(ReadmeTest, MarkedCommandsRunAsWritten) {
       ASSERT_EQ(s3.Upload(work + "/llama", "llama/"), "");
       uploaded = true;
     }
+    // One shell, as the user's: the variables earlier blocks set are set again first, and
+    // those this block sets are kept for the next.
+    const std::string vars = scratch_->Path("readme-vars");
+    const std::string shell =
+        "cd \"$0\"\n"
+        "if [ -f \"$1\" ]; then . \"$1\"; fi\n"
+        "__readme_seen=\" $(compgen -v | tr '\\n' ' ') \"\n" +
+        script +
+        "\nfor __v in $(compgen -v); do\n"
+        "  case \"$__readme_seen\" in *\" $__v \"*) continue ;; esac\n"
+        "  case $__v in __*) continue ;; esac\n"
+        "  declare -p \"$__v\"\n"
+        "done >> \"$1\"\n";
     const ProcessResult r =
-        RunProcess({"bash", "-euo", "pipefail", "-c", "cd \"$0\"\n" + script, work}, kBlockTimeout);
+        RunProcess({"bash", "-euo", "pipefail", "-c", shell, work, vars}, kBlockTimeout);
     ASSERT_EQ(r.exit_code, 0) << r.Describe();
     std::cout << r.out;
     // Each block unmounts what it mounted, as README tells the user to.
     EXPECT_FALSE(IsMounted(work + "/mnt")) << "the block left " << work << "/mnt mounted";
   }
+}
+
+// README's example hosts are placeholders (example.com), never private addresses: a reader
+// on a network that has 10.0.0.5 would send it their credentials.
+TEST(ReadmeHostsTest, ExampleHostsArePlaceholders) {
+  const std::regex private_address(
+      R"(\b(10\.\d+\.\d+\.\d+|192\.168\.\d+\.\d+|172\.(1[6-9]|2\d|3[01])\.\d+\.\d+)\b)");
+  for (const std::string doc : {"README.md", "docs/boot.md", "docs/remote.md", "docs/ckptfs.1"}) {
+    const std::string text = ReadTextFile(ScriptPath(doc));
+    ASSERT_FALSE(text.empty()) << doc;
+    std::smatch m;
+    EXPECT_FALSE(std::regex_search(text, m, private_address))
+        << doc << " names the private address " << m.str() << "; use a placeholder host";
+  }
+  const std::string readme = ReadTextFile(ScriptPath("README.md"));
+  EXPECT_NE(readme.find(kHttpExample), std::string::npos);
+  EXPECT_NE(readme.find(kS3EndpointExample), std::string::npos);
 }
 
 // The marker is found only where it stands right before a ```sh fence.

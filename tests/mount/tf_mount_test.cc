@@ -175,9 +175,12 @@ TEST_F(TfMountTest, RealFixturesMountAndVerify) {
   for (const std::string& source : sources) {
     SCOPED_TRACE(source);
     if (source.find("bad_half_plus_two") != std::string::npos) {
-      // A V1 `export` file, no TensorBundle: the state file's stale path is followed by its
-      // base name inside SOURCE, and the missing export.index refused by name.
-      ExpectRefusal(Ckptfs({"inspect", source}, kRefusalTimeout), {"export.index"});
+      // A V1 `export` file (a TF1 session-bundle export), no TensorBundle: the state file's
+      // stale path is followed by its base name inside SOURCE, and the refusal names the
+      // prefix and says why (it used to say only "export.index: missing").
+      const ProcessResult r = Ckptfs({"inspect", source}, kRefusalTimeout);
+      ExpectRefusal(r, {source + "/export: a TensorFlow 1 checkpoint in the old V1 format"});
+      EXPECT_NE(r.err.find("V2"), std::string::npos) << r.Describe();
       continue;
     }
     const ProcessResult verify = Ckptfs({"verify", source}, kVerifyTimeout);

@@ -133,7 +133,11 @@ TEST(DaemonLogTest, FallbackFileIsCreatedPrivateOrTheFailureSaysSo) {
   ASSERT_EQ(::stat(dir.Sub("state/ckptfs").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   EXPECT_EQ(DaemonLogDescription(false), path + " (no syslog at /dev/log)");
-  EXPECT_EQ(FallbackLogNotice(), "ckptfs: no syslog at /dev/log: the daemon logs to " + path);
+  EXPECT_EQ(FallbackLogNotice(), "ckptfs: no syslog at /dev/log: the daemon logs to " + path +
+                                     " (said once; mount -v names it every time)");
+  // Once per file (per user and machine): the marker beside it remembers.
+  EXPECT_TRUE(fs::exists(dir.Sub("state/ckptfs/") + kFallbackNotedFile));
+  EXPECT_EQ(FallbackLogNotice(), "");
 }
 
 }  // namespace

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <optional>
+#include <sstream>
 #include <string>
 
 #include "core/status.h"
 #include "fs/commands.h"
+#include "fs/help.h"
 #include "fs/log.h"
 #include "fs/mount_args.h"
 #include "fs/ownership.h"
@@ -252,6 +255,61 @@ TEST(UnknownMountOptionLineTest, SuggestsTheNearOptionOrSaysWhereTheyAre) {
     EXPECT_EQ(line.find("did you mean"), std::string::npos) << line;
     EXPECT_NE(line.find(std::string("-o ") + far + ":"), std::string::npos) << line;
     EXPECT_NE(line.find("man ckptfs"), std::string::npos) << line;
+  }
+}
+
+// (issue 38) A mistyped long option gets the -o form's hint; values and `--` are skipped.
+TEST(UnknownLongOptionLineTest, SuggestsTheNearOption) {
+  const std::vector<LongOption> ours = {
+      {"cache-size", true}, {"log-file", true}, {"allow-other", false}, {"help", false}};
+  EXPECT_EQ(UnknownLongOptionLine({"--cache-szie", "1G", "src", "mnt"}, ours, "ckptfs mount"),
+            "--cache-szie: not an option of ckptfs mount; did you mean --cache-size?");
+  EXPECT_EQ(UnknownLongOptionLine({"--cache-szie=1G"}, ours, "ckptfs mount"),
+            "--cache-szie: not an option of ckptfs mount; did you mean --cache-size?");
+  EXPECT_EQ(UnknownLongOptionLine({"--allow-othr"}, ours, "ckptfs mount"),
+            "--allow-othr: not an option of ckptfs mount; did you mean --allow-other?");
+  // A swap of neighbours is one edit: the commonest typo.
+  const std::vector<LongOption> short_names = {{"json", false}, {"level", true}};
+  EXPECT_EQ(UnknownLongOptionLine({"--jsno"}, short_names, "ckptfs inspect"),
+            "--jsno: not an option of ckptfs inspect; did you mean --json?");
+  EXPECT_EQ(UnknownLongOptionLine({"--levle", "3"}, short_names, "ckptfs pack"),
+            "--levle: not an option of ckptfs pack; did you mean --level?");
+  EXPECT_EQ(UnknownLongOptionLine({"--frobnicate"}, ours, "ckptfs mount"),
+            "--frobnicate: not an option of ckptfs mount (see ckptfs mount --help)");
+  // Known options, a value that looks like an option, and what follows `--`: no line.
+  EXPECT_EQ(UnknownLongOptionLine({"--log-file", "--weird", "--allow-other", "--", "--x"}, ours,
+                                  "ckptfs mount"),
+            std::nullopt);
+  EXPECT_EQ(UnknownLongOptionLine({"-f", "src", "-", "--cache-size=1G"}, ours, "ckptfs mount"),
+            std::nullopt);
+}
+
+// (issue 38) Help text kept to 80 columns: broken at blanks, continued at the text column.
+TEST(WrapHelpTest, BreaksLongLinesAtTheTextColumn) {
+  const std::string option = "  --cache-size TEXT           " +
+                             std::string(60, 'a').replace(10, 1, " ") + " " + std::string(30, 'b');
+  const std::string wrapped = WrapHelp(option + "\nshort line\n");
+  std::istringstream lines(wrapped);
+  std::vector<std::string> got;
+  for (std::string line; std::getline(lines, line);) got.push_back(line);
+  ASSERT_EQ(got.size(), 4u) << wrapped;
+  for (const std::string& line : got) EXPECT_LE(line.size(), 80u) << line;
+  EXPECT_EQ(got[0].rfind("  --cache-size TEXT           aaaaaaaaaa", 0), 0u) << wrapped;
+  EXPECT_EQ(got[1], std::string(30, ' ') + std::string(49, 'a'));
+  EXPECT_EQ(got[2], std::string(30, ' ') + std::string(30, 'b'));
+  EXPECT_EQ(got[3], "short line");
+  // A paragraph with no text column continues at its own indentation.
+  const std::string paragraph = WrapHelp(std::string(50, 'x') + " " + std::string(50, 'y'));
+  EXPECT_EQ(paragraph, std::string(50, 'x') + "\n" + std::string(50, 'y'));
+  EXPECT_EQ(WrapHelp("fits\n"), "fits\n");
+}
+
+// The help names the formats from the table: Keras and DCP too, which it used to miss.
+TEST(FormatTitlesTest, EveryFormatOfTheTable) {
+  const std::string titles = FormatTitles();
+  for (const char* title :
+       {"safetensors", "torch.save", "Keras", "DeepSpeed ZeRO", "PyTorch distributed checkpoint"}) {
+    EXPECT_NE(titles.find(title), std::string::npos) << title << " not in " << titles;
   }
 }
 
