@@ -736,10 +736,7 @@ std::vector<std::string> RunTree::EntryNames() const {
   return order_;
 }
 
-bool RunTree::Pipeline() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return files_slot_ != 0;
-}
+bool RunTree::Pipeline() const { return pipeline_; }
 
 std::string RunTree::Latest() const {
   std::lock_guard<std::mutex> lock(mu_);
