@@ -270,7 +270,8 @@ TEST(PickleGlobals, DeniedGlobalsAreRefusedWithTheirByte) {
     if (full == "builtins.getattr") {  // named, then refused where it is called
       EXPECT_EQ(RefusalOf(std::string("\x80\x02") + "cbuiltins\ngetattr\n)R."),
                 "ckpt.bin: data.pkl: builtins.getattr is allowed only as getattr("
-                "deepspeed.runtime.zero.config.ZeroStageEnum, 'name') (byte 21)");
+                "deepspeed.runtime.zero.config.ZeroStageEnum, 'name') or getattr(CLASS, 'NAME') "
+                "(byte 21)");
       continue;
     }
     // GLOBAL at byte 2, called: refused before the call.
@@ -892,7 +893,18 @@ TEST(PickleDeepSpeed, GetattrOnlyOnZeroStageEnum) {
                 .status()
                 .message(),
             "ckpt.pt: data.pkl: __builtin__.getattr is allowed only as "
-            "getattr(deepspeed.runtime.zero.config.ZeroStageEnum, 'name') (byte 50)");
+            "getattr(deepspeed.runtime.zero.config.ZeroStageEnum, 'name') or "
+            "getattr(CLASS, 'NAME') (byte 50)");
+  // An enum member in capitals (getattr(Phase, 'TRAIN'), Python 3.11.0-3.11.6) is only a
+  // name; a name not all in capitals is not.
+  EXPECT_TRUE(LoadDeepSpeed("\x80\x02"
+                            "cbuiltins\ngetattr\nc__main__\nPhase\n"
+                            "X\x05\x00\x00\x00TRAIN\x86R."sv)
+                  .ok());
+  EXPECT_FALSE(LoadDeepSpeed("\x80\x02"
+                             "cbuiltins\ngetattr\ncargparse\nNamespace\n"
+                             "X\x05\x00\x00\x00Train\x86R."sv)
+                   .ok());
   // On the enum but with a non-string name, or with three arguments.
   EXPECT_FALSE(LoadDeepSpeed("\x80\x02"
                              "cbuiltins\ngetattr\n"
