@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/layout/views/widened_source.h"
@@ -77,12 +78,9 @@ TEST(WidenedSource, AnyRangeAtEitherPhase) {
       WidenToF32(Dtype::kBF16, in, 1, want);
       ASSERT_EQ(std::memcmp(all.data() + 4 * k, want, 4), 0) << "element " << k;
     }
-    for (auto [offset, length] : {std::pair<uint64_t, uint64_t>{1, 6},
-                                  {3, 1},
-                                  {4, 4},
-                                  {5, 200'003},
-                                  {wide.Size() - 3, 3},
-                                  {7, 0}}) {
+    const std::pair<uint64_t, uint64_t> kRanges[] = {
+        {1, 6}, {3, 1}, {4, 4}, {5, 200'003}, {wide.Size() - 3, 3}, {7, 0}};
+    for (auto [offset, length] : kRanges) {
       std::vector<uint8_t> part(length);
       ASSERT_TRUE(wide.ReadAt(offset, part).ok()) << offset << "+" << length;
       EXPECT_EQ(std::memcmp(part.data(), all.data() + offset, length), 0)
