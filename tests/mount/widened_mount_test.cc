@@ -21,6 +21,12 @@ class WidenedMountTest : public MountFixture {
 TEST_F(WidenedMountTest, SafetensorsBf16AndF8AsFloat32Npy) {
   const std::string src = scratch_->MakeDir("src");
   ASSERT_NO_FATAL_FAILURE(Write("write-safetensors", src));
+  // inspect reports the stored dtypes, as the xattrs do: the .npy's float32 is a view.
+  const ProcessResult inspect = Ckptfs({"inspect", "--json", src}, kGenerateTimeout);
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.Describe();
+  for (const char* dtype : {"\"BF16\"", "\"F8_E4M3\"", "\"F8_E5M2\""}) {
+    EXPECT_NE(inspect.out.find(dtype), std::string::npos) << dtype << " in " << inspect.out;
+  }
   const std::string mnt = scratch_->MakeDir("mnt");
   ASSERT_NO_FATAL_FAILURE(Mount(src, mnt));
   RunCheck("check_widened.py", {"check-safetensors", src, mnt});
