@@ -12,6 +12,7 @@ with the `zstd` command, an independent decoder.
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -303,10 +304,11 @@ def _Float8(byte: int, mantissa_bits: int, bias: int, fn: bool) -> float:
     exponent = (byte >> mantissa_bits) & ((1 << (7 - mantissa_bits)) - 1)
     mantissa = byte & ((1 << mantissa_bits) - 1)
     top = (1 << (7 - mantissa_bits)) - 1
+    nan = math.copysign(float("nan"), sign)  # a NaN keeps its sign, as ml_dtypes widens it
     if fn and exponent == top and mantissa == (1 << mantissa_bits) - 1:
-        return float("nan")
+        return nan
     if not fn and exponent == top:
-        return sign * float("inf") if mantissa == 0 else float("nan")
+        return sign * float("inf") if mantissa == 0 else nan
     if exponent == 0:
         return sign * mantissa / (1 << mantissa_bits) * 2.0 ** (1 - bias)
     return sign * (1 + mantissa / (1 << mantissa_bits)) * 2.0 ** (exponent - bias)
