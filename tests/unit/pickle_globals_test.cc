@@ -275,8 +275,10 @@ TEST(PickleGlobals, GetattrOfAnEnumMemberInCapitals) {
   EXPECT_FALSE(IsEnumMemberGetattr("Phase", "TRAIN"));      // not a global's "module.name"
   EXPECT_FALSE(IsEnumMemberGetattr("os.environ", "PATH"));  // os is denied whatever follows
   EXPECT_FALSE(IsEnumMemberGetattr("builtins.eval", "X"));  // under a denied global
-  std::string pickle = std::string("\x80\x02") + "cbuiltins\ngetattr\nc__main__\nPhase\n" +
-                       "X\x05\x00\x00\x00TRAIN\x86R.";
+  using namespace std::string_literals;
+  std::string pickle =
+      "\x80\x02"
+      "cbuiltins\ngetattr\nc__main__\nPhase\nX\x05\x00\x00\x00TRAIN\x86R."s;
   EXPECT_TRUE(Unpickle(pickle, "ckpt.pt").ok());
   pickle.replace(pickle.find("TRAIN"), 5, "Train");
   EXPECT_FALSE(Unpickle(pickle, "ckpt.pt").ok());
