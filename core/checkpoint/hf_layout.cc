@@ -13,6 +13,16 @@ namespace {
 constexpr std::string_view kSafetensorsIndexSuffix = ".safetensors.index.json";
 constexpr std::string_view kTorchIndexSuffix = ".bin.index.json";
 
+// Whether `file` is an index of `layout`: X.safetensors.index.json, or a variant's,
+// X.safetensors.index.VARIANT.json.
+bool IsIndexOf(std::string_view file, const HfLayout& layout) {
+  if (EndsWith(file, layout.index_suffix)) return true;
+  const std::string_view stem = layout.index_suffix.substr(0, layout.index_suffix.size() - 5);
+  const size_t at = file.rfind(stem);  // ".safetensors.index"
+  return at != std::string_view::npos && file.size() > at + stem.size() + 1 &&
+         file[at + stem.size()] == '.' && EndsWith(file, ".json") && !HfVariantOf(file).empty();
+}
+
 // The weight files of `dir` an index of `layout` may list: distinct names without .zst,
 // sorted.
 std::vector<std::string> LikelyShards(const SourceDir& dir, const HfLayout& layout) {
@@ -146,10 +156,56 @@ std::optional<HfShardNumber> HfShardOf(std::string_view name) {
                        static_cast<uint32_t>(std::stoul(std::string(n)))};
 }
 
+std::string HfVariantOf(std::string_view file) {
+  // Only after the stems save_pretrained writes: a name with a dot of its own
+  // (weights.v2.safetensors, last.epoch3.ckpt) is not a variant of anything.
+  constexpr std::string_view kStems[] = {"model", "pytorch_model", "diffusion_pytorch_model",
+                                         "adapter_model"};
+  const std::string_view name = StripZst(file);
+  const size_t first = name.find('.');
+  if (first == std::string_view::npos ||
+      std::find(std::begin(kStems), std::end(kStems), name.substr(0, first)) == std::end(kStems)) {
+    return "";
+  }
+  std::string_view rest = name.substr(first + 1);  // fp16.safetensors, safetensors.index.json
+  for (std::string_view index :
+       {std::string_view("safetensors.index."), std::string_view("bin.index.")}) {
+    if (rest.starts_with(index)) {  // safetensors.index.fp16.json; "" for .index.json
+      rest.remove_prefix(index.size());
+      const bool variant =
+          rest.size() > 5 && EndsWith(rest, ".json") && rest.find('.') == rest.size() - 5;
+      return variant ? std::string(rest.substr(0, rest.size() - 5)) : "";
+    }
+  }
+  const size_t dot = rest.find('.');
+  if (dot == std::string_view::npos) return "";    // model.safetensors
+  std::string_view variant = rest.substr(0, dot);  // fp16, or fp16-00001-of-00002
+  if (HfShardOf(name)) variant = variant.substr(0, variant.rfind('-', variant.rfind("-of-") - 1));
+  return std::string(variant);
+}
+
 std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout) {
-  std::vector<std::string> indexes;
+  // The plain weights and indexes, else those of the one variant there is.
+  std::vector<std::string> plain, variant, variants;
   for (const std::string& f : dir.files) {
-    if (EndsWith(f, layout.index_suffix)) indexes.push_back(f);
+    if (!IsIndexOf(f, layout) && layout.weight_name(f).empty()) continue;
+    std::string v = HfVariantOf(f);
+    (v.empty() ? plain : variant).push_back(f);
+    if (!v.empty() && std::find(variants.begin(), variants.end(), v) == variants.end()) {
+      variants.push_back(std::move(v));
+    }
+  }
+  if (plain.empty() && variants.size() > 1) {
+    return Claim{Claim::Rank::kLoneFile, "",
+                 Status::InvalidArgument(dir.path + ": weights of several variants (" +
+                                         variants[0] + ", " + variants[1] +
+                                         ") and none without a variant; mount a folder "
+                                         "holding one")};
+  }
+  const std::vector<std::string>& files = plain.empty() ? variant : plain;
+  std::vector<std::string> indexes;
+  for (const std::string& f : files) {
+    if (IsIndexOf(f, layout)) indexes.push_back(f);
   }
   if (indexes.size() == 1) return Claim{Claim::Rank::kNamed, indexes[0]};
   if (indexes.size() > 1) {
@@ -163,7 +219,7 @@ std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout) {
   }
   // Without an index, the one weights file (files are sorted: x and x.zst are adjacent).
   std::vector<std::string> weights;
-  for (const std::string& f : dir.files) {
+  for (const std::string& f : files) {
     std::string weight = layout.weight_name(f);
     if (!weight.empty() && (weights.empty() || weights.back() != weight)) {
       weights.push_back(std::move(weight));
@@ -195,7 +251,9 @@ HfViewNames HfViewNamesOf(std::string_view file) {
   // SAFETENSORS_WEIGHTS_NAME / WEIGHTS_NAME, diffusers' SAFETENSORS_WEIGHTS_NAME /
   // WEIGHTS_NAME): the stem is the same for both formats.
   constexpr std::string_view kLoaderStems[] = {"adapter_model", "diffusion_pytorch_model"};
+  const std::string variant = HfVariantOf(file);
   std::string_view name = StripZst(file);
+  if (!variant.empty()) name = name.substr(0, name.find('.'));  // the stem, as HfVariantOf
   for (std::string_view suffix : {kSafetensorsIndexSuffix, kTorchIndexSuffix,
                                   std::string_view(".safetensors"), std::string_view(".bin")}) {
     if (EndsWith(name, suffix)) {
@@ -203,11 +261,12 @@ HfViewNames HfViewNamesOf(std::string_view file) {
       break;
     }
   }
-  HfViewNames names;
+  const std::string dot_variant = variant.empty() ? "" : "." + variant;
+  HfViewNames names{"model" + dot_variant + ".safetensors", "pytorch_model" + dot_variant + ".bin"};
   for (std::string_view stem : kLoaderStems) {
     if (name == stem) {
-      names.safetensors = std::string(stem) + ".safetensors";
-      names.torch = std::string(stem) + ".bin";
+      names.safetensors = std::string(stem) + dot_variant + ".safetensors";
+      names.torch = std::string(stem) + dot_variant + ".bin";
     }
   }
   return names;
@@ -218,7 +277,7 @@ Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, cons
   HfViewNames names = HfViewNamesOf(claim.file);
   ckpt.safetensors_view = std::move(names.safetensors);
   ckpt.torch_view = std::move(names.torch);
-  if (EndsWith(claim.file, layout.index_suffix)) {
+  if (IsIndexOf(claim.file, layout)) {
     return ReadIndexed(dir, claim.file, codec, layout, ckpt);
   }
   return OpenShards(dir, {claim.file}, dir.path, codec, layout.parse, ckpt);
@@ -301,8 +360,9 @@ void AddFolderFiles(const SourceDir& dir, const std::string& folder,
 
 std::vector<std::string> HfHidden(const SourceDir& dir, const Checkpoint& ckpt) {
   std::vector<std::string> names = AlternativeCopy(dir, ckpt);
+  const std::string own = ckpt.shards.empty() ? "" : HfVariantOf(ckpt.shards[0].stored_name);
   for (const std::string& f : dir.files) {
-    if (!SafetensorsWeightName(f).empty()) names.push_back(f);
+    if (!SafetensorsWeightName(f).empty() && HfVariantOf(f) == own) names.push_back(f);
   }
   std::sort(names.begin(), names.end());
   return names;

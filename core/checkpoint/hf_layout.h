@@ -64,10 +64,22 @@ struct HfShardNumber {
 };
 std::optional<HfShardNumber> HfShardOf(std::string_view name);
 
+// The variant of an HF weights or index file's name, as transformers' and diffusers'
+// _add_variant write it (save_pretrained(variant="fp16"): the variant before the last
+// extension): "fp16" of model.fp16.safetensors, of its shard
+// model.fp16-00001-of-00002.safetensors and of its index model.safetensors.index.fp16.json;
+// "" for a name without one (model.safetensors, model-00001-of-00002.safetensors).
+std::string HfVariantOf(std::string_view file);
+
 // This format's index (Claim::Rank::kNamed; several without the preferred one: a
 // problem), else its lone weights file (kLoneFile; several: a problem), else none. A lone
 // file that is shard K of N > 1 is a problem too: it is a sharded save in progress (or
 // what is left of one), never a checkpoint on its own.
+// Variants: files of a variant (HfVariantOf) are left out of that choice where there are
+// weights without one, which are the checkpoint; the variant's files are then shown
+// unchanged at their paths (HfHidden), where from_pretrained(variant=...) opens them. A
+// directory holding only one variant's weights is that variant's checkpoint (its views
+// named for it: HfViewNamesOf); several variants and no plain weights: a problem.
 std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout);
 
 // The names of the merged views (model.safetensors, pytorch_model.bin) of HF weights
@@ -79,7 +91,9 @@ std::optional<Claim> DetectHf(const SourceDir& dir, const HfLayout& layout);
 // `diffusion_pytorch_model.safetensors.index.json`). Any other stem (model, pytorch_model,
 // a generic `weights.safetensors`, a training `last.ckpt`) is a model for transformers:
 // model.safetensors / pytorch_model.bin. No alias under the other names: a PEFT adapter
-// shown as model.safetensors would load as a (wrong) base model.
+// shown as model.safetensors would load as a (wrong) base model. Weights of a variant are
+// named as _add_variant names them: diffusion_pytorch_model.fp16.safetensors / .fp16.bin,
+// model.fp16.safetensors / pytorch_model.fp16.bin.
 struct HfViewNames {
   std::string safetensors = "model.safetensors";
   std::string torch = "pytorch_model.bin";
@@ -114,7 +128,9 @@ void AddFolderFiles(const SourceDir& dir, const std::string& folder,
 // Files not to show: every .safetensors weight file that is not part of the checkpoint (a
 // stale or foreign one would only mislead) and the index and shards of another copy of
 // the weights (repositories often ship a torch index beside the safetensors one). Other
-// torch files (training_args.bin, optimizer.pt) are shown: they are not weights.
+// torch files (training_args.bin, optimizer.pt) are shown: they are not weights. Files of
+// another variant than the checkpoint's (HfVariantOf) are shown, unchanged: they are
+// weights a loader asks for by name.
 std::vector<std::string> HfHidden(const SourceDir& dir, const Checkpoint& ckpt);
 
 // WeightName of each HF format, for the readers and HfHidden.

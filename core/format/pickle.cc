@@ -409,15 +409,16 @@ class Unpickler {
                     " (only globals are called)");
     }
     if (values_[args].kind != PickleKind::kTuple) return Error(std::string(op) + " needs a tuple");
-    // getattr reaches any attribute of anything: only an enum member of ZeroStageEnum or
-    // _MEM_FORMAT_ENCODING.
+    // getattr reaches any attribute of anything: only an enum member, of ZeroStageEnum or
+    // _MEM_FORMAT_ENCODING, or in capitals (a dict key: core/format/pickle_key.h).
     if (IsGetattr(values_[callable].text)) {
       const std::vector<uint32_t>& a = values_[args].items;
       if (a.size() != 2 || values_[a[0]].kind != PickleKind::kGlobal ||
-          (values_[a[0]].text != kZeroStageEnum && values_[a[0]].text != kMemFormatEnum) ||
-          values_[a[1]].kind != PickleKind::kString) {
+          values_[a[1]].kind != PickleKind::kString ||
+          (values_[a[0]].text != kZeroStageEnum && values_[a[0]].text != kMemFormatEnum &&
+           !IsEnumMemberGetattr(values_[a[0]].text, values_[a[1]].text))) {
         return Refuse(values_[callable].text + " is allowed only as getattr(" +
-                      std::string(kZeroStageEnum) + ", 'name')");
+                      std::string(kZeroStageEnum) + ", 'name') or getattr(CLASS, 'NAME')");
       }
     }
     if (values_[callable].text == "collections.OrderedDict" && values_[args].items.empty()) {

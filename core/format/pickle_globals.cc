@@ -511,4 +511,16 @@ bool IsDeniedPickleGlobal(std::string_view module, std::string_view name, uint32
   return (m != module || n != name) && DeniedPair(m, n);
 }
 
+bool IsEnumMemberGetattr(std::string_view global, std::string_view attribute) {
+  const bool capitals = !attribute.empty() && attribute[0] >= 'A' && attribute[0] <= 'Z' &&
+                        std::all_of(attribute.begin(), attribute.end(), [](char c) {
+                          return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+                        });
+  const size_t dot = global.find('.');
+  if (!capitals || dot == std::string_view::npos) return false;
+  return !IsDeniedPickleGlobal(global.substr(0, dot),
+                               std::string(global.substr(dot + 1)) + "." + std::string(attribute),
+                               /*protocol=*/4);
+}
+
 }  // namespace ckptfs

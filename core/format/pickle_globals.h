@@ -48,6 +48,14 @@ namespace ckptfs {
 // `protocol`, may resolve to something on the denylist (above).
 bool IsDeniedPickleGlobal(std::string_view module, std::string_view name, uint32_t protocol = 2);
 
+// Whether getattr(`global`, `attribute`), `global` a "module.name" the denylist allows, is
+// only a name, as Python 3.11.0-3.11.6 pickle an enum member (getattr(Phase, 'TRAIN')):
+// `attribute` is a name in capitals (a constant or enum member by PEP 8; what the
+// denylist guards against, system, open, __globals__, is lower case), and the walk
+// global.attribute is judged by IsDeniedPickleGlobal from the global's first component
+// on (stricter than any split of module and name).
+bool IsEnumMemberGetattr(std::string_view global, std::string_view attribute);
+
 // The (module, name) a GLOBAL at `protocol` names after _compat_pickle's renames
 // (Lib/pickle.py Unpickler.find_class; none at protocol >= 3).
 std::pair<std::string, std::string> CompatPickleName(std::string_view module, std::string_view name,

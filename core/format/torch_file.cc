@@ -13,6 +13,7 @@
 #include "core/format/metadata_budget.h"
 #include "core/format/ordered_json.h"
 #include "core/format/pickle.h"
+#include "core/format/pickle_key.h"
 #include "core/format/shape.h"
 #include "core/format/zip.h"
 
@@ -638,20 +639,9 @@ class Interpreter {
   }
 
   Result<std::string> KeyText(uint32_t v) const {
-    const PickleValue& k = At(v);
-    switch (k.kind) {
-      case PickleKind::kString:
-      case PickleKind::kBytes:
-        return k.text;
-      case PickleKind::kInt:
-        return std::to_string(k.int_value);
-      case PickleKind::kBool:
-        return std::string(k.int_value ? "True" : "False");
-      case PickleKind::kNone:
-        return std::string("None");
-      default:
-        return Bad("dict key that is not a string or number");
-    }
+    std::optional<std::string> name = PickleKeyName(tree_, v);
+    if (!name) return Bad("dict key that is not a string, number or enum member");
+    return std::move(*name);
   }
 
   static std::string Join(const std::string& name, const std::string& part) {

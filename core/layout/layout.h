@@ -234,6 +234,8 @@ class LayoutBuilder {
                        uint8_t maker);
   Node& node(uint64_t ino) { return out_.nodes_[ino]; }
 
+  // Extent source `index` (a stored file, or bytes a view made), as Layout::Source.
+  const ByteSource& Source(uint32_t index) const { return *out_.sources_[index]; }
   // Registers bytes a view makes as an extent source; returns its index.
   uint32_t AddSource(std::unique_ptr<ByteSource> source);
   // Registers a view's ExtentMaker (which must outlive the layout: the view itself, or

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checklib import Checker, RunMain  # noqa: E402
+from checklib import WIDENED, Checker, RunMain, WidenToF32  # noqa: E402
 
 DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
           "I8": "i1", "U8": "u1", "BOOL": "?"}
@@ -76,6 +76,17 @@ def main(argv):
         model = want
 
     for name, (dtype, shape, raw) in want.items():
+        if dtype in WIDENED:  # the stored bytes' .safetensors, and float32 .npy beside it
+            base = os.path.join(mount, "tensors", *name.split("."))
+            if c.Expect(os.path.isfile(base + ".safetensors"), f"tensors/: no .safetensors for {name}"):
+                one = safetensors(base + ".safetensors")
+                c.Equal(list(one.values())[0], (dtype, shape, raw), f"{name}: tensors/ one-tensor file")
+            if c.Expect(os.path.isfile(base + ".npy"), f"tensors/: no widened .npy for {name}"):
+                a = np.load(base + ".npy")
+                c.Equal((a.dtype.str, list(a.shape)), ("<f4", shape), f"{name}: widened dtype, shape")
+                c.Expect(np.array_equal(a.reshape(-1), WidenToF32(dtype, raw), equal_nan=True),
+                         f"{name}: widened values")
+            continue
         path = tensor_file(mount, name)
         if not c.Expect(path is not None, f"tensors/: no file for {name}"):
             continue

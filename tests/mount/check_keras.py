@@ -18,7 +18,8 @@
 What every mounted checkpoint must show:
 - tensors/: one file per HDF5 dataset, optimizer's included, at the dataset's path split at
   '/' with each component escaped ('%' -> %25, '.'/'..' -> %2E/%2E%2E); .npy for dtypes
-  numpy has, a one-tensor .safetensors for BF16 (docs/usage.md: dtypes numpy lacks).
+  numpy has, a one-tensor .safetensors for BF16 (docs/usage.md: dtypes numpy lacks) with
+  the float32 .npy of its widened values beside it.
 - model.safetensors (parsed by hand) and pytorch_model.bin (torch.load): the model, that is
   every dataset but the optimizer's (Keras 3: under optimizer/; legacy: optimizer_weights/),
   named as the rule says (ModelName* below); torch 1.13 lacks U16/U32/U64, left out there.
@@ -301,6 +302,16 @@ def CheckMount(c, what, mnt, datasets, metadata, stored):
                 dtype, shape, raw = list(one.values())[0]
                 c.Equal((dtype, shape), ("BF16", d["shape"]), f"{tag}: dtype, shape")
                 c.Equal(Sha(raw), d["sha256"], f"{tag}: bytes")
+                # Beside it, the .npy of its values widened to float32 (bf16: the top half).
+                npy = path[:-len(".safetensors")] + ".npy"
+                seen.add(os.path.relpath(npy, os.path.join(mnt, "tensors")))
+                if c.Expect(os.path.isfile(npy), f"{tag}: no widened .npy beside it"):
+                    wide = np.load(npy)
+                    want = (np.frombuffer(raw, "<u2").astype("<u4") << 16).view("<f4")
+                    c.Equal((wide.dtype.str, list(wide.shape)), ("<f4", d["shape"]),
+                            f"{tag}: widened dtype, shape")
+                    c.Expect(np.array_equal(wide.reshape(-1), want, equal_nan=True),
+                             f"{tag}: widened values")
             continue
         a = np.load(path)
         c.Equal((a.dtype.str, list(a.shape)), (d["dtype"], d["shape"]), f"{tag}: dtype, shape")

@@ -35,6 +35,14 @@ weights file under the name its loader opens (issue 23, item 4), with numpy and 
         its tensors equal those stored in SRC (every shard); TORCH_NAME loads with
         torch.load(weights_only=True) to the same tensors; every other file of SRC is at
         MNT's root with its bytes; model.safetensors is there only where NAME is it.
+    check_loader_names.py write-variants DIR
+        Folders holding weights and their save_pretrained(variant="fp16") variant (issue 38):
+        unet/, unet_sharded/ (the variant sharded, with its index), text/ (transformers'
+        model.fp16.safetensors), fp16_only/ (the sharded variant alone).
+    check_loader_names.py variants SRC MNT NAME TORCH_NAME [VARIANT]
+        NAME, TORCH_NAME and tensors/ hold exactly the tensors of VARIANT's files (default:
+        the plain ones); every other file of SRC (config.json, the other variant's weights
+        and index) is at MNT's root with its bytes.
 Exits 1 listing every mismatch, else prints one OK line.
 """
 
@@ -232,6 +240,66 @@ def CheckComponent(src, mnt, name, torch_name, errors):
             errors.append("%s differs from SOURCE's" % f)
 
 
+def WriteVariants(out):
+    """Folders as save_pretrained(variant="fp16") leaves them beside (or without) the plain
+    weights: unet/ (both lone), unet_sharded/ (plain lone, fp16 sharded with
+    diffusion_pytorch_model.safetensors.index.fp16.json), text/ (transformers:
+    model.safetensors and model.fp16.safetensors), fp16_only/ (the sharded fp16 alone)."""
+    d = "diffusion_pytorch_model"
+    plain = {"conv_in.weight": Rand(11, 4, 2, 3, 3), "conv_in.bias": Rand(12, 4)}
+    half = {k: Rand(20 + i, *a.shape, dtype=np.float16) for i, (k, a) in enumerate(plain.items())}
+    for folder, stem in (("unet", d), ("text", "model")):
+        WriteJson(os.path.join(out, folder, "config.json"), {"_class_name": folder})
+        SaveSafetensors(os.path.join(out, folder, stem + ".safetensors"), plain)
+        SaveSafetensors(os.path.join(out, folder, stem + ".fp16.safetensors"), half)
+    for folder, with_plain in (("unet_sharded", True), ("fp16_only", False)):
+        root = os.path.join(out, folder)
+        WriteJson(os.path.join(root, "config.json"), {"_class_name": "UNet2DConditionModel"})
+        if with_plain:
+            SaveSafetensors(os.path.join(root, d + ".safetensors"), plain)
+        weight_map = {}
+        for k, name in enumerate(sorted(half), 1):
+            shard = "%s.fp16-%05d-of-%05d.safetensors" % (d, k, len(half))
+            SaveSafetensors(os.path.join(root, shard), {name: half[name]})
+            weight_map[name] = shard
+        WriteJson(os.path.join(root, d + ".safetensors.index.fp16.json"),
+                  {"metadata": {"total_size": sum(a.nbytes for a in half.values())},
+                   "weight_map": weight_map})
+
+
+def CheckVariants(src, mnt, name, torch_name, variant, errors):
+    """MNT's merged views NAME and TORCH_NAME hold the weights of VARIANT ("" for the plain
+    ones) and nothing else, tensors/ too; every SOURCE file of another variant is at the
+    root, byte for byte."""
+    files = [f for f in sorted(os.listdir(src)) if os.path.isfile(os.path.join(src, f))]
+    ours = [f for f in files if f.endswith(".safetensors") and
+            (("." + variant) in f if variant else ".fp16" not in f)]
+    want = {}
+    for f in ours:
+        want.update(Tensors(os.path.join(src, f)))
+    got = Tensors(os.path.join(mnt, name))
+    if got != want:
+        errors.append("%s: tensors %s differ from %s's" % (name, sorted(got), ours))
+    loaded = torch.load(os.path.join(mnt, torch_name), weights_only=True)
+    as_stored = {k: (NAMES[t.numpy().dtype], list(t.shape), t.numpy().tobytes())
+                 for k, t in loaded.items()}
+    if as_stored != want:
+        errors.append("%s: torch.load gives other tensors than %s" % (torch_name, ours))
+    for k, (dtype, shape, data) in want.items():
+        a = np.load(os.path.join(mnt, "tensors", *k.split(".")) + ".npy")
+        if a.tobytes() != data:
+            errors.append("tensors/%s.npy differs from %s" % (k.replace(".", "/"), ours))
+    shown = set(os.listdir(mnt))
+    for f in files:
+        if f in ours or (variant and ".index." in f):
+            continue  # the checkpoint's own: merged above, in shards/
+        # config.json and every file of another variant: at the root, unchanged.
+        if f not in shown:
+            errors.append("%s (SOURCE) is not at the root" % f)
+        elif open(os.path.join(mnt, f), "rb").read() != open(os.path.join(src, f), "rb").read():
+            errors.append("%s differs from SOURCE's" % f)
+
+
 def Regular(path):
     return os.path.isfile(path) and not os.path.islink(path)
 
@@ -304,6 +372,11 @@ def main(argv):
         CheckModuleFolders(argv[2], argv[3], errors)
     elif argv[1] == "pipeline-root":
         CheckPipelineRoot(argv[2], argv[3], errors)
+    elif argv[1] == "write-variants":
+        WriteVariants(argv[2])
+    elif argv[1] == "variants":
+        CheckVariants(argv[2], argv[3], argv[4], argv[5], argv[6] if len(argv) > 6 else "",
+                      errors)
     elif argv[1] == "component":
         CheckComponent(argv[2], argv[3], argv[4], argv[5], errors)
     else:

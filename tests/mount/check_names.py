@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""NameEscaping: tensors/ holds exactly one file per tensor at the path docs/usage.md's
+"""NameEscaping: tensors/ holds exactly one file per tensor (two for BF16 / F8: the stored
+bytes' .safetensors and the widened .npy) at the path docs/usage.md's
 escaping gives (dotted name split into directories; '%' -> %25, '/' -> %2F, empty
 component -> %, '.'/'..' -> %2E/%2E%2E) and nothing else: no stray files or directories.
 
@@ -8,7 +9,7 @@ usage: check_names.py SRC MNT
 
 import os
 
-from checklib import Checker, LoadSource, RunMain, TensorPath
+from checklib import Checker, LoadSource, RunMain, TensorPaths
 
 
 def Walk(root: str):
@@ -32,8 +33,9 @@ def Main(args) -> int:
     src, mnt = args
     ck = Checker("names")
     source = LoadSource(src)
-    expected = {TensorPath(t.name, t.dtype): t.name for t in source.tensors.values()}
-    ck.Equal(len(expected), len(source.tensors), "distinct paths (escaping must be injective)")
+    expected = {p: t.name for t in source.tensors.values() for p in TensorPaths(t.name, t.dtype)}
+    ck.Equal(len(expected), sum(len(TensorPaths(t.name, t.dtype)) for t in source.tensors.values()),
+             "distinct paths (escaping must be injective)")
     files, dirs = Walk(os.path.join(mnt, "tensors"))
     for path in sorted(set(expected) - files):
         ck.Fail(f"missing tensors/{path} for {expected[path]!r}")

@@ -9,7 +9,8 @@
   other, with __metadata__ {"format": "pt"}.
 - tensors/ holds exactly one file per contiguous tensor at its escaped dotted path:
   .npy (numpy.load, plain and mmap, gives the source tensor) or, for bf16, a
-  one-tensor .safetensors; with the user.ckptfs.{dtype,shape,name} xattrs. Nested
+  one-tensor .safetensors and an .npy of float32 holding the exactly widened values;
+  with the user.ckptfs.{dtype,shape,name} xattrs (the stored dtype on both). Nested
   dicts and lists become directories (model_state_dict/fc/weight.npy,
   optimizer_state_dict/state/0/exp_avg.npy, ema/0.npy).
 - Non-contiguous tensors are in neither view, and with --log FILE (repeatable: the
@@ -23,8 +24,8 @@ import os
 
 import numpy as np
 
-from checklib import (NUMPY_DESCRS, Checker, ParseSafetensors, ReadFile, ReadWeight,
-                      RunMain, TensorPath, Validate)
+from checklib import (NUMPY_DESCRS, WIDENED, Checker, ParseSafetensors, ReadFile, ReadWeight,
+                      RunMain, TensorPath, TensorPaths, Validate, WidenToF32)
 from check_torch_lib import LoadTorchSource
 
 VIEWS = {"model.safetensors": False, "pytorch_model.bin": False, "pytorch_model": True,
@@ -88,7 +89,8 @@ def FilesUnder(root: str):
 def CheckTensorFiles(ck: Checker, source, mnt: str) -> None:
     root = os.path.join(mnt, "tensors")
     wanted = {TensorPath(n, t.dtype): t for n, t in source.contiguous.items()}
-    ck.Equal(sorted(FilesUnder(root)), sorted(wanted), "files under tensors/")
+    every = [p for n, t in source.contiguous.items() for p in TensorPaths(n, t.dtype)]
+    ck.Equal(sorted(FilesUnder(root)), sorted(every), "files under tensors/")
     for rel, t in sorted(wanted.items()):
         path = os.path.join(root, rel)
         if not ck.Expect(os.path.isfile(path), f"{t.name!r}: no file tensors/{rel}"):
@@ -114,6 +116,24 @@ def CheckTensorFiles(ck: Checker, source, mnt: str) -> None:
                           f"tensors/{rel}: data differs from the source")
         ck.Equal(os.stat(path).st_size, len(ReadFile(path)), f"tensors/{rel} st_size")
         CheckXattrs(ck, path, rel, t)
+        if t.dtype in WIDENED:
+            CheckWidened(ck, root, t, want)
+
+
+def CheckWidened(ck: Checker, root: str, t, want: bytes) -> None:
+    rel = TensorPaths(t.name, t.dtype)[1]
+    path = os.path.join(root, rel)
+    if not ck.Expect(os.path.isfile(path), f"{t.name!r}: no file tensors/{rel}"):
+        return
+    expected = WidenToF32(t.dtype, want)
+    for mode in (None, "r"):
+        what = f"tensors/{rel} np.load(mmap_mode={mode!r})"
+        arr = np.load(path, mmap_mode=mode, allow_pickle=False)
+        ck.Equal((arr.dtype, list(arr.shape)), (np.dtype("<f4"), t.shape), f"{what} dtype, shape")
+        got = np.asarray(arr).reshape(-1)
+        ck.Expect(np.array_equal(got, expected, equal_nan=True), f"{what}: values differ")
+        del arr, got
+    CheckXattrs(ck, path, rel, t)
 
 
 def CheckXattrs(ck: Checker, path: str, rel: str, t) -> None:

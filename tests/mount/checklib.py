@@ -12,6 +12,7 @@ with the `zstd` command, an independent decoder.
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -279,9 +280,47 @@ def EscapeComponent(component: str) -> str:
 
 
 def TensorPath(name: str, dtype: str) -> str:
-    """Path of a tensor's file relative to the mount's tensors/ directory."""
+    """Path of a tensor's file relative to the mount's tensors/ directory: its .npy, or
+    for a dtype numpy lacks the .safetensors of its stored bytes."""
     ext = ".npy" if dtype in NUMPY_DESCRS else ".safetensors"
     return "/".join(EscapeComponent(c) for c in name.split(".")) + ext
+
+
+# dtypes numpy lacks whose tensors/ file has a float32 .npy beside it, widened on read.
+WIDENED = ("BF16", "F8_E4M3", "F8_E5M2")
+
+
+def TensorPaths(name: str, dtype: str) -> List[str]:
+    """Every file of a tensor under tensors/: TensorPath, and the widened .npy."""
+    paths = [TensorPath(name, dtype)]
+    if dtype in WIDENED:
+        paths.append("/".join(EscapeComponent(c) for c in name.split(".")) + ".npy")
+    return paths
+
+
+def _Float8(byte: int, mantissa_bits: int, bias: int, fn: bool) -> float:
+    """One float8 value from its definition (ml_dtypes: float8_e4m3fn, float8_e5m2)."""
+    sign = -1.0 if byte & 0x80 else 1.0
+    exponent = (byte >> mantissa_bits) & ((1 << (7 - mantissa_bits)) - 1)
+    mantissa = byte & ((1 << mantissa_bits) - 1)
+    top = (1 << (7 - mantissa_bits)) - 1
+    nan = math.copysign(float("nan"), sign)  # a NaN keeps its sign, as ml_dtypes widens it
+    if fn and exponent == top and mantissa == (1 << mantissa_bits) - 1:
+        return nan
+    if not fn and exponent == top:
+        return sign * float("inf") if mantissa == 0 else nan
+    if exponent == 0:
+        return sign * mantissa / (1 << mantissa_bits) * 2.0 ** (1 - bias)
+    return sign * (1 + mantissa / (1 << mantissa_bits)) * 2.0 ** (exponent - bias)
+
+
+def WidenToF32(dtype: str, data: bytes):
+    """The float32 values of BF16 / F8_E4M3 / F8_E5M2 `data`, as a flat numpy array."""
+    import numpy as np
+    if dtype == "BF16":
+        return (np.frombuffer(data, "<u2").astype("<u4") << 16).view("<f4")
+    mantissa_bits, bias, fn = (3, 7, True) if dtype == "F8_E4M3" else (2, 15, False)
+    return np.array([_Float8(b, mantissa_bits, bias, fn) for b in data], dtype="<f4")
 
 
 def ReadFile(path: str) -> bytes:

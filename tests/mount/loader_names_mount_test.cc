@@ -76,6 +76,29 @@ TEST_F(LoaderNamesMountTest, DiffusersComponentsShowWhatTheirLoadersOpen) {
                                      "model.safetensors", "pytorch_model.bin"});
 }
 
+// Issue 38: weights beside their save_pretrained(variant="fp16") variant, lone or sharded
+// with an index, diffusers' and transformers' names: the plain weights are the checkpoint
+// (merged views and tensors/ hold them alone), the variant's files stay at their paths
+// byte for byte; a variant alone is the checkpoint, its views named for it.
+TEST_F(LoaderNamesMountTest, VariantsBesideThePlainWeights) {
+  ASSERT_NO_FATAL_FAILURE(Write("write-variants", src_));
+  const std::string kD = "diffusion_pytorch_model";
+  for (const char* folder : {"unet", "unet_sharded"}) {
+    const std::string mnt = scratch_->MakeDir(std::string("mnt-") + folder);
+    ASSERT_NO_FATAL_FAILURE(Mount(src_ + "/" + folder, mnt));
+    RunCheck("check_loader_names.py",
+             {"variants", src_ + "/" + folder, mnt, kD + ".safetensors", kD + ".bin"});
+  }
+  const std::string text = scratch_->MakeDir("mnt-text");
+  ASSERT_NO_FATAL_FAILURE(Mount(src_ + "/text", text));
+  RunCheck("check_loader_names.py",
+           {"variants", src_ + "/text", text, "model.safetensors", "pytorch_model.bin"});
+  const std::string alone = scratch_->MakeDir("mnt-fp16-only");
+  ASSERT_NO_FATAL_FAILURE(Mount(src_ + "/fp16_only", alone));
+  RunCheck("check_loader_names.py", {"variants", src_ + "/fp16_only", alone,
+                                     kD + ".fp16.safetensors", kD + ".fp16.bin", "fp16"});
+}
+
 // sentence-transformers: the transformer at the top is the checkpoint, and the module
 // folders modules.json lists (1_Pooling/ with its config, 2_Normalize/ empty) are beside it.
 TEST_F(LoaderNamesMountTest, SentenceTransformersModuleFoldersAreShown) {

@@ -28,8 +28,12 @@ constexpr uint64_t kBaseRss = 24u << 20;
 // 200k to 400k tensors: 726 B/tensor more RSS a tensor before it, 787 after; the heap in
 // use grows only 11 B/tensor on a whole read, memory_test.cc): 795 to 811 over the base
 // measured on 2026-11-27, which failed CI once at 810. The bound after the .bin is 860.
-constexpr uint64_t kMountBytesPerTensor = 570;
-constexpr uint64_t kAfterBinBytesPerTensor = 860;
+// Issue 38: a third of these tensors are BF16, and each now has a widened .npy beside its
+// .safetensors in tensors/ (a node, a child slot, a name, two extents: about 120 B, so 40
+// a tensor here): 553 over the base after mount and 834 after the .bin measured on
+// 2026-12-06 (another session's build beside it). Both bounds grow by those 40.
+constexpr uint64_t kMountBytesPerTensor = 610;
+constexpr uint64_t kAfterBinBytesPerTensor = 900;
 // Per million tensors, scaled to kTensors, plus a fixed start (process, FUSE mount, fork)
 // that 200k tensors do not amortize. These are guards against a mount that scales badly
 // (a quadratic pass, a lookup per tensor), not speed claims: the mount's speed is the

@@ -270,6 +270,23 @@ TEST_F(TorchMountTest, AnyPythonValues) {
   }
 }
 
+// Issue 38: a dict keyed by enum members (an Enum, an IntEnum, a str-mixin Enum, nested;
+// pickled by name as this Python does, getattr(Phase, 'TRAIN'), and by value as others
+// do, Phase(1)) is read, never run: each key is named as docs/formats.md says
+// (Phase.TRAIN, ByValue(1)), and torch and numpy read pytorch_model.bin and tensors/
+// (check_enum_keys.py); inspect reads it too.
+TEST_F(TorchMountTest, EnumKeys) {
+  const std::string dir = scratch_->MakeDir("enum_keys");
+  const ProcessResult write = RunProcess(
+      {kPython, ScriptPath("tests/mount/check_enum_keys.py"), "write", dir}, kGenerateTimeout);
+  ASSERT_EQ(write.exit_code, 0) << write.Describe();
+  const ProcessResult inspect = Ckptfs({"inspect", dir}, kGenerateTimeout);
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.Describe();
+  const std::string mountpoint = scratch_->MakeDir("mnt_enum_keys");
+  ASSERT_NO_FATAL_FAILURE(Mount(dir, mountpoint, nullptr, {"--model-key", ""}));
+  RunCheck("check_enum_keys.py", {"check", dir, mountpoint});
+}
+
 // Issue 37: the verdict on the source and the guarantee on what ckptfs writes. The
 // any_values files (argparse.Namespace, a __main__ class, numpy scalars; protocol 2 and
 // 4) are served, their merged pytorch_model.bin loads with torch.load(weights_only=True),

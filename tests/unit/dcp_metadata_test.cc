@@ -134,6 +134,7 @@ struct Spec {
   // TensorProperties.memory_format as Python 3.11.0-3.11.6 pickle an enum member:
   // getattr(ENUM_CLASS, 'NAME'), ENUM_CLASS this global (empty: by value, as 3.12 does).
   std::string enum_by_getattr;
+  std::string enum_member = "TORCH_CONTIGUOUS_FORMAT";  // its NAME
 };
 
 void StorageEntry(PickleWriter& w, const std::string& fqn,
@@ -177,7 +178,7 @@ std::string Encode(const Spec& spec) {
           const size_t dot = spec.enum_by_getattr.rfind('.');
           w.Global("builtins", "getattr").Mark();
           w.Global(spec.enum_by_getattr.substr(0, dot), spec.enum_by_getattr.substr(dot + 1));
-          w.Str("TORCH_CONTIGUOUS_FORMAT").Tuple().Reduce();
+          w.Str(spec.enum_member).Tuple().Reduce();
         }
         w.False();
         w.Tuple().Build();
@@ -319,7 +320,8 @@ TEST(DcpMetadata, OlderWritersLeaveOutLaterFields) {
 }
 
 // Python 3.11.0-3.11.6 pickle an enum member by name, through getattr: a .metadata saved
-// there is read; getattr on anything but the memory-format enum is still refused.
+// there is read; getattr of a name not in capitals, on anything but the memory-format
+// enum, is still refused (pickle.h).
 TEST(DcpMetadata, ReadsEnumMembersPickledByGetattr) {
   Spec spec = TwoRankSpec();
   spec.enum_by_getattr = std::string(kMeta) + "._MEM_FORMAT_ENCODING";
@@ -327,6 +329,7 @@ TEST(DcpMetadata, ReadsEnumMembersPickledByGetattr) {
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ(m->tensors.size(), 2u);
   spec.enum_by_getattr = "collections.OrderedDict";
+  spec.enum_member = "move_to_end";
   ExpectRefused(Encode(spec), "builtins.getattr is allowed only as getattr(");
 }
 

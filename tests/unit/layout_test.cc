@@ -189,6 +189,45 @@ TEST(LayoutNames, LoaderNamesAreKept) {
   EXPECT_EQ(std::count(names.begin(), names.end(), "adapter_model.bin"), 1);
 }
 
+// (issue 38) Variants, as save_pretrained(variant="fp16") names them: beside plain
+// weights, the plain ones are the checkpoint and the variant's files stay at the root,
+// unchanged (lone, or shards and index); alone, a variant is the checkpoint, its views
+// named for it.
+TEST(LayoutNames, VariantsBesideThePlainWeights) {
+  EXPECT_EQ(HfVariantOf("diffusion_pytorch_model.fp16.safetensors"), "fp16");
+  EXPECT_EQ(HfVariantOf("diffusion_pytorch_model.fp16-00001-of-00002.safetensors"), "fp16");
+  EXPECT_EQ(HfVariantOf("diffusion_pytorch_model.safetensors.index.fp16.json"), "fp16");
+  EXPECT_EQ(HfVariantOf("model.non_ema.bin.zst"), "non_ema");
+  for (const char* plain :
+       {"model.safetensors", "model-00001-of-00002.safetensors", "model.safetensors.index.json",
+        "pytorch_model.bin.index.json", "weights.v2.safetensors", "config.json"}) {
+    EXPECT_EQ(HfVariantOf(plain), "") << plain;
+  }
+  const std::string kW = MakeSafetensors({{"w", Dtype::kF32, {2}}});
+  const std::string kH = MakeSafetensors({{"w", Dtype::kF16, {2}}});
+  const std::string kD = "diffusion_pytorch_model";
+  EXPECT_EQ(RootNames({{kD + ".safetensors", kW}, {kD + ".fp16.safetensors", kH}}),
+            (std::vector<std::string>{".ckptfs", kD + ".bin", kD + ".fp16.safetensors",
+                                      kD + ".safetensors", "pytorch_model", "shards", "tensors"}));
+  const std::vector<std::string> sharded = {kD + ".fp16-00001-of-00002.safetensors",
+                                            kD + ".fp16-00002-of-00002.safetensors",
+                                            kD + ".safetensors.index.fp16.json"};
+  const std::string index = IndexJson({{"w", sharded[0]}, {"v", sharded[1]}});
+  const std::string kV = MakeSafetensors({{"v", Dtype::kF16, {3}}});
+  EXPECT_EQ(
+      RootNames(
+          {{kD + ".safetensors", kW}, {sharded[0], kH}, {sharded[1], kV}, {sharded[2], index}}),
+      (std::vector<std::string>{".ckptfs", kD + ".bin", sharded[0], sharded[1], kD + ".safetensors",
+                                sharded[2], "pytorch_model", "shards", "tensors"}));
+  // A variant alone: its views under its names.
+  EXPECT_EQ(RootNames({{sharded[0], kH}, {sharded[1], kV}, {sharded[2], index}}),
+            (std::vector<std::string>{".ckptfs", kD + ".fp16.bin", kD + ".fp16.safetensors",
+                                      "pytorch_model", "shards", "tensors"}));
+  EXPECT_EQ(RootNames({{"model.safetensors", kW}, {"model.fp16.safetensors", kH}}),
+            (std::vector<std::string>{".ckptfs", "model.fp16.safetensors", "model.safetensors",
+                                      "pytorch_model", "pytorch_model.bin", "shards", "tensors"}));
+}
+
 TEST(LayoutNames, ViewNamesOfEachStoredName) {
   struct Case {
     const char* file;

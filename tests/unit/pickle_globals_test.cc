@@ -263,5 +263,26 @@ TEST(PickleGlobals, WeightsOnlyAllowlistSpelledOut) {
   }
 }
 
+// (issue 38) getattr(CLASS, 'NAME') is only a name where NAME is in capitals (an enum
+// member, as Python 3.11.0-3.11.6 pickle one) and the walk CLASS.NAME is not denied; the
+// unpickler then reads it as data.
+TEST(PickleGlobals, GetattrOfAnEnumMemberInCapitals) {
+  EXPECT_TRUE(IsEnumMemberGetattr("__main__.Phase", "TRAIN"));
+  EXPECT_TRUE(IsEnumMemberGetattr("mytrain.config.Split", "VAL_2"));
+  for (const char* name : {"Train", "train", "system", "__globals__", "_TRAIN", "", "A.B"}) {
+    EXPECT_FALSE(IsEnumMemberGetattr("__main__.Phase", name)) << name;
+  }
+  EXPECT_FALSE(IsEnumMemberGetattr("Phase", "TRAIN"));      // not a global's "module.name"
+  EXPECT_FALSE(IsEnumMemberGetattr("os.environ", "PATH"));  // os is denied whatever follows
+  EXPECT_FALSE(IsEnumMemberGetattr("builtins.eval", "X"));  // under a denied global
+  using namespace std::string_literals;
+  std::string pickle =
+      "\x80\x02"
+      "cbuiltins\ngetattr\nc__main__\nPhase\nX\x05\x00\x00\x00TRAIN\x86R."s;
+  EXPECT_TRUE(Unpickle(pickle, "ckpt.pt").ok());
+  pickle.replace(pickle.find("TRAIN"), 5, "Train");
+  EXPECT_FALSE(Unpickle(pickle, "ckpt.pt").ok());
+}
+
 }  // namespace
 }  // namespace ckptfs

@@ -1,17 +1,24 @@
 // tensors/a/b/leaf.npy: every tensor, model or not, one file each: an .npy header and the
-// tensor's stored bytes, or a one-tensor .safetensors where numpy lacks the dtype. Paths
+// tensor's stored bytes, or a one-tensor .safetensors where numpy lacks the dtype. A tensor
+// of a float type numpy lacks (BF16, F8_E4M3, F8_E5M2: core/format/widen.h) has both: its
+// stored bytes as leaf.safetensors, and leaf.npy of float32, widened on each read from the
+// stored range under it (WidenedSource), never held whole. Paths
 // follow the tensor name's dotted components (TensorPathComponents), or the segments of
 // the key a format stores it under (FormatReader::key_segments, TF's). Strided tensors are left out
 // with a note. A file is no more readable than its shard; its mtime is its shard's (Node::tensor).
+#include <map>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "core/checkpoint/formats.h"
 #include "core/format/npy.h"
 #include "core/format/safetensors.h"
 #include "core/format/shape.h"
+#include "core/format/widen.h"
 #include "core/layout/escape.h"
 #include "core/layout/views/views.h"
+#include "core/layout/views/widened_source.h"
 
 namespace ckptfs {
 namespace {
@@ -100,10 +107,11 @@ class TensorsView final : public View {
       parts.pop_back();
       const uint64_t dir = walker.Enter(parts);
       const bool npy = !NumpyDescr(t.dtype).empty();
+      if (WidensToF32(t.dtype)) AddWidenedNpy(b, dir, leaf, i);
       const uint64_t ino = b.AddFile(dir, leaf + (npy ? ".npy" : ".safetensors"), 0444);
       b.node(ino).tensor = static_cast<int32_t>(i);
       if (npy) {
-        AppendNpyHeader(b, ino, t);
+        AppendNpyHeader(b, ino, t.dtype, t.shape);
       } else {
         b.AppendInline(ino, OneTensorHeader(t, ckpt_.metadata));
       }
@@ -112,22 +120,60 @@ class TensorsView final : public View {
   }
 
  private:
+  // leaf.npy of tensor `i`, a BF16 or F8 one: a float32 header, then each stored range of
+  // the tensor through the WidenedSource of its file. A range that is not whole elements
+  // (no reader makes one) leaves the tensor with its .safetensors alone, and a note.
+  void AddWidenedNpy(LayoutBuilder& b, uint64_t dir, const std::string& leaf, uint32_t i) {
+    const Tensor& t = ckpt_.tensors[i];
+    const uint32_t size = DtypeSize(t.dtype);
+    StoredRange one;
+    const std::span<const StoredRange> ranges = RangesOf(ckpt_, t, one);
+    for (const StoredRange& r : ranges) {
+      if (r.size % size != 0) {
+        notes.push_back("tensor \"" + t.name +
+                        "\" is stored in pieces of part elements: "
+                        "in tensors/ as .safetensors only, not widened to .npy");
+        return;
+      }
+    }
+    const uint64_t ino = b.AddFile(dir, leaf + ".npy", 0444);
+    b.node(ino).tensor = static_cast<int32_t>(i);
+    AppendNpyHeader(b, ino, Dtype::kF32, t.shape);
+    for (const StoredRange& r : ranges) {
+      const uint32_t phase = static_cast<uint32_t>(r.offset % size);
+      auto [it, added] = widened_.try_emplace(std::make_tuple(r.shard, t.dtype, phase), 0u);
+      if (added) {
+        auto source = std::make_unique<WidenedSource>(b.Source(r.shard), t.dtype, phase);
+        it->second = b.AddSource(std::move(source));
+      }
+      const auto& widened = static_cast<const WidenedSource&>(b.Source(it->second));
+      // Made bytes narrow no mode: the stored file's does.
+      b.NarrowMode(ino, r.shard);
+      b.AppendSource(ino, it->second, widened.WidenedOffset(r.offset), r.size / size * 4,
+                     /*tensor=*/true);
+    }
+  }
+
   // The .npy header of `t`: neighbours in name order mostly share dtype and shape, so the
   // last one is reused without making and hashing the header again.
-  void AppendNpyHeader(LayoutBuilder& b, uint64_t ino, const Tensor& t) {
-    if (last_npy_ && last_dtype_ == t.dtype && last_shape_ == t.shape) {
+  void AppendNpyHeader(LayoutBuilder& b, uint64_t ino, Dtype dtype,
+                       const std::vector<uint64_t>& shape) {
+    if (last_npy_ && last_dtype_ == dtype && last_shape_ == shape) {
       b.AppendSource(ino, last_npy_->source, last_npy_->source_offset, last_npy_->length);
       return;
     }
-    last_npy_ = b.AppendShared(ino, BuildNpyHeader(t.dtype, t.shape));
-    last_dtype_ = t.dtype;
-    last_shape_ = t.shape;
+    last_npy_ = b.AppendShared(ino, BuildNpyHeader(dtype, shape));
+    last_dtype_ = dtype;
+    last_shape_ = shape;
   }
 
   const Checkpoint& ckpt_;
   std::optional<Extent> last_npy_;
   Dtype last_dtype_ = Dtype::kU8;
   std::vector<uint64_t> last_shape_;
+  // The WidenedSource of each (stored file, dtype, phase) that has a widened tensor: a
+  // few per shard, however many tensors.
+  std::map<std::tuple<uint32_t, Dtype, uint32_t>, uint32_t> widened_;
 };
 
 }  // namespace
