@@ -10,6 +10,16 @@
 
 namespace ckptfs {
 
+namespace {
+
+// The kFiles entry of `dir` (named ".", complete), before its files sign it.
+RunEntry FilesEntry(const SourceDir& dir) {
+  RunEntry files = FilesEntry(dir);
+  return files;
+}
+
+}  // namespace
+
 // A diffusers pipeline (run_listing.h): DiffusionPipeline.save_pretrained writes
 // model_index.json ({"unet": ["diffusers", "UNet2DConditionModel"], ...}) and has each
 // component save_pretrained into the folder of its name; from_pretrained reads
@@ -22,11 +32,7 @@ Result<RunListing> ListPipeline(const SourceDir& dir) {
   run.pipeline = true;
   run.skipped = dir.left_out;
   TrainerStates ignored;
-  RunEntry files;
-  files.name = std::string(kPipelineFilesEntry);
-  files.kind = RunEntry::Kind::kFiles;
-  files.mode = dir.reach;
-  files.complete = true;
+  RunEntry files = FilesEntry(dir);
   for (const std::string& f : dir.files) CKPTFS_RETURN_IF_ERROR(AddListedFile(dir, f, files));
   for (const std::string& name : dir.dirs) {
     if (!IsPlainName(name)) {
@@ -76,12 +82,8 @@ Result<RunListing> ListModules(const SourceDir& dir) {
   run.modules = true;
   run.skipped = dir.left_out;
   TrainerStates ignored;
-  RunEntry top;
-  top.name = std::string(kPipelineFilesEntry);
-  top.kind = RunEntry::Kind::kFiles;
+  RunEntry top = FilesEntry(dir);
   top.views = true;
-  top.mode = dir.reach;
-  top.complete = true;
   for (const std::string& f : dir.files) CKPTFS_RETURN_IF_ERROR(AddListedFile(dir, f, top));
   for (const std::string& name : dir.dirs) {
     if (!IsPlainName(name)) continue;
@@ -113,11 +115,7 @@ Result<RunListing> ListModules(const SourceDir& dir) {
 // DeepSpeed's `latest`, logs. An entry's own files are shown under its name once it is
 // complete (never half-saved), so an entry of any completeness is left out here.
 Status AddTopFiles(const SourceDir& dir, RunListing& run) {
-  RunEntry top;
-  top.name = std::string(kPipelineFilesEntry);
-  top.kind = RunEntry::Kind::kFiles;
-  top.mode = dir.reach;
-  top.complete = true;
+  RunEntry top = FilesEntry(dir);
   std::set<std::string, std::less<>> entry_files, entry_dirs;
   for (const RunEntry& e : run.entries) {
     if (e.kind == RunEntry::Kind::kFile) entry_files.insert(e.name);
