@@ -14,7 +14,11 @@ namespace {
 
 // The kFiles entry of `dir` (named ".", complete), before its files sign it.
 RunEntry FilesEntry(const SourceDir& dir) {
-  RunEntry files = FilesEntry(dir);
+  RunEntry files;
+  files.name = std::string(kPipelineFilesEntry);
+  files.kind = RunEntry::Kind::kFiles;
+  files.mode = dir.reach;
+  files.complete = true;
   return files;
 }
 
