@@ -117,7 +117,8 @@ Result<RunListing> ListModules(const SourceDir& dir) {
 // Every top file that is no file entry, and every folder that is no directory entry: the
 // final model HF Trainer leaves at the top, a TF `checkpoint` state file and its prefixes,
 // DeepSpeed's `latest`, logs. An entry's own files are shown under its name once it is
-// complete (never half-saved), so an entry of any completeness is left out here.
+// complete (never half-saved), so an entry of any completeness is left out here, and so is
+// a folder whose name carries a step (StepInName) without being an entry.
 Status AddTopFiles(const SourceDir& dir, RunListing& run) {
   RunEntry top = FilesEntry(dir);
   std::set<std::string, std::less<>> entry_files, entry_dirs;
@@ -135,6 +136,9 @@ Status AddTopFiles(const SourceDir& dir, RunListing& run) {
   std::sort(top.hidden.begin(), top.hidden.end());
   for (const std::string& name : dir.dirs) {
     if (entry_dirs.count(name) || !IsPlainName(name)) continue;
+    // A folder named with a step that is no entry is a save in progress (`checkpoint-300/`
+    // holding config.json so far, Trainer's `tmp-checkpoint-300/`): never shown half-saved.
+    if (StepInName(name)) continue;
     if (top.folders.size() == kMaxModuleFolders) {
       run.skipped.push_back(JoinShown(dir.path, name) + "/: more than " +
                             std::to_string(kMaxModuleFolders) +

@@ -500,7 +500,11 @@ std::string RunTree::Best() const {
 }
 
 size_t RunTree::OpenVolumes() const {
-  std::vector<std::shared_ptr<Slot>> slots = ShownSlots();
+  std::vector<std::shared_ptr<Slot>> slots;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, id] : shown_) slots.push_back(slots_[id]);
+  }
   size_t open = 0;
   for (const auto& slot : slots) {
     std::lock_guard<std::mutex> lock(slot->mu);

@@ -207,14 +207,19 @@ TEST_F(BoundaryMountTest, FilesInAnOwnerOnlyDirectoryStayOwnerOnly) {
   // is no more open than in SOURCE.
   EXPECT_EQ(mode_of(run_mountpoint + "/checkpoint-1") & 077, 0u);
   EXPECT_EQ(mode_of(run_mountpoint + "/checkpoint-2") & 055, 055u);
-  for (const char* file : {"model.safetensors", "config.json"}) {
+  // The entry's own files (SOURCE's, at their paths) and its views (views/NAME/) alike.
+  for (const std::string file :
+       {"checkpoint-N/config.json", "checkpoint-N/" + std::string(kShard1),
+        "views/checkpoint-N/model.safetensors", "views/checkpoint-N/config.json"}) {
     SCOPED_TRACE(file);
-    const std::string closed = run_mountpoint + "/checkpoint-1/" + file;
+    const size_t n = file.find("-N/");
+    const std::string closed = run_mountpoint + "/" + std::string(file).replace(n, 2, "-1");
+    const std::string open = run_mountpoint + "/" + std::string(file).replace(n, 2, "-2");
     EXPECT_EQ(mode_of(closed) & 077, 0u);
-    EXPECT_EQ(mode_of(run_mountpoint + "/checkpoint-2/" + file) & 044, 044u);
+    EXPECT_EQ(mode_of(open) & 044, 044u);
     if (getuid() == 0) {
       EXPECT_NE(CatAsNobody(closed).exit_code, 0);
-      EXPECT_EQ(CatAsNobody(run_mountpoint + "/checkpoint-2/" + file).exit_code, 0);
+      EXPECT_EQ(CatAsNobody(open).exit_code, 0);
     }
   }
 }

@@ -83,8 +83,12 @@ TEST_F(DeepSpeedRunTest, SaveDirIsARunAndLatestFollowsItsLatestFile) {
   EXPECT_NE(mounted.out.find("2 checkpoint(s), latest global_step20"), std::string::npos)
       << mounted.out;
   EXPECT_EQ(LatestOnceItIs("global_step20"), "global_step20");
+  // SOURCE's own `latest` file is at its path (it wins over the run's symlink), as
+  // DeepSpeedEngine.load_checkpoint reads it; the tag's rank files are at theirs.
+  EXPECT_EQ(ReadTextFile(mountpoint_ + "/latest"), "global_step20");
+  EXPECT_TRUE(fs::is_regular_file(mountpoint_ + "/global_step10/mp_rank_00_model_states.pt"));
   RunCheck("check_deepspeed.py", {newer_, mountpoint_ + "/views/latest"});
-  RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/global_step10"});
+  RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/views/global_step10"});
   // The record wins over the highest step, and moves while mounted.
   WriteLatest(dir, "global_step10");
   EXPECT_EQ(LatestOnceItIs("global_step10"), "global_step10");
@@ -125,7 +129,7 @@ TEST_F(DeepSpeedRunTest, TagMissingARankFileShowsErrorAndLatestFallsBack) {
   ASSERT_FALSE(removed.empty());
   ASSERT_NO_FATAL_FAILURE(Mount(dir, mountpoint_));
   EXPECT_EQ(LatestOnceItIs("global_step10"), "global_step10");
-  const std::string error = ReadTextFile(mountpoint_ + "/global_step20/ERROR");
+  const std::string error = ReadTextFile(mountpoint_ + "/views/global_step20/ERROR");
   EXPECT_NE(error.find(removed), std::string::npos) << error;
   EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << error;
   RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/views/latest"});
@@ -169,7 +173,7 @@ TEST_F(DeepSpeedRunTest, SaveDirOverS3) {
       Mount(S3Server::Url("ds/"), mountpoint_, nullptr, server.ClientOptions()));
   EXPECT_EQ(LatestOnceItIs("global_step20"), "global_step20");
   RunCheck("check_deepspeed.py", {newer_, mountpoint_ + "/views/latest"});
-  RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/global_step10"});
+  RunCheck("check_deepspeed.py", {older_, mountpoint_ + "/views/global_step10"});
   for (const std::string& m : mounts_) EXPECT_TRUE(ForceUnmount(m));
 }
 

@@ -227,13 +227,15 @@ TEST_F(KerasMountTest, ADeepConfigIsOneEntrysErrorNotTheDaemonsCrash) {
   if (HasFailure()) return;
   const std::string mnt = MountFresh(out + "/run_deep");
   if (HasFatalFailure()) return;
-  const ProcessResult error = RunProcess({"cat", mnt + "/views/model_2.keras/ERROR"}, kCheckTimeout);
+  const ProcessResult error =
+      RunProcess({"cat", mnt + "/views/model_2.keras/ERROR"}, kCheckTimeout);
   EXPECT_EQ(error.exit_code, 0) << error.Describe();
   EXPECT_NE(error.out.find("model_2.keras:config.json: JSON nested deeper than 100 levels"),
             std::string::npos)
       << error.Describe();
   const ProcessResult good = RunProcess(
-      {"sh", "-c", "cat \"$1\"/model_1.keras/model.safetensors | wc -c", "sh", mnt}, kCheckTimeout);
+      {"sh", "-c", "cat \"$1\"/views/model_1.keras/model.safetensors | wc -c", "sh", mnt},
+      kCheckTimeout);
   EXPECT_EQ(good.exit_code, 0) << good.Describe();
   EXPECT_GT(std::stoull(good.out.empty() ? "0" : good.out), 1000u) << good.Describe();
 }
