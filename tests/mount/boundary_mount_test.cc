@@ -208,9 +208,10 @@ TEST_F(BoundaryMountTest, FilesInAnOwnerOnlyDirectoryStayOwnerOnly) {
   EXPECT_EQ(mode_of(run_mountpoint + "/checkpoint-1") & 077, 0u);
   EXPECT_EQ(mode_of(run_mountpoint + "/checkpoint-2") & 055, 055u);
   // The entry's own files (SOURCE's, at their paths) and its views (views/NAME/) alike.
-  for (const std::string file :
-       {"checkpoint-N/config.json", "checkpoint-N/" + std::string(kShard1),
-        "views/checkpoint-N/model.safetensors", "views/checkpoint-N/config.json"}) {
+  const std::vector<std::string> checked = {
+      "checkpoint-N/config.json", "checkpoint-N/" + std::string(kShard1),
+      "views/checkpoint-N/model.safetensors", "views/checkpoint-N/config.json"};
+  for (const std::string& file : checked) {
     SCOPED_TRACE(file);
     const size_t n = file.find("-N/");
     const std::string closed = run_mountpoint + "/" + std::string(file).replace(n, 2, "-1");
