@@ -503,7 +503,7 @@ size_t RunTree::OpenVolumes() const {
   std::vector<std::shared_ptr<Slot>> slots;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [name, id] : shown_) slots.push_back(slots_[id]);
+    for (const std::string& name : order_) slots.push_back(Shown(name));  // no top files
   }
   size_t open = 0;
   for (const auto& slot : slots) {

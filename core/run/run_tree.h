@@ -192,8 +192,8 @@ class RunTree {
   const std::string& pin() const { return options_.pin; }
   // What the last listing left out, one line each.
   std::vector<std::string> Skipped() const;
-  // Views' Volumes open now (an entry's own files are not counted), and the descriptors
-  // every open Volume holds (local stored files).
+  // Views' Volumes open now (an entry's own files and the top files are not counted), and
+  // the descriptors every open Volume holds (local stored files).
   size_t OpenVolumes() const;
   size_t HeldFiles() const { return held_files_.load(); }
   size_t max_held_files() const { return options_.max_held_files; }
