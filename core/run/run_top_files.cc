@@ -22,6 +22,17 @@ RunEntry FilesEntry(const SourceDir& dir) {
   return files;
 }
 
+// Subdirectory `name` of `dir`, or nullopt with a line in `skipped` when it does not open
+// (a link out of SOURCE); a failure that may pass (IsTransient) fails the listing.
+Result<std::optional<SourceDir>> OpenFolder(const SourceDir& dir, const std::string& name,
+                                            std::vector<std::string>& skipped) {
+  auto sub = dir.OpenDir(name);
+  if (sub.ok()) return std::optional<SourceDir>(std::move(sub).value());
+  if (IsTransient(sub.status())) return sub.status();
+  skipped.push_back(JoinShown(dir.path, EscapeControlChars(sub.status().message())));
+  return std::optional<SourceDir>();
+}
+
 }  // namespace
 
 // A diffusers pipeline (run_listing.h): DiffusionPipeline.save_pretrained writes
@@ -44,12 +55,8 @@ Result<RunListing> ListPipeline(const SourceDir& dir) {
                             "\" is not a plain name, skipped");
       continue;
     }
-    auto sub = dir.OpenDir(name);
-    if (!sub.ok()) {
-      if (IsTransient(sub.status())) return sub.status();
-      run.skipped.push_back(JoinShown(dir.path, EscapeControlChars(sub.status().message())));
-      continue;
-    }
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<SourceDir> sub, OpenFolder(dir, name, run.skipped));
+    if (!sub) continue;
     auto claim = TopClaim(*sub, nullptr);
     if (!claim.ok() && IsTransient(claim.status())) return claim.status();
     if (!claim.ok() || *claim) {
@@ -145,12 +152,8 @@ Status AddTopFiles(const SourceDir& dir, RunListing& run) {
                             " folders beside the entries, not shown");
       continue;
     }
-    auto sub = dir.OpenDir(name);
-    if (!sub.ok()) {
-      if (IsTransient(sub.status())) return sub.status();
-      run.skipped.push_back(JoinShown(dir.path, EscapeControlChars(sub.status().message())));
-      continue;
-    }
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<SourceDir> sub, OpenFolder(dir, name, run.skipped));
+    if (!sub) continue;
     top.folders.push_back(name);
     // Its files sign the entry: a rewritten file is a new slot, never mixed bytes.
     for (const std::string& f : sub->files) {
