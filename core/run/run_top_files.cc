@@ -33,6 +33,20 @@ Result<std::optional<SourceDir>> OpenFolder(const SourceDir& dir, const std::str
   return std::optional<SourceDir>();
 }
 
+// Whether folder `name` of `dir` (opened as `sub`) holds weights, or a refusal of them for
+// its ERROR file: then it is a component, added to `run` (DirectoryEntry). A failure that
+// may pass (IsTransient) fails the listing.
+Result<bool> AddComponent(const SourceDir& dir, const SourceDir& sub, const std::string& name,
+                          RunListing& run) {
+  auto claim = TopClaim(sub, nullptr);
+  if (!claim.ok() && IsTransient(claim.status())) return claim.status();
+  if (claim.ok() && !*claim) return false;
+  TrainerStates ignored;
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<RunEntry> entry,
+                          DirectoryEntry(dir, name, run.skipped, ignored));
+  if (entry) run.entries.push_back(std::move(*entry));
+  return true;
+}
 }  // namespace
 
 // A diffusers pipeline (run_listing.h): DiffusionPipeline.save_pretrained writes
@@ -46,7 +60,6 @@ Result<RunListing> ListPipeline(const SourceDir& dir) {
   RunListing run;
   run.pipeline = true;
   run.skipped = dir.left_out;
-  TrainerStates ignored;
   RunEntry files = FilesEntry(dir);
   for (const std::string& f : dir.files) CKPTFS_RETURN_IF_ERROR(AddListedFile(dir, f, files));
   for (const std::string& name : dir.dirs) {
@@ -57,15 +70,8 @@ Result<RunListing> ListPipeline(const SourceDir& dir) {
     }
     CKPTFS_ASSIGN_OR_RETURN(std::optional<SourceDir> sub, OpenFolder(dir, name, run.skipped));
     if (!sub) continue;
-    auto claim = TopClaim(*sub, nullptr);
-    if (!claim.ok() && IsTransient(claim.status())) return claim.status();
-    if (!claim.ok() || *claim) {
-      // Weights (or a refusal of them, for its ERROR file): a component.
-      CKPTFS_ASSIGN_OR_RETURN(std::optional<RunEntry> entry,
-                              DirectoryEntry(dir, name, run.skipped, ignored));
-      if (entry) run.entries.push_back(std::move(*entry));
-      continue;
-    }
+    CKPTFS_ASSIGN_OR_RETURN(const bool component, AddComponent(dir, *sub, name, run));
+    if (component) continue;
     if (files.folders.size() == kMaxModuleFolders) {
       run.skipped.push_back(JoinShown(dir.path, name) + "/: more than " +
                             std::to_string(kMaxModuleFolders) +
@@ -92,7 +98,6 @@ Result<RunListing> ListModules(const SourceDir& dir) {
   run.pipeline = true;
   run.modules = true;
   run.skipped = dir.left_out;
-  TrainerStates ignored;
   RunEntry top = FilesEntry(dir);
   top.views = true;
   for (const std::string& f : dir.files) CKPTFS_RETURN_IF_ERROR(AddListedFile(dir, f, top));
@@ -103,14 +108,8 @@ Result<RunListing> ListModules(const SourceDir& dir) {
       if (IsTransient(sub.status())) return sub.status();
       continue;  // the top checkpoint's module folders say it, if modules.json names it
     }
-    auto claim = TopClaim(*sub, nullptr);
-    if (!claim.ok() && IsTransient(claim.status())) return claim.status();
-    if (!claim.ok() || *claim) {
-      CKPTFS_ASSIGN_OR_RETURN(std::optional<RunEntry> entry,
-                              DirectoryEntry(dir, name, run.skipped, ignored));
-      if (entry) run.entries.push_back(std::move(*entry));
-      continue;
-    }
+    CKPTFS_ASSIGN_OR_RETURN(const bool component, AddComponent(dir, *sub, name, run));
+    if (component) continue;
     for (const std::string& f : sub->files) {
       CKPTFS_RETURN_IF_ERROR(AddListedFile(*sub, f, top, name + "/"));
     }
