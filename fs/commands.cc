@@ -139,6 +139,12 @@ nlohmann::json ModelJson(const Checkpoint& ckpt) {
           {"tensor_count", m.tensors}};
 }
 
+// SOURCE as messages name it: an hf:// one with the commit its revision was resolved to
+// (the checkpoint's source_path), so what was mounted can be told after a branch moves.
+std::string SourceShown(const std::string& source, const Checkpoint& ckpt) {
+  return source.rfind("hf://", 0) == 0 ? ckpt.source_path : source;
+}
+
 nlohmann::json ZipCrcInspectJson(const ZipCrcStatus& crcs) {
   const char* state = crcs.state == ZipCrcStatus::State::kKnown     ? "known"
                       : crcs.state == ZipCrcStatus::State::kPending ? "pending"
@@ -183,7 +189,7 @@ nlohmann::json InspectJson(const std::string& source, const Checkpoint& ckpt,
   }
   json metadata = json::object();
   for (const auto& [k, v] : ckpt.metadata) metadata[k] = v;
-  json out = {{"source", source},
+  json out = {{"source", SourceShown(source, ckpt)},
               {"format", std::string(FormatOf(ckpt.format).name)},
               {"index", ckpt.index.empty() ? json(nullptr) : json(ckpt.index[0].name)},
               {"shards", shards},
@@ -222,7 +228,7 @@ void PrintShardLine(const StoredFile& s) {
 
 void PrintInspectTable(const std::string& source, const Checkpoint& ckpt,
                        const ZipCrcStatus& crcs) {
-  std::printf("source   %s\n", Shown(source).c_str());
+  std::printf("source   %s\n", Shown(SourceShown(source, ckpt)).c_str());
   std::printf("format   %s\n", std::string(FormatOf(ckpt.format).name).c_str());
   std::printf("index    %s\n",
               ckpt.index.empty() ? "(single file)" : Shown(ckpt.index[0].name).c_str());
@@ -430,7 +436,7 @@ std::string MountSummary(const Volume& volume, const std::string& source,
                          const std::string& log) {
   const Checkpoint& ckpt = volume.checkpoint();
   std::vector<std::string> lines = {
-      "ckptfs: mounted " + source + " at " + mountpoint + " (read-only)",
+      "ckptfs: mounted " + SourceShown(source, ckpt) + " at " + mountpoint + " (read-only)",
       "  format   " + FormatLine(ckpt),
       "  tensors  " + std::to_string(ckpt.tensors.size()) + ", " +
           HumanBytes(ckpt.TotalTensorBytes()),
@@ -449,7 +455,7 @@ std::string MountSummary(const Volume& volume, const std::string& source,
 std::string MountLogLine(const Volume& volume, const std::string& source,
                          const std::string& mountpoint, const std::string& disk_cache) {
   const Checkpoint& ckpt = volume.checkpoint();
-  return "mounted " + source + " at " + mountpoint + ": " + FormatLine(ckpt) + "; " +
+  return "mounted " + SourceShown(source, ckpt) + " at " + mountpoint + ": " + FormatLine(ckpt) + "; " +
          std::to_string(ckpt.tensors.size()) + " tensors, " + HumanBytes(ckpt.TotalTensorBytes()) +
          "; views " + ViewNames(volume) + "; cache " + CacheLine(volume, disk_cache);
 }

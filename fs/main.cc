@@ -81,8 +81,9 @@ struct RemoteArgs {
                     "fails with EIO, an mmap fault's too (default 30)")
         ->check(CLI::Range(0.1, 3600.0));
     cmd->add_option("--endpoint", options.s3.endpoint,
-                    "S3-compatible store for s3:// sources (e.g. http://127.0.0.1:9000); "
-                    "default AWS, or AWS_ENDPOINT_URL");
+                    "S3-compatible store for s3:// sources (e.g. http://127.0.0.1:9000; "
+                    "default AWS, or AWS_ENDPOINT_URL), or the Hub for hf:// sources (default "
+                    "HF_ENDPOINT, or https://huggingface.co)");
     cmd->add_option("--region", options.s3.region,
                     "S3 region (default AWS_REGION, AWS_DEFAULT_REGION, the profile's, us-east-1)");
     cmd->add_option("--addressing", addressing,
@@ -111,6 +112,8 @@ struct RemoteArgs {
       return false;
     }
     options.http.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    // One --endpoint: the source's kind says which store it names.
+    options.hub.endpoint = options.s3.endpoint;
     options.s3.addressing = addressing == "path"      ? Addressing::kPath
                             : addressing == "virtual" ? Addressing::kVirtualHost
                                                       : Addressing::kAuto;
@@ -412,7 +415,8 @@ int main(int argc, char** argv) {
   mount
       ->add_option("SOURCE", source,
                    "checkpoint directory (index + shards), one .safetensors/.bin/.pt file, or an "
-                   "http(s):// or s3:// URL of either; or a training-run directory of checkpoints "
+                   "http(s)://, s3:// or hf://ORG/NAME[@REV][/PATH] URL of either; or a "
+                   "training-run directory of checkpoints "
                    "(one directory each, plus latest and best)")
       ->required();
   mount->add_option("MOUNTPOINT", mountpoint, "an existing empty directory outside SOURCE")
@@ -551,6 +555,9 @@ int main(int argc, char** argv) {
       "credentials (else AWS_PROFILE's in ~/.aws)\n"
       "  AWS_REGION            region of s3:// sources (else AWS_DEFAULT_REGION, the profile's)\n"
       "  AWS_ENDPOINT_URL      S3-compatible endpoint when --endpoint is not given\n"
+      "  HF_TOKEN              token for hf:// sources (else the file HF_TOKEN_PATH names, "
+      "else $HF_HOME/token, ~/.cache/huggingface/token)\n"
+      "  HF_ENDPOINT           the Hub for hf:// sources when --endpoint is not given\n"
       "  XDG_CACHE_HOME        where zip CRC sidecars go without --cache-dir (~/.cache)\n"
       "  XDG_STATE_HOME        where the daemon logs without syslog (~/.local/state)\n"
       "\n"

@@ -4,6 +4,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -32,6 +33,8 @@ struct Transfer {
   bool had_content_range = false;
   int64_t content_length = -1;  // -1: not said
   std::string location;         // a 3xx's Location, without credentials
+  // Every header of the final answer, when the caller wants them (HttpGet, HttpHead).
+  std::vector<std::pair<std::string, std::string>>* headers = nullptr;
 };
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
@@ -72,7 +75,19 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
     t->last_modified.clear();
     t->content_range.clear();
     t->had_content_range = false;
-  } else if (is("content-range:")) {
+    if (t->headers != nullptr) t->headers->clear();
+    return line.size();
+  }
+  // Every header, for callers that read more than the validators (the Hub's X-* ones).
+  const size_t colon = line.find(':');
+  if (t->headers != nullptr && colon < HttpResponse::kMaxHeaderBytes &&
+      t->headers->size() < HttpResponse::kMaxHeaders) {
+    std::string name(line.substr(0, colon));
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string value = HeaderValue(line.substr(0, HttpResponse::kMaxHeaderBytes), colon + 1);
+    t->headers->emplace_back(std::move(name), std::move(value));
+  }
+  if (is("content-range:")) {
     // Two of them is an answer with no one meaning: kept as unparseable.
     t->content_range = t->had_content_range ? "(several)" : HeaderValue(line, 14);
     t->had_content_range = true;
@@ -361,6 +376,11 @@ CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
     // signs anyway. A redirect is an error.
     curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
   }
+  // A bearer token goes to the URL asked for and nowhere else: no redirect is followed
+  // (the hf:// source reads the Location and follows it without the token).
+  if (!options.bearer.empty() || !options.follow_redirects) {
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
+  }
   if (!request.range.empty()) {
     curl_easy_setopt(curl, CURLOPT_RANGE, request.range.c_str());
   } else if (!request.whole) {
@@ -369,6 +389,11 @@ CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
   curl_slist* headers = nullptr;
   if (!request.extra_header.empty()) {
     headers = curl_slist_append(headers, request.extra_header.c_str());
+  }
+  std::string bearer_header;
+  if (!options.bearer.empty()) {
+    bearer_header = "Authorization: Bearer " + options.bearer;
+    headers = curl_slist_append(headers, bearer_header.c_str());
   }
   std::string sigv4_provider, token_header;
   if (!aws.access_key.empty()) {
@@ -399,6 +424,7 @@ CURLcode Perform(CURL* curl, const Request& request, const HttpOptions& options,
   }
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, nullptr);
   curl_slist_free_all(headers);
+  std::fill(bearer_header.begin(), bearer_header.end(), '\0');
   // The handle goes back to a pool: leave no secret in it.
   curl_easy_setopt(curl, CURLOPT_USERNAME, nullptr);
   curl_easy_setopt(curl, CURLOPT_PASSWORD, nullptr);
@@ -527,8 +553,11 @@ std::string HttpSource::Identity() const {
          std::to_string(size_);
 }
 
-Result<HttpResponse> HttpGet(const std::string& url, const std::string& name,
-                             const HttpOptions& options, uint64_t max_bytes) {
+namespace {
+
+// HttpGet and HttpHead.
+Result<HttpResponse> Ask(const std::string& url, const std::string& name,
+                         const HttpOptions& options, uint64_t max_bytes, bool head) {
   GlobalInit();
   const auto start = Clock::now();
   const auto deadline = WithOpenDeadline(start + options.timeout, options);
@@ -542,9 +571,10 @@ Result<HttpResponse> HttpGet(const std::string& url, const std::string& name,
     Transfer t;
     t.grow = &response.body;
     t.capacity = max_bytes;
+    t.headers = &response.headers;
     Request get;
     get.url = &url;
-    get.whole = true;
+    get.whole = !head;
     const auto budget = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (budget.count() <= 0) {
       return Status::IoError(name + ": " + RedactedUrl(url) + ": no answer in time" +
@@ -567,6 +597,25 @@ Result<HttpResponse> HttpGet(const std::string& url, const std::string& name,
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(2000));
   }
+}
+
+}  // namespace
+
+std::string HttpResponse::Header(std::string_view lower_name) const {
+  for (const auto& [name, value] : headers) {
+    if (name == lower_name) return value;
+  }
+  return "";
+}
+
+Result<HttpResponse> HttpGet(const std::string& url, const std::string& name,
+                             const HttpOptions& options, uint64_t max_bytes) {
+  return Ask(url, name, options, max_bytes, /*head=*/false);
+}
+
+Result<HttpResponse> HttpHead(const std::string& url, const std::string& name,
+                              const HttpOptions& options) {
+  return Ask(url, name, options, 0, /*head=*/true);
 }
 
 namespace {

@@ -33,7 +33,8 @@
 //
 // Redirects. Signed requests (S3 with credentials) are never redirected: libcurl would
 // send the session token and x-amz-* headers to wherever the Location points. A 3xx is
-// then an error naming where it pointed. Unsigned requests follow up to 5 redirects,
+// then an error naming where it pointed. Requests carrying a bearer token (the Hub) are
+// not redirected either: the caller reads the Location (HttpHead) and decides. Unsigned requests follow up to 5 redirects,
 // only to http(s) (to https only from an https URL); libcurl sends a URL's
 // credentials only to the host and port it was given for (CURLOPT_UNRESTRICTED_AUTH
 // off), and the only other headers sent are If-Match / If-Unmodified-Since.
@@ -96,11 +97,18 @@ struct ContentRange {
 // inside); nullopt otherwise, "*" for the total or the range included.
 std::optional<ContentRange> ParseContentRange(std::string_view value);
 
-// A whole small answer: its status and body.
+// A whole small answer: its status, headers and body.
 struct HttpResponse {
   long status = 0;
   std::string body;
   std::string location;  // where a 3xx that was not followed pointed, without credentials
+  // The final answer's headers, names in lower case, values trimmed, in order (at most
+  // kMaxHeaders, each cut at kMaxHeaderBytes: a server cannot grow them without bound).
+  std::vector<std::pair<std::string, std::string>> headers;
+  static constexpr size_t kMaxHeaders = 64;
+  static constexpr size_t kMaxHeaderBytes = 8192;
+  // The first value of header `lower_name`, or empty.
+  std::string Header(std::string_view lower_name) const;
 };
 
 // GETs all of `url` (a listing, an error document) with `options` (signed if they say
@@ -110,6 +118,9 @@ struct HttpResponse {
 // server cannot be reached, keeps failing, or sends more than `max_bytes`.
 Result<HttpResponse> HttpGet(const std::string& url, const std::string& name,
                              const HttpOptions& options, uint64_t max_bytes);
+// HttpGet's HEAD: the status and headers, no body.
+Result<HttpResponse> HttpHead(const std::string& url, const std::string& name,
+                              const HttpOptions& options);
 
 class HttpSource final : public ByteSource {
  public:

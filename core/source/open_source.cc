@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include "core/source/hf_hub.h"
 #include "core/source/local_dir.h"
 #include "core/source/remote_dir.h"
 #include "core/source/s3.h"
@@ -19,6 +20,7 @@ Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
   if (IsUrl(source)) {
     CKPTFS_RETURN_IF_ERROR(OpenDiskCache(remote, codec));
     if (IsS3Url(source)) return S3Dir(source, remote, codec);
+    if (IsHfUrl(source)) return HfDir(source, remote, codec);
     return HttpDir(source, remote.http, codec, probe.names);
   }
   struct stat st;

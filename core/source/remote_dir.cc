@@ -313,7 +313,8 @@ std::optional<HttpListing> ParseAutoindexJson(std::string_view body) {
 }
 
 bool IsUrl(std::string_view path) {
-  return path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0 || IsS3Url(path);
+  return path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0 || IsS3Url(path) ||
+         path.rfind("hf://", 0) == 0;
 }
 
 Status OpenDiskCache(const RemoteOptions& remote, ReadContext& codec) {

@@ -29,7 +29,7 @@ struct HttpListing {
 };
 std::optional<HttpListing> ParseAutoindexJson(std::string_view body);
 
-// An http(s):// or s3:// SOURCE.
+// An http(s)://, s3:// or hf:// SOURCE (hf:// is opened by core/source/hf_hub.h).
 bool IsUrl(std::string_view path);
 
 // Opens the disk cache every remote source of this mount shares (--cache-dir), once.

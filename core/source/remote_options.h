@@ -1,4 +1,4 @@
-// What a user says about remote sources (http(s):// and s3:// URLs): timeouts, the S3
+// What a user says about remote sources (http(s)://, s3:// and hf:// URLs): timeouts, the S3
 // endpoint and addressing, and the disk cache of fetched bytes. Plain values, no
 // behaviour: the CLI fills them and the opener hands them to the sources it makes.
 // Credentials are not filled by the CLI: S3 ones come from the environment and ~/.aws
@@ -33,6 +33,14 @@ struct HttpOptions {
   // has the say. A secret: never print it.
   std::string password;
   AwsSigning sigv4;  // S3 objects: every request signed for service "s3"
+  // A Hugging Face token (hf:// sources), sent as `Authorization: Bearer ...`. A request
+  // carrying it never follows a redirect (the Hub redirects weights to a CDN, which must
+  // never see it): the hf:// source follows the ones it means to itself. A secret: never
+  // print it.
+  std::string bearer;
+  // False: a 3xx is the answer (HttpResponse::location), never followed. The hf:// source
+  // follows the Hub's redirects itself, knowing which carry its token.
+  bool follow_redirects = true;
 };
 
 struct S3Options {
@@ -48,9 +56,17 @@ struct S3Options {
   Addressing addressing = Addressing::kAuto;
 };
 
+// hf:// sources (core/source/hf_hub.h). The token is not here: it comes from HF_TOKEN or
+// the token file when a source is opened, as huggingface_hub finds it.
+struct HubOptions {
+  // The Hub's base URL; empty: HF_ENDPOINT, else https://huggingface.co.
+  std::string endpoint;
+};
+
 struct RemoteOptions {
   HttpOptions http;
   S3Options s3;
+  HubOptions hub;
   // Where fetched bytes are kept across mounts; empty: no disk cache.
   std::string cache_dir;
   uint64_t cache_dir_bytes = uint64_t{10} << 30;
