@@ -37,6 +37,7 @@ import re
 import signal
 import threading
 import time
+import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -259,6 +260,11 @@ class WanHandler(BaseHTTPRequestHandler):
             self.route(head)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except Exception:  # a bug or a malformed query: a 500 and a traceback, not a hang
+            traceback.print_exc()
+            self.close_connection = True
+            self.reply(500, [("Content-Type", "text/plain"), ("Connection", "close")],
+                       "Internal Server Error\n")
 
     def route(self, head):
         raise NotImplementedError
