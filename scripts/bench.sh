@@ -2,7 +2,7 @@
 # ckptfs benchmark: every contender side by side in ONE run, ratios first.
 #
 #   scripts/bench.sh [--size 2G] [--workdir DIR] [--reps N] [--keep] [--no-build]
-#                    [--level N] [--frame-size SIZE] [--sections plain,mmap,many,gpu,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque]
+#                    [--level N] [--frame-size SIZE] [--sections plain,mmap,many,gpu,mount,zstd,torch,remote,wan,tf,run,deepspeed,dcp,keras,opaque]
 #                    [SECTION...]
 #
 # What it measures (docs/benchmarks.md, "Reading the figures"):
@@ -71,6 +71,22 @@
 #         unmount, drop_caches, mount again with the same dir, read it again:
 #         bytes the server sent during the second read (nginx log and
 #         stats.json), target 0, and its time.
+#   * wan: remote reads over a loopback link with a first-byte latency and a rate per
+#     connection (scripts/wan_server.py: a token bucket on every byte of every reply), in
+#     two profiles, "object-store" (40 ms, 10 MB/s a connection) and "CDN" (15 ms,
+#     40 MB/s); --size / 8 of F32 (256 MiB at 2G) in 4 shards of 4 MiB tensors
+#     (WORKDIR/bench-wan-f32-*). Contenders, each on a fresh mount or process,
+#     interleaved, median of --reps MB/s: ckptfs (`cat` of MNT/model.safetensors over
+#     http://; a safetensors-style mmap loader copying each tensor out in file order,
+#     scripts/bench/mmap_read.py --tensors), one `curl` (the 4 shards on one
+#     connection), `aria2c -x16 -s16 -k1M -j4` (the 4 shards at once, to files) and
+#     `rclone mount` of the server's S3 listener (cat of the 4 shards); bytes the
+#     server sent per byte read (its --log); ckptfs's first tensor (a pread of it
+#     after a fresh mount); then, object-store only, a second mount with the same
+#     --cache-dir (bytes sent during its read, target 0) and two mounts at once
+#     sharing a fresh --cache-dir (both read right; bytes sent twice, target 0).
+#     Targets (object-store): cat >= 0.9x aria2c and >= 8x curl, mmap >= 0.8x cat,
+#     first 4 MiB tensor <= 2 x (latency + size / rate), fetched <= 1.1x read.
 #   * opaque: warm `ckptfs mount` time and the daemon's VmHWM for a torch.save of
 #     20000 tensors inside Python objects (class instances, numpy arrays at protocol
 #     4, beside a Namespace and RNG states) against a plain state dict of as many
@@ -120,7 +136,7 @@
 #     warm) and the daemon's RSS, then sequential read of MNT/model.safetensors of each vs
 #     `cat` of the .weights.h5, cold and warm, interleaved, median of --reps.
 #   --sections (or bare section names: `bench.sh remote`) picks a subset
-#   (default all thirteen, in one run); --level defaults to 3, --frame-size to
+#   (default all fifteen, in one run); --level defaults to 3, --frame-size to
 #   pack's own default.
 # Targets are printed next to the figures as PASS/MISS. A MISS does not fail the
 # script; a contender that cannot run does (exit 1).
@@ -180,7 +196,7 @@ HDR_SHARDS=2000
 HDR_TENSORS=200000
 LEVEL=3
 FRAME=''            # --frame-size for ckptfs pack; '' = its default
-SECTIONS=plain,mmap,many,gpu,mount,zstd,torch,remote,tf,run,deepspeed,dcp,keras,opaque
+SECTIONS=plain,mmap,many,gpu,mount,zstd,torch,remote,wan,tf,run,deepspeed,dcp,keras,opaque
 RSS_CACHE=256M      # --cache-size for the peak RSS measurement
 RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
 RANDOM_TENSORS=32
@@ -201,8 +217,8 @@ BENCH_LIB=$REPO/scripts/bench
 # shellcheck source=scripts/bench/lib.sh
 . "$BENCH_LIB/lib.sh"
 # sections in the order they run, and the order their tables are printed in
-RUN_ORDER=(plain mmap many gpu mount zstd torch remote tf run deepspeed dcp keras opaque)
-REPORT_ORDER=(plain mmap many gpu mount zstd torch remote tf opaque run deepspeed dcp keras)
+RUN_ORDER=(plain mmap many gpu mount zstd torch remote wan tf run deepspeed dcp keras opaque)
+REPORT_ORDER=(plain mmap many gpu mount zstd torch remote wan tf opaque run deepspeed dcp keras)
 # shellcheck source=scripts/bench/plain.sh
 . "$BENCH_LIB/plain.sh"
 # shellcheck source=scripts/bench/mount.sh
@@ -213,6 +229,8 @@ REPORT_ORDER=(plain mmap many gpu mount zstd torch remote tf opaque run deepspee
 . "$BENCH_LIB/torch.sh"
 # shellcheck source=scripts/bench/remote.sh
 . "$BENCH_LIB/remote.sh"
+# shellcheck source=scripts/bench/wan.sh
+. "$BENCH_LIB/wan.sh"
 # shellcheck source=scripts/bench/tf.sh
 . "$BENCH_LIB/tf.sh"
 # shellcheck source=scripts/bench/run.sh
@@ -248,6 +266,7 @@ cleanup() {
   set +e
   for mnt in "${!MOUNT_PID[@]}"; do unmount_one "$mnt" || { left=1; log "could not unmount $mnt"; }; done
   nginx_stop   # after the mounts that talk to it, before the scratch dir holding its config
+  wan_stop
   # scratch (passthrough_ll build, daemon and build logs, mountpoints): removed
   # on success, kept after a failure for a look at its logs/
   if [[ -n $SCRATCH && -d $SCRATCH ]]; then
@@ -286,7 +305,7 @@ while (($#)); do
     --frame-size=*) FRAME=${1#*=}; shift ;;
     --sections) SECTIONS=${2:?--sections needs a value}; shift 2 ;;
     --sections=*) SECTIONS=${1#*=}; shift ;;
-    plain|mmap|many|gpu|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque) BARE_SECTIONS+=("$1"); shift ;;
+    plain|mmap|many|gpu|mount|zstd|torch|remote|wan|tf|run|deepspeed|dcp|keras|opaque) BARE_SECTIONS+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; printf '%s: error: unknown argument %s\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
@@ -297,8 +316,8 @@ size_to_bytes "$SIZE" >/dev/null   # validate
   { echo "$PROG: error: --level must be 1..19" >&2; exit 2; }
 [[ -z $FRAME ]] || size_to_bytes "$FRAME" >/dev/null
 ((${#BARE_SECTIONS[@]})) && SECTIONS=$(IFS=,; echo "${BARE_SECTIONS[*]}")
-[[ ,$SECTIONS, =~ ^(,(plain|mmap|many|gpu|mount|zstd|torch|remote|tf|run|deepspeed|dcp|keras|opaque))+,$ ]] ||
-  { echo "$PROG: error: --sections takes a comma list of plain, mmap, many, gpu, mount, zstd, torch, remote, tf, run, deepspeed, dcp, keras, opaque" >&2; exit 2; }
+[[ ,$SECTIONS, =~ ^(,(plain|mmap|many|gpu|mount|zstd|torch|remote|wan|tf|run|deepspeed|dcp|keras|opaque))+,$ ]] ||
+  { echo "$PROG: error: --sections takes a comma list of plain, mmap, many, gpu, mount, zstd, torch, remote, wan, tf, run, deepspeed, dcp, keras, opaque" >&2; exit 2; }
 section() { [[ ,$SECTIONS, == *,$1,* ]]; }
 mkdir -p -- "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
@@ -321,6 +340,7 @@ ensure_packages() {
   if section many; then need+=([zstd]=zstd); fi
   if section mmap || section many || section gpu; then need+=([fincore]=util-linux); fi
   if section remote; then need+=([curl]=curl); fi
+  if section wan; then need+=([curl]=curl [aria2c]=aria2 [rclone]=rclone [fusermount3]=fuse3 [md5sum]=coreutils); fi
   local missing=() c
   for c in "${!need[@]}"; do command -v "$c" >/dev/null 2>&1 || missing+=("${need[$c]}"); done
   if section plain; then
@@ -338,7 +358,7 @@ ensure_packages() {
   if section zstd || section dcp; then "$PY" -c 'import torch' 2>/dev/null || missing+=(python3-torch); fi
   if section keras; then "$PY" -c 'import h5py' 2>/dev/null || missing+=(python3-h5py); fi
   if section plain || section mmap || section many || section gpu || section zstd || section torch ||
-    section remote; then
+    section remote || section wan; then
     "$PY" -c 'import numpy' 2>/dev/null || missing+=(python3-numpy)
   fi
   if section remote; then [[ -x $NGINX ]] || missing+=(nginx-light); fi

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 # man to render the man page, zsh for its completion)
 # and their servers (nginx, s3rver).
 ensure_packages "${CKPTFS_BUILD_PACKAGES[@]}" libgtest-dev googletest \
-  python3-numpy python3-h5py python3-zstandard python3-torch nginx-light zstd unzip rsync man-db zsh
+  python3-numpy python3-h5py python3-zstandard python3-torch nginx-light curl zstd unzip rsync man-db zsh
 ensure_s3rver
 # Warnings are errors here: a fresh build prints none, and CI keeps it so.
 scripts/setup.sh build -DCKPTFS_BUILD_TESTS=ON -DCKPTFS_WERROR=ON
