@@ -455,9 +455,10 @@ std::string MountSummary(const Volume& volume, const std::string& source,
 std::string MountLogLine(const Volume& volume, const std::string& source,
                          const std::string& mountpoint, const std::string& disk_cache) {
   const Checkpoint& ckpt = volume.checkpoint();
-  return "mounted " + SourceShown(source, ckpt) + " at " + mountpoint + ": " + FormatLine(ckpt) + "; " +
-         std::to_string(ckpt.tensors.size()) + " tensors, " + HumanBytes(ckpt.TotalTensorBytes()) +
-         "; views " + ViewNames(volume) + "; cache " + CacheLine(volume, disk_cache);
+  return "mounted " + SourceShown(source, ckpt) + " at " + mountpoint + ": " + FormatLine(ckpt) +
+         "; " + std::to_string(ckpt.tensors.size()) + " tensors, " +
+         HumanBytes(ckpt.TotalTensorBytes()) + "; views " + ViewNames(volume) + "; cache " +
+         CacheLine(volume, disk_cache);
 }
 
 std::string RunLogLine(const RunTree& run, const std::string& mountpoint) {

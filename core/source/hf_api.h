@@ -54,7 +54,7 @@ struct HfApi {
   Status Error(const HttpResponse& response, const std::string& what) const;
   // GET (or HEAD) of `url` on the endpoint, following relative redirects there (a renamed
   // repo; _httpx_follow_relative_redirects), up to 5; any other answer is returned.
-  Result<HttpResponse> Ask(std::string url, bool head) const;
+  Result<HttpResponse> Ask(std::string target, bool head) const;
   // Whether `url` is on the endpoint's own scheme, host and port (the token may go there).
   bool OnEndpoint(const std::string& url) const;
 };

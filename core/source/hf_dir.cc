@@ -105,7 +105,8 @@ class HfObject final : public ByteSource {
     if (const std::string size = head.Header("x-linked-size");
         !size.empty() && size != std::to_string(file_.size)) {
       return Status::Corruption(name_ + ": the Hub says " + size.substr(0, 40) +
-                                " bytes (X-Linked-Size), its listing " + std::to_string(file_.size));
+                                " bytes (X-Linked-Size), its listing " +
+                                std::to_string(file_.size));
     }
     // Elsewhere (the CDN): never the token, and its own redirects followed.
     HttpOptions cdn = api_->http;
@@ -141,8 +142,9 @@ Folders ToFolders(HfTree tree) {
   folders[""];
   auto parent_of = [](const std::string& path) {
     const size_t slash = path.rfind('/');
-    return slash == std::string::npos ? std::make_pair(std::string(), path)
-                                      : std::make_pair(path.substr(0, slash), path.substr(slash + 1));
+    return slash == std::string::npos
+               ? std::make_pair(std::string(), path)
+               : std::make_pair(path.substr(0, slash), path.substr(slash + 1));
   };
   // Every folder on the way to a listed one exists, listed or not.
   auto add_dir = [&](std::string path) {
@@ -193,8 +195,10 @@ SourceDir FolderDir(std::shared_ptr<const Repo> repo, const std::string& path, R
   dir.open = [repo, path, &codec](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     const Folder& f = repo->folders.at(path);
     auto it = f.files.find(name);
-    if (it == f.files.end()) return Status::NotFound(name + ": not in " + repo->api->url.Shown(repo->sha));
-    auto object = std::make_unique<HfObject>(repo->api, repo->sha, it->second, name, repo->modified);
+    if (it == f.files.end())
+      return Status::NotFound(name + ": not in " + repo->api->url.Shown(repo->sha));
+    auto object =
+        std::make_unique<HfObject>(repo->api, repo->sha, it->second, name, repo->modified);
     std::string identity = object->Identity();
     const auto timeout = repo->api->http.timeout;
     // The identity names these bytes for good (the commit's): the disk cache may keep them.

@@ -128,12 +128,14 @@ Status AddTreePage(const std::string& body, const std::string& shown, HfTree& tr
   const nlohmann::json items = nlohmann::json::parse(
       body, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) { return depth <= 3; },
       /*allow_exceptions=*/false);
-  if (!items.is_array()) return Status::Corruption(shown + ": the Hub's tree listing is no JSON list");
+  if (!items.is_array())
+    return Status::Corruption(shown + ": the Hub's tree listing is no JSON list");
   for (const nlohmann::json& item : items) {
     const auto type = item.is_object() ? item.find("type") : item.end();
     const auto path = item.is_object() ? item.find("path") : item.end();
     if (type == item.end() || path == item.end() || !type->is_string() || !path->is_string()) {
-      return Status::Corruption(shown + ": the Hub's tree listing has an entry without type or path");
+      return Status::Corruption(shown +
+                                ": the Hub's tree listing has an entry without type or path");
     }
     const std::string p = path->get<std::string>();
     if (!IsPlainPath(p)) {
@@ -211,7 +213,8 @@ Result<HfUrl> ParseHfUrl(std::string_view source) {
   url.revision = "main";
   if (!rest.empty() && rest.front() == '@') {
     const size_t rev_end = rest.find('/');
-    const auto revision = Decode(rest.substr(1, rev_end == std::string_view::npos ? rev_end : rev_end - 1));
+    const auto revision =
+        Decode(rest.substr(1, rev_end == std::string_view::npos ? rev_end : rev_end - 1));
     if (!revision || revision->empty() || revision->size() > 255 ||
         !std::all_of(revision->begin(), revision->end(),
                      [](char c) { return c > 0x20 && c < 0x7f; })) {
@@ -286,17 +289,17 @@ std::string HfApi::ResolveUrl(const std::string& sha, const std::string& path) c
   return resolve;
 }
 
-Result<HttpResponse> HfApi::Ask(std::string url, bool head) const {
+Result<HttpResponse> HfApi::Ask(std::string target, bool head) const {
   for (int hops = 0;; ++hops) {
     CKPTFS_ASSIGN_OR_RETURN(HttpResponse response,
-                            head ? HttpHead(url, this->url.Shown(), http)
-                                 : HttpGet(url, this->url.Shown(), http, kMaxApiBytes));
+                            head ? HttpHead(target, url.Shown(), http)
+                                 : HttpGet(target, url.Shown(), http, kMaxApiBytes));
     const std::string location = response.Header("location");
     if (response.status < 300 || response.status > 399 || location.empty() ||
         location.front() != '/' || hops == kMaxRelativeRedirects) {
       return response;
     }
-    url = endpoint + location;
+    target = endpoint + location;
   }
 }
 
@@ -317,7 +320,8 @@ Status HfApi::Error(const HttpResponse& response, const std::string& what) const
   }
   if (code == "GatedRepo") {
     return Status::InvalidArgument(
-        shown + ": a gated repository: accept its terms at " + page + (has_token() ? ", then retry" : ", then set HF_TOKEN to a token of that account"));
+        shown + ": a gated repository: accept its terms at " + page +
+        (has_token() ? ", then retry" : ", then set HF_TOKEN to a token of that account"));
   }
   if (message == "Access to this resource is disabled.") {
     return Status::InvalidArgument(shown + ": access to this repository is disabled on the Hub");
@@ -354,7 +358,8 @@ Result<HfApi::Commit> HfApi::ResolveRevision() const {
   CKPTFS_ASSIGN_OR_RETURN(HttpResponse response, Ask(api, /*head=*/false));
   if (response.status != 200) return Error(response, "");
   const nlohmann::json info = nlohmann::json::parse(
-      response.body, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) { return depth <= 1; },
+      response.body,
+      [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) { return depth <= 1; },
       /*allow_exceptions=*/false);
   const auto sha = info.is_object() ? info.find("sha") : info.end();
   if (sha == info.end() || !sha->is_string() || !IsCommitSha(*sha)) {

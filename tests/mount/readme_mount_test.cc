@@ -7,12 +7,14 @@
 // The example servers README names are made real: nginx serves the scratch directory
 // for https://models.example.com/, and s3rver (behind the SigV4 proxy) stands in for the
 // endpoint http://s3.example.com:9000 with bucket `models`, holding the demo checkpoint
-// `llama/` once a block has made it. A block that fails fails the test, naming its README
+// `llama/` once a block has made it; scripts/wan_server.py's Hub is HF_ENDPOINT, with
+// that checkpoint as repo `example/llama`. A block that fails fails the test, naming its README
 // line. Example hosts are placeholders, never private addresses a reader might reach.
 #include <regex>
 
 #include "mount_harness.h"
 #include "remote_harness.h"
+#include "wan_harness.h"
 
 namespace ckptfs::mount_test {
 namespace {
@@ -56,6 +58,7 @@ constexpr char kHttpExample[] = "https://models.example.com/";
 constexpr char kS3EndpointExample[] = "http://s3.example.com:9000";
 constexpr char kS3BucketExample[] = "s3://models/";
 constexpr milliseconds kBlockTimeout = seconds(300);
+constexpr char kHubCommit[] = "c0ffee0000000000000000000000000000000001";
 
 class ReadmeTest : public MountFixture {};
 
@@ -88,6 +91,7 @@ TEST_F(ReadmeTest, MarkedCommandsRunAsWritten) {
   ASSERT_EQ(s3.Start(), "");
   s3.SetClientEnv(env);
   bool uploaded = false;
+  WanServer hub(scratch_->Path("wan"));
 
   for (const ReadmeBlock& block : blocks) {
     SCOPED_TRACE("README.md line " + std::to_string(block.line) + ":\n" + block.text);
@@ -98,6 +102,16 @@ TEST_F(ReadmeTest, MarkedCommandsRunAsWritten) {
       ASSERT_TRUE(fs::exists(work + "/llama")) << "no block before this one made llama/";
       ASSERT_EQ(s3.Upload(work + "/llama", "llama/"), "");
       uploaded = true;
+    }
+    if (hub.Port("hub") == 0 && script.find("hf://") != std::string::npos) {
+      ASSERT_TRUE(fs::exists(work + "/llama")) << "no block before this one made llama/";
+      const std::string repo = scratch_->Path("hub/example/llama");
+      fs::create_directories(repo + "/refs");
+      fs::copy(work + "/llama", repo + "/commits/" + kHubCommit, fs::copy_options::recursive);
+      std::ofstream(repo + "/refs/main") << kHubCommit << "\n";
+      ASSERT_EQ(hub.Start({"--hub", scratch_->Path("hub")}), "");
+      env.Set("HF_ENDPOINT", hub.Url("hub").c_str());
+      env.Set("HF_TOKEN_PATH", scratch_->Path("no-hf-token").c_str());
     }
     // One shell, as the user's: the variables earlier blocks set are set again first, and
     // those this block sets are kept for the next.
