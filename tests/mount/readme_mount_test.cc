@@ -107,6 +107,7 @@ TEST_F(ReadmeTest, MarkedCommandsRunAsWritten) {
       ASSERT_TRUE(fs::exists(work + "/llama")) << "no block before this one made llama/";
       const std::string repo = scratch_->Path("hub/example/llama");
       fs::create_directories(repo + "/refs");
+      fs::create_directories(repo + "/commits");
       fs::copy(work + "/llama", repo + "/commits/" + kHubCommit, fs::copy_options::recursive);
       std::ofstream(repo + "/refs/main") << kHubCommit << "\n";
       ASSERT_EQ(hub.Start({"--hub", scratch_->Path("hub")}), "");
