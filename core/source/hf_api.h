@@ -59,4 +59,14 @@ struct HfApi {
   bool OnEndpoint(const std::string& url) const;
 };
 
+// Adds the entries of one page of a tree listing (a JSON list of {"type", "path", "size",
+// "oid", "lfs": {"oid", "size"}}) to `tree`: entries whose path is no plain path go to
+// `left_out`; Corruption, naming `shown`, for anything else that is not such a page (a
+// file without a size, an LFS object of another size, more than a million entries).
+Status AddHfTreePage(const std::string& body, const std::string& shown, HfTree& tree);
+
+// The URL of a `Link` header's rel="next" (RFC 8288, as the `links` huggingface_hub's
+// paginate reads), or empty.
+std::string HfNextLink(const std::string& header);
+
 }  // namespace ckptfs

@@ -101,9 +101,9 @@ std::string Origin(const std::string& url) {
   return origin;
 }
 
-// The URL of a `Link` header's rel="next" (RFC 8288, as requests' `links` parses it), or
-// empty.
-std::string NextLink(const std::string& header) {
+}  // namespace
+
+std::string HfNextLink(const std::string& header) {
   size_t at = 0;
   while (at < header.size()) {
     const size_t open = header.find('<', at);
@@ -121,8 +121,7 @@ std::string NextLink(const std::string& header) {
   return "";
 }
 
-// Adds the entries of one tree page to `tree`; Corruption when it is no such page.
-Status AddTreePage(const std::string& body, const std::string& shown, HfTree& tree) {
+Status AddHfTreePage(const std::string& body, const std::string& shown, HfTree& tree) {
   // Entries are objects at depth 1 and their `lfs` at depth 2: anything deeper is dropped
   // as parsed.
   const nlohmann::json items = nlohmann::json::parse(
@@ -174,8 +173,6 @@ Status AddTreePage(const std::string& body, const std::string& shown, HfTree& tr
   }
   return Status::Ok();
 }
-
-}  // namespace
 
 bool IsHfUrl(std::string_view source) { return source.rfind(kScheme, 0) == 0; }
 
@@ -391,8 +388,8 @@ Result<HfTree> HfApi::ListTree(const std::string& sha) const {
     }
     CKPTFS_ASSIGN_OR_RETURN(HttpResponse response, Ask(next, /*head=*/false));
     if (response.status != 200) return Error(response, "");
-    CKPTFS_RETURN_IF_ERROR(AddTreePage(response.body, shown, tree));
-    next = NextLink(response.Header("link"));
+    CKPTFS_RETURN_IF_ERROR(AddHfTreePage(response.body, shown, tree));
+    next = HfNextLink(response.Header("link"));
   }
   return tree;
 }

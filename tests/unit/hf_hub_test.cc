@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/source/hf_api.h"
+
 namespace ckptfs {
 namespace {
 
@@ -128,6 +130,65 @@ TEST(HfEndpointTest, FlagThenEnvironmentThenTheHub) {
   EXPECT_EQ(HfEndpoint({}), "https://hub.example.com");
   EXPECT_EQ(HfEndpoint({"http://127.0.0.1:8080"}), "http://127.0.0.1:8080");
   ::unsetenv("HF_ENDPOINT");
+}
+
+TEST(HfTreeTest, APageOfTheListing) {
+  HfTree tree;
+  const std::string page = R"([
+    {"type": "directory", "oid": "1", "size": 0, "path": "ckpt"},
+    {"type": "file", "oid": "abc", "size": 12, "path": "ckpt/config.json"},
+    {"type": "file", "oid": "def", "size": 4096, "path": "model.safetensors",
+     "lfs": {"oid": "0123", "size": 4096, "pointerSize": 134}, "xetHash": "x"},
+    {"type": "file", "oid": "9", "size": 1, "path": "../escape"},
+    {"type": "file", "oid": "9", "size": 1, "path": "a//b"}])";
+  ASSERT_TRUE(AddHfTreePage(page, "hf://acme/m", tree).ok());
+  ASSERT_EQ(tree.files.size(), 2u);
+  EXPECT_EQ(tree.files[0].path, "ckpt/config.json");
+  EXPECT_EQ(tree.files[0].sha256, "");
+  EXPECT_EQ(tree.files[1].sha256, "0123");
+  EXPECT_EQ(tree.dirs, std::vector<std::string>{"ckpt"});
+  EXPECT_EQ(tree.left_out.size(), 2u);
+}
+
+TEST(HfTreeTest, AListingThatLiesIsRefusedNamingTheRepo) {
+  for (const char* page : {
+           R"({"not": "a list"})",
+           R"([{"type": "file", "path": "x.bin"}])",              // no size
+           R"([{"type": "file", "path": "x.bin", "size": -1}])",  // a negative size
+           R"([{"type": "file", "path": "x.bin", "size": 10,
+                "lfs": {"oid": "00", "size": 11}}])",             // LFS of another size
+           R"([{"path": "x.bin", "size": 1}])",                   // no type
+           "[",
+       }) {
+    HfTree tree;
+    const Status status = AddHfTreePage(page, "hf://acme/m", tree);
+    EXPECT_EQ(status.code(), Status::Code::kCorruption) << page;
+    EXPECT_NE(status.message().find("hf://acme/m"), std::string::npos) << status.message();
+  }
+}
+
+TEST(HfTreeTest, NextPageLink) {
+  EXPECT_EQ(HfNextLink(""), "");
+  EXPECT_EQ(HfNextLink(R"(<https://huggingface.co/api/models/a/b/tree/x?cursor=Q>; rel="next")"),
+            "https://huggingface.co/api/models/a/b/tree/x?cursor=Q");
+  EXPECT_EQ(HfNextLink(R"(<https://h/prev>; rel="prev", <https://h/next>; rel="next")"),
+            "https://h/next");
+  EXPECT_EQ(HfNextLink(R"(<https://h/last>; rel="last")"), "");
+}
+
+// The token goes with every page: a next page (or a redirect) on another origin must not
+// count as the endpoint's.
+TEST(HfTreeTest, OnlyTheEndpointsOwnOriginIsTheEndpoint) {
+  HfApi api;
+  api.endpoint = "https://huggingface.co";
+  EXPECT_TRUE(api.OnEndpoint("https://huggingface.co/api/models/a/b/tree/x?cursor=1"));
+  EXPECT_TRUE(api.OnEndpoint("https://HuggingFace.co/x"));
+  EXPECT_FALSE(api.OnEndpoint("http://huggingface.co/x"));
+  EXPECT_FALSE(api.OnEndpoint("https://huggingface.co:8443/x"));
+  EXPECT_FALSE(api.OnEndpoint("https://huggingface.co.evil.example/x"));
+  EXPECT_FALSE(api.OnEndpoint("https://huggingface.co@evil.example/x"));
+  EXPECT_FALSE(api.OnEndpoint("https://cdn-lfs.huggingface.co/x"));
+  EXPECT_FALSE(api.OnEndpoint("/relative"));
 }
 
 }  // namespace
