@@ -228,6 +228,30 @@ TEST_F(HfMountTest, EachRefusalIsOneLine) {
       Mount("hf://acme/private", mountpoint, nullptr, {"--endpoint", Endpoint()}));
 }
 
+// An fstab line `hf://ORG/NAME MNT fuse.ckptfs ro,_netdev,nofail,endpoint=...`: what
+// mount.fuse3 runs for it, with the token from the token file of the user it runs as.
+TEST_F(HfMountTest, AnFstabLineMountsTheRepo) {
+  const std::string source = AddCheckpoint("acme/boot", kShaA);
+  WriteTextFile(hub_ + "/acme/boot/access.json",
+                std::string(R"({"private": true, "tokens": [")") + kToken + "\"]}");
+  WriteTextFile(scratch_->Path("hf-token"), kToken);
+  ASSERT_NO_FATAL_FAILURE(StartHub());
+  const std::string mountpoint = scratch_->MakeDir("mnt");
+  mounts_.push_back(mountpoint);
+  const ProcessResult r = RunProcess(
+      {kCkptfs, "hf://acme/boot", mountpoint, "-o", "rw,nofail,_netdev,endpoint=" + Endpoint()},
+      kMountTimeout);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  ASSERT_TRUE(IsMounted(mountpoint));
+  EXPECT_EQ(ReadTextFile(mountpoint + "/config.json"), ReadTextFile(source + "/config.json"));
+  EXPECT_EQ(LinesHolding(ReadTextFile("/proc/mounts"), kToken), "");
+  // The mount table names the commit mounted.
+  EXPECT_NE(
+      ReadTextFile("/proc/mounts").find(std::string("hf://acme/boot@") + kShaA + " " + mountpoint),
+      std::string::npos)
+      << ReadTextFile("/proc/mounts");
+}
+
 // A signed CDN URL that expired is asked for again, and the read succeeds.
 TEST_F(HfMountTest, AnExpiredSignedUrlIsResolvedAgain) {
   const std::string source = AddCheckpoint("acme/expiring", kShaA);
