@@ -25,8 +25,19 @@ uint64_t CurrentRssBytes() {
 
 namespace {
 
-// Opening is over for every stored file (see ByteSource::BeginServing).
+// Opening is over for every stored file (see ByteSource::BeginServing). Each shard learns
+// where its storages begin and end first (ByteSource::SetBlockCuts).
 void BeginServing(Checkpoint& ckpt) {
+  std::vector<std::vector<uint64_t>> cuts(ckpt.shards.size());
+  for (const Storage& storage : ckpt.storages) {
+    StoredRange one;
+    for (const StoredRange& r : RangesOf(ckpt, storage, one)) {
+      if (r.shard >= cuts.size()) continue;  // decoded data: in memory
+      cuts[r.shard].push_back(r.offset);
+      cuts[r.shard].push_back(r.offset + r.size);
+    }
+  }
+  for (size_t s = 0; s < cuts.size(); ++s) ckpt.shards[s].source->SetBlockCuts(std::move(cuts[s]));
   for (auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
     for (StoredFile& f : *group) f.source->BeginServing();
   }
@@ -186,10 +197,35 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
     plan->push_back(piece);
   }
   if (readahead && offset < end) {
-    const ByteRange ahead = readahead->OnRead(offset, end - offset);
+    uint64_t stream_start = offset;
+    ByteRange ahead = readahead->OnRead(offset, end - offset, &stream_start);
+    if (!ahead.empty() && ckpt_.remote) ahead = WithinFirstTensor(ino, ahead, end, stream_start);
     if (!ahead.empty()) Prefetch(ino, ahead);
   }
   return Status::Ok();
+}
+
+ByteRange Volume::WithinFirstTensor(uint64_t ino, ByteRange ahead, uint64_t end,
+                                    uint64_t stream_start) const {
+  // Reading the start of a tensor already fetches the rest of it (PlanRead), so within a
+  // first tensor a window only fetches its neighbours': one tensor read over a network
+  // cost 1.5-2x its bytes. A reader that has gone through one tensor into the next reads
+  // on, and its window goes where it goes. Past a few windows below, it has.
+  constexpr uint64_t kLookBack = uint64_t{64} << 20;
+  if (end == 0 || end - stream_start > Extent::kMaxLength + kLookBack) return ahead;
+  uint64_t tensor_end = 0;
+  for (const Extent& e : layout_.Extents(ino, end - 1, 1)) {
+    if (e.tensor) tensor_end = e.file_offset + e.length;
+    if (e.tensor && e.file_offset > stream_start) {
+      // Did the stream read through an earlier tensor to get here?
+      for (const Extent& before :
+           layout_.Extents(ino, stream_start, e.file_offset - stream_start)) {
+        if (before.tensor) return ahead;
+      }
+    }
+  }
+  if (tensor_end == 0 || ahead.end <= tensor_end) return ahead;
+  return {ahead.begin, std::max(ahead.begin, tensor_end)};
 }
 
 namespace {
@@ -448,6 +484,12 @@ std::string Volume::StatsJson() const {
                    {"requests", load(context_->remote_requests)},
                    {"prefetched_blocks", load(context_->remote_prefetches)},
                    {"disk_cache_bytes", load(context_->disk_cache_bytes)}};
+    const FetchLimit::Snapshot limit = context_->fetch_limit().snapshot();
+    j["remote"]["in_flight_limit"] = limit.limit;
+    j["remote"]["in_flight_now"] = limit.in_flight;
+    j["remote"]["in_flight_max_seen"] = limit.max_seen;
+    j["remote"]["fetch_ms_per_mib_best"] = limit.best_ms_per_mib;
+    j["remote"]["fetch_ms_per_mib_recent"] = limit.recent_ms_per_mib;
     if (const DiskCache* disk = context_->disk_cache()) {
       const DiskCache::Counters d = disk->counters();
       j["disk_cache"] = {{"hits", d.hits},
