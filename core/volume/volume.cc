@@ -498,7 +498,8 @@ std::string Volume::StatsJson() const {
                          {"bytes_used", d.bytes_used},
                          {"bytes_written", d.bytes_written},
                          {"evictions", d.evictions},
-                         {"write_errors", d.write_errors}};
+                         {"write_errors", d.write_errors},
+                         {"claim_waits", d.claim_waits}};
     }
   }
   // Per view: bytes served against the work done for them shows read amplification.
