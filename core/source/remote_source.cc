@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "core/cache/disk_cache.h"
 
@@ -120,9 +121,17 @@ Status RemoteSource::LoadBlock(size_t block, std::span<uint8_t> out, bool* from_
   } else {
     limit.Enter();
   }
-  const auto began = std::chrono::steady_clock::now();
-  Status s = object_->ReadAt(offset, out);
-  limit.Done(out.size(), std::chrono::steady_clock::now() - began, s.ok());
+  Status s = Status::IoError(Name() + ": fetch abandoned");
+  {
+    // The slot is given back however the fetch ends (an exception included): a slot lost
+    // would leave the workers waiting for it forever.
+    const auto began = std::chrono::steady_clock::now();
+    const std::unique_ptr<FetchLimit, std::function<void(FetchLimit*)>> slot(
+        &limit, [&](FetchLimit* l) {
+          l->Done(out.size(), std::chrono::steady_clock::now() - began, s.ok());
+        });
+    s = object_->ReadAt(offset, out);
+  }
   if (!s.ok()) {
     if (disk_) disk_->Unclaim(disk_name, offset);
     if (s.errno_value() == ETIMEDOUT) NoteTimeout(s);
