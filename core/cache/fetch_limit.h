@@ -52,7 +52,7 @@ class FetchLimit {
   struct Options {
     size_t min = 2;
     size_t max = 64;
-    size_t initial = 4;
+    size_t initial = 8;
   };
   // Fetches smaller than this give no sample: their time is mostly the first-byte latency
   // and says nothing about how fast bytes flow.

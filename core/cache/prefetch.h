@@ -111,7 +111,7 @@ struct PrefetchSettings {
   // 1 MiB blocks), starting from fetch_limit_initial.
   size_t fetch_threads = 64;
   size_t fetch_limit_min = 2;
-  size_t fetch_limit_initial = 4;
+  size_t fetch_limit_initial = 8;  // what a fixed pool of 8 gave: no slower at the start
   // Queued loads per pool beyond which prefetches are dropped: never a backlog.
   size_t max_queued = 256;
 };

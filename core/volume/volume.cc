@@ -182,6 +182,9 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
     return Status::InvalidArgument(std::string(node->name()) + ": not a regular file with extents");
   }
   const uint64_t end = offset + std::min(size, node->size - std::min(offset, node->size));
+  uint64_t stream_start = offset;
+  ByteRange ahead;
+  if (readahead && offset < end) ahead = readahead->OnRead(offset, end - offset, &stream_start);
   for (const Extent& e : layout_.Extents(ino, offset, size)) {
     // Clip the extent to the requested window.
     const uint64_t from = std::max(offset, e.file_offset);
@@ -190,42 +193,46 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
     ReadPiece piece{&layout_.Source(e.source), e.source_offset + skip, to - from,
                     !layout_.Stored(e.source)};
     // Reading the start of a tensor (np.load, a loader walking tensors): the rest of it
-    // will follow, so let its source fetch or decode it ahead, in parallel.
-    if (e.tensor && skip == 0 && piece.length < e.length) {
+    // will follow, so let its source fetch or decode it ahead, in parallel. Not over a
+    // network for a stream that came through an earlier tensor: its window fetches ahead,
+    // and the kernel's own read-ahead past the one tensor a reader wanted touched the next
+    // tensors' starts, which then fetched each of them whole. (A stream that began in a
+    // header still has its first tensor fetched ahead.)
+    const bool continued = ckpt_.remote && CameThroughATensor(ino, stream_start, e.file_offset);
+    if (e.tensor && skip == 0 && piece.length < e.length && !continued) {
       piece.source->Prefetch(piece.offset + piece.length, e.length - piece.length);
     }
     plan->push_back(piece);
   }
-  if (readahead && offset < end) {
-    uint64_t stream_start = offset;
-    ByteRange ahead = readahead->OnRead(offset, end - offset, &stream_start);
-    if (!ahead.empty() && ckpt_.remote) ahead = WithinFirstTensor(ino, ahead, end, stream_start);
-    if (!ahead.empty()) Prefetch(ino, ahead);
-  }
+  if (!ahead.empty() && ckpt_.remote) ahead = WithinFirstTensor(ino, ahead, end, stream_start);
+  if (!ahead.empty()) Prefetch(ino, ahead);
   return Status::Ok();
+}
+
+bool Volume::CameThroughATensor(uint64_t ino, uint64_t stream_start, uint64_t here) const {
+  // Far below, it has: and the walk over the extents between stays short.
+  constexpr uint64_t kLookBack = uint64_t{64} << 20;
+  if (here <= stream_start) return false;
+  if (here - stream_start > Extent::kMaxLength + kLookBack) return true;
+  for (const Extent& e : layout_.Extents(ino, stream_start, here - stream_start)) {
+    if (e.tensor) return true;
+  }
+  return false;
 }
 
 ByteRange Volume::WithinFirstTensor(uint64_t ino, ByteRange ahead, uint64_t end,
                                     uint64_t stream_start) const {
   // Reading the start of a tensor already fetches the rest of it (PlanRead), so within a
-  // first tensor a window only fetches its neighbours': one tensor read over a network
-  // cost 1.5-2x its bytes. A reader that has gone through one tensor into the next reads
-  // on, and its window goes where it goes. Past a few windows below, it has.
-  constexpr uint64_t kLookBack = uint64_t{64} << 20;
-  if (end == 0 || end - stream_start > Extent::kMaxLength + kLookBack) return ahead;
-  uint64_t tensor_end = 0;
+  // first tensor a window only fetches its neighbours'. A reader that has gone through
+  // one tensor into the next reads on, and its window goes where it goes.
+  if (end == 0) return ahead;
   for (const Extent& e : layout_.Extents(ino, end - 1, 1)) {
-    if (e.tensor) tensor_end = e.file_offset + e.length;
-    if (e.tensor && e.file_offset > stream_start) {
-      // Did the stream read through an earlier tensor to get here?
-      for (const Extent& before :
-           layout_.Extents(ino, stream_start, e.file_offset - stream_start)) {
-        if (before.tensor) return ahead;
-      }
-    }
+    if (!e.tensor || CameThroughATensor(ino, stream_start, e.file_offset)) return ahead;
+    const uint64_t tensor_end = e.file_offset + e.length;
+    if (ahead.end <= tensor_end) return ahead;
+    return {ahead.begin, std::max(ahead.begin, tensor_end)};
   }
-  if (tensor_end == 0 || ahead.end <= tensor_end) return ahead;
-  return {ahead.begin, std::max(ahead.begin, tensor_end)};
+  return ahead;
 }
 
 namespace {

@@ -180,6 +180,9 @@ class Volume {
   // tensor through: reading one tensor fetches that tensor only.
   ByteRange WithinFirstTensor(uint64_t ino, ByteRange ahead, uint64_t end,
                               uint64_t stream_start) const;
+  // Whether a stream of file `ino` that began at `stream_start` read through a tensor (or
+  // came a long way) before reaching `here`.
+  bool CameThroughATensor(uint64_t ino, uint64_t stream_start, uint64_t here) const;
 
   Volume(Checkpoint ckpt, std::shared_ptr<ReadContext> context, ContextUse use)
       : context_(std::move(context)),
