@@ -11,9 +11,13 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace ckptfs {
@@ -643,6 +647,70 @@ void DiskCache::WriteFailed(const std::string& what, int err) {
   }
 }
 
+namespace {
+
+// "<temp prefix>claim-<entry name>": a temporary name to the scan (see TryClaim).
+std::string ClaimName(const char* hex) { return std::string(kTempPrefix) + "claim-" + hex; }
+
+}  // namespace
+
+bool DiskCache::TryClaim(std::string_view object, uint64_t block, std::chrono::milliseconds stale) {
+  if (object.size() > kMaxIdentityBytes) return true;
+  const Name name = Name::For(object, block);
+  const UniqueFd sub(OpenSubdir(name.sub[0], /*create=*/true));
+  if (!sub) return true;
+  const std::string claim = ClaimName(name.hex);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const UniqueFd fd(openat(sub.get(), claim.c_str(),
+                             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (fd) {
+      const std::string pid = std::to_string(getpid());
+      (void)!write(fd.get(), pid.data(), pid.size());
+      return true;
+    }
+    if (errno != EEXIST) return true;  // cannot claim: fetch anyway
+    // Someone's claim: live unless it is old or its process is gone. A dead one is
+    // removed and claimed afresh (once: two processes breaking it race for the new one).
+    struct stat st;
+    if (fstatat(sub.get(), claim.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone
+    if (!S_ISREG(st.st_mode)) return true;
+    bool dead = NowNs() - ToNs(st.st_mtim) > static_cast<int64_t>(stale.count()) * 1000000;
+    if (!dead) {
+      const UniqueFd in(openat(sub.get(), claim.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+      char buf[16] = {};
+      const ssize_t n = in ? read(in.get(), buf, sizeof(buf) - 1) : -1;
+      const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+      dead = pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    }
+    if (!dead) return false;
+    unlinkat(sub.get(), claim.c_str(), 0);
+  }
+  return true;
+}
+
+void DiskCache::Unclaim(std::string_view object, uint64_t block) {
+  if (object.size() > kMaxIdentityBytes) return;
+  const Name name = Name::For(object, block);
+  const UniqueFd sub(OpenSubdir(name.sub[0], /*create=*/false));
+  if (sub) unlinkat(sub.get(), ClaimName(name.hex).c_str(), 0);
+}
+
+bool DiskCache::WaitForClaim(std::string_view object, uint64_t block,
+                             std::chrono::steady_clock::time_point deadline) {
+  claim_waits_.fetch_add(1, std::memory_order_relaxed);
+  const Name name = Name::For(object, block);
+  const std::string claim = ClaimName(name.hex);
+  // Polled: a block takes a round trip or more to fetch, and a 5 ms poll costs nothing
+  // beside it; inotify would need a descriptor per waiter for the same answer.
+  for (;;) {
+    const UniqueFd sub(OpenSubdir(name.sub[0], /*create=*/false));
+    struct stat st;
+    if (!sub || fstatat(sub.get(), claim.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 DiskCache::Counters DiskCache::counters() const {
   Counters c;
   c.hits = hits_.load(std::memory_order_relaxed);
@@ -652,6 +720,7 @@ DiskCache::Counters DiskCache::counters() const {
   c.bytes_written = bytes_written_.load(std::memory_order_relaxed);
   c.evictions = evictions_.load(std::memory_order_relaxed);
   c.write_errors = write_errors_.load(std::memory_order_relaxed);
+  c.claim_waits = claim_waits_.load(std::memory_order_relaxed);
   c.bytes_used = static_cast<uint64_t>(std::max<int64_t>(0, used_.load(std::memory_order_relaxed)));
   return c;
 }

@@ -65,6 +65,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -88,6 +89,7 @@ class DiskCache {
     uint64_t evictions = 0;      // entries this instance evicted
     uint64_t write_errors = 0;   // Puts that failed (full disk, unwritable directory...)
     uint64_t bytes_used = 0;     // estimate of the directory's size, exact after a scan
+    uint64_t claim_waits = 0;    // misses another process was fetching: waited, not fetched
   };
 
   // Longest identity accepted; Get misses and Put ignores longer ones.
@@ -120,6 +122,23 @@ class DiskCache {
   bool Get(std::string_view object, uint64_t block, std::span<uint8_t> out);
   // Stores `bytes` as (object, block), replacing any entry of that name. Best effort.
   void Put(std::string_view object, uint64_t block, std::span<const uint8_t> bytes);
+
+  // Fetch claims: several processes sharing the directory that miss the same block at
+  // once fetch it once between them. The one whose TryClaim succeeds fetches, Puts and
+  // Unclaims; the others WaitForClaim, then Get. A claim is a file `.tmp-claim-<name>`
+  // (created O_EXCL, holding the claimant's pid) beside where the entry will be: a
+  // temporary name, so a claim a crashed process left is removed like its other temporary
+  // files, and never served. Best effort: a claim that cannot be made, or that is older
+  // than `stale` or whose process is gone, lets the caller fetch (a duplicate fetch, never
+  // a wrong byte: entries are checked as always).
+  // True when this caller should fetch (it holds the claim, or no claim can be made);
+  // false when a live claim of another process (or thread) holds the block.
+  bool TryClaim(std::string_view object, uint64_t block, std::chrono::milliseconds stale);
+  void Unclaim(std::string_view object, uint64_t block);
+  // Waits until the claim on (object, block) ends or `deadline` passes, polling; true if
+  // it ended (the entry may now be there), false at the deadline.
+  bool WaitForClaim(std::string_view object, uint64_t block,
+                    std::chrono::steady_clock::time_point deadline);
 
   Counters counters() const;
   uint64_t capacity() const { return capacity_; }
@@ -170,7 +189,7 @@ class DiskCache {
   std::atomic<uint64_t> written_since_scan_{0};
   std::atomic<uint64_t> next_temp_{0};
   std::atomic<uint64_t> hits_{0}, misses_{0}, corrupt_{0}, bytes_read_{0}, bytes_written_{0},
-      evictions_{0}, write_errors_{0};
+      evictions_{0}, write_errors_{0}, claim_waits_{0};
 };
 
 }  // namespace ckptfs

@@ -73,7 +73,8 @@ Readahead::Readahead() : Readahead(Options()) {}
 Readahead::Readahead(Options options)
     : options_(options), streams_(static_cast<size_t>(std::max(1, options.streams))) {}
 
-ByteRange Readahead::OnRead(uint64_t offset, uint64_t length) {
+ByteRange Readahead::OnRead(uint64_t offset, uint64_t length, uint64_t* stream_start) {
+  if (stream_start) *stream_start = offset;
   if (length == 0) return {};
   const uint64_t end = SaturatingAdd(offset, length);
   const uint64_t straggler_slack = options_.slack * kStragglerSlacks;
@@ -125,6 +126,7 @@ ByteRange Readahead::OnRead(uint64_t offset, uint64_t length) {
   }
 
   stream->last_used = tick_;
+  if (stream_start) *stream_start = stream->start;
   if (end > stream->next) return Forward(*stream, end);
   if (offset < stream->low) return Backward(*stream, offset);
   return {};  // a straggler: already covered
@@ -138,6 +140,8 @@ ByteRange Readahead::Forward(Stream& stream, uint64_t end) {
   // (beyond the initial window).
   if (stream.window == 0) {
     stream.window = std::min(options_.initial_window, options_.max_window);
+  } else if (options_.grow_to_read) {
+    stream.window = std::clamp(end - stream.start, stream.window, options_.max_window);
   } else if (stream.window < options_.max_window &&
              end - stream.start >= SaturatingAdd(stream.window, stream.window)) {
     stream.window = std::min(stream.window * 2, options_.max_window);

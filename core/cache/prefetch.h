@@ -12,7 +12,11 @@
 // is ahead of it. The window doubles, up to a maximum, once the reader has read twice the
 // window since the stream began: it never exceeds what the reader has read (beyond the
 // initial window), so a reader that stops after one tensor leaves at most one window,
-// no larger than that tensor or the initial window, of wasted work. A read that
+// no larger than that tensor or the initial window, of wasted work. Over a remote object
+// (Options::grow_to_read) the window grows faster, to all the reader has read: a window is
+// round trips there (40 ms each to an object store), and doubling only every two windows
+// took half of a 64 MiB shard to open the window the link needed; the waste bound is the
+// same (never more than what the reader has read). A read that
 // continues no stream is a seek: it claims the least recently used stream slot and
 // prefetches nothing, since a single read is not a pattern. A random reader therefore
 // never triggers readahead, a reader that seeks starts again from the small window, and
@@ -101,10 +105,13 @@ struct PrefetchSettings {
   uint64_t ahead_divisor = 4;
   // Decode workers (CPU work): 0, one per core.
   size_t decode_threads = 0;
-  // Fetch workers (waiting on a server): the range requests a sequential reader keeps in
-  // flight, enough for a link of millisecond round trips, few enough not to swamp a
-  // loopback server on two cores.
-  size_t fetch_threads = 8;
+  // Fetch workers (waiting on a server): the most range requests readahead may keep in
+  // flight. How many it does keep is FetchLimit's rule (core/cache/fetch_limit.h), which
+  // follows the link between fetch_limit_min and this (and a quarter of the cache in
+  // 1 MiB blocks), starting from fetch_limit_initial.
+  size_t fetch_threads = 64;
+  size_t fetch_limit_min = 2;
+  size_t fetch_limit_initial = 8;  // what a fixed pool of 8 gave: no slower at the start
   // Queued loads per pool beyond which prefetches are dropped: never a backlog.
   size_t max_queued = 256;
 };
@@ -130,6 +137,8 @@ class Readahead {
     uint64_t slack = PrefetchSettings{}.slack;
     // Size of the source: returned ranges never reach past it.
     uint64_t limit = UINT64_MAX;
+    // The window grows to what the reader has read, not half of it (remote sources).
+    bool grow_to_read = false;
   };
 
   Readahead();
@@ -139,7 +148,9 @@ class Readahead {
   // empty unless the read continues a sequential stream. Ranges returned for one stream
   // never overlap each other, and never reach more than the stream's window past the end
   // of the read: at most one window is ever requested ahead of a reader.
-  ByteRange OnRead(uint64_t offset, uint64_t length);
+  // `stream_start`, if given, receives where the stream the read belongs to began (the
+  // read's own offset for a seek).
+  ByteRange OnRead(uint64_t offset, uint64_t length, uint64_t* stream_start = nullptr);
 
  private:
   struct Stream {

@@ -8,8 +8,29 @@
 
 namespace ckptfs {
 
+namespace {
+
+// Readahead fetches are 1 MiB blocks (RemoteSource::kBlockSize): at most a quarter of the
+// cache in flight, like one readahead request (AheadBudget).
+constexpr uint64_t kFetchBytes = uint64_t{1} << 20;
+
+FetchLimit::Options LimitOptions(const ReadOptions& options) {
+  const PrefetchSettings& p = options.prefetch;
+  const uint64_t by_cache = options.cache_bytes / 4 / kFetchBytes;
+  FetchLimit::Options limit;
+  limit.min = std::max<size_t>(1, p.fetch_limit_min);
+  limit.max = std::max<size_t>(limit.min,
+                               std::min<uint64_t>(std::max<size_t>(1, p.fetch_threads), by_cache));
+  limit.initial = p.fetch_limit_initial;
+  return limit;
+}
+
+}  // namespace
+
 ReadContext::ReadContext(ReadOptions options)
-    : options_(std::move(options)), cache_(options_.cache_bytes) {}
+    : options_(std::move(options)),
+      cache_(options_.cache_bytes),
+      fetch_limit_(LimitOptions(options_)) {}
 
 ReadContext::~ReadContext() { Shutdown(); }
 
@@ -51,6 +72,7 @@ std::unique_ptr<Readahead> ReadContext::NewReadahead(uint64_t limit, bool remote
   options.streams = p.streams;
   options.slack = p.slack;
   options.limit = limit;
+  options.grow_to_read = remote;
   return std::make_unique<Readahead>(options);
 }
 
@@ -62,8 +84,12 @@ void ReadContext::SetDiskCache(std::unique_ptr<DiskCache> disk) { disk_ = std::m
 
 bool ReadContext::TrySubmit(Workers workers, std::function<void()> task) {
   std::lock_guard<std::mutex> lock(pool_mu_);
-  ThreadPool* pool = workers == Workers::kDecode ? pool_.get() : fetch_pool_.get();
-  return pool && pool->TrySubmit(std::move(task));
+  if (workers == Workers::kDecode) return pool_ && pool_->TrySubmit(std::move(task));
+  return fetch_pool_ && fetch_pool_->TrySubmit([task = std::move(task)] {
+    on_fetch_worker = true;
+    task();
+    on_fetch_worker = false;
+  });
 }
 
 void ReadContext::RunAll(std::vector<std::function<void()>> tasks) {

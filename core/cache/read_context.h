@@ -7,8 +7,8 @@
 // forks (threads do not survive fork). Before that, and after Shutdown(), prefetch
 // requests are dropped and every read decodes or fetches in the caller's thread.
 // Decoding is CPU work (one worker per core); fetching is waiting on a server, so it has
-// more workers: the number of range requests a sequential reader keeps in flight.
-// Thread-safe.
+// more workers (PrefetchSettings::fetch_threads), of which FetchLimit (fetch_limit()) lets
+// as many fetch at once as the link rewards. Thread-safe.
 //
 // Memory bound (docs/security.md, "Memory"): the daemon's RSS stays within cache_bytes +
 // 40 MiB, for any frame size and any number of readers:
@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "core/cache/block_cache.h"
+#include "core/cache/fetch_limit.h"
 #include "core/cache/prefetch.h"
 
 namespace ckptfs {
@@ -79,6 +80,10 @@ class ScopedWorkCounters {
 inline void ChargeWork(std::atomic<uint64_t> WorkCounters::*member, uint64_t n) {
   if (WorkCounters* c = current_work_counters) (c->*member).fetch_add(n, std::memory_order_relaxed);
 }
+
+// True on the context's fetch workers while they run a task: a fetch there is readahead
+// and waits for FetchLimit; anywhere else it is a reader's and does not.
+inline thread_local bool on_fetch_worker = false;
 
 struct ReadOptions {
   uint64_t cache_bytes = 512ull << 20;
@@ -123,6 +128,9 @@ class ReadContext {
   DiskCache* disk_cache() const { return disk_.get(); }
 
   BlockCache& cache() { return cache_; }
+  // How many range requests are in flight, and may be (see FetchLimit).
+  FetchLimit& fetch_limit() { return fetch_limit_; }
+  const FetchLimit& fetch_limit() const { return fetch_limit_; }
   // Held by each stream decode (spill files, header prefixes): one at a time.
   std::mutex& stream_mu() { return stream_mu_; }
   const ReadOptions& options() const { return options_; }
@@ -164,6 +172,7 @@ class ReadContext {
 
   ReadOptions options_;
   BlockCache cache_;
+  FetchLimit fetch_limit_;
   std::unique_ptr<DiskCache> disk_;  // before the pools: tasks may use it until joined
   std::mutex stream_mu_;
   std::mutex scratch_mu_;

@@ -82,6 +82,10 @@ class ByteSource {
   // while headers are parsed (RemoteSource: exact ranges, then cached blocks) switch here;
   // sources wrapping another pass it on.
   virtual void BeginServing() {}
+  // Where the ranges readers will ask for begin and end (a shard's tensors), sorted or not:
+  // a source read in blocks (RemoteSource) may cut its blocks there, so that reading one
+  // tensor fetches none of its neighbours' bytes. Called before BeginServing, or not at all.
+  virtual void SetBlockCuts(std::vector<uint64_t> /*cuts*/) {}
   // Names this version of the bytes for caches kept across mounts (the zip CRC sidecar):
   // equal identities mean equal bytes. Empty when the source cannot tell (in-memory
   // sources, a remote object with no ETag or Last-Modified): nothing is then cached.

@@ -284,9 +284,9 @@ HttpSource::~HttpSource() = default;
 
 namespace {
 
-// Idle handles beyond this are closed: more than the fetch workers and FUSE threads that
-// can be in a request at once.
-constexpr size_t kMaxIdleHandles = 32;
+// Idle handles beyond this are closed: the fetch workers (PrefetchSettings::fetch_threads,
+// 64) and FUSE threads (16) that can be in a request at once.
+constexpr size_t kMaxIdleHandles = 64 + 16;
 
 // The process's idle handles. One pool for every object, not one per object: a handle
 // keeps its connections, so a merged read across eight shards reuses a few connections

@@ -4,18 +4,26 @@
 // Two phases. While a checkpoint is being opened, reads go straight to the server for
 // exactly the bytes asked for: parsing headers (a safetensors header, a zip's directory,
 // a seek table) then fetches only those bytes, not a block around each. (A warm disk
-// cache holding every block a header read touches answers it instead, so a second mount
-// sends the server nothing but the requests that check each object is unchanged.) Once
-// the mount serves (BeginServing), every read is cut into kBlockSize blocks, each fetched
-// once into the block cache through CachedBlocks (core/source/cached_blocks.h) and shared by
-// all views, so a read of one tensor fetches that tensor plus at most one partial block at
-// each end.
+// cache answers it instead: each read made while opening is kept there as it was read,
+// beside the blocks, so a second mount sends the server nothing but the requests that
+// check each object is unchanged.) Once the mount serves (BeginServing), every read is cut
+// into blocks, each fetched once into the block cache through CachedBlocks
+// (core/source/cached_blocks.h) and shared by all views. The blocks are kBlockSize, cut
+// also at the offsets SetBlockCuts names (a shard's tensors' edges): small tensors share a
+// block, a remainder under kMinBlock joins the block before it, so a read of one tensor
+// fetches that tensor's bytes, not a partial block of each neighbour (kMinBlock at most).
 //
 // Where a block comes from, in order: the block cache (memory); the disk cache, when the
 // mount has one (checked against the object's identity: URL, ETag and size, so bytes of
 // an older version are never used; the caller passes no disk cache for an object with
-// neither a strong ETag nor a Last-Modified, HttpSource::NamesItsBytes); the server, after
-// which the block is written to the disk cache.
+// neither a strong ETag nor a Last-Modified, HttpSource::NamesItsBytes; a block's name
+// there is its offset and length); another mount sharing the disk cache that is fetching
+// it already (DiskCache::TryClaim: this one waits for its entry, within --timeout); the
+// server, after which the block is written to the disk cache.
+//
+// How many blocks are fetched at once is the context's FetchLimit (core/cache/
+// fetch_limit.h): a fetch on the fetch workers waits for a slot, a reader's own does not,
+// and every fetch's time feeds the rule.
 //
 // Parallelism: Prefetch(range) queues the blocks of the range on the context's fetch
 // workers, so a read that starts a tensor fetches the rest of it in parallel chunks, and
@@ -69,6 +77,10 @@ class DiskCache;
 class RemoteSource final : public ByteSource, private BlockSet {
  public:
   static constexpr uint64_t kBlockSize = uint64_t{1} << 20;
+  // Blocks cut at a tensor's edges are never smaller than this (small tensors share one,
+  // up to kBlockSize), and a tensor's last block takes a remainder smaller than this
+  // rather than make it a block of its own: blocks are at most kBlockSize + kMinBlock.
+  static constexpr uint64_t kMinBlock = uint64_t{64} << 10;
 
   // How long an object that timed out fails at once (see the top of this file): the
   // object's own --timeout, at least kMinTimedOutWindow (the kernel's retry comes within
@@ -96,6 +108,8 @@ class RemoteSource final : public ByteSource, private BlockSet {
   }
   void Prefetch(uint64_t offset, uint64_t length) const override;
   void BeginServing() override;
+  // Cuts the blocks at these offsets too (see the top of this file). Before BeginServing.
+  void SetBlockCuts(std::vector<uint64_t> cuts) override;
   // The object's identity (URL, validator, size), or empty if the server gave no
   // validator: a changed object could then not be told from the one cached.
   std::string Identity() const override;
@@ -104,9 +118,12 @@ class RemoteSource final : public ByteSource, private BlockSet {
   Status ReadInto(uint64_t offset, std::span<uint8_t> out) const;
   // BlockSet: fixed kBlockSize blocks, loaded from the disk cache, else the server (then
   // published to the disk cache).
-  size_t BlockCount() const override { return (Size() + kBlockSize - 1) / kBlockSize; }
-  size_t BlockAt(uint64_t offset) const override { return offset / kBlockSize; }
+  size_t BlockCount() const override;
+  size_t BlockAt(uint64_t offset) const override;
   ByteRange BlockRange(size_t block) const override;
+  // The disk cache's name for a block of `length` bytes (its offset is the block number
+  // the cache is given): blocks cut differently never share a name.
+  std::string DiskName(uint64_t length) const;
   Status LoadBlock(size_t block, std::span<uint8_t> out, bool* from_server) const override;
   void Published(size_t block, std::span<const uint8_t> bytes) const override;
   uint64_t BlockLength(uint64_t block) const;
@@ -131,7 +148,10 @@ class RemoteSource final : public ByteSource, private BlockSet {
   ReadContext& context_;
   DiskCache* const disk_;
   std::atomic<bool> serving_{false};
-  CachedBlocks blocks_;
+  // Where each block starts, and Size() last; empty: kBlockSize blocks. Set before serving.
+  std::vector<uint64_t> starts_;
+  std::unique_ptr<CachedBlocks> blocks_;  // made by BeginServing, once the blocks are known
+  const std::chrono::milliseconds timeout_;
   std::unique_ptr<Readahead> readahead_;  // for ReadAt callers
   // The disk cache block last read while opening: header parsing makes many small reads
   // (a zip's local headers), most within one block.

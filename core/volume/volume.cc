@@ -25,8 +25,19 @@ uint64_t CurrentRssBytes() {
 
 namespace {
 
-// Opening is over for every stored file (see ByteSource::BeginServing).
+// Opening is over for every stored file (see ByteSource::BeginServing). Each shard learns
+// where its storages begin and end first (ByteSource::SetBlockCuts).
 void BeginServing(Checkpoint& ckpt) {
+  std::vector<std::vector<uint64_t>> cuts(ckpt.shards.size());
+  for (const Storage& storage : ckpt.storages) {
+    StoredRange one;
+    for (const StoredRange& r : RangesOf(ckpt, storage, one)) {
+      if (r.shard >= cuts.size()) continue;  // decoded data: in memory
+      cuts[r.shard].push_back(r.offset);
+      cuts[r.shard].push_back(r.offset + r.size);
+    }
+  }
+  for (size_t s = 0; s < cuts.size(); ++s) ckpt.shards[s].source->SetBlockCuts(std::move(cuts[s]));
   for (auto* group : {&ckpt.shards, &ckpt.index, &ckpt.others}) {
     for (StoredFile& f : *group) f.source->BeginServing();
   }
@@ -171,6 +182,9 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
     return Status::InvalidArgument(std::string(node->name()) + ": not a regular file with extents");
   }
   const uint64_t end = offset + std::min(size, node->size - std::min(offset, node->size));
+  uint64_t stream_start = offset;
+  ByteRange ahead;
+  if (readahead && offset < end) ahead = readahead->OnRead(offset, end - offset, &stream_start);
   for (const Extent& e : layout_.Extents(ino, offset, size)) {
     // Clip the extent to the requested window.
     const uint64_t from = std::max(offset, e.file_offset);
@@ -179,17 +193,46 @@ Status Volume::PlanRead(uint64_t ino, uint64_t offset, uint64_t size, std::vecto
     ReadPiece piece{&layout_.Source(e.source), e.source_offset + skip, to - from,
                     !layout_.Stored(e.source)};
     // Reading the start of a tensor (np.load, a loader walking tensors): the rest of it
-    // will follow, so let its source fetch or decode it ahead, in parallel.
-    if (e.tensor && skip == 0 && piece.length < e.length) {
+    // will follow, so let its source fetch or decode it ahead, in parallel. Not over a
+    // network for a stream that came through an earlier tensor: its window fetches ahead,
+    // and the kernel's own read-ahead past the one tensor a reader wanted touched the next
+    // tensors' starts, which then fetched each of them whole. (A stream that began in a
+    // header still has its first tensor fetched ahead.)
+    const bool continued = ckpt_.remote && CameThroughATensor(ino, stream_start, e.file_offset);
+    if (e.tensor && skip == 0 && piece.length < e.length && !continued) {
       piece.source->Prefetch(piece.offset + piece.length, e.length - piece.length);
     }
     plan->push_back(piece);
   }
-  if (readahead && offset < end) {
-    const ByteRange ahead = readahead->OnRead(offset, end - offset);
-    if (!ahead.empty()) Prefetch(ino, ahead);
-  }
+  if (!ahead.empty() && ckpt_.remote) ahead = WithinFirstTensor(ino, ahead, end, stream_start);
+  if (!ahead.empty()) Prefetch(ino, ahead);
   return Status::Ok();
+}
+
+bool Volume::CameThroughATensor(uint64_t ino, uint64_t stream_start, uint64_t here) const {
+  // Far below, it has: and the walk over the extents between stays short.
+  constexpr uint64_t kLookBack = uint64_t{64} << 20;
+  if (here <= stream_start) return false;
+  if (here - stream_start > Extent::kMaxLength + kLookBack) return true;
+  for (const Extent& e : layout_.Extents(ino, stream_start, here - stream_start)) {
+    if (e.tensor) return true;
+  }
+  return false;
+}
+
+ByteRange Volume::WithinFirstTensor(uint64_t ino, ByteRange ahead, uint64_t end,
+                                    uint64_t stream_start) const {
+  // Reading the start of a tensor already fetches the rest of it (PlanRead), so within a
+  // first tensor a window only fetches its neighbours'. A reader that has gone through
+  // one tensor into the next reads on, and its window goes where it goes.
+  if (end == 0) return ahead;
+  for (const Extent& e : layout_.Extents(ino, end - 1, 1)) {
+    if (!e.tensor || CameThroughATensor(ino, stream_start, e.file_offset)) return ahead;
+    const uint64_t tensor_end = e.file_offset + e.length;
+    if (ahead.end <= tensor_end) return ahead;
+    return {ahead.begin, std::max(ahead.begin, tensor_end)};
+  }
+  return ahead;
 }
 
 namespace {
@@ -448,6 +491,12 @@ std::string Volume::StatsJson() const {
                    {"requests", load(context_->remote_requests)},
                    {"prefetched_blocks", load(context_->remote_prefetches)},
                    {"disk_cache_bytes", load(context_->disk_cache_bytes)}};
+    const FetchLimit::Snapshot limit = context_->fetch_limit().snapshot();
+    j["remote"]["in_flight_limit"] = limit.limit;
+    j["remote"]["in_flight_now"] = limit.in_flight;
+    j["remote"]["in_flight_max_seen"] = limit.max_seen;
+    j["remote"]["fetch_ms_per_mib_best"] = limit.best_ms_per_mib;
+    j["remote"]["fetch_ms_per_mib_recent"] = limit.recent_ms_per_mib;
     if (const DiskCache* disk = context_->disk_cache()) {
       const DiskCache::Counters d = disk->counters();
       j["disk_cache"] = {{"hits", d.hits},
@@ -456,7 +505,8 @@ std::string Volume::StatsJson() const {
                          {"bytes_used", d.bytes_used},
                          {"bytes_written", d.bytes_written},
                          {"evictions", d.evictions},
-                         {"write_errors", d.write_errors}};
+                         {"write_errors", d.write_errors},
+                         {"claim_waits", d.claim_waits}};
     }
   }
   // Per view: bytes served against the work done for them shows read amplification.

@@ -175,6 +175,14 @@ class Volume {
                      ReadError* out) const;
   // Asks the sources under [range) of file `ino` to fetch or decode it ahead.
   void Prefetch(uint64_t ino, ByteRange range) const;
+  // A remote read-ahead `ahead` of a stream that began at `stream_start` and now reads up
+  // to `end`, cut at the end of the tensor the reader is in while it has read no other
+  // tensor through: reading one tensor fetches that tensor only.
+  ByteRange WithinFirstTensor(uint64_t ino, ByteRange ahead, uint64_t end,
+                              uint64_t stream_start) const;
+  // Whether a stream of file `ino` that began at `stream_start` read through a tensor (or
+  // came a long way) before reaching `here`.
+  bool CameThroughATensor(uint64_t ino, uint64_t stream_start, uint64_t here) const;
 
   Volume(Checkpoint ckpt, std::shared_ptr<ReadContext> context, ContextUse use)
       : context_(std::move(context)),

@@ -209,6 +209,44 @@ TEST(DiskCacheTest, RoundTrip) {
   }
 }
 
+// Fetch claims (TryClaim): of several processes missing one block, one fetches; the
+// others wait for its entry. A claim whose process is gone, or that is stale, is broken.
+TEST(DiskCacheTest, ClaimsLetOneFetcherThroughAndDieWithTheirProcess) {
+  TempDir dir;
+  auto a = OpenOrDie(dir.path(), 1 << 20);
+  auto b = OpenOrDie(dir.path(), 1 << 20);
+  ASSERT_TRUE(a && b);
+  const std::string obj = Identity(1);
+  const auto long_time = std::chrono::milliseconds(30000);
+  EXPECT_TRUE(a->TryClaim(obj, 3, long_time));
+  EXPECT_FALSE(b->TryClaim(obj, 3, long_time)) << "a live claim holds the block";
+  EXPECT_TRUE(b->TryClaim(obj, 4, long_time)) << "another block is free";
+  const auto now = std::chrono::steady_clock::now();
+  EXPECT_FALSE(b->WaitForClaim(obj, 3, now + std::chrono::milliseconds(20)));
+  std::thread fetcher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    Put(*a, obj, 3, 100);
+    a->Unclaim(obj, 3);
+  });
+  EXPECT_TRUE(b->WaitForClaim(obj, 3, now + std::chrono::seconds(10)));
+  fetcher.join();
+  EXPECT_TRUE(GetMatches(*b, obj, 3, 100));
+  EXPECT_EQ(b->counters().claim_waits, 2u);
+  // Stale: older than the caller's bound.
+  EXPECT_TRUE(a->TryClaim(obj, 5, long_time));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(b->TryClaim(obj, 5, std::chrono::milliseconds(1)));
+  // Its process is gone.
+  const pid_t child = fork();
+  if (child == 0) _exit(a->TryClaim(obj, 6, long_time) ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(b->TryClaim(obj, 6, long_time));
+  // A claim is never an entry: a scan leaves it, and a Get of the block misses.
+  EXPECT_FALSE(GetMatches(*b, obj, 6, 100));
+}
+
 TEST(DiskCacheTest, OtherKeysMiss) {
   TempDir dir;
   auto cache = OpenOrDie(dir.path(), 1 << 20);

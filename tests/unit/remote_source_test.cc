@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -330,6 +331,28 @@ TEST(RemoteSourceTest, OneTensorCostsAtMostItsSizePlusTwoBlocks) {
     EXPECT_GE(offset + size, begin);
     EXPECT_LE(offset, begin + length);
   }
+}
+
+// Blocks cut at a shard's tensor edges (SetBlockCuts): a tensor that starts past a header
+// fetches exactly its bytes, small tensors share one block, and a remainder under
+// kMinBlock joins the tensor's last block rather than make one of its own.
+TEST(RemoteSourceTest, BlocksCutAtTensorEdgesFetchOneTensorExactly) {
+  const uint64_t t0 = 600, t1 = t0 + 4 * kBlock, t2 = t1 + 4 * kBlock + 1000, t3 = t2 + 1000,
+                 t4 = t3 + 2000, size = 20 * kBlock;
+  Fixture f(size);
+  f.source->SetBlockCuts({t4, size, t0, t1, t1, t2, t2, t3, t3, t4});  // any order
+  f.source->BeginServing();
+  EXPECT_EQ(f.Read(t0, 4 * kBlock), f.bytes.substr(t0, 4 * kBlock));
+  // The header's 600 bytes are under kMinBlock: they join the tensor's first block.
+  EXPECT_EQ(f.fake->bytes_served(), t0 + 4 * kBlock);
+  // [t1, t2): 4 MiB + 1000 B, the 1000 B remainder in its last block.
+  EXPECT_EQ(f.Read(t1, t2 - t1), f.bytes.substr(t1, t2 - t1));
+  EXPECT_EQ(f.fake->bytes_served(), t2);
+  // Two small tensors and the next one's first MiB: one block from t2.
+  EXPECT_EQ(f.Read(t3, 10), f.bytes.substr(t3, 10));
+  const std::vector<std::pair<uint64_t, uint64_t>> ranges = f.fake->ranges();
+  EXPECT_NE(std::find(ranges.begin(), ranges.end(), std::make_pair(t2, kBlock)), ranges.end());
+  EXPECT_EQ(f.Read(0, size), f.bytes);
 }
 
 TEST(RemoteSourceTest, PrefetchFetchesBlocksInParallel) {
