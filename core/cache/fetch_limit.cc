@@ -54,7 +54,6 @@ void FetchLimit::Done(uint64_t bytes, std::chrono::nanoseconds took, bool ok) {
       const double per_byte =
           std::chrono::duration<double>(took).count() / static_cast<double>(bytes);
       round_.push_back(per_byte);
-      if (best_ == 0 || per_byte < best_) best_ = per_byte;
     }
     if (++round_done_ >= limit_) EndRound();
   }
@@ -74,6 +73,10 @@ void FetchLimit::EndRound() {
   std::nth_element(samples.begin(), mid, samples.end());
   const double median = *mid;
   last_median_ = median;
+  // The best is the best round's median, not the fastest fetch: over a fast link (a
+  // loopback server, a millisecond a block) one fetch that slipped past the scheduler
+  // made every later round look twice as slow, and the limit sank to its minimum.
+  if (best_ == 0 || median < best_) best_ = median;
   const double gradient = best_ / median;  // 1: as fast as the best; 0.5: twice as slow
   if (median <= best_ * kGrowWithin) {
     stuck_rounds_ = 0;
@@ -82,17 +85,23 @@ void FetchLimit::EndRound() {
     if (4 * peak >= 3 * limit_) SetLimit(slow_start_ ? limit_ * 2 : limit_ + 1);
   } else if (median > best_ * kShrinkPast) {
     slow_start_ = false;
-    if (limit_ > options_.min) {
+    // Delay never takes the limit below where it started (the fixed pool it replaces): a
+    // server bound by its CPU (loopback) answers each request later the more are in
+    // flight, while it still serves more bytes a second; at 2 in flight `cat` there fell
+    // to half. Only failures go lower.
+    const size_t floor = std::max(options_.min, options_.initial);
+    if (limit_ > floor) {
       stuck_rounds_ = 0;
     } else if (++stuck_rounds_ >= kStuckRounds) {
       // The link itself is slower now than at its best: measure it again.
-      best_ = *std::min_element(samples.begin(), samples.end());
+      best_ = median;
       stuck_rounds_ = 0;
       return;
     }
     // To where the median should come back near the best, if per-byte time grows with
     // the number in flight (a shared link).
-    SetLimit(static_cast<size_t>(std::floor(static_cast<double>(limit_) * gradient * kGrowWithin)));
+    SetLimit(std::max(floor, static_cast<size_t>(std::floor(static_cast<double>(limit_) * gradient *
+                                                            kGrowWithin))));
   } else {
     stuck_rounds_ = 0;
   }

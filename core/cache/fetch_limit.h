@@ -6,24 +6,29 @@
 // to the first byte (eight at a time cap such a link at ~60 MB/s). So the number is a
 // limit that moves, by a delay-based rule (TCP Vegas; Netflix's concurrency-limits
 // "gradient"): each fetch of the server that brought at least kMinSampleBytes gives one
-// sample, the time it took per byte. The best per-byte time seen is what the link gives
-// one request that does not queue. Every `limit` fetches ended (a round: about one round
-// trip with the limit in flight) the median sample of the round is compared with the best:
+// sample, the time it took per byte. Every `limit` fetches ended (a round: about one round
+// trip with the limit in flight) the median sample of the round is taken; the best round's
+// median is what the link gives a request that does not queue (a median, not the fastest
+// fetch: over a fast link one lucky fetch made every later round look slow). Each round's
+// median is compared with the best:
 // - within kGrowWithin of the best, and the round kept at least 3/4 of the limit busy
 //   (more in flight was asked for): more requests add throughput without slowing each
 //   other (a link limited per connection), so the limit grows: it doubles until the rule
 //   first had to shrink it (slow start), then grows by one a round;
 // - more than kShrinkPast times the best: the requests share something (a saturated
 //   link, a server out of CPU) and more would only queue, so the limit shrinks in
-//   proportion, to where the median would be back near the best;
+//   proportion, to where the median would be back near the best, but not below
+//   `initial` (8 in a mount: the fixed pool this replaces; a CPU-bound loopback server
+//   answers each request later the more are in flight while serving more bytes a
+//   second, and held at 2 a loopback `cat` ran at half speed);
 // - in between, it holds.
 // A fetch that failed (the server's errors outlasted HttpSource's retries of 429 and 5xx,
 // a timeout) halves the limit, once a round; a 429 or 5xx that a retry got past shows as a
-// slow sample and counts in the median. The limit stays within [min, max]. The best is the
-// lowest per-byte time seen, never averaged: should the link itself become slower for
-// good, the rule would pin the limit at `min`; after kStuckRounds rounds at `min` with
-// every median past kShrinkPast times the best, the best is taken afresh from the last
-// round.
+// slow sample and counts in the median. The limit stays within [min, max]. The best only
+// ever falls: should the link itself become slower for good, the rule would pin the limit
+// at its floor; after kStuckRounds rounds there with every median past kShrinkPast times
+// the best, the best is taken afresh from the last round. Failures may take the limit
+// below `initial`, down to `min`.
 //
 // Who waits: the fetch workers (readahead, a tensor's later blocks) call Acquire and
 // wait while the limit is in flight; a reader's own fetch (a FUSE thread that needs the
@@ -65,7 +70,7 @@ class FetchLimit {
     size_t limit = 0;
     size_t in_flight = 0;
     size_t max_seen = 0;  // the most in flight at once since the mount began
-    // Milliseconds per MiB: the best fetch, and the median of the last round (0: none yet).
+    // Milliseconds per MiB: the best round's median, and the last round's (0: none yet).
     double best_ms_per_mib = 0;
     double recent_ms_per_mib = 0;
   };

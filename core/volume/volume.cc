@@ -213,7 +213,7 @@ bool Volume::CameThroughATensor(uint64_t ino, uint64_t stream_start, uint64_t he
   // Far below, it has: and the walk over the extents between stays short.
   constexpr uint64_t kLookBack = uint64_t{64} << 20;
   if (here <= stream_start) return false;
-  if (here - stream_start > Extent::kMaxLength + kLookBack) return true;
+  if (here - stream_start > kLookBack) return true;
   for (const Extent& e : layout_.Extents(ino, stream_start, here - stream_start)) {
     if (e.tensor) return true;
   }

@@ -108,6 +108,18 @@ TEST(FetchLimitTest, CpuBoundLoopbackServerKeepsItSmall) {
   for (size_t i = 1000; i < trace.limits.size(); ++i) ASSERT_LE(trace.limits[i], 6u) << i;
 }
 
+TEST(FetchLimitTest, DelayNeverTakesItBelowWhereItStarted) {
+  // A mount starts at 8, the fixed pool it replaces: a CPU-bound loopback server answers
+  // each request later with more in flight but still serves as many bytes a second, and
+  // held at 2 it served half.
+  FetchLimit limit({.min = 2, .max = 64, .initial = 8});
+  const Link link{
+      [](size_t n) { return 4 * kMs * static_cast<double>(std::max<size_t>(2, n)) / 2; }};
+  const Trace trace = Simulate(limit, link, 3000);
+  for (size_t i = 0; i < trace.limits.size(); ++i) ASSERT_GE(trace.limits[i], 8u) << i;
+  for (size_t i = 1000; i < trace.limits.size(); ++i) ASSERT_LE(trace.limits[i], 12u) << i;
+}
+
 TEST(FetchLimitTest, ErrorsShrinkIt) {
   FetchLimit limit({.min = 2, .max = 64, .initial = 4});
   Link link = PerConnectionLink();
