@@ -8,14 +8,16 @@
 
 # Profiles: "NAME LATENCY_MS RATE_MB/s". The issue's targets are judged on the first.
 WAN_PROFILES=("object-store 40 10" "CDN 15 40")
-WCONTENDERS=(wan_ckptfs wan_mmap wan_curl wan_aria2 wan_rclone)
-WAN_PID='' WAN_LOG='' WAN_FILES_PORT='' WAN_S3_PORT=''
+WCONTENDERS=(wan_ckptfs wan_hf wan_mmap wan_curl wan_aria2 wan_rclone)
+WAN_PID='' WAN_LOG='' WAN_FILES_PORT='' WAN_S3_PORT='' WAN_HUB_PORT=''
+WAN_HUB_COMMIT=0123456789abcdef0123456789abcdef01234567   # the hub repo bench/wan's main
 WAN_TENSOR_BYTES=$((4 << 20))
 ARIA2_OPTS=(-x16 -s16 -k1M -j4)   # the issue's -x16 -s16 -k1M; -j4: the 4 shards at once
 
 # ---------------------------------------------------------------- the server
-# wan_start LATENCY_MS RATE: scripts/wan_server.py serving WAN_ROOT (files) and the
-# S3 bucket WAN_S3ROOT/wan, logging to a fresh WAN_LOG; up once it writes its port file.
+# wan_start LATENCY_MS RATE: scripts/wan_server.py serving WAN_ROOT (files), the S3
+# bucket WAN_S3ROOT/wan and the Hub repo bench/wan of WAN_HUB (its LFS files through the
+# server's CDN listener), logging to a fresh WAN_LOG; up once it writes its port file.
 wan_start() {
   local ports="$SCRATCH/wan/ports.json" i
   wan_stop
@@ -23,7 +25,8 @@ wan_start() {
   WAN_LOG=$SCRATCH/wan/requests-$1ms-$2MBps.jsonl
   : >"$WAN_LOG"
   "$PY" "$REPO/scripts/wan_server.py" --latency-ms "$1" --rate "$2" --files "$WAN_ROOT" \
-    --s3 "$WAN_S3ROOT" --log "$WAN_LOG" --port-file "$ports" >>"$SCRATCH/logs/wan_server.log" 2>&1 &
+    --s3 "$WAN_S3ROOT" --hub "$WAN_HUB" --log "$WAN_LOG" --port-file "$ports" \
+    >>"$SCRATCH/logs/wan_server.log" 2>&1 &
   WAN_PID=$!
   for ((i = 0; i < 200; i++)); do
     [[ -s $ports ]] && break
@@ -31,8 +34,11 @@ wan_start() {
     sleep 0.05
   done
   [[ -s $ports ]] || die "wan_server.py wrote no port file within 10 s"
-  read -r WAN_FILES_PORT WAN_S3_PORT < <("$PY" -c \
-    'import json, sys; p = json.load(open(sys.argv[1])); print(p["files"], p["s3"])' "$ports")
+  read -r WAN_FILES_PORT WAN_S3_PORT WAN_HUB_PORT < <("$PY" -c \
+    'import json, sys; p = json.load(open(sys.argv[1])); print(p["files"], p["s3"], p["hub"])' "$ports")
+  # The hub hashes each LFS file (its sha256) when first listed: before any sample.
+  curl -sS --fail -o /dev/null "http://127.0.0.1:$WAN_HUB_PORT/api/models/bench/wan/tree/main?recursive=true" ||
+    die "wan_server.py's hub does not list bench/wan"
   WURL=http://127.0.0.1:$WAN_FILES_PORT/${WDATA##*/}/
   log "wan_server.py: $1 ms to the first byte, $2 MB/s a connection; files on :$WAN_FILES_PORT, s3 on :$WAN_S3_PORT"
 }
@@ -111,6 +117,14 @@ c_wan_ckptfs_label() { echo "ckptfs: cat MNT/model.safetensors (http source, fre
 c_wan_ckptfs_setup() { ckptfs_mount "$WURL" "$SCRATCH/mnt/wan"; wan_begin; }
 c_wan_ckptfs_files() { echo "$SCRATCH/mnt/wan/model.safetensors"; }
 c_wan_ckptfs_teardown() { wan_account wan_ckptfs; unmount_one "$SCRATCH/mnt/wan" || die "could not unmount ckptfs"; }
+
+c_wan_hf_label() { echo "ckptfs: cat MNT/model.safetensors (hf:// source: the hub's API, shards from its CDN; fresh mount)"; }
+c_wan_hf_setup() {
+  ckptfs_mount hf://bench/wan "$SCRATCH/mnt/wan" --endpoint "http://127.0.0.1:$WAN_HUB_PORT"
+  wan_begin
+}
+c_wan_hf_files() { c_wan_ckptfs_files; }
+c_wan_hf_teardown() { wan_account wan_hf; unmount_one "$SCRATCH/mnt/wan" || die "could not unmount ckptfs"; }
 
 c_wan_mmap_label() { echo "ckptfs: mmap loader, each tensor copied out in file order (scripts/bench/mmap_read.py --tensors)"; }
 c_wan_mmap_setup() { c_wan_ckptfs_setup; }
@@ -266,6 +280,10 @@ wan_section() {
   ((${#WSHARD_FILES[@]} == 4)) || die "expected 4 shards in $WDATA"
   WAN_ROOT=$WORKDIR WAN_S3ROOT=$SCRATCH/wan/s3
   mkdir -p -- "$WAN_S3ROOT"; ln -sfn -- "$WDATA" "$WAN_S3ROOT/wan"   # the bucket "wan"
+  WAN_HUB=$SCRATCH/wan/hub   # the repo bench/wan: its main is a commit holding the shards
+  mkdir -p -- "$WAN_HUB/bench/wan/refs" "$WAN_HUB/bench/wan/commits"
+  ln -sfn -- "$WDATA" "$WAN_HUB/bench/wan/commits/$WAN_HUB_COMMIT"
+  echo "$WAN_HUB_COMMIT" >"$WAN_HUB/bench/wan/refs/main"
   read_files "${WSHARD_FILES[@]}"   # the server's page cache
   declare -gA WFETCH=() WT_MOUNT=() WT_READ=() WT_FETCH=() WC=() WSAVED=() WBYTES_OF=()
   WERRS=0 WLOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -316,7 +334,7 @@ wan_targets() {
   # shellcheck disable=SC2086
   v=$(median ${WT_READ[$name]})
   echo "| first $(mib "$WT_BYTES") MiB tensor: open + header + pread after the mount (median s) | $v | <= 2 x ($lat ms + size / $rate MB/s) = $bound | $(verdict "$v" '<=' "$bound") |"
-  for id in wan_tensor wan_ckptfs wan_mmap; do
+  for id in wan_tensor wan_ckptfs wan_hf wan_mmap; do
     # shellcheck disable=SC2086
     if [[ $id == wan_tensor ]]; then v=$(max_of ${WT_FETCH[$name]}); else v=$(max_of ${WFETCH[$name,$id]}); fi
     echo "| bytes fetched / bytes read, $(wan_what "$id") (max of $REPS) | $v | <= 1.1 | $(verdict "$v" '<=' 1.1) |"
@@ -335,6 +353,7 @@ slashes() { local -a a; read -ra a <<<"$*"; local IFS=/; echo "${a[*]}"; }
 wan_what() {
   case $1 in
     wan_tensor) echo "one tensor" ;; wan_ckptfs) echo "whole-file cat" ;; wan_mmap) echo "mmap loader" ;;
+    wan_hf) echo "whole-file cat over hf://" ;;
   esac
 }
 
@@ -351,7 +370,7 @@ wan_report() {
   echo "- data: $(gib "$(sum_sizes "${WSHARD_FILES[@]}")") GiB F32 in 4 shards, tensors of $(mib "$WAN_TENSOR_BYTES") MiB ($WDATA)"
   echo "- server: scripts/wan_server.py (python3 stdlib, a thread per connection): every reply waits the latency" \
        "before its first byte, then a token bucket per connection (64 KiB burst) on every byte; ckptfs reads" \
-       "its files listener (http://), rclone its S3 listener; bytes fetched = the body bytes its --log records" \
+       "its files listener (http://) and, over hf://, its hub and CDN listeners; rclone its S3 listener; bytes fetched = the body bytes its --log records" \
        "between the mount (or process start) and the end of the read"
   echo "- ckptfs: defaults; aria2c $(aria2c --version | awk 'NR==1 {print $3}') ${ARIA2_OPTS[*]} -i LIST (the 4 shard URLs; -j4: all at once, 16 connections each)," \
        "--file-allocation=none, to files in the workdir; curl $(curl --version | awk 'NR==1 {print $2}');" \
@@ -370,7 +389,8 @@ wan_report() {
     if [[ $name == "${WAN_PROFILES[0]%% *}" ]]; then wan_targets; echo; fi
     echo "| ratio (MB/s, median) | value |"
     echo "|---|---:|"
-    for row in "wan_ckptfs wan_curl" "wan_ckptfs wan_aria2" "wan_ckptfs wan_rclone" "wan_mmap wan_ckptfs"; do
+    for row in "wan_ckptfs wan_curl" "wan_ckptfs wan_aria2" "wan_ckptfs wan_rclone" "wan_hf wan_ckptfs" \
+      "wan_hf wan_aria2" "wan_mmap wan_ckptfs"; do
       # shellcheck disable=SC2086
       echo "| ${row% *} / ${row#* } | $(wan_ratio $row)x |"
     done
