@@ -2,7 +2,8 @@
 # The test command: installs what is missing, builds, runs every test.
 #   1. the concurrency tests of the caches and prefetcher under ThreadSanitizer
 #      (a separate build in build-tsan; skip with CKPTFS_SKIP_TSAN=1);
-#   2. everything (unit, fuzz-corpus replay, mount tests with real clients) through
+#   2. the five longest files and functions of core/ and fs/ (scripts/rooms.py);
+#   3. everything (unit, fuzz-corpus replay, mount tests with real clients) through
 #      ctest, whose closing line gives the counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,5 +33,9 @@ if [ "${CKPTFS_SKIP_TSAN:-0}" != 1 ]; then
   TSAN_OPTIONS="halt_on_error=1" build-tsan/tests/unit/unit_tests \
     --gtest_filter='BlockCache*:CachedBlocks*:VolumeRead*:RemoteSource*:ThreadPool*:Readahead*:ZstdSource*:LayoutFaults*:DiskCache*:RunTree*' --gtest_brief=1
 fi
+
+# The house's rooms (no file over 800 lines, no function over 120): the longest, so that
+# growth is seen in the log when it happens. Informational; never fails the run.
+/usr/bin/python3 scripts/rooms.py || true
 
 ctest --test-dir build --output-on-failure --no-tests=error --timeout 900 "$@"
