@@ -1,9 +1,13 @@
-// The pieces of run discovery that run_listing.cc and run_top_files.cc share. Internal to
-// core/run: the contract users rely on is run_listing.h.
+// The pieces of run discovery that run_listing.cc, run_best.cc and run_top_files.cc share.
+// Internal to core/run: the contract users rely on is run_listing.h.
 #pragma once
 
+#include <time.h>
+
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -40,5 +44,35 @@ Result<RunListing> ListModules(const SourceDir& dir);
 
 // Sets run.top_files (run_listing.h) from `dir` and the entries `run` holds.
 Status AddTopFiles(const SourceDir& dir, RunListing& run);
+
+// latest and best from the frameworks' records (run_best.cc); the rest of the rules are
+// run_listing.cc's.
+
+inline constexpr std::string_view kTrainerState = "trainer_state.json";
+// A trainer_state.json larger than this is no record (Trainer's hold a line per log step).
+inline constexpr uint64_t kMaxTrainerStateBytes = 16u << 20;
+
+// The last path component of a record's path: matched against entries, never resolved.
+std::string LastComponent(std::string path);
+// Which "last" save Lightning's ModelCheckpoint made of `name`: 0 for `last.ckpt`, N for
+// `last-vN.ckpt` (a later fit() into the same dirpath: _save_last_checkpoint's version
+// counter starts at STARTING_VERSION = 1 and joins CHECKPOINT_JOIN_CHAR + "v" + N while the
+// name exists), nullopt for any other name. The highest is the newest "last".
+std::optional<uint64_t> LightningLastVersion(std::string_view name);
+// `a` is after `b`.
+bool Later(const timespec& a, const timespec& b);
+// A record that cannot be read leaves latest or best to the next rule, with a line: Ok.
+Status Skip(std::vector<std::string>& skipped, const Status& why);
+
+// The entry named `name`, or null.
+const RunEntry* Find(const RunListing& run, const std::string& name);
+// An entry that is there, complete, and without a problem.
+bool Usable(const RunEntry* e);
+// run.best from HF Trainer's trainer_state.json (see run_best.cc).
+Status BestFromTrainerState(const SourceDir& dir, TrainerStates states, RunListing& run);
+// run.best from Lightning's ModelCheckpoint state in the checkpoint it resumes from.
+Status BestFromLightning(const SourceDir& dir, RunListing& run);
+// The entry Lightning resumes from (the newest "last" save), or null.
+const RunEntry* LightningResumeEntry(const RunListing& run);
 
 }  // namespace ckptfs
