@@ -280,7 +280,10 @@ std::string HfApi::ResolveUrl(const std::string& sha, const std::string& path) c
   size_t at = 0;
   while (at <= path.size()) {
     const size_t slash = std::min(path.find('/', at), path.size());
-    resolve += "/" + EncodeUrlSegment(path.substr(at, slash - at));
+    // Two appends, not "/" + segment: GCC 12 at -O3 misreads the
+    // temporary's insert as an overlapping memcpy (-Wrestrict).
+    resolve += '/';
+    resolve += EncodeUrlSegment(path.substr(at, slash - at));
     at = slash + 1;
   }
   return resolve;
