@@ -5,7 +5,7 @@
 // Each operation either gives the exact result or says it has none (nullopt, false); none
 // wraps, none is undefined for any input. Saturating forms are for running totals whose
 // only use is a comparison against a limit. At the top of core/ so that every layer
-// (cache, source, codec, format, ...) may use it. Pure functions: thread-safe.
+// (cache, source, codec, encoding, ...) may use it. Pure functions: thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -16,11 +16,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "core/checkpoint/model.h"
 #include "core/checkpoint/natural_order.h"
 #include "core/crc/zip_crc.h"
-#include "core/format/safetensors.h"
+#include "core/encoding/safetensors.h"
 #include "core/pack/pack.h"
 #include "core/run/run_tree.h"
 #include "core/volume/verify.h"
@@ -30,9 +30,9 @@
 namespace ckptfs {
 namespace {
 
-Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const ReadOptions& codec,
+Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const ReadOptions& read_options,
                                              const OpenOptions& open, int* exit_code) {
-  auto volume = Volume::Open(source, codec, ZipCrcMode::kAuto, open);
+  auto volume = Volume::Open(source, read_options, ZipCrcMode::kAuto, open);
   if (!volume.ok()) {
     PrintRefusal(volume.status());
     *exit_code = ExitCodeForOpenFailure(volume.status());
@@ -44,11 +44,11 @@ Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const Re
 // at its top) is refused naming the entry to take instead; asked only once opening failed,
 // so a checkpoint costs no second listing.
 Result<std::unique_ptr<Volume>> OpenOneOrReport(const std::string& source, std::string_view verb,
-                                                const ReadOptions& codec, const OpenOptions& open,
+                                                const ReadOptions& read_options, const OpenOptions& open,
                                                 int* exit_code) {
-  auto volume = Volume::Open(source, codec, ZipCrcMode::kAuto, open);
+  auto volume = Volume::Open(source, read_options, ZipCrcMode::kAuto, open);
   if (volume.ok()) return volume;
-  if (std::optional<Status> run = RunInsteadOfCheckpoint(source, verb, codec, open.remote)) {
+  if (std::optional<Status> run = RunInsteadOfCheckpoint(source, verb, read_options, open.remote)) {
     PrintRefusal(*run);
     *exit_code = 2;
     return *run;
@@ -190,7 +190,7 @@ nlohmann::json InspectJson(const std::string& source, const Checkpoint& ckpt,
   json metadata = json::object();
   for (const auto& [k, v] : ckpt.metadata) metadata[k] = v;
   json out = {{"source", SourceShown(source, ckpt)},
-              {"format", std::string(FormatOf(ckpt.format).name)},
+              {"format", std::string(FormatOf(ckpt).name)},
               {"index", ckpt.index.empty() ? json(nullptr) : json(ckpt.index[0].name)},
               {"shards", shards},
               {"tensor_count", ckpt.tensors.size()},
@@ -203,7 +203,7 @@ nlohmann::json InspectJson(const std::string& source, const Checkpoint& ckpt,
               {"tensors", tensors}};
   if (ckpt.weights_only) out["weights_only"] = json::parse(WeightsOnlyJson(*ckpt.weights_only));
   // What only the format knows (DeepSpeed: the tag's ZeRO stage and world sizes).
-  if (const auto lines = FormatOf(ckpt.format).inspect) {
+  if (const auto lines = FormatOf(ckpt).inspect) {
     for (const auto& [label, text] : lines(ckpt)) out[label] = text;
   }
   return out;
@@ -229,7 +229,7 @@ void PrintShardLine(const StoredFile& s) {
 void PrintInspectTable(const std::string& source, const Checkpoint& ckpt,
                        const ZipCrcStatus& crcs) {
   std::printf("source   %s\n", Shown(SourceShown(source, ckpt)).c_str());
-  std::printf("format   %s\n", std::string(FormatOf(ckpt.format).name).c_str());
+  std::printf("format   %s\n", std::string(FormatOf(ckpt).name).c_str());
   std::printf("index    %s\n",
               ckpt.index.empty() ? "(single file)" : Shown(ckpt.index[0].name).c_str());
   std::printf("shards   %zu\n", ckpt.shards.size());
@@ -241,7 +241,7 @@ void PrintInspectTable(const std::string& source, const Checkpoint& ckpt,
     std::printf("torch.load(weights_only=True): %s\n",
                 Shown(WeightsOnlyLine(*ckpt.weights_only)).c_str());
   }
-  if (const auto lines = FormatOf(ckpt.format).inspect) {
+  if (const auto lines = FormatOf(ckpt).inspect) {
     for (const auto& [label, text] : lines(ckpt)) {
       std::printf("%-8s %s\n", Shown(label).c_str(), Shown(text).c_str());
     }
@@ -419,7 +419,7 @@ std::string ViewNames(const Volume& volume) {
 }
 
 std::string FormatLine(const Checkpoint& ckpt) {
-  return std::string(FormatOf(ckpt.format).title) + ", " + std::to_string(ckpt.shards.size()) +
+  return std::string(FormatOf(ckpt).title) + ", " + std::to_string(ckpt.shards.size()) +
          " shard(s)" + (ckpt.index.empty() ? "" : ", index " + ckpt.index[0].name) + ", " +
          std::to_string(ckpt.others.size()) + " other file(s)";
 }
@@ -520,8 +520,8 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
   // part of what inspect reports: `warning` lines after the table, "warnings" in JSON.
   auto warnings = std::make_shared<std::vector<std::string>>();
   auto warnings_mu = std::make_shared<std::mutex>();
-  ReadOptions codec = options;
-  codec.warn = [warnings, warnings_mu](const std::string& line) {
+  ReadOptions read_options = options;
+  read_options.warn = [warnings, warnings_mu](const std::string& line) {
     std::lock_guard<std::mutex> lock(*warnings_mu);
     warnings->push_back(line);
   };
@@ -531,7 +531,7 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
       std::printf("warning  %s\n", EscapeControlChars(line).c_str());
     }
   };
-  if (std::optional<int> run_rc = InspectIfRun(source, json, codec, open)) {
+  if (std::optional<int> run_rc = InspectIfRun(source, json, read_options, open)) {
     if (json) {  // the run's JSON is printed already: warnings go beside it
       std::lock_guard<std::mutex> lock(*warnings_mu);
       for (const std::string& line : *warnings) {
@@ -543,7 +543,7 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
     return *run_rc;
   }
   int rc = 0;
-  auto volume = OpenOrReport(source, codec, open, &rc);
+  auto volume = OpenOrReport(source, read_options, open, &rc);
   if (!volume.ok()) return rc;
   if (json) {
     nlohmann::json out = InspectJson(source, (*volume)->checkpoint(), (*volume)->zip_crcs());
@@ -559,9 +559,9 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
   return 0;
 }
 
-int RunVerify(const std::string& source, const ReadOptions& codec, const OpenOptions& open) {
+int RunVerify(const std::string& source, const ReadOptions& read_options, const OpenOptions& open) {
   int rc = 0;
-  auto volume = OpenOneOrReport(source, "verify", codec, open, &rc);
+  auto volume = OpenOneOrReport(source, "verify", read_options, open, &rc);
   if (!volume.ok()) return rc;
   (*volume)->context().StartWorkers();  // remote sources fetch ahead in parallel
   // Structure is sound (Open validated every header and frame index); now decode or read
@@ -624,9 +624,9 @@ int RunPack(const std::string& source, const std::string& dest, const PackOption
             const RemoteOptions& remote) {
   int rc = 0;
   // Packing reads every byte once, front to back: a small cache is plenty.
-  ReadOptions codec;
-  codec.cache_bytes = 64u << 20;
-  auto volume = OpenOneOrReport(source, "pack", codec, remote, &rc);
+  ReadOptions read_options;
+  read_options.cache_bytes = 64u << 20;
+  auto volume = OpenOneOrReport(source, "pack", read_options, remote, &rc);
   if (!volume.ok()) return rc;
   (*volume)->context().StartWorkers();  // remote sources fetch ahead in parallel
   ProgressLine progress("pack");
@@ -638,7 +638,7 @@ int RunPack(const std::string& source, const std::string& dest, const PackOption
   const Checkpoint& ckpt = (*volume)->checkpoint();
   Status s = PackCheckpoint(ckpt, dest, with_progress, &summary);
   progress.Clear();
-  if (s.ok()) s = WritePackedCrcs(dest, codec, summary.range_crcs);
+  if (s.ok()) s = WritePackedCrcs(dest, read_options, summary.range_crcs);
   if (!s.ok()) {
     PrintRefusal(s);
     return s.code() == Status::Code::kIoError ? 1 : 2;

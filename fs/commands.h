@@ -23,22 +23,22 @@ std::optional<uint64_t> ParseByteSize(const std::string& text);
 // inspect SOURCE: a run (core/run/run_listing.h) lists its checkpoints, else the one
 // checkpoint's shards and tensors.
 // `open` carries --model-key and the remote options.
-int RunInspect(const std::string& source, bool json, const ReadOptions& codec,
+int RunInspect(const std::string& source, bool json, const ReadOptions& options,
                const OpenOptions& open);
 // When SOURCE is a run: prints its entries, latest and best (fs/run_inspect.cc) and returns
 // the exit code; nullopt when it is not a run (or cannot be listed: RunInspect then reports).
-std::optional<int> InspectIfRun(const std::string& source, bool json, const ReadOptions& codec,
+std::optional<int> InspectIfRun(const std::string& source, bool json, const ReadOptions& read_options,
                                 const OpenOptions& open);
 
 // When SOURCE is a run (and so not one checkpoint pack or verify can take): the one-line
 // refusal naming the entry to take instead, "SOURCE is a training run (N checkpoints);
 // pack one: SOURCE/checkpoint-N" (`verb` "pack" or "verify"); nullopt otherwise.
 std::optional<Status> RunInsteadOfCheckpoint(const std::string& source, std::string_view verb,
-                                             const ReadOptions& codec, const RemoteOptions& remote);
+                                             const ReadOptions& read_options, const RemoteOptions& remote);
 
 // "1.5 MiB": binary units, one decimal.
 std::string HumanBytes(uint64_t n);
-int RunVerify(const std::string& source, const ReadOptions& codec, const OpenOptions& open);
+int RunVerify(const std::string& source, const ReadOptions& read_options, const OpenOptions& open);
 // Unmounts the ckptfs mount at `mountpoint` only (fusermount3 -u, or -uz when `lazy`:
 // detached at once, the daemon ends when the last open file closes). Exit 0 unmounted;
 // 2 (one line) for a path that is not exactly a mount point in /proc/self/mountinfo

@@ -4,7 +4,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 
 namespace ckptfs {
 namespace {

@@ -12,7 +12,7 @@ class Formatter;
 
 namespace ckptfs {
 
-// The formats ckptfs reads, as their titles in the format table (core/checkpoint/formats.h)
+// The formats ckptfs reads, as their titles in the format table (core/format/formats.h)
 // in its order: "safetensors, torch.save, ..., per-key split torch.save". A format added to
 // the table is named here with no more code.
 std::string FormatTitles();

@@ -243,7 +243,7 @@ ckptfs::MountTreeOptions TreeOptions(const ckptfs::ReadOptions& codec, ckptfs::Z
                                      const ckptfs::OpenOptions& open, const RunArgs& args,
                                      const ckptfs::Ownership& ownership) {
   ckptfs::MountTreeOptions options;
-  options.codec = codec;
+  options.read_options = codec;
   options.zip_crc = zip_crc;
   options.open = open;
   options.ownership = ownership;

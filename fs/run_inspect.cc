@@ -11,7 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "core/run/run_listing.h"
 #include "fs/commands.h"
 
@@ -164,14 +164,14 @@ void PrintRun(const std::string& source, const RunListing& run) {
 }
 
 // Opens each complete entry of `run` as the mount would, and records why one fails.
-void CheckEntries(const SourceDir& dir, RunListing& run, ReadContext& codec,
+void CheckEntries(const SourceDir& dir, RunListing& run, ReadContext& context,
                   const OpenOptions& open) {
   for (RunEntry& e : run.entries) {
     if (!e.complete || !e.problem.empty() || e.kind == RunEntry::Kind::kFiles) continue;
     Result<SourceDir> entry_dir = EntrySourceDir(dir, e);
     Status status = entry_dir.status();
     if (entry_dir.ok())
-      status = OpenCheckpointIn(*entry_dir, codec, open, dir.path + "/" + e.name).status();
+      status = OpenCheckpointIn(*entry_dir, context, open, dir.path + "/" + e.name).status();
     if (!status.ok()) e.problem = status.message();
   }
   // As a mount does (RunTree): latest and best never name a checkpoint that fails to open.
@@ -222,9 +222,9 @@ Result<std::optional<ListedRun>> ListIfRun(const std::string& source, ReadContex
 
 }  // namespace
 
-std::optional<int> InspectIfRun(const std::string& source, bool json, const ReadOptions& codec,
+std::optional<int> InspectIfRun(const std::string& source, bool json, const ReadOptions& read_options,
                                 const OpenOptions& open) {
-  ReadContext context(codec);
+  ReadContext context(read_options);
   auto listed = ListIfRun(source, context, open.remote);
   if (!listed.ok()) {
     PrintRefusal(listed.status());
@@ -245,9 +245,9 @@ std::optional<int> InspectIfRun(const std::string& source, bool json, const Read
 }
 
 std::optional<Status> RunInsteadOfCheckpoint(const std::string& source, std::string_view verb,
-                                             const ReadOptions& codec,
+                                             const ReadOptions& read_options,
                                              const RemoteOptions& remote) {
-  ReadContext context(codec);
+  ReadContext context(read_options);
   auto listed = ListIfRun(source, context, remote);
   if (!listed.ok() || !*listed || (*listed)->run.entries.empty()) return std::nullopt;
   const RunListing& run = (*listed)->run;

@@ -5,8 +5,8 @@
 #include <numeric>
 
 #include "core/codec/zstd_source.h"
-#include "core/format/ordered_json.h"
-#include "core/format/safetensors.h"
+#include "core/encoding/ordered_json.h"
+#include "core/encoding/safetensors.h"
 
 namespace ckptfs {
 namespace {
@@ -77,7 +77,7 @@ Result<StoredFile> OpenStored(const SourceDir& dir, const std::string& name) {
 }
 
 Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
-                                  ReadContext& codec) {
+                                  ReadContext& context) {
   const std::string zst = name + std::string(kZstdSuffix);
   bool plain = dir.Lists(name) || !dir.Lists(zst);
   if (plain && !dir.Lists(name)) {  // neither listed: ask the store
@@ -105,7 +105,7 @@ Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
   // A safetensors header (8 bytes, then up to kMaxSafetensorsHeader) is the largest a
   // format reads at open.
   CKPTFS_ASSIGN_OR_RETURN(
-      auto decoded, ZstdSource::Open(std::move(compressed), codec, 8 + kMaxSafetensorsHeader));
+      auto decoded, ZstdSource::Open(std::move(compressed), context, 8 + kMaxSafetensorsHeader));
   return StoredFile{name, zst, std::move(decoded), mode, mtime};
 }
 
@@ -158,9 +158,9 @@ void AddShard(Checkpoint& ckpt, ShardContents& shard, uint32_t shard_no) {
   }
 }
 
-EarlyShards::EarlyShards(const SourceDir& dir, std::vector<std::string> names, ReadContext& codec,
+EarlyShards::EarlyShards(const SourceDir& dir, std::vector<std::string> names, ReadContext& context,
                          ShardParser parse)
-    : dir_(dir), codec_(codec), parse_(parse) {
+    : dir_(dir), context_(context), parse_(parse) {
   shards_.resize(names.size());
   for (size_t i = 0; i < names.size(); ++i) shards_[i].name = std::move(names[i]);
   for (size_t t = 0; t < WorkerCount(shards_.size()); ++t) {
@@ -178,7 +178,7 @@ std::vector<EarlyShard>& EarlyShards::Wait() {
 void EarlyShards::Work() {
   for (size_t i = next_++; i < shards_.size(); i = next_++) {
     EarlyShard& shard = shards_[i];
-    shard.file = OpenWeightFile(dir_, shard.name, codec_);
+    shard.file = OpenWeightFile(dir_, shard.name, context_);
     if (shard.file.ok()) shard.contents = parse_(*shard.file, 0);
   }
 }
@@ -241,7 +241,7 @@ const Tensor* FindTensor(const Checkpoint& ckpt, std::string_view name) {
 
 // Opens and reads the weight files `names`, taking those already read from `early`.
 Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
-                  const std::string& named_by, ReadContext& codec, ShardParser parse,
+                  const std::string& named_by, ReadContext& context, ShardParser parse,
                   Checkpoint& ckpt, std::vector<EarlyShard>* early) {
   std::vector<Result<ShardContents>> early_contents;
   std::vector<uint32_t> to_read;
@@ -253,7 +253,7 @@ Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
                            [](const EarlyShard& e, const std::string& n) { return e.name < n; });
       if (it != early->end() && it->name == name) found = &*it;
     }
-    auto opened = found ? std::move(found->file) : OpenWeightFile(dir, name, codec);
+    auto opened = found ? std::move(found->file) : OpenWeightFile(dir, name, context);
     if (!opened.ok()) {
       if (opened.status().code() != Status::Code::kNotFound) return opened.status();
       return Status::NotFound(name + ": shard named in " + named_by + " is missing");

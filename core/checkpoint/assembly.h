@@ -49,7 +49,7 @@ Result<StoredFile> OpenStored(const SourceDir& dir, const std::string& name);
 // still opened, so that a FIFO, socket or device there is refused as what it is ("a FIFO,
 // not served"), not as missing.
 Result<StoredFile> OpenWeightFile(const SourceDir& dir, const std::string& name,
-                                  ReadContext& codec);
+                                  ReadContext& context);
 
 // What one weight file holds, shard-local: storage indices count from 0, `shard` fields
 // are set by AddShard.
@@ -94,7 +94,7 @@ struct EarlyShard {
 class EarlyShards {
  public:
   // `names` sorted and distinct.
-  EarlyShards(const SourceDir& dir, std::vector<std::string> names, ReadContext& codec,
+  EarlyShards(const SourceDir& dir, std::vector<std::string> names, ReadContext& context,
               ShardParser parse);
   ~EarlyShards() { Wait(); }
   EarlyShards(const EarlyShards&) = delete;
@@ -107,7 +107,7 @@ class EarlyShards {
   void Work();
 
   const SourceDir& dir_;
-  ReadContext& codec_;
+  ReadContext& context_;
   ShardParser parse_;
   std::vector<EarlyShard> shards_;
   std::atomic<size_t> next_{0};
@@ -124,7 +124,7 @@ void ForEachInParallel(size_t jobs, const std::function<void(size_t)>& work);
 // `ckpt` in that order, several at once, taking those already read from `early`; then
 // sorts the tensors (SortTensors).
 Status OpenShards(const SourceDir& dir, const std::vector<std::string>& names,
-                  const std::string& named_by, ReadContext& codec, ShardParser parse,
+                  const std::string& named_by, ReadContext& context, ShardParser parse,
                   Checkpoint& ckpt, std::vector<EarlyShard>* early = nullptr);
 
 // Sorts tensors by name; a name stored in two shards is Corruption naming both.

@@ -1,6 +1,5 @@
 #include "core/checkpoint/checkpoint.h"
 
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -8,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "core/checkpoint/formats.h"
+#include "core/checkpoint/format_reader.h"
 
 namespace ckptfs {
 std::vector<uint32_t> AlignedOrder(const Checkpoint& ckpt) {
@@ -146,7 +145,7 @@ std::string_view StateWithVerdict(const Checkpoint& ckpt, std::string& held) {
 }  // namespace
 
 uint64_t MetadataJsonSize(const Checkpoint& ckpt) {
-  if (ckpt.format == CheckpointFormat::kSafetensors) return MetadataJson(ckpt).size();
+  if (FormatOf(ckpt).metadata_is_header) return MetadataJson(ckpt).size();
   std::string held;
   const std::string_view state = StateWithVerdict(ckpt, held);
   if (state.empty()) return 3;
@@ -158,7 +157,7 @@ uint64_t MetadataJsonSize(const Checkpoint& ckpt) {
 std::string MetadataJson(const Checkpoint& ckpt) {
   // Formats other than safetensors keep their non-tensor values as state_json: laid out,
   // never parsed again (see IndentJson), into a string allocated once at its size.
-  if (ckpt.format != CheckpointFormat::kSafetensors) {
+  if (!FormatOf(ckpt).metadata_is_header) {
     std::string held;
     const std::string_view state = StateWithVerdict(ckpt, held);
     if (state.empty()) return "{}\n";
@@ -177,8 +176,13 @@ std::string MetadataJson(const Checkpoint& ckpt) {
   return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
+const FormatReader& FormatOf(const Checkpoint& ckpt) {
+  static const FormatReader kNone = {};
+  return ckpt.format ? *ckpt.format : kNone;
+}
+
 std::span<const std::string> TensorKeys(const Checkpoint& ckpt) {
-  const auto keys = FormatOf(ckpt.format).keys;
+  const auto keys = FormatOf(ckpt).keys;
   return keys ? keys(ckpt) : std::span<const std::string>();
 }
 
@@ -280,25 +284,6 @@ Status ComputeStorageCrcs(Checkpoint& ckpt) {
   for (std::thread& t : threads) t.join();
   for (const Status& e : errors) CKPTFS_RETURN_IF_ERROR(e);
   return Status::Ok();
-}
-
-Result<Checkpoint> OpenCheckpoint(const std::string& source_path, ReadContext& codec,
-                                  const OpenOptions& options, const SourceDir* listed) {
-  std::optional<SourceDir> own;
-  if (!listed) {
-    CKPTFS_ASSIGN_OR_RETURN(own, OpenSourceDir(source_path, codec, options.remote));
-    listed = &*own;
-  }
-  const SourceDir& dir = *listed;
-  // A local path naming a file or prefix is shown as written; a URL redacted (dir.path).
-  const bool local_named = !dir.remote && !dir.named.empty();
-  CKPTFS_ASSIGN_OR_RETURN(
-      Checkpoint ckpt, OpenCheckpointIn(dir, codec, options, local_named ? source_path : dir.path));
-  struct stat st;
-  if (!dir.remote && dir.named.empty() && ::stat(source_path.c_str(), &st) == 0) {
-    ckpt.dir_mtime = st.st_mtim;
-  }
-  return ckpt;
 }
 
 }  // namespace ckptfs

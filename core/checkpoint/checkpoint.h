@@ -1,10 +1,10 @@
-// Checkpoint: what OpenCheckpoint finds in SOURCE, validated, with every file open.
+// Checkpoint: what OpenCheckpoint (core/format/formats.h) finds in SOURCE, validated, with every file open.
 //
 // SOURCE is a directory holding an index (`*.safetensors.index.json`, or
 // `pytorch_model.bin.index.json` as transformers writes it) with its shards, or a single
 // weights file (`*.safetensors`, or a torch.save file: `*.bin`, `*.pt`, `*.pth`, `*.ckpt`), or the
 // path of one such file. Any weight file may be stored as NAME.zst instead, decoded on
-// read through `codec`. Opening reads only
+// read through `context`. Opening reads only
 // headers, so its cost grows with the number of tensors, not the bytes of the checkpoint.
 // Every inconsistency (missing or truncated shard, a tensor listed in the index but not in
 // its shard or the reverse, a tensor in two shards, a bad header) is a Status whose
@@ -22,16 +22,18 @@
 #include <vector>
 
 #include "core/cache/read_context.h"
-#include "core/format/dtype.h"
-#include "core/format/safetensors.h"
-#include "core/format/stored_range.h"
-#include "core/format/weights_only.h"
+#include "core/encoding/dtype.h"
+#include "core/encoding/safetensors.h"
+#include "core/encoding/stored_range.h"
+#include "core/encoding/weights_only.h"
 #include "core/source/byte_source.h"
 #include "core/source/remote_options.h"
 #include "core/source/source_dir.h"
 #include "core/status.h"
 
 namespace ckptfs {
+
+struct FormatReader;  // core/checkpoint/format_reader.h
 
 // A stored file the mount shows (shards, the index, config.json...), decoded if stored
 // compressed.
@@ -84,16 +86,6 @@ struct Tensor {
   bool contiguous() const { return stride.empty(); }
 };
 
-enum class CheckpointFormat : uint8_t {
-  kSafetensors,
-  kTorch,
-  kTensorflow,
-  kSplit,
-  kDeepSpeed,
-  kDcp,
-  kKeras,
-};
-
 // Which tensors the merged views (model.safetensors, pytorch_model.bin) hold, and under
 // what names: chosen once at open by SelectModel (core/checkpoint/model.h), which marks
 // each tensor's `in_model`. tensors/ and .ckptfs/ show everything whatever it says.
@@ -106,7 +98,7 @@ struct ModelView {
 };
 
 // What only one format knows of a checkpoint, beyond what every format fills (TF's raw
-// keys, core/checkpoint/tf_state.h): its reader keeps it in Checkpoint::format_state and
+// keys, core/format/tf/tf_state.h): its reader keeps it in Checkpoint::format_state and
 // its table entry's hooks read it (FormatReader, formats.h); no other code looks inside.
 struct FormatState {
   virtual ~FormatState() = default;
@@ -128,7 +120,7 @@ inline constexpr std::string_view kPackedCrcFile = ".ckptfs-zip-crc";
 // sources shards, decoded, index, others. Their memory is at most each pickle's size.
 // A DCP tensor split along an inner dimension is `decoded` too: a GatherSource
 // (core/source/gather_source.h) over its chunks in the shards, holding no bytes, only the
-// pattern that interleaves them (core/checkpoint/dcp_reader.cc).
+// pattern that interleaves them (core/format/dcp/dcp_reader.cc).
 struct Checkpoint {
   std::string source_path;
   std::vector<StoredFile> shards;   // weight files, in file name order
@@ -139,10 +131,12 @@ struct Checkpoint {
   std::vector<Storage> storages;    // in shard order, then offset
   std::vector<StoredRange> ranges;  // of storages made of several ranges (Storage::range_count)
   Metadata metadata;                // union of the shards' __metadata__, first shard wins
-  CheckpointFormat format = CheckpointFormat::kSafetensors;
+  // The format table's entry that read it (core/format/formats.h), its identity; null when
+  // none did (a files_only checkpoint, one built in memory): FormatOf gives its hooks.
+  const FormatReader* format = nullptr;
   std::string state_json;  // torch: the non-tensor values, as JSON; empty if none
   // Torch sources: whether torch.load(weights_only=True) would load every source pickle
-  // (their refusals together; core/format/pickle_globals.h). Unset for other formats.
+  // (their refusals together; core/encoding/pickle_globals.h). Unset for other formats.
   std::optional<WeightsOnlyVerdict> weights_only;
   ModelView model;  // what the merged views hold (SelectModel)
   // The merged views' names at the mount root: a merged view is named for what it merges.
@@ -239,30 +233,5 @@ struct OpenOptions {
   // top-level sub-tree.
   std::optional<std::string> model_key;
 };
-
-// The two ways to open a checkpoint. Both walk the format table (formats.h) over a
-// listing, read what wins, refuse it if a name breaks the rule for names
-// (TensorNameProblem, core/format/names.h), choose its model view (SelectModel, with
-// `options.model_key`) and, for a directory, read the other files.
-
-// SOURCE by its path or URL: a local directory, or the directory of a file path, in which
-// case only that file is used. Local files are opened through a LocalDirectory
-// (core/source/local_dir.h): only regular files inside SOURCE (the file's directory for a
-// file path) are served; a shard that is not one is refused, another file left out with
-// a line to `codec.options().warn`. An http(s):// or s3:// SOURCE is read through
-// RemoteSources (see SourceDir::remote) with `options.remote`, sharing its cache_dir when
-// one is given. `listed`: SOURCE's listing as OpenSourceDir (formats.h) made it, if the
-// caller has one (a mount that first asked whether SOURCE is a run lists it once). A local
-// directory's own mtime becomes Checkpoint::dir_mtime.
-Result<Checkpoint> OpenCheckpoint(const std::string& source_path, ReadContext& codec,
-                                  const OpenOptions& options = {},
-                                  const SourceDir* listed = nullptr);
-
-// The checkpoint in listing `dir` (a run's entry, an in-memory listing): the index if there
-// is one (preferring model.safetensors.index.json among several), else its only
-// .safetensors file... as the table decides. `shown` names SOURCE in refusals that concern
-// it as a whole ("": dir.path).
-Result<Checkpoint> OpenCheckpointIn(const SourceDir& dir, ReadContext& codec,
-                                    const OpenOptions& options = {}, const std::string& shown = "");
 
 }  // namespace ckptfs

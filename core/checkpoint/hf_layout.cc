@@ -5,7 +5,7 @@
 #include <numeric>
 #include <optional>
 
-#include "core/format/hf_index.h"
+#include "core/encoding/hf_index.h"
 
 namespace ckptfs {
 namespace {
@@ -97,18 +97,18 @@ std::vector<std::string> AlternativeCopy(const SourceDir& dir, const Checkpoint&
   return names;
 }
 
-Status ReadIndexed(const SourceDir& dir, const std::string& index_name, ReadContext& codec,
+Status ReadIndexed(const SourceDir& dir, const std::string& index_name, ReadContext& context,
                    const HfLayout& layout, Checkpoint& ckpt) {
   // Remote files are read only once the index names them: a request each, and a
   // listing may hold stale shards.
   std::optional<EarlyShards> early;
-  if (!dir.remote) early.emplace(dir, LikelyShards(dir, layout), codec, layout.parse);
+  if (!dir.remote) early.emplace(dir, LikelyShards(dir, layout), context, layout.parse);
   CKPTFS_ASSIGN_OR_RETURN(StoredFile index_file, OpenStored(dir, index_name));
   CKPTFS_ASSIGN_OR_RETURN(std::string text, ReadWhole(*index_file.source));
   CKPTFS_ASSIGN_OR_RETURN(HfIndex index, ParseHfIndex(text, index_name));
   std::string().swap(text);
   ckpt.index.push_back(std::move(index_file));
-  CKPTFS_RETURN_IF_ERROR(OpenShards(dir, index.shard_files, index_name, codec, layout.parse, ckpt,
+  CKPTFS_RETURN_IF_ERROR(OpenShards(dir, index.shard_files, index_name, context, layout.parse, ckpt,
                                     early ? &early->Wait() : nullptr));
   early.reset();
   return CheckAgainstIndex(ckpt, index, index_name);
@@ -272,15 +272,15 @@ HfViewNames HfViewNamesOf(std::string_view file) {
   return names;
 }
 
-Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, const HfLayout& layout,
+Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& context, const HfLayout& layout,
               Checkpoint& ckpt) {
   HfViewNames names = HfViewNamesOf(claim.file);
   ckpt.safetensors_view = std::move(names.safetensors);
   ckpt.torch_view = std::move(names.torch);
   if (IsIndexOf(claim.file, layout)) {
-    return ReadIndexed(dir, claim.file, codec, layout, ckpt);
+    return ReadIndexed(dir, claim.file, context, layout, ckpt);
   }
-  return OpenShards(dir, {claim.file}, dir.path, codec, layout.parse, ckpt);
+  return OpenShards(dir, {claim.file}, dir.path, context, layout.parse, ckpt);
 }
 
 Status OpenHfModuleFolders(const SourceDir& dir, const ReadOptions& options, Checkpoint& ckpt) {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/checkpoint/assembly.h"
-#include "core/checkpoint/formats.h"
+#include "core/checkpoint/format_reader.h"
 
 namespace ckptfs {
 
@@ -102,7 +102,7 @@ HfViewNames HfViewNamesOf(std::string_view file);
 
 // Reads the claimed index and its shards, or the claimed lone file, into `ckpt`, and
 // names its merged views (HfViewNamesOf).
-Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& codec, const HfLayout& layout,
+Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& context, const HfLayout& layout,
               Checkpoint& ckpt);
 
 // sentence-transformers' module folders: `modules.json` at the top of `dir` lists the

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/checkpoint/formats.h"
+#include "core/checkpoint/format_reader.h"
 
 namespace ckptfs {
 
@@ -22,7 +22,7 @@ namespace {
 
 // The top-level sub-tree tensor `i` lies in (see model.h), or "" if it lies in none.
 std::string TopKey(const Checkpoint& ckpt, size_t i) {
-  const auto top_key = FormatOf(ckpt.format).model.top_key;
+  const auto top_key = FormatOf(ckpt).model.top_key;
   return top_key ? top_key(ckpt, i) : DottedTopKey(ckpt, i);
 }
 
@@ -49,7 +49,7 @@ Status UnknownKey(const Checkpoint& ckpt, const std::string& key, const std::str
 }  // namespace
 
 bool TakeModelSubtree(Checkpoint& ckpt, const std::string& key, bool dicts_only) {
-  const auto never_model_of = FormatOf(ckpt.format).model.never_model;
+  const auto never_model_of = FormatOf(ckpt).model.never_model;
   const std::function<bool(size_t)> never_model =
       never_model_of ? never_model_of(ckpt) : std::function<bool(size_t)>();
   std::vector<bool> in(ckpt.tensors.size(), false);
@@ -88,7 +88,7 @@ Status SelectModel(Checkpoint& ckpt, const std::optional<std::string>& model_key
     }
     return Status::Ok();
   }
-  if (const auto by_default = FormatOf(ckpt.format).model.by_default) by_default(ckpt);
+  if (const auto by_default = FormatOf(ckpt).model.by_default) by_default(ckpt);
   return Status::Ok();
 }
 

@@ -3,7 +3,7 @@
 // .ckptfs/metadata.json show everything whatever the model is.
 //
 // The rule, per format, when no key is given, is the format's table entry's
-// (FormatReader::ModelRule, core/checkpoint/formats.h); today's rules:
+// (FormatReader::ModelRule, core/format/formats.h); today's rules:
 //   - torch.save: if the pickled root is a dict, the first of `model_state_dict`,
 //     `state_dict`, `model`, `module` whose value is a dict holding tensors is the model,
 //     and that one key and its '.' are cut from its tensors' names, so

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "core/cache/disk_cache.h"
+#include "core/format/formats.h"
 
 namespace ckptfs {
 namespace {
@@ -365,10 +366,10 @@ Result<ZipCrcStatus> ResolveZipCrcs(Checkpoint& ckpt, ZipCrcMode mode, const Crc
   return status;
 }
 
-Status WritePackedCrcs(const std::string& dest, const ReadOptions& codec_options,
+Status WritePackedCrcs(const std::string& dest, const ReadOptions& read_options,
                        const RangeCrcs& known) {
-  ReadContext codec(codec_options);
-  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(dest, codec));
+  ReadContext context(read_options);
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(dest, context));
   for (StoredFile& f : ckpt.shards) f.source->BeginServing();
   const std::vector<uint32_t> missing = MissingCrcStorages(ckpt);
   const std::optional<CrcKey> key = CrcKeyOf(ckpt);
@@ -376,7 +377,7 @@ Status WritePackedCrcs(const std::string& dest, const ReadOptions& codec_options
   // After the key, which names the storages without a CRC; what `known` covers is not read.
   Status computed =
       ApplyRangeCrcs(ckpt, known) < missing.size() ? ComputeStorageCrcs(ckpt) : Status::Ok();
-  codec.Shutdown();
+  context.Shutdown();
   CKPTFS_RETURN_IF_ERROR(computed);
   std::vector<uint32_t> crcs;
   for (uint32_t i : missing) crcs.push_back(ckpt.storages[i].crc32);

@@ -128,7 +128,7 @@ Result<ZipCrcStatus> ResolveZipCrcs(Checkpoint& ckpt, ZipCrcMode mode, const Crc
 // the bytes the frames were compressed from, which the frames' checksums guard on every
 // read) gets their combined CRC; any other is read back through its frames on every
 // core. Writes nothing if no CRC is missing.
-Status WritePackedCrcs(const std::string& dest, const ReadOptions& codec,
+Status WritePackedCrcs(const std::string& dest, const ReadOptions& read_options,
                        const RangeCrcs& known = {});
 
 // Computes a mount's pending CRCs on a thread of idle priority (CPU SCHED_IDLE and I/O

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/format/names.h"
+#include "core/encoding/names.h"
 
 namespace ckptfs {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <span>
 
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "core/layout/layout.h"
 #include "core/run/run_listing.h"
 
@@ -314,7 +314,7 @@ void MountTree::StopBackground() {
 
 Result<std::unique_ptr<MountTree>> OpenMount(const std::string& source,
                                              const MountTreeOptions& options) {
-  auto context = std::make_shared<ReadContext>(options.codec);
+  auto context = std::make_shared<ReadContext>(options.read_options);
   CKPTFS_ASSIGN_OR_RETURN(SourceDir dir, OpenSourceDir(source, *context, options.open.remote));
   CKPTFS_ASSIGN_OR_RETURN(bool is_run, IsRun(dir));
   if (!is_run) {

@@ -129,7 +129,7 @@ bool IsRefusal(const Status& status);
 
 // How OpenMount opens SOURCE and how the mount shows it.
 struct MountTreeOptions {
-  ReadOptions codec;
+  ReadOptions read_options;
   ZipCrcMode zip_crc = ZipCrcMode::kAuto;
   OpenOptions open;    // remote settings and --model-key
   RunTreeOptions run;  // a run's (run.pin: --checkpoint; refused for a single checkpoint)

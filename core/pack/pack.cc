@@ -21,7 +21,7 @@
 
 #include "core/codec/frame_index.h"
 #include "core/codec/zstd_source.h"
-#include "core/format/safetensors.h"
+#include "core/encoding/safetensors.h"
 
 namespace ckptfs {
 namespace {

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/assembly.h"
-#include "core/format/ordered_json.h"
-#include "core/format/torch_file.h"
+#include "core/encoding/ordered_json.h"
+#include "core/encoding/torch_file.h"
 #include "core/run/run_entries.h"
 #include "core/transient.h"
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "core/run/run_listing.h"
 
 namespace ckptfs {

@@ -1,6 +1,6 @@
 // Run directories: a SOURCE whose entries are checkpoints (a training run's save dir).
 //
-// A run's entries, each a checkpoint of any format in the table (core/checkpoint/formats.h):
+// A run's entries, each a checkpoint of any format in the table (core/format/formats.h):
 //   - subdirectories that hold a checkpoint (HF Trainer `checkpoint-500/`, any name);
 //   - torch files (`*.ckpt`, `*.pt`, `*.pth`, `*.bin`): Lightning's `epoch=3-step=1000.ckpt`
 //     and `last.ckpt`, `model_00010.pt`;
@@ -69,7 +69,7 @@
 #include <vector>
 
 #include "core/cache/read_context.h"
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "core/checkpoint/natural_order.h"
 #include "core/source/remote_options.h"
 #include "core/source/source_dir.h"
@@ -84,7 +84,7 @@ struct RunEntry {
   // kFiles: a pipeline's top files and folders without weights, shown unchanged at the
   // mount root (name "."; never a directory of its own, never latest).
   // kPrefix: files sharing a prefix that a format's record makes an entry (RecordEntry,
-  // core/checkpoint/formats.h: a TF bundle's PREFIX.index and data files).
+  // core/format/formats.h: a TF bundle's PREFIX.index and data files).
   enum class Kind : uint8_t { kDirectory, kFile, kPrefix, kFinal, kFiles };
   std::string name;  // as in SOURCE: a directory, a file, or a TF prefix (no file itself)
   Kind kind = Kind::kDirectory;
@@ -157,7 +157,7 @@ Result<bool> IsRun(const SourceDir& dir);
 // The entries of run `dir`, with `latest` and `best`.
 Result<RunListing> ListRun(const SourceDir& dir);
 
-// The SourceDir that holds entry `entry` of run `dir` (for OpenCheckpointIn, checkpoint.h): the
+// The SourceDir that holds entry `entry` of run `dir` (for OpenCheckpointIn, core/format/formats.h): the
 // subdirectory, or `dir` with `named` set to the file or prefix; for kFiles, `dir` itself
 // (read with ReadFilesOnly, hf_layout.h).
 Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry);

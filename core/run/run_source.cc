@@ -3,14 +3,14 @@
 #include <chrono>
 #include <mutex>
 
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "core/checkpoint/hf_layout.h"
 #include "core/run/run_tree.h"
 
 namespace ckptfs {
 
 RunSource RunSourceOf(SourceDir first, const std::string& source,
-                      std::shared_ptr<ReadContext> codec, const OpenOptions& open,
+                      std::shared_ptr<ReadContext> shared_context, const OpenOptions& open,
                       std::string watch_dir) {
   // A SourceDir is a listing made once: each listing of the run opens SOURCE again, and
   // entries are opened through the SourceDir of the listing that showed them. A SourceDir
@@ -31,13 +31,13 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
     Clock::time_point listed_at = Clock::now();
     bool fresh = true;  // `dir` is the listing main just made: use it for the first list
     std::string source;
-    std::shared_ptr<ReadContext> codec;
+    std::shared_ptr<ReadContext> context;
     OpenOptions open;
   };
   auto shared = std::make_shared<Shared>();
   shared->dir = std::move(first);
   shared->source = source;
-  shared->codec = std::move(codec);
+  shared->context = std::move(shared_context);
   shared->open = open;
   RunSource run;
   run.path = shared->dir.path;
@@ -47,7 +47,7 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
     if (!shared->fresh) {
       const Clock::time_point began = Clock::now();
       CKPTFS_ASSIGN_OR_RETURN(shared->dir,
-                              OpenSourceDir(shared->source, *shared->codec, shared->open.remote));
+                              OpenSourceDir(shared->source, *shared->context, shared->open.remote));
       shared->listed_at = began;
     }
     shared->fresh = false;
@@ -60,7 +60,7 @@ RunSource RunSourceOf(SourceDir first, const std::string& source,
     if (shared->dir.remote && Clock::now() - shared->listed_at > kFreshFor) {
       const Clock::time_point began = Clock::now();
       CKPTFS_ASSIGN_OR_RETURN(shared->dir,
-                              OpenSourceDir(shared->source, *shared->codec, shared->open.remote));
+                              OpenSourceDir(shared->source, *shared->context, shared->open.remote));
       shared->listed_at = began;
     }
     Result<SourceDir> dir = EntrySourceDir(shared->dir, entry);

@@ -62,17 +62,17 @@ RunNode RunNode::Single(std::shared_ptr<Volume> volume) {
   return node;
 }
 
-RunTree::RunTree(RunSource source, std::shared_ptr<ReadContext> codec, RunTreeOptions options)
-    : source_(std::move(source)), context_(std::move(codec)), options_(std::move(options)) {
+RunTree::RunTree(RunSource source, std::shared_ptr<ReadContext> context, RunTreeOptions options)
+    : source_(std::move(source)), context_(std::move(context)), options_(std::move(options)) {
   ::clock_gettime(CLOCK_REALTIME, &started_);
   if (options_.max_held_files == 0) options_.max_held_files = DefaultMaxHeldFiles();
   slots_.emplace_back();  // slot 0 is the run's own
 }
 
-Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source, std::shared_ptr<ReadContext> codec,
+Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source, std::shared_ptr<ReadContext> context,
                                                RunTreeOptions options) {
   CKPTFS_ASSIGN_OR_RETURN(RunListing listing, source.list());
-  std::unique_ptr<RunTree> tree(new RunTree(std::move(source), std::move(codec), options));
+  std::unique_ptr<RunTree> tree(new RunTree(std::move(source), std::move(context), options));
   tree->pipeline_ = listing.pipeline;
   tree->Apply(listing, /*initial=*/true);
   tree->CheckPointers();

@@ -92,10 +92,10 @@ using RunClock = std::chrono::steady_clock;
 // OpenCheckpointIn); tests use in-memory listings and checkpoints.
 struct RunSource {
   std::function<Result<RunListing>()> list;
-  std::function<Result<Checkpoint>(const RunEntry& entry, ReadContext& codec)> open;
+  std::function<Result<Checkpoint>(const RunEntry& entry, ReadContext& context)> open;
   // A file or directory entry's own files as SOURCE has them (ReadFilesOnly): what the run
   // shows under the entry's name, beside its views.
-  std::function<Result<Checkpoint>(const RunEntry& entry, ReadContext& codec)> open_files;
+  std::function<Result<Checkpoint>(const RunEntry& entry, ReadContext& context)> open_files;
   std::string path;       // SOURCE as shown in messages and stats.json
   std::string watch_dir;  // a local SOURCE directory to watch with inotify; "" for remote
 };
@@ -104,7 +104,7 @@ struct RunSource {
 // first one used; later listings open SOURCE again. `watch_dir`: SOURCE's absolute path
 // when it is a local directory, else "".
 RunSource RunSourceOf(SourceDir first, const std::string& source,
-                      std::shared_ptr<ReadContext> codec, const OpenOptions& open,
+                      std::shared_ptr<ReadContext> shared_context, const OpenOptions& open,
                       std::string watch_dir);
 
 struct RunTreeOptions {
@@ -154,7 +154,7 @@ class RunTree {
 
   // Lists the run once (the mount's view at start). A `pin` naming no entry is refused
   // with one line listing the entries.
-  static Result<std::unique_ptr<RunTree>> Open(RunSource source, std::shared_ptr<ReadContext> codec,
+  static Result<std::unique_ptr<RunTree>> Open(RunSource source, std::shared_ptr<ReadContext> context,
                                                RunTreeOptions options = {});
   ~RunTree();
 
@@ -207,7 +207,7 @@ class RunTree {
     RunClock::time_point first_seen;
   };
 
-  RunTree(RunSource source, std::shared_ptr<ReadContext> codec, RunTreeOptions options);
+  RunTree(RunSource source, std::shared_ptr<ReadContext> context, RunTreeOptions options);
 
   // Applies `listing`; returns root names that appeared or went. `initial`: trust it.
   std::vector<std::string> Apply(const RunListing& listing, bool initial);

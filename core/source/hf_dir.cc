@@ -173,7 +173,7 @@ struct Repo {
   std::vector<std::string> left_out;
 };
 
-SourceDir FolderDir(std::shared_ptr<const Repo> repo, const std::string& path, ReadContext& codec) {
+SourceDir FolderDir(std::shared_ptr<const Repo> repo, const std::string& path, ReadContext& context) {
   const Folder& folder = repo->folders.at(path);
   SourceDir dir;
   HfUrl at = repo->api->url;
@@ -192,7 +192,7 @@ SourceDir FolderDir(std::shared_ptr<const Repo> repo, const std::string& path, R
     if (f.dirs.count(name)) return ListedInfo{0, repo->modified, ""};
     return Status::NotFound(name + ": not in the repo's listing");
   };
-  dir.open = [repo, path, &codec](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+  dir.open = [repo, path, &context](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     const Folder& f = repo->folders.at(path);
     auto it = f.files.find(name);
     if (it == f.files.end())
@@ -203,14 +203,14 @@ SourceDir FolderDir(std::shared_ptr<const Repo> repo, const std::string& path, R
     const auto timeout = repo->api->http.timeout;
     // The identity names these bytes for good (the commit's): the disk cache may keep them.
     return std::unique_ptr<ByteSource>(std::make_unique<RemoteSource>(
-        std::move(object), std::move(identity), codec, codec.disk_cache(), timeout));
+        std::move(object), std::move(identity), context, context.disk_cache(), timeout));
   };
-  dir.open_dir = [repo, path, &codec](const std::string& name) -> Result<SourceDir> {
+  dir.open_dir = [repo, path, &context](const std::string& name) -> Result<SourceDir> {
     const std::string child = path.empty() ? name : path + "/" + name;
     if (!repo->folders.at(path).dirs.count(name) || !repo->folders.count(child)) {
       return Status::NotFound(name + ": no such folder in " + repo->api->url.Shown(repo->sha));
     }
-    return FolderDir(repo, child, codec);
+    return FolderDir(repo, child, context);
   };
   return dir;
 }
@@ -218,7 +218,7 @@ SourceDir FolderDir(std::shared_ptr<const Repo> repo, const std::string& path, R
 }  // namespace
 
 Result<SourceDir> HfDir(const std::string& source, const RemoteOptions& remote,
-                        ReadContext& codec) {
+                        ReadContext& context) {
   auto api = std::make_shared<HfApi>();
   CKPTFS_ASSIGN_OR_RETURN(api->url, ParseHfUrl(source));
   api->endpoint = HfEndpoint(remote.hub);
@@ -238,7 +238,7 @@ Result<SourceDir> HfDir(const std::string& source, const RemoteOptions& remote,
   repo->folders = ToFolders(std::move(tree));
   const std::string path = api->url.path;
   repo->api = api;
-  if (repo->folders.count(path)) return FolderDir(repo, path, codec);
+  if (repo->folders.count(path)) return FolderDir(repo, path, context);
   // A file: its folder, naming it (as a local file path SOURCE does).
   const size_t slash = path.rfind('/');
   const std::string parent = slash == std::string::npos ? "" : path.substr(0, slash);
@@ -248,7 +248,7 @@ Result<SourceDir> HfDir(const std::string& source, const RemoteOptions& remote,
                             api->url.repo + " at " + api->url.revision + " (commit " +
                             commit.sha.substr(0, 12) + ")");
   }
-  SourceDir dir = FolderDir(repo, parent, codec);
+  SourceDir dir = FolderDir(repo, parent, context);
   dir.named = name;
   return dir;
 }

@@ -15,13 +15,13 @@ std::pair<std::string, std::string> SplitPath(const std::string& path) {
   return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
-Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
+Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& context,
                                 const RemoteOptions& remote, const SourceProbe& probe) {
   if (IsUrl(source)) {
-    CKPTFS_RETURN_IF_ERROR(OpenDiskCache(remote, codec));
-    if (IsS3Url(source)) return S3Dir(source, remote, codec);
-    if (IsHfUrl(source)) return HfDir(source, remote, codec);
-    return HttpDir(source, remote.http, codec, probe.names);
+    CKPTFS_RETURN_IF_ERROR(OpenDiskCache(remote, context));
+    if (IsS3Url(source)) return S3Dir(source, remote, context);
+    if (IsHfUrl(source)) return HfDir(source, remote, context);
+    return HttpDir(source, remote.http, context, probe.names);
   }
   struct stat st;
   bool exists = ::stat(source.c_str(), &st) == 0;

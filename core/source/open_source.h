@@ -2,7 +2,7 @@
 // directory, which bounds it), a TF prefix that is no file, or an http(s):// or s3:// URL.
 // What this needs to know of formats (which file names a format reads, which names to ask
 // an HTTP server for) comes in as a SourceProbe from the format table
-// (core/checkpoint/formats.h), so that sources stay below formats.
+// (core/format/formats.h), so that sources stay below formats.
 #pragma once
 
 #include <functional>
@@ -31,7 +31,7 @@ struct SourceProbe {
 // name (`named` set); a path that is no file but has PREFIX.index beside it (a TF prefix)
 // the same with no file. NotFound, InvalidArgument (not a file or directory, a file no
 // format reads) and what the store says otherwise, each naming `source`.
-Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& codec,
+Result<SourceDir> OpenSourceDir(const std::string& source, ReadContext& context,
                                 const RemoteOptions& remote, const SourceProbe& probe);
 
 // "dir/name" split at the last '/': {".", name} without one, {"/", name} at the root.

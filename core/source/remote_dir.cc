@@ -20,12 +20,12 @@ namespace {
 // An object read through the block cache, the disk cache and parallel fetches once the
 // mount serves (see RemoteSource). The first object of a mount whose server gives nothing
 // but its size to compare is said once (a warning), for the mount and for `inspect`.
-std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, ReadContext& codec) {
+std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, ReadContext& context) {
   if (!object->HasValidator() &&
-      codec.unvalidated_objects.fetch_add(1, std::memory_order_relaxed) == 0 &&
-      codec.options().warn) {
+      context.unvalidated_objects.fetch_add(1, std::memory_order_relaxed) == 0 &&
+      context.options().warn) {
     const std::string url = object->Identity().substr(0, object->Identity().find('\n'));
-    codec.options().warn(object->Name() + ": " + url +
+    context.options().warn(object->Name() + ": " + url +
                          ": the server gives no ETag or Last-Modified, so an object replaced "
                          "by one of the same size cannot be detected (only sizes are "
                          "compared; see docs/remote.md)");
@@ -34,8 +34,8 @@ std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, Rea
   const std::chrono::milliseconds timeout = object->timeout();
   // Blocks on disk could be of an older object of the same size, from an earlier mount,
   // unless the identity names these bytes.
-  DiskCache* disk = object->NamesItsBytes() ? codec.disk_cache() : nullptr;
-  return std::make_unique<RemoteSource>(std::move(object), std::move(identity), codec, disk,
+  DiskCache* disk = object->NamesItsBytes() ? context.disk_cache() : nullptr;
+  return std::make_unique<RemoteSource>(std::move(object), std::move(identity), context, disk,
                                         timeout);
 }
 
@@ -108,7 +108,7 @@ Status ProbeFiles(SourceDir& dir, const std::vector<std::string>& names) {
 // URL asked for: one segment under `base`, except the file a URL named as written. A child
 // directory (open_dir) without an autoindex listing is asked for `probe_names`, as SOURCE is.
 SourceDir HttpDirAt(std::string base, std::string named_file, std::string named_url,
-                    std::string shown, const HttpOptions& http, ReadContext& codec,
+                    std::string shown, const HttpOptions& http, ReadContext& context,
                     std::shared_ptr<const std::vector<std::string>> probe_names) {
   auto url_of = [base, named_file, named_url](const std::string& name) {
     return !named_file.empty() && name == named_file ? named_url : base + EncodeUrlSegment(name);
@@ -117,7 +117,7 @@ SourceDir HttpDirAt(std::string base, std::string named_file, std::string named_
   SourceDir dir;
   dir.path = std::move(shown);
   dir.remote = true;
-  dir.probe = [url_of, found, http, &codec](const std::string& name) -> Result<bool> {
+  dir.probe = [url_of, found, http, &context](const std::string& name) -> Result<bool> {
     {
       std::lock_guard lock(found->mu);
       if (found->open.count(name)) return true;
@@ -131,11 +131,11 @@ SourceDir HttpDirAt(std::string base, std::string named_file, std::string named_
       found->missing.insert(name);
       return false;
     }
-    found->open.emplace(name, CachedRemote(std::move(source).value(), codec));
+    found->open.emplace(name, CachedRemote(std::move(source).value(), context));
     return true;
   };
   dir.open = [url_of, found, http,
-              &codec](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+              &context](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     {
       std::lock_guard lock(found->mu);
       auto it = found->open.find(name);
@@ -143,13 +143,13 @@ SourceDir HttpDirAt(std::string base, std::string named_file, std::string named_
     }
     CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
     CKPTFS_ASSIGN_OR_RETURN(auto source, HttpSource::Open(url_of(name), name, http));
-    return CachedRemote(std::move(source), codec);
+    return CachedRemote(std::move(source), context);
   };
-  dir.open_dir = [base, shown = dir.path, http, &codec,
+  dir.open_dir = [base, shown = dir.path, http, &context,
                   probe_names](const std::string& name) -> Result<SourceDir> {
     CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
     const std::string child = base + EncodeUrlSegment(name) + "/";
-    SourceDir sub = HttpDirAt(child, "", "", RedactedUrl(child), http, codec, probe_names);
+    SourceDir sub = HttpDirAt(child, "", "", RedactedUrl(child), http, context, probe_names);
     CKPTFS_ASSIGN_OR_RETURN(std::optional<HttpListing> listing, FetchAutoindex(child, http));
     if (listing) {
       ApplyListing(sub, std::move(*listing));
@@ -163,30 +163,30 @@ SourceDir HttpDirAt(std::string base, std::string named_file, std::string named_
 
 // The SourceDir of S3 prefix `where` (a directory) from one listing.
 Result<SourceDir> S3Listed(std::shared_ptr<const S3Target> target, const S3Url& where,
-                           ReadContext& codec);
+                           ReadContext& context);
 
 // Opens object `prefix + name` (HEAD) as a file of the directory shown as `shown`.
 Result<std::unique_ptr<ByteSource>> OpenS3Object(const S3Target& target, const std::string& prefix,
                                                  const std::string& name, const std::string& shown,
-                                                 ReadContext& codec) {
+                                                 ReadContext& context) {
   CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
   CKPTFS_ASSIGN_OR_RETURN(
       auto object, HttpSource::Open(target.ObjectUrl(prefix + name), name, target.http, shown));
-  return CachedRemote(std::move(object), codec);
+  return CachedRemote(std::move(object), context);
 }
 
 // A child prefix of `prefix`, for SourceDir::open_dir.
 std::function<Result<SourceDir>(const std::string&)> S3Child(std::shared_ptr<const S3Target> target,
-                                                             S3Url where, ReadContext& codec) {
-  return [target, where, &codec](const std::string& name) -> Result<SourceDir> {
+                                                             S3Url where, ReadContext& context) {
+  return [target, where, &context](const std::string& name) -> Result<SourceDir> {
     CKPTFS_RETURN_IF_ERROR(CheckUrlName(name));
     S3Url child{where.bucket, where.key + name + "/"};
-    return S3Listed(target, child, codec);
+    return S3Listed(target, child, context);
   };
 }
 
 Result<SourceDir> S3Listed(std::shared_ptr<const S3Target> target, const S3Url& where,
-                           ReadContext& codec) {
+                           ReadContext& context) {
   SourceDir dir;
   dir.path = where.ToString();
   dir.remote = true;
@@ -208,22 +208,22 @@ Result<SourceDir> S3Listed(std::shared_ptr<const S3Target> target, const S3Url& 
     return ListedInfo{it->second.size, timespec{it->second.last_modified, 0}, it->second.etag};
   };
   dir.open = [target, listed, shown = dir.path,
-              &codec](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+              &context](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     auto it = listed->find(name);
     if (it == listed->end()) return Status::NotFound(name + ": not in " + shown);
     const S3Object& o = it->second;
     return CachedRemote(HttpSource::FromListing(target->ObjectUrl(o.key), name, o.size, o.etag,
                                                 target->http, timespec{o.last_modified, 0}),
-                        codec);
+                        context);
   };
-  dir.open_dir = S3Child(target, where, codec);
+  dir.open_dir = S3Child(target, where, context);
   return dir;
 }
 
 // s3://bucket/dir/name: the object `name` in prefix `dir/`, HEADed; its siblings are
 // HEADed when asked for. `named` is `name` whether or not the object exists (a prefix).
 Result<SourceDir> S3Named(std::shared_ptr<const S3Target> target, const S3Url& where,
-                          ReadContext& codec) {
+                          ReadContext& context) {
   const size_t slash = where.key.rfind('/');
   const std::string prefix = slash == std::string::npos ? "" : where.key.substr(0, slash + 1);
   const std::string name = where.key.substr(prefix.size());
@@ -232,7 +232,7 @@ Result<SourceDir> S3Named(std::shared_ptr<const S3Target> target, const S3Url& w
   dir.remote = true;
   dir.named = name;
   auto found = std::make_shared<Found>();
-  auto object = OpenS3Object(*target, prefix, name, dir.path, codec);
+  auto object = OpenS3Object(*target, prefix, name, dir.path, context);
   if (object.ok()) {
     found->open.emplace(name, std::move(object).value());
     dir.files.push_back(name);
@@ -240,13 +240,13 @@ Result<SourceDir> S3Named(std::shared_ptr<const S3Target> target, const S3Url& w
     return object.status();
   }
   const std::string shown = dir.path;
-  dir.probe = [target, prefix, shown, found, &codec](const std::string& other) -> Result<bool> {
+  dir.probe = [target, prefix, shown, found, &context](const std::string& other) -> Result<bool> {
     {
       std::lock_guard lock(found->mu);
       if (found->open.count(other)) return true;
       if (found->missing.count(other)) return false;
     }
-    auto sibling = OpenS3Object(*target, prefix, other, shown, codec);
+    auto sibling = OpenS3Object(*target, prefix, other, shown, context);
     std::lock_guard lock(found->mu);
     if (!sibling.ok()) {
       if (sibling.status().code() != Status::Code::kNotFound) return sibling.status();
@@ -257,15 +257,15 @@ Result<SourceDir> S3Named(std::shared_ptr<const S3Target> target, const S3Url& w
     return true;
   };
   dir.open = [target, prefix, shown, found,
-              &codec](const std::string& other) -> Result<std::unique_ptr<ByteSource>> {
+              &context](const std::string& other) -> Result<std::unique_ptr<ByteSource>> {
     {
       std::lock_guard lock(found->mu);
       auto it = found->open.find(other);
       if (it != found->open.end() && it->second) return std::move(it->second);
     }
-    return OpenS3Object(*target, prefix, other, shown, codec);
+    return OpenS3Object(*target, prefix, other, shown, context);
   };
-  dir.open_dir = S3Child(target, S3Url{where.bucket, prefix}, codec);
+  dir.open_dir = S3Child(target, S3Url{where.bucket, prefix}, context);
   return dir;
 }
 
@@ -273,7 +273,7 @@ Result<SourceDir> S3Named(std::shared_ptr<const S3Target> target, const S3Url& w
 
 std::optional<HttpListing> ParseAutoindexJson(std::string_view body) {
   // An item's fields are at depth 2: deeper values are dropped as parsed, so a hostile
-  // listing never becomes a deep tree (core/format/ordered_json.h says why that matters;
+  // listing never becomes a deep tree (core/encoding/ordered_json.h says why that matters;
   // this layer lies below it).
   const nlohmann::json items = nlohmann::json::parse(
       body, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) { return depth <= 2; },
@@ -317,17 +317,17 @@ bool IsUrl(std::string_view path) {
          path.rfind("hf://", 0) == 0;
 }
 
-Status OpenDiskCache(const RemoteOptions& remote, ReadContext& codec) {
-  if (remote.cache_dir.empty() || codec.disk_cache()) return Status::Ok();
+Status OpenDiskCache(const RemoteOptions& remote, ReadContext& context) {
+  if (remote.cache_dir.empty() || context.disk_cache()) return Status::Ok();
   CKPTFS_ASSIGN_OR_RETURN(
-      auto disk, DiskCache::Open(remote.cache_dir, remote.cache_dir_bytes, codec.options().warn,
+      auto disk, DiskCache::Open(remote.cache_dir, remote.cache_dir_bytes, context.options().warn,
                                  remote.cache_dir_shared ? DiskCache::Sharing::kShared
                                                          : DiskCache::Sharing::kPrivate));
-  codec.SetDiskCache(std::move(disk));
+  context.SetDiskCache(std::move(disk));
   return Status::Ok();
 }
 
-Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, ReadContext& codec,
+Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, ReadContext& context,
                           const std::vector<std::string>& probe_names) {
   if (std::string problem = UrlPasswordProblem(url); !problem.empty()) {
     return Status::InvalidArgument(problem);
@@ -345,7 +345,7 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, Re
   const size_t slash = url.rfind('/');
   const std::string base = url.substr(0, slash + 1);
   const std::string named = slash + 1 < url.size() ? url.substr(slash + 1) : std::string();
-  SourceDir dir = HttpDirAt(base, named, url, RedactedUrl(url), http, codec,
+  SourceDir dir = HttpDirAt(base, named, url, RedactedUrl(url), http, context,
                             std::make_shared<const std::vector<std::string>>(probe_names));
   dir.named = named;
   if (named.empty()) {
@@ -359,14 +359,14 @@ Result<SourceDir> HttpDir(const std::string& url, const HttpOptions& options, Re
   return dir;
 }
 
-Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, ReadContext& codec) {
+Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, ReadContext& context) {
   CKPTFS_ASSIGN_OR_RETURN(S3Url where, ParseS3Url(url));
   CKPTFS_ASSIGN_OR_RETURN(S3Target target, ResolveS3(where, remote));
   // One deadline for every request of opening (see HttpDir).
   target.http.open_deadline = std::chrono::steady_clock::now() + target.http.timeout;
   auto target_ptr = std::make_shared<const S3Target>(std::move(target));
-  if (!where.IsDirectory()) return S3Named(target_ptr, where, codec);
-  auto listed = S3Listed(target_ptr, where, codec);
+  if (!where.IsDirectory()) return S3Named(target_ptr, where, context);
+  auto listed = S3Listed(target_ptr, where, context);
   // ParseS3Url takes s3://b/x as a directory unless x looks like a weights file; when no
   // such directory exists, x may still name a file or a prefix (TF's ckpt-3) in s3://b/.
   const bool written_as_dir = !url.empty() && url.back() == '/';
@@ -375,7 +375,7 @@ Result<SourceDir> S3Dir(const std::string& url, const RemoteOptions& remote, Rea
     return listed;
   }
   S3Url named{where.bucket, where.key.substr(0, where.key.size() - 1)};
-  return S3Named(target_ptr, named, codec);
+  return S3Named(target_ptr, named, context);
 }
 
 }  // namespace ckptfs

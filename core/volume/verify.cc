@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "core/checkpoint/natural_order.h"
 #include "core/codec/zstd_source.h"
 
@@ -117,7 +117,7 @@ VerifyResult VerifyCheckpoint(const Checkpoint& ckpt,
     }
   }
   // Checks of the format's own (TF: index blocks and each tensor's CRC32C).
-  if (const FormatReader& format = FormatOf(ckpt.format); format.verify && !result.damaged) {
+  if (const FormatReader& format = FormatOf(ckpt); format.verify && !result.damaged) {
     if (Status s = format.verify(ckpt, problem); !s.ok()) problem(s);
   }
   return result;

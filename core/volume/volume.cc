@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cache/disk_cache.h"
-#include "core/checkpoint/formats.h"
-#include "core/format/safetensors.h"
+#include "core/format/formats.h"
+#include "core/encoding/safetensors.h"
 
 namespace ckptfs {
 
@@ -86,7 +86,7 @@ std::unique_ptr<Volume> Volume::FromCheckpoint(Checkpoint ckpt,
   // again only by a format's inspect lines (DeepSpeed's ZeRO summary parses it). Kept, it
   // would be a second copy for the mount's lifetime (19 MB beside 35 for 300k TF
   // object-graph nodes).
-  if (!FormatOf(volume->ckpt_.format).inspect) std::string().swap(volume->ckpt_.state_json);
+  if (!FormatOf(volume->ckpt_).inspect) std::string().swap(volume->ckpt_.state_json);
   // Parsing headers and building the layout freed about as much as they keep; the daemon
   // forked from this process would otherwise carry those pages for its lifetime.
   ReleaseFreeMemory();

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/format/deepspeed/zero.h"
-#include "core/format/torch_file.h"
+#include "core/encoding/torch_file.h"
 #include "core/source/byte_source.h"
 
 namespace {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/checked.h"
-#include "core/format/h5/h5_file.h"
+#include "core/format/keras/h5/h5_file.h"
 #include "core/source/byte_source.h"
 
 namespace {

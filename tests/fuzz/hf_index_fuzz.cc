@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "core/format/hf_index.h"
+#include "core/encoding/hf_index.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto index = ckptfs::ParseHfIndex(std::string_view(reinterpret_cast<const char*>(data), size),

@@ -8,10 +8,11 @@
 #include <string>
 #include <string_view>
 
+#include "core/format/formats.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/format/keras/keras.h"
-#include "core/format/metadata_budget.h"
-#include "core/format/ordered_json.h"
+#include "core/encoding/metadata_budget.h"
+#include "core/encoding/ordered_json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
@@ -26,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!ordered.ok()) return 0;
   if (ckptfs::QuoteJson(*ordered, 40).size() > 43) std::abort();
   ckptfs::Checkpoint ckpt;
-  ckpt.format = ckptfs::CheckpointFormat::kKeras;
+  ckpt.format = ckptfs::FormatNamed("keras");
   ckpt.state_json = ordered->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   const uint64_t laid_out = ckptfs::MetadataJsonSize(ckpt);
   if (laid_out > 12 * ckpt.state_json.size() + 16) std::abort();

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/format/safetensors.h"
+#include "core/encoding/safetensors.h"
 #include "core/source/byte_source.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

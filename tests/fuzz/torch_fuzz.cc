@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/format/torch_file.h"
+#include "core/encoding/torch_file.h"
 #include "core/source/byte_source.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

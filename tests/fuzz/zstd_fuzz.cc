@@ -10,11 +10,11 @@
 #include "core/codec/zstd_source.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static ckptfs::ReadContext codec(ckptfs::ReadOptions{.cache_bytes = 1 << 20});
+  static ckptfs::ReadContext context(ckptfs::ReadOptions{.cache_bytes = 1 << 20});
   auto source = ckptfs::ZstdSource::Open(
       std::make_unique<ckptfs::MemorySource>(
           "fuzz.zst", std::string(reinterpret_cast<const char*>(data), size)),
-      codec);
+      context);
   if (!source.ok()) return 0;
   const ckptfs::ZstdSource& zstd = **source;
   // Decoding a declared terabyte proves nothing but patience: stay within small shards

@@ -95,7 +95,7 @@ std::string BuildShard(const std::vector<std::vector<uint8_t>>& frames,
 
 Result<std::unique_ptr<ZstdSource>> OpenShard(const std::string& bytes) {
   return ZstdSource::Open(std::make_unique<MemorySource>("s.safetensors.zst", bytes),
-                          testing::TestCodec());
+                          testing::TestContext());
 }
 
 std::string Le32(uint32_t v) {
@@ -260,9 +260,9 @@ class BytePackTest : public ::testing::Test {
     std::filesystem::remove_all(dest_);
     original_ = MakeSafetensors(kAllDtypes);
     auto ckpt =
-        OpenCheckpointIn(MemoryDir({{"model.safetensors", original_}}), testing::TestCodec());
+        OpenCheckpointIn(MemoryDir({{"model.safetensors", original_}}), testing::TestContext());
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-    source_ = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+    source_ = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   }
   void TearDown() override { std::filesystem::remove_all(dest_); }
 
@@ -270,8 +270,8 @@ class BytePackTest : public ::testing::Test {
   void PackAndCompare(PackOptions options, size_t min_grouped_frames) {
     options.byte_group = true;
     ASSERT_TRUE(PackCheckpoint(source_->checkpoint(), dest_, options).ok());
-    ReadContext codec({.cache_bytes = 1 << 20});
-    auto packed = OpenCheckpoint(dest_, codec);
+    ReadContext context({.cache_bytes = 1 << 20});
+    auto packed = OpenCheckpoint(dest_, context);
     ASSERT_TRUE(packed.ok()) << packed.status().message();
     const auto& zstd = dynamic_cast<const ZstdSource&>(*packed->shards[0].source);
     size_t grouped = 0;
@@ -336,8 +336,8 @@ TEST_F(BytePackTest, WithoutTheOptionNothingIsGroupedOrRecorded) {
   PackOptions options;
   options.frame_size = 1000;
   ASSERT_TRUE(PackCheckpoint(source_->checkpoint(), dest_, options).ok());
-  ReadContext codec({.cache_bytes = 1 << 20});
-  auto packed = OpenCheckpoint(dest_, codec);
+  ReadContext context({.cache_bytes = 1 << 20});
+  auto packed = OpenCheckpoint(dest_, context);
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   const auto& zstd = dynamic_cast<const ZstdSource&>(*packed->shards[0].source);
   EXPECT_FALSE(zstd.index().grouped());

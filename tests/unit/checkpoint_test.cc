@@ -1,11 +1,18 @@
+#include "core/format/formats.h"
 #include "core/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/format_samples.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
 namespace {
+
+// The table's sample of this format (format_samples.h): one file and a config.
+const testing::FormatSample kSample(
+    "safetensors", {{"model.safetensors", testing::MakeSafetensors({{"a", Dtype::kF32, {2}}})},
+                    {"config.json", "{}"}});
 
 using testing::IndexJson;
 using testing::MakeSafetensors;
@@ -15,7 +22,7 @@ const std::string kA = MakeSafetensors({{"a", Dtype::kF32, {2}}});
 const std::string kB = MakeSafetensors({{"b", Dtype::kI64, {1}}});
 
 Status OpenStatus(std::map<std::string, std::string> files) {
-  return OpenCheckpointIn(MemoryDir(std::move(files)), testing::TestCodec()).status();
+  return OpenCheckpointIn(MemoryDir(std::move(files)), testing::TestContext()).status();
 }
 
 void ExpectRefused(std::map<std::string, std::string> files, const std::string& starts_with,
@@ -34,7 +41,7 @@ TEST(Checkpoint, ShardedWithIndex) {
                                   {"model.safetensors.index.json",
                                    IndexJson({{"a", "1.safetensors"}, {"b", "2.safetensors"}})},
                                   {"tokenizer.json", "{}"}}),
-                       testing::TestCodec());
+                       testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   ASSERT_EQ(ckpt->tensors.size(), 2u);
   EXPECT_EQ(ckpt->tensors[1].name, "b");
@@ -47,7 +54,7 @@ TEST(Checkpoint, ShardedWithIndex) {
 
 TEST(Checkpoint, SingleFile) {
   auto ckpt = OpenCheckpointIn(MemoryDir({{"model.safetensors", kA}, {"config.json", "{}"}}),
-                               testing::TestCodec());
+                               testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   EXPECT_TRUE(ckpt->index.empty());
   EXPECT_EQ(ckpt->tensors.size(), 1u);
@@ -94,15 +101,15 @@ TEST(Checkpoint, PrefersTheTransformersIndexName) {
       MemoryDir({{"1.safetensors", kA},
                  {"model.safetensors.index.json", IndexJson({{"a", "1.safetensors"}})},
                  {"other.safetensors.index.json", "garbage"}}),
-      testing::TestCodec());
+      testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   EXPECT_EQ(ckpt->index[0].name, "model.safetensors.index.json");
 }
 
 TEST(Checkpoint, LocalPathsThatAreNotCheckpoints) {
-  EXPECT_EQ(OpenCheckpoint("/nonexistent/ckpt", testing::TestCodec()).status().code(),
+  EXPECT_EQ(OpenCheckpoint("/nonexistent/ckpt", testing::TestContext()).status().code(),
             Status::Code::kNotFound);
-  EXPECT_EQ(OpenCheckpoint("/etc/hostname", testing::TestCodec()).status().code(),
+  EXPECT_EQ(OpenCheckpoint("/etc/hostname", testing::TestContext()).status().code(),
             Status::Code::kInvalidArgument);
 }
 
@@ -118,7 +125,7 @@ TEST(Checkpoint, HidesTheOtherCopyOfTheWeights) {
                  {"pytorch_model.bin.index.json", IndexJson({{"a", "pytorch_model-1.bin"}})},
                  {"pytorch_model-1.bin", "torch bytes"},
                  {"training_args.bin", "not weights"}}),
-      testing::TestCodec());
+      testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   std::vector<std::string> others;
   for (const StoredFile& f : ckpt->others) others.push_back(f.name);
@@ -132,7 +139,7 @@ TEST(Checkpoint, HidesTheOtherCopyOfTheWeights) {
 // after them, alone where there are none, and left out where the pickle has that key.
 TEST(Checkpoint, MetadataJsonHoldsTheWeightsOnlyVerdict) {
   Checkpoint ckpt;
-  ckpt.format = CheckpointFormat::kTorch;
+  ckpt.format = FormatNamed("torch");
   ckpt.weights_only = WeightsOnlyVerdict{false, {"argparse.Namespace"}, {}};
   const std::string verdict =
       R"("__weights_only__": {

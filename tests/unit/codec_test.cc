@@ -13,7 +13,7 @@
 
 #include "core/codec/frame_index.h"
 #include "core/codec/zstd_source.h"
-#include "core/format/safetensors.h"
+#include "core/encoding/safetensors.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -194,8 +194,8 @@ TEST(FrameIndex, CompressibleFramesWithinTheBoundAreCounted) {
 
 class ZstdSourceTest : public ::testing::Test {
  protected:
-  std::unique_ptr<ZstdSource> Open(const std::string& bytes, ReadContext& codec) {
-    auto src = ZstdSource::Open(std::make_unique<MemorySource>("s.safetensors.zst", bytes), codec,
+  std::unique_ptr<ZstdSource> Open(const std::string& bytes, ReadContext& context) {
+    auto src = ZstdSource::Open(std::make_unique<MemorySource>("s.safetensors.zst", bytes), context,
                                 8 + kMaxSafetensorsHeader);
     EXPECT_TRUE(src.ok()) << src.status().message();
     return src.ok() ? std::move(src).value() : nullptr;
@@ -212,14 +212,14 @@ class ZstdSourceTest : public ::testing::Test {
 };
 
 TEST_F(ZstdSourceTest, ReadsAnyWindowAndDecodesOnlyTouchedFrames) {
-  ReadContext codec({.cache_bytes = 1 << 20});
-  auto src = Open(Frames(kPlain, 64 << 10, true).bytes, codec);
+  ReadContext context({.cache_bytes = 1 << 20});
+  auto src = Open(Frames(kPlain, 64 << 10, true).bytes, context);
   ASSERT_TRUE(src);
   EXPECT_EQ(src->Size(), kPlain.size());
   EXPECT_EQ(Read(*src, 70'000, 10), kPlain.substr(70'000, 10));
-  EXPECT_EQ(codec.frames_decoded.load(), 1u);  // only frame 1
+  EXPECT_EQ(context.frames_decoded.load(), 1u);  // only frame 1
   EXPECT_EQ(Read(*src, 70'010, 100), kPlain.substr(70'010, 100));
-  EXPECT_EQ(codec.frames_decoded.load(), 1u);  // a cache hit
+  EXPECT_EQ(context.frames_decoded.load(), 1u);  // a cache hit
   for (uint64_t off : {0ul, 65'535ul, 131'000ul, 299'990ul}) {
     const size_t n = std::min<size_t>(70'000, kPlain.size() - off);
     EXPECT_EQ(Read(*src, off, n), kPlain.substr(off, n)) << off;
@@ -230,18 +230,18 @@ TEST_F(ZstdSourceTest, ReadsAnyWindowAndDecodesOnlyTouchedFrames) {
 }
 
 TEST_F(ZstdSourceTest, CacheSmallerThanAFrameStillReads) {
-  ReadContext codec({.cache_bytes = 1000});
-  auto src = Open(Frames(kPlain, 64 << 10, false).bytes, codec);
+  ReadContext context({.cache_bytes = 1000});
+  auto src = Open(Frames(kPlain, 64 << 10, false).bytes, context);
   ASSERT_TRUE(src);
   EXPECT_EQ(Read(*src, 0, kPlain.size()), kPlain);
-  EXPECT_LE(codec.cache().counters().charged_bytes, 64u << 10);
+  EXPECT_LE(context.cache().counters().charged_bytes, 64u << 10);
 }
 
 TEST_F(ZstdSourceTest, CorruptFrameIsAnErrorNamingShardAndFrame) {
-  ReadContext codec({.cache_bytes = 1 << 20});
+  ReadContext context({.cache_bytes = 1 << 20});
   Compressed c = Frames(kPlain, 64 << 10, true);
   c.bytes[c.frames[2].compressed_offset + c.frames[2].compressed_size / 2] ^= 0x5a;
-  auto src = Open(c.bytes, codec);
+  auto src = Open(c.bytes, context);
   ASSERT_TRUE(src);
   Status s;
   Read(*src, c.frames[2].decoded_offset + 5, 10, &s);
@@ -256,11 +256,11 @@ TEST_F(ZstdSourceTest, CorruptFrameIsAnErrorNamingShardAndFrame) {
 }
 
 TEST_F(ZstdSourceTest, ChecksumMismatchIsCaught) {
-  ReadContext codec({.cache_bytes = 1 << 20});
+  ReadContext context({.cache_bytes = 1 << 20});
   Compressed c = Frames(kPlain, 64 << 10, false);
   std::vector<Frame> frames = c.frames;
   frames[0].checksum = *frames[0].checksum ^ 1;
-  auto src = Open(c.bytes + BuildSeekTable(frames, true), codec);
+  auto src = Open(c.bytes + BuildSeekTable(frames, true), context);
   ASSERT_TRUE(src);
   Status s;
   Read(*src, 0, 10, &s);
@@ -268,14 +268,14 @@ TEST_F(ZstdSourceTest, ChecksumMismatchIsCaught) {
 }
 
 TEST_F(ZstdSourceTest, SeekTableSpanningTwoFramesIsRefusedOnRead) {
-  ReadContext codec({.cache_bytes = 1 << 20});
+  ReadContext context({.cache_bytes = 1 << 20});
   Compressed c = Frames(kPlain, 64 << 10, false);
   // Frames 0 and 1 described as one: sizes add up, but the bytes are two frames.
   std::vector<Frame> merged(c.frames.begin() + 1, c.frames.end());
   merged[0].compressed_size += c.frames[0].compressed_size;
   merged[0].decoded_size += c.frames[0].decoded_size;
   merged[0].checksum.reset();
-  auto src = Open(c.bytes + BuildSeekTable(merged, false), codec);
+  auto src = Open(c.bytes + BuildSeekTable(merged, false), context);
   ASSERT_TRUE(src);
   Status s;
   Read(*src, 0, 10, &s);
@@ -284,8 +284,8 @@ TEST_F(ZstdSourceTest, SeekTableSpanningTwoFramesIsRefusedOnRead) {
 
 TEST_F(ZstdSourceTest, LargeSingleFrameIsSpilledOnceAndPrefixReadWithoutIt) {
   const std::string big = RandomBytes(kMaxCachedFrame + 4096, 3);
-  ReadContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
-  auto src = Open(CompressFrame(big), codec);
+  ReadContext context({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  auto src = Open(CompressFrame(big), context);
   ASSERT_TRUE(src);
   EXPECT_TRUE(src->decodes_whole());
   EXPECT_EQ(Read(*src, 0, 64), big.substr(0, 64));  // the prefix path, as at mount
@@ -293,7 +293,7 @@ TEST_F(ZstdSourceTest, LargeSingleFrameIsSpilledOnceAndPrefixReadWithoutIt) {
   EXPECT_EQ(Read(*src, big.size() - 100, 100), big.substr(big.size() - 100));
   EXPECT_GE(src->Fd(), 0);  // spilled once, then served from the spill file
   EXPECT_EQ(Read(*src, 1'000'000, 10), big.substr(1'000'000, 10));
-  EXPECT_EQ(codec.bytes_decoded.load(), big.size());
+  EXPECT_EQ(context.bytes_decoded.load(), big.size());
 }
 
 // A single frame that declares 256 GiB in 8 MiB is indexed without decoding (its size is
@@ -303,9 +303,9 @@ TEST_F(ZstdSourceTest, LargeSingleFrameIsSpilledOnceAndPrefixReadWithoutIt) {
 TEST_F(ZstdSourceTest, DecodingABombWholeIsRefused) {
   const uint64_t blocks = 2 << 20;
   const std::string bomb = RleFrame(blocks, blocks * ZSTD_BLOCKSIZE_MAX);
-  ReadContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  ReadContext context({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
   const auto start = std::chrono::steady_clock::now();
-  auto src = Open(bomb, codec);
+  auto src = Open(bomb, context);
   ASSERT_TRUE(src);
   EXPECT_TRUE(src->decodes_whole());
   EXPECT_EQ(Read(*src, 0, 8), std::string(8, '\0'));
@@ -364,11 +364,11 @@ std::pair<std::string, std::string> TwoVersions(const std::string& plain, size_t
 TEST_F(ZstdSourceTest, ShardChangedAfterMountGivesErrorsNotBytes) {
   for (bool seek_table : {false, true}) {
     SCOPED_TRACE(seek_table ? "seekable without checksums" : "multi-frame");
-    ReadContext codec({.cache_bytes = 8 << 20});
+    ReadContext context({.cache_bytes = 8 << 20});
     auto [a, b] = TwoVersions(kPlain, 64 << 10, seek_table, false);
     auto changing = std::make_unique<ChangingSource>(a, b);
     ChangingSource* shard = changing.get();
-    auto opened = ZstdSource::Open(std::move(changing), codec);
+    auto opened = ZstdSource::Open(std::move(changing), context);
     ASSERT_TRUE(opened.ok()) << opened.status().message();
     auto& src = **opened;
     EXPECT_EQ(Read(src, 0, 100), kPlain.substr(0, 100));
@@ -393,29 +393,29 @@ TEST_F(ZstdSourceTest, ShardChangedDuringAFramesReadIsCaught) {
   // 600 KiB frames compress to more than one of DecodeFrame's 256 KiB reads: the rewrite
   // lands between the first and second read of frame 0, and the frame mixes versions.
   const std::string plain = RandomBytes(1200 << 10, 11);
-  ReadContext codec({.cache_bytes = 16 << 20});
+  ReadContext context({.cache_bytes = 16 << 20});
   auto [a, b] = TwoVersions(plain, 600 << 10, false, false);
   auto changing = std::make_unique<ChangingSource>(a, b);
   ChangingSource* shard = changing.get();
-  auto opened = ZstdSource::Open(std::move(changing), codec);
+  auto opened = ZstdSource::Open(std::move(changing), context);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   shard->change_after_reads = shard->reads.load() + 2;
   Status s;
   Read(**opened, 0, plain.size(), &s);
   EXPECT_EQ(s.code(), Status::Code::kIoError) << s.message();
-  EXPECT_EQ(codec.cache().counters().entries, 0u);
+  EXPECT_EQ(context.cache().counters().entries, 0u);
 }
 
 TEST_F(ZstdSourceTest, SpilledShardChangedAfterMountGivesErrors) {
   const std::string big = RandomBytes(2 << 20, 5);
-  ReadContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  ReadContext context({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
   std::string other = big;
   other.back() = static_cast<char>(~other.back());
   std::string a = CompressFrame(big), b = CompressFrame(other);
   b.resize(a.size(), '\0');
   auto changing = std::make_unique<ChangingSource>(a, b);
   ChangingSource* shard = changing.get();
-  auto opened = ZstdSource::Open(std::move(changing), codec);
+  auto opened = ZstdSource::Open(std::move(changing), context);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   auto& src = **opened;
   ASSERT_TRUE(src.decodes_whole());
@@ -433,8 +433,8 @@ TEST_F(ZstdSourceTest, FramesLargerThanAQuarterOfTheCacheAreSpilled) {
   // them is charged to the cache, and readers in parallel stay within it.
   const std::string plain = RandomBytes(16 << 20, 9);
   Compressed c = Frames(plain, 4 << 20, true);
-  ReadContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
-  auto src = Open(c.bytes, codec);
+  ReadContext context({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  auto src = Open(c.bytes, context);
   ASSERT_TRUE(src);
   EXPECT_TRUE(src->decodes_whole());
   std::vector<std::thread> readers;
@@ -449,8 +449,8 @@ TEST_F(ZstdSourceTest, FramesLargerThanAQuarterOfTheCacheAreSpilled) {
   }
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(bad.load(), 0);
-  EXPECT_EQ(codec.cache().counters().peak_charged_bytes, 0u);
-  EXPECT_EQ(codec.bytes_decoded.load(), plain.size());  // decoded once, to the spill file
+  EXPECT_EQ(context.cache().counters().peak_charged_bytes, 0u);
+  EXPECT_EQ(context.bytes_decoded.load(), plain.size());  // decoded once, to the spill file
 }
 
 TEST_F(ZstdSourceTest, SpillDecodeChecksSeekTableChecksums) {
@@ -458,8 +458,8 @@ TEST_F(ZstdSourceTest, SpillDecodeChecksSeekTableChecksums) {
   Compressed c = Frames(plain, 1 << 20, false);
   std::vector<Frame> frames = c.frames;
   frames[1].checksum = *frames[1].checksum ^ 1;
-  ReadContext codec({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
-  auto src = Open(c.bytes + BuildSeekTable(frames, true), codec);
+  ReadContext context({.cache_bytes = 1 << 20, .spill_dir = "/tmp"});
+  auto src = Open(c.bytes + BuildSeekTable(frames, true), context);
   ASSERT_TRUE(src);
   ASSERT_TRUE(src->decodes_whole());
   Status s;
@@ -470,8 +470,8 @@ TEST_F(ZstdSourceTest, SpillDecodeChecksSeekTableChecksums) {
 TEST_F(ZstdSourceTest, ManyReadersOfCachedFramesStayWithinTheCache) {
   // 256 KiB frames (a quarter of the cache: cached) read by 16 threads at once.
   const std::string plain = RandomBytes(8 << 20, 21);
-  ReadContext codec({.cache_bytes = 1 << 20});
-  auto src = Open(Frames(plain, 256 << 10, true).bytes, codec);
+  ReadContext context({.cache_bytes = 1 << 20});
+  auto src = Open(Frames(plain, 256 << 10, true).bytes, context);
   ASSERT_TRUE(src);
   ASSERT_FALSE(src->decodes_whole());
   std::vector<std::thread> readers;
@@ -488,7 +488,7 @@ TEST_F(ZstdSourceTest, ManyReadersOfCachedFramesStayWithinTheCache) {
   }
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(bad.load(), 0);
-  const BlockCache::Counters counters = codec.cache().counters();
+  const BlockCache::Counters counters = context.cache().counters();
   EXPECT_LE(counters.peak_charged_bytes, 1u << 20);
   EXPECT_EQ(counters.overdrafts, 0u);
 }

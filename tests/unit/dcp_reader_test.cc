@@ -1,4 +1,4 @@
-// The DCP entry of the format table (core/checkpoint/dcp_reader.cc) over the real files
+// The DCP entry of the format table (core/format/dcp/dcp_reader.cc) over the real files
 // PyTorch 2.11 wrote (../shared/fixtures/dcp, NOTICE.md; skipped when absent): every
 // tensor's bytes, gathered from its chunks, equal the whole tensor it was made from; the
 // non-tensor values nest as the state dict had them; the model is the `model` sub-tree; a
@@ -9,15 +9,20 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint.h"
-#include "core/checkpoint/formats.h"
-#include "core/format/safetensors.h"
+#include "core/format/formats.h"
+#include "core/encoding/safetensors.h"
 #include "core/pack/pack.h"
 #include "core/run/run_listing.h"
 #include "core/source/byte_source.h"
+#include "tests/unit/format_samples.h"
 #include "test_util.h"
 
 namespace ckptfs {
 namespace {
+
+// The table's sample of this format (format_samples.h): .metadata beside a rank's data file.
+const testing::FormatSample kSample("dcp", {{".metadata", "not parsed by detect"},
+                                            {"__0_0.distcp", "x"}});
 
 namespace fs = std::filesystem;
 
@@ -61,9 +66,9 @@ class DcpReaderTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(DcpReaderTest, EveryTensorEqualsTheWholeTensorItWasMadeFrom) {
   const fs::path source = kFixtures / GetParam();
   if (!fs::is_directory(source)) GTEST_SKIP() << source << " is absent (a user's clone)";
-  auto ckpt = OpenCheckpoint(source.string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint(source.string(), testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  EXPECT_EQ(ckpt->format, CheckpointFormat::kDcp);
+  EXPECT_EQ(ckpt->format, FormatNamed("dcp"));
   const auto whole = WholeTensors(source / "expected.safetensors");
   ASSERT_EQ(ckpt->tensors.size(), whole.size());
   for (const Tensor& t : ckpt->tensors) {
@@ -76,7 +81,7 @@ TEST_P(DcpReaderTest, EveryTensorEqualsTheWholeTensorItWasMadeFrom) {
   // Hugging Face form and FSDP's rank files save the model itself.
   const bool bare = GetParam() == "hf_dcp" || GetParam() == "fsdp_rank_files";
   EXPECT_EQ(ckpt->model.key, bare ? "" : "model");
-  const auto lines = FormatOf(CheckpointFormat::kDcp).inspect(*ckpt);
+  const auto lines = FormatNamed("dcp")->inspect(*ckpt);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].first, "dcp");
   EXPECT_NE(lines[0].second.find("chunks"), std::string::npos) << lines[0].second;
@@ -88,7 +93,7 @@ TEST_P(DcpReaderTest, EveryTensorEqualsTheWholeTensorItWasMadeFrom) {
 TEST_P(DcpReaderTest, APackedCopyReadsTheSame) {
   const fs::path source = kFixtures / GetParam();
   if (!fs::is_directory(source)) GTEST_SKIP() << source << " is absent (a user's clone)";
-  auto ckpt = OpenCheckpoint(source.string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint(source.string(), testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   const fs::path dest = fs::temp_directory_path() / ("ckptfs_dcp_pack." + std::to_string(getpid()));
   fs::remove_all(dest);
@@ -96,10 +101,10 @@ TEST_P(DcpReaderTest, APackedCopyReadsTheSame) {
   options.frame_size = 4096;
   const Status packed = PackCheckpoint(*ckpt, dest.string(), options);
   ASSERT_TRUE(packed.ok()) << packed.message();
-  ReadContext codec({.cache_bytes = 1 << 20});
-  auto again = OpenCheckpoint(dest.string(), codec);
+  ReadContext context({.cache_bytes = 1 << 20});
+  auto again = OpenCheckpoint(dest.string(), context);
   ASSERT_TRUE(again.ok()) << again.status().message();
-  EXPECT_EQ(again->format, CheckpointFormat::kDcp);
+  EXPECT_EQ(again->format, FormatNamed("dcp"));
   ASSERT_EQ(again->tensors.size(), ckpt->tensors.size());
   for (size_t i = 0; i < ckpt->tensors.size(); ++i) {
     SCOPED_TRACE(ckpt->tensors[i].name);
@@ -115,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DcpReaderTest,
 TEST(DcpReader, ValuesNestAsTheStateDictHadThem) {
   const fs::path source = kFixtures / "single";
   if (!fs::is_directory(source)) GTEST_SKIP() << source << " is absent (a user's clone)";
-  auto ckpt = OpenCheckpoint(source.string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint(source.string(), testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   const auto state = nlohmann::json::parse(ckpt->state_json);
   EXPECT_EQ(state["step"], 1234);
@@ -137,14 +142,14 @@ TEST(DcpReader, FsdpRankFilesMissingOrDisagreeingAreRefused) {
     const std::string name = "model_world_size_4_rank_" + std::to_string(r) + ".pt";
     fs::copy_file(fixture / name, root / name);
   }
-  auto missing = OpenCheckpoint(root.string(), testing::TestCodec());
+  auto missing = OpenCheckpoint(root.string(), testing::TestContext());
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("model_world_size_4_rank_2.pt: missing"),
             std::string::npos)
       << missing.status().message();
   // A rank file of another world beside them.
   fs::copy_file(fixture / "model_world_size_4_rank_2.pt", root / "model_world_size_8_rank_2.pt");
-  auto other = OpenCheckpoint(root.string(), testing::TestCodec());
+  auto other = OpenCheckpoint(root.string(), testing::TestContext());
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("world size 8"), std::string::npos)
       << other.status().message();
@@ -155,7 +160,7 @@ TEST(DcpReader, FsdpRankFilesMissingOrDisagreeingAreRefused) {
     fs::copy_file(fixture / ("model_world_size_4_rank_" + std::to_string(r) + ".pt"),
                   root / ("model_world_size_2_rank_" + std::to_string(r) + ".pt"));
   }
-  auto mesh = OpenCheckpoint(root.string(), testing::TestCodec());
+  auto mesh = OpenCheckpoint(root.string(), testing::TestContext());
   ASSERT_FALSE(mesh.ok());
   EXPECT_NE(mesh.status().message().find("mesh of 4 ranks, not the world of 2"), std::string::npos)
       << mesh.status().message();
@@ -175,7 +180,7 @@ TEST(DcpReader, HfPieceRefusalsNameThePathOnce) {
                                             piece(R"({"w": {"saved_offsets": [0]}})")},
                                            {"shard-00002-model-00001-of-00001.safetensors",
                                             piece(R"({"w": {"saved_offsets": [1]}})")}}),
-                       testing::TestCodec());
+                       testing::TestContext());
   ASSERT_FALSE(overlap.ok());
   const std::string& message = overlap.status().message();
   EXPECT_EQ(message.rfind("mem/shard-00001-model-00001-of-00001.safetensors: tensor w: ", 0), 0u)
@@ -184,7 +189,7 @@ TEST(DcpReader, HfPieceRefusalsNameThePathOnce) {
       testing::MemoryDir({{"shard-00001-model-00001-of-00001.safetensors",
                            piece(R"({"w": {"saved_offsets": )" + std::string(100000, '[') +
                                  std::string(100000, ']') + "}}")}}),
-      testing::TestCodec());
+      testing::TestContext());
   ASSERT_FALSE(deep.ok());
   EXPECT_EQ(deep.status().message(),
             "mem/shard-00001-model-00001-of-00001.safetensors: DCP_SHARDING_INFO: JSON nested "
@@ -207,7 +212,7 @@ TEST(DcpReader, StepDirectoriesAreARun) {
   }
   fs::create_directories(root / "step-300");  // being written: no .metadata yet
   fs::copy_file(fixture / "__0_0.distcp", root / "step-300" / "__0_0.distcp");
-  auto dir = OpenSourceDir(root.string(), testing::TestCodec(), {});
+  auto dir = OpenSourceDir(root.string(), testing::TestContext(), {});
   ASSERT_TRUE(dir.ok()) << dir.status().message();
   auto is_run = IsRun(*dir);
   ASSERT_TRUE(is_run.ok()) << is_run.status().message();

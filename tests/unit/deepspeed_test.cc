@@ -1,4 +1,4 @@
-// DeepSpeed ZeRO tags (core/format/deepspeed/zero.h, core/checkpoint/deepspeed_reader.cc)
+// DeepSpeed ZeRO tags (core/format/deepspeed/zero.h, core/format/deepspeed/deepspeed_reader.cc)
 // over files from tests/deepspeed/make_deepspeed_checkpoint.py: every configuration of
 // tests/unit/deepspeed_cases.py (stages 1-3, 1-4 ranks, bf16/fp16, round-robin, sub-groups,
 // frozen, tied, exclude_frozen, two groups, dirty padding, ZeroStageEnum by getattr) opened
@@ -20,12 +20,19 @@
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "core/format/deepspeed/zero.h"
+#include "tests/unit/format_samples.h"
 #include "test_util.h"
 
 namespace ckptfs {
 namespace {
+
+// The table's sample of this format (format_samples.h): a ZeRO tag, its model states file
+// naming the rest (detect reads nothing).
+const testing::FormatSample kSample("deepspeed",
+                                    {{"mp_rank_00_model_states.pt", "not parsed by detect"},
+                                     {"bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "x"}});
 
 namespace fs = std::filesystem;
 
@@ -67,7 +74,7 @@ std::string ReadFile(const fs::path& path) {
 fs::path Tag(const std::string& c) { return Root() / c / ReadFile(Root() / c / "tag"); }
 
 Result<Checkpoint> Open(const fs::path& tag) {
-  return OpenCheckpoint(tag.string(), testing::TestCodec());
+  return OpenCheckpoint(tag.string(), testing::TestContext());
 }
 
 // The bytes tensor `t` has, read through its ranges.
@@ -120,7 +127,7 @@ TEST(DeepSpeedZero, EveryConfigurationMatchesTheGroundTruth) {
     SCOPED_TRACE(c);
     Result<Checkpoint> ckpt = Open(Tag(c));
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-    EXPECT_EQ(ckpt->format, CheckpointFormat::kDeepSpeed);
+    EXPECT_EQ(ckpt->format, FormatNamed("deepspeed"));
     // Pipelines with tensor parallelism keep each TP rank a sub-tree: no one model.
     const bool tp = std::string_view(c).find("tp2") != std::string_view::npos;
     EXPECT_EQ(ckpt->model.key, tp ? "" : "model");

@@ -12,9 +12,9 @@
 #include <iterator>
 #include <map>
 
-#include "core/format/safetensors.h"
-#include "core/format/torch_file.h"
-#include "core/format/zip.h"
+#include "core/encoding/safetensors.h"
+#include "core/encoding/torch_file.h"
+#include "core/encoding/zip.h"
 #include "core/source/byte_source.h"
 #include "tests/unit/test_util.h"
 

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
-#include "core/format/dtype.h"
-#include "core/format/hf_index.h"
-#include "core/format/npy.h"
-#include "core/format/safetensors.h"
+#include "core/encoding/dtype.h"
+#include "core/encoding/hf_index.h"
+#include "core/encoding/npy.h"
+#include "core/encoding/safetensors.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {

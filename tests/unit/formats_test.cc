@@ -1,8 +1,8 @@
-// The format table (core/checkpoint/formats.h) and the SourceDir seam it walks: every
+// The format table (core/format/formats.h) and the SourceDir seam it walks: every
 // entry is complete and distinct, each format claims its own minimal checkpoint and no
 // other's, precedence is as documented, names learnt from contents are asked for
 // (a server cannot list), and a child directory stays beneath SOURCE.
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,8 +13,9 @@
 
 #include "core/checkpoint/hf_layout.h"
 #include "core/checkpoint/model.h"
-#include "core/checkpoint/tf_state.h"
+#include "core/format/tf/tf_state.h"
 #include "core/source/source_dir.h"
+#include "tests/unit/format_samples.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -24,31 +25,9 @@ namespace fs = std::filesystem;
 using testing::IndexJson;
 using testing::MakeSafetensors;
 using testing::MemoryDir;
-using testing::TestCodec;
+using testing::TestContext;
 
 const std::string kA = MakeSafetensors({{"a", Dtype::kF32, {2}}});
-
-// A minimal checkpoint of each format, by the entry's name. Detection looks at names and
-// small files only, so torch's bytes need not parse here (torch_test opens real ones).
-std::map<std::string, std::map<std::string, std::string>> MinimalCheckpoints() {
-  return {{"safetensors", {{"model.safetensors", kA}, {"config.json", "{}"}}},
-          {"torch", {{"pytorch_model.bin", "not parsed by detect"}, {"config.json", "{}"}}},
-          // A `checkpoint` state file naming a prefix (detect reads only the state file).
-          {"tensorflow",
-           {{"checkpoint", "model_checkpoint_path: \"/stale/dir/ckpt-1\"\n"},
-            {"ckpt-1.index", "not parsed by detect"},
-            {"ckpt-1.data-00000-of-00001", "x"}}},
-          // map.pt names the key files; detect reads nothing.
-          {"split", {{"map.pt", "not parsed by detect"}, {"config.json", "{}"}}},
-          // A ZeRO tag: its model states file names the rest (detect reads nothing).
-          {"deepspeed",
-           {{"mp_rank_00_model_states.pt", "not parsed by detect"},
-            {"bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "x"}}},
-          // A distributed checkpoint: .metadata beside the ranks' data files.
-          {"dcp", {{".metadata", "not parsed by detect"}, {"__0_0.distcp", "x"}}},
-          // Keras 3 weights, as ModelCheckpoint(save_weights_only=True) leaves them.
-          {"keras", {{"cp.weights.h5", "not parsed by detect"}}}};
-}
 
 // The entry whose detect claims `dir`, by the table's precedence; "" if none.
 std::string Winner(const SourceDir& dir) {
@@ -73,13 +52,13 @@ TEST(FormatTable, EveryEntryIsCompleteAndDistinct) {
     EXPECT_FALSE(f.title.empty());
     EXPECT_FALSE(f.looks_for.empty());
     // DeepSpeed's tags are directories only: no file SOURCE is one.
-    EXPECT_EQ(f.file_kinds.empty(), f.format == CheckpointFormat::kDeepSpeed);
+    EXPECT_EQ(f.file_kinds.empty(), f.name == "deepspeed");
     EXPECT_TRUE(names.insert(f.name).second) << "names must be unique";
     EXPECT_FALSE(f.probe_names.empty()) << "a server cannot list: probe names are needed";
     ASSERT_NE(f.detect, nullptr);
     ASSERT_NE(f.read, nullptr);
     ASSERT_NE(f.accepts_file, nullptr);
-    EXPECT_EQ(&FormatOf(f.format), &f) << "one entry per CheckpointFormat";
+    EXPECT_EQ(FormatNamed(f.name), &f) << "one entry per name";
     auto none = f.detect(MemoryDir({}));
     ASSERT_TRUE(none.ok()) << none.status().message();
     EXPECT_FALSE(none->has_value()) << "an empty directory is no checkpoint";
@@ -92,9 +71,9 @@ TEST(FormatTable, EveryEntryIsCompleteAndDistinct) {
 // (issue 25) What only one format knows is its entry's: the model rule, the keys it stores
 // tensors under, inspect's lines. Shared code asks the entry of the checkpoint's format.
 TEST(FormatTable, ModelRuleKeysAndInspectLinesAreTheEntrys) {
-  auto checkpoint = [](CheckpointFormat format) {
+  auto checkpoint = [](const FormatReader& format) {
     Checkpoint ckpt;
-    ckpt.format = format;
+    ckpt.format = &format;
     // A torch container `model` (a dict) holding one tensor, and one tensor at the top.
     ckpt.tensors.resize(2);
     ckpt.tensors[0].name = "model.w";
@@ -110,24 +89,24 @@ TEST(FormatTable, ModelRuleKeysAndInspectLinesAreTheEntrys) {
   for (const FormatReader& f : Formats()) {
     SCOPED_TRACE(std::string(f.name));
     ASSERT_NE(f.model.top_key, nullptr) << "every entry says what its sub-trees are";
-    Checkpoint ckpt = checkpoint(f.format);
+    Checkpoint ckpt = checkpoint(f);
     // Keras names (`dense/0`, `dense_1/kernel:0`) hold no sub-tree a key could cut.
-    EXPECT_EQ(f.model.top_key(ckpt, 0), f.format == CheckpointFormat::kKeras ? "" : "model");
+    EXPECT_EQ(f.model.top_key(ckpt, 0), f.name == "keras" ? "" : "model");
     EXPECT_EQ(f.model.top_key(ckpt, 1), "");
     // Without a key, the entry's rule: DeepSpeed's consolidated `model`, torch's and DCP's
     // first of kTorchModelKeys; every other format keeps every tensor.
     ASSERT_TRUE(SelectModel(ckpt, std::nullopt, "SRC").ok());
-    const bool narrows = f.format == CheckpointFormat::kTorch ||
-                         f.format == CheckpointFormat::kDeepSpeed ||
-                         f.format == CheckpointFormat::kDcp;
+    const bool narrows = f.name == "torch" ||
+                         f.name == "deepspeed" ||
+                         f.name == "dcp";
     EXPECT_EQ(ckpt.model.whole, !narrows);
     EXPECT_EQ(ckpt.model.key, narrows ? "model" : "");
     EXPECT_EQ(ckpt.tensors[1].in_model, !narrows);
     // Only TF stores tensors under keys that are not their names.
-    EXPECT_EQ(TensorKeys(ckpt).size(), f.format == CheckpointFormat::kTensorflow ? 2u : 0u);
+    EXPECT_EQ(TensorKeys(ckpt).size(), f.name == "tensorflow" ? 2u : 0u);
     // Only DeepSpeed has an inspect line of its own: its ZeRO summary.
     const auto lines = f.inspect ? f.inspect(ckpt) : decltype(f.inspect(ckpt))();
-    if (f.format == CheckpointFormat::kDeepSpeed) {
+    if (f.name == "deepspeed") {
       ASSERT_EQ(lines.size(), 1u);
       EXPECT_EQ(lines[0].first, "zero");
       EXPECT_NE(lines[0].second.find("stage 2"), std::string::npos) << lines[0].second;
@@ -143,7 +122,6 @@ TEST(FormatTable, ModelRuleKeysAndInspectLinesAreTheEntrys) {
 TEST(FormatTable, RunRulesAreTheEntrys) {
   const FormatReader* deepspeed = FormatNamed("deepspeed");
   ASSERT_NE(deepspeed, nullptr);
-  EXPECT_EQ(deepspeed, &FormatOf(CheckpointFormat::kDeepSpeed));
   EXPECT_EQ(FormatNamed("no such format"), nullptr);
   ASSERT_NE(deepspeed->run.nested_dir, nullptr);
   EXPECT_TRUE(deepspeed->run.nested_dir("global_step1000"));
@@ -152,21 +130,21 @@ TEST(FormatTable, RunRulesAreTheEntrys) {
   }
   for (const FormatReader& f : Formats()) {
     SCOPED_TRACE(std::string(f.name));
-    EXPECT_EQ(f.run.nested_dir != nullptr, f.format == CheckpointFormat::kDeepSpeed);
+    EXPECT_EQ(f.run.nested_dir != nullptr, f.name == "deepspeed");
     EXPECT_EQ(f.run.torch_files_are_one,
-              f.format == CheckpointFormat::kDeepSpeed || f.format == CheckpointFormat::kDcp);
+              f.name == "deepspeed" || f.name == "dcp");
     EXPECT_EQ(f.run.signs_claimed_folder,
-              f.format == CheckpointFormat::kDeepSpeed || f.format == CheckpointFormat::kSplit);
+              f.name == "deepspeed" || f.name == "split");
     // The records a run keeps (TF's state file, DeepSpeed's `latest`) are read by their
     // format's entry; HF Trainer's final model is safetensors or torch weights.
-    EXPECT_EQ(f.run.record != nullptr, f.format == CheckpointFormat::kTensorflow ||
-                                           f.format == CheckpointFormat::kDeepSpeed);
-    EXPECT_EQ(f.run.claim_is_record, f.format == CheckpointFormat::kTensorflow);
+    EXPECT_EQ(f.run.record != nullptr, f.name == "tensorflow" ||
+                                           f.name == "deepspeed");
+    EXPECT_EQ(f.run.claim_is_record, f.name == "tensorflow");
     // Keras's ModelCheckpoint files are entries of their own, with epochs in their names.
-    EXPECT_EQ(f.run.entry_file != nullptr, f.format == CheckpointFormat::kKeras);
-    EXPECT_EQ(f.run.step != nullptr, f.format == CheckpointFormat::kKeras);
+    EXPECT_EQ(f.run.entry_file != nullptr, f.name == "keras");
+    EXPECT_EQ(f.run.step != nullptr, f.name == "keras");
     EXPECT_EQ(f.run.final_model,
-              f.format == CheckpointFormat::kSafetensors || f.format == CheckpointFormat::kTorch);
+              f.name == "safetensors" || f.name == "torch");
   }
   // The records, read from a directory: DeepSpeed's names its tag as latest, a directory
   // written before it; TF's names its prefixes, each an entry made of its files.
@@ -183,7 +161,7 @@ TEST(FormatTable, RunRulesAreTheEntrys) {
   ASSERT_TRUE(bad->has_value());
   EXPECT_FALSE((*bad)->problem.ok()) << "a tag that is no plain name refuses";
   EXPECT_EQ((*bad)->latest, "");
-  const FormatReader& tf = FormatOf(CheckpointFormat::kTensorflow);
+  const FormatReader& tf = *FormatNamed("tensorflow");
   auto state = tf.run.record(
       MemoryDir({{"checkpoint",
                   "model_checkpoint_path: \"ckpt-2\"\nall_model_checkpoint_paths: \"ckpt-1\"\n"
@@ -203,7 +181,8 @@ TEST(FormatTable, RunRulesAreTheEntrys) {
 }
 
 TEST(FormatTable, EachFormatClaimsItsOwnCheckpointAndNoOther) {
-  const auto minimal = MinimalCheckpoints();
+  // Each format's own test file registers its sample (format_samples.h).
+  const auto& minimal = testing::FormatSamples();
   for (const FormatReader& f : Formats()) {
     ASSERT_TRUE(minimal.count(std::string(f.name))) << "add a minimal " << f.name << " checkpoint";
   }
@@ -218,9 +197,9 @@ TEST(FormatTable, EachFormatClaimsItsOwnCheckpointAndNoOther) {
     EXPECT_EQ(Winner(dir), format);
   }
   // A minimal safetensors checkpoint opens through the table as that format.
-  auto ckpt = OpenCheckpointIn(MemoryDir(minimal.at("safetensors")), TestCodec());
+  auto ckpt = OpenCheckpointIn(MemoryDir(minimal.at("safetensors")), TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  EXPECT_EQ(FormatOf(ckpt->format).name, "safetensors");
+  EXPECT_EQ(FormatOf(*ckpt).name, "safetensors");
   EXPECT_EQ(ckpt->tensors.size(), 1u);
 }
 
@@ -244,11 +223,11 @@ TEST(FormatTable, PrecedenceIndexBeatsLoneFileThenTableOrder) {
                  {"model.safetensors.index.json", IndexJson({{"a", "1.safetensors"}})},
                  {"a.bin", "x"},
                  {"b.bin", "y"}}),
-      TestCodec());
+      TestContext());
   EXPECT_TRUE(ambiguous_loser.ok()) << ambiguous_loser.status().message();
   auto ambiguous_winner = OpenCheckpointIn(
       MemoryDir({{"1.safetensors", kA}, {"2.safetensors", kA}, {"pytorch_model.bin", "x"}}),
-      TestCodec());
+      TestContext());
   ASSERT_FALSE(ambiguous_winner.ok());
   EXPECT_NE(ambiguous_winner.status().message().find("2 weight files"), std::string::npos);
 }
@@ -263,14 +242,14 @@ TEST(FormatTable, TrainerFilesAreNeverWeights) {
       {"rng_state_0.pth.zst", "x"}, {"config.json", "{}"}};
   EXPECT_EQ(Winner(MemoryDir(trainer)), "");
   trainer["model.pt"] = "x";
-  auto claim = FormatOf(CheckpointFormat::kTorch).detect(MemoryDir(trainer));
+  auto claim = FormatNamed("torch")->detect(MemoryDir(trainer));
   ASSERT_TRUE(claim.ok() && *claim) << claim.status().message();
   EXPECT_TRUE((*claim)->problem.ok()) << (*claim)->problem.message();
   EXPECT_EQ((*claim)->file, "model.pt");
   // A SOURCE naming one of them asked for it: read as any torch.save file.
   SourceDir named = MemoryDir({{"optimizer.pt.zst", "x"}});
   named.named = "optimizer.pt.zst";
-  claim = FormatOf(CheckpointFormat::kTorch).detect(named);
+  claim = FormatNamed("torch")->detect(named);
   ASSERT_TRUE(claim.ok() && *claim) << claim.status().message();
   EXPECT_EQ((*claim)->file, "optimizer.pt");
   for (const char* name : {"rng_state.pth", "rng_state_3.pth", "training_args.bin", "scaler.pt.zst",
@@ -297,7 +276,7 @@ TEST(FormatTable, ProbeNamesAreEveryEntrysOnce) {
 }
 
 TEST(FormatTable, NoClaimNamesWhatEachFormatLooksFor) {
-  auto none = OpenCheckpointIn(MemoryDir({{"config.json", "{}"}}), TestCodec());
+  auto none = OpenCheckpointIn(MemoryDir({{"config.json", "{}"}}), TestContext());
   ASSERT_FALSE(none.ok());
   for (const FormatReader& f : Formats()) {
     EXPECT_NE(none.status().message().find(f.looks_for), std::string::npos) << f.name;
@@ -318,7 +297,7 @@ TEST(SourceDirSeam, NamesLearntFromAnIndexAreAskedFor) {
     asked->push_back(name);
     return stored.count(name) > 0;
   };
-  auto ckpt = OpenCheckpointIn(dir, TestCodec());
+  auto ckpt = OpenCheckpointIn(dir, TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   ASSERT_EQ(ckpt->shards.size(), 2u);
   EXPECT_EQ(ckpt->tensors.size(), 2u);
@@ -328,7 +307,7 @@ TEST(SourceDirSeam, NamesLearntFromAnIndexAreAskedFor) {
   SourceDir gone = MemoryDir(stored);
   gone.files = {"model.safetensors.index.json"};
   gone.probe = [stored](const std::string& name) -> Result<bool> { return stored.count(name) > 0; };
-  auto missing = OpenCheckpointIn(gone, TestCodec());
+  auto missing = OpenCheckpointIn(gone, TestContext());
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().message(),
             "2.safetensors: shard named in model.safetensors.index.json is missing");
@@ -386,20 +365,20 @@ TEST_F(LocalSeamTest, ChildDirectoryStaysBeneathSource) {
 // A path SOURCE that is no file reaches the table with `named` set; with no format
 // claiming it, the refusal is the usual one.
 TEST_F(LocalSeamTest, PathThatIsNoFileGoesThroughTheTable) {
-  auto missing = OpenCheckpoint(root_ + "/src/ckpt-3", TestCodec());
+  auto missing = OpenCheckpoint(root_ + "/src/ckpt-3", TestContext());
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), Status::Code::kNotFound);
   EXPECT_EQ(missing.status().message(), root_ + "/src/ckpt-3: no such file or directory");
-  auto no_dir = OpenCheckpoint(root_ + "/nowhere/ckpt-3", TestCodec());
+  auto no_dir = OpenCheckpoint(root_ + "/nowhere/ckpt-3", TestContext());
   ASSERT_FALSE(no_dir.ok());
   EXPECT_EQ(no_dir.status().message(), root_ + "/nowhere/ckpt-3: no such file or directory");
-  auto not_weights = OpenCheckpoint(root_ + "/src/saved_model.pb", TestCodec());
+  auto not_weights = OpenCheckpoint(root_ + "/src/saved_model.pb", TestContext());
   ASSERT_FALSE(not_weights.ok());
   EXPECT_NE(not_weights.status().message().find("saved_model.pb: not a .safetensors, .bin"),
             std::string::npos);
   // A named lone file beside others is that file alone.
   Write(root_ + "/src/model.safetensors", kA);
-  auto single = OpenCheckpoint(root_ + "/src/model.safetensors", TestCodec());
+  auto single = OpenCheckpoint(root_ + "/src/model.safetensors", TestContext());
   ASSERT_TRUE(single.ok()) << single.status().message();
   EXPECT_TRUE(single->others.empty());
   EXPECT_EQ(single->shards.size(), 1u);

@@ -2,7 +2,7 @@
 // /usr/bin/python3; skipped without h5py), the real Keras files of ../shared/fixtures/keras
 // (NOTICE.md, manifest.json; skipped when absent), hostile bytes, budgets and deadlines.
 // libhdf5 runs only in Describe's children: this process never calls it.
-#include "core/format/h5/h5_file.h"
+#include "core/format/keras/h5/h5_file.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/format/h5/protocol.h"
-#include "core/format/zip.h"
+#include "core/format/keras/h5/protocol.h"
+#include "core/encoding/zip.h"
 #include "core/source/byte_source.h"
 
 namespace ckptfs {

@@ -1,4 +1,4 @@
-// Untrusted JSON (core/format/ordered_json.h): ParseJson's depth bound and budget, the
+// Untrusted JSON (core/encoding/ordered_json.h): ParseJson's depth bound and budget, the
 // bounded QuoteJson, metadata.json's layout staying linear in its text, and the Keras
 // callers that once crashed on deep JSON (issue 37: 100,000 levels overflowed the stack
 // wherever the parsed value was copied or dumped).
@@ -7,9 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/format/formats.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/format/keras/keras.h"
-#include "core/format/ordered_json.h"
+#include "core/encoding/ordered_json.h"
 
 namespace ckptfs {
 namespace {
@@ -80,7 +81,7 @@ TEST(UntrustedJson, QuoteJsonIsBoundedWhateverTheValue) {
 // 30 KB Keras config nested 15,000 deep lay out to 880 MiB).
 TEST(UntrustedJson, MetadataJsonStaysLinearInItsText) {
   Checkpoint ckpt;
-  ckpt.format = CheckpointFormat::kKeras;
+  ckpt.format = FormatNamed("keras");
   ckpt.state_json = R"({"config":)" + DeepArray(kMaxJsonDepth) + "}";
   const std::string laid_out = MetadataJson(ckpt);
   EXPECT_EQ(laid_out.size(), MetadataJsonSize(ckpt));

@@ -12,12 +12,17 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint.h"
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "core/run/run_listing.h"
+#include "tests/unit/format_samples.h"
 #include "test_util.h"
 
 namespace ckptfs {
 namespace {
+
+// The table's sample of this format (format_samples.h): Keras 3 weights, as
+// ModelCheckpoint(save_weights_only=True) leaves them.
+const testing::FormatSample kSample("keras", {{"cp.weights.h5", "not parsed by detect"}});
 
 namespace fs = std::filesystem;
 
@@ -218,9 +223,9 @@ TEST(KerasReader, EveryFixtureDatasetIsATensorAtItsOffset) {
   for (const nlohmann::json& entry : Manifest()) {
     const std::string file = entry["file"];
     SCOPED_TRACE(file);
-    auto ckpt = OpenCheckpoint((kFixtures / file).string(), testing::TestCodec());
+    auto ckpt = OpenCheckpoint((kFixtures / file).string(), testing::TestContext());
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-    EXPECT_EQ(ckpt->format, CheckpointFormat::kKeras);
+    EXPECT_EQ(ckpt->format, FormatNamed("keras"));
     const std::span<const std::string> keys = TensorKeys(*ckpt);
     ASSERT_EQ(keys.size(), ckpt->tensors.size());
     ASSERT_EQ(ckpt->tensors.size(), entry["datasets"].size());
@@ -237,7 +242,7 @@ TEST(KerasReader, EveryFixtureDatasetIsATensorAtItsOffset) {
       EXPECT_EQ(t.in_model,
                 !path.starts_with("optimizer/") && !path.starts_with("optimizer_weights/"));
     }
-    const auto lines = FormatOf(CheckpointFormat::kKeras).inspect(*ckpt);
+    const auto lines = FormatNamed("keras")->inspect(*ckpt);
     ASSERT_EQ(lines.size(), 1u);
     EXPECT_EQ(lines[0].first, "keras");
   }
@@ -247,7 +252,7 @@ TEST(KerasReader, NamesFollowTheRule) {
   const fs::path cp = kFixtures / "BigPauli-deep-learning-challenge/training/cp.weights.h5";
   const fs::path legacy = kFixtures / "BigPauli-deep-learning-challenge/AlphabetSoupCharity.h5";
   if (!fs::exists(cp)) GTEST_SKIP() << kFixtures << " is absent (a user's clone)";
-  auto k3 = OpenCheckpoint(cp.string(), testing::TestCodec());
+  auto k3 = OpenCheckpoint(cp.string(), testing::TestContext());
   ASSERT_TRUE(k3.ok()) << k3.status().message();
   std::vector<std::string> model;
   for (const Tensor& t : k3->tensors) {
@@ -256,7 +261,7 @@ TEST(KerasReader, NamesFollowTheRule) {
   EXPECT_EQ(model, (std::vector<std::string>{"dense/0", "dense/1", "dense_1/0", "dense_1/1",
                                              "dense_2/0", "dense_2/1"}));
   EXPECT_EQ(k3->model.tensors, 6u);
-  auto old = OpenCheckpoint(legacy.string(), testing::TestCodec());
+  auto old = OpenCheckpoint(legacy.string(), testing::TestContext());
   ASSERT_TRUE(old.ok()) << old.status().message();
   EXPECT_NE(std::find_if(old->tensors.begin(), old->tensors.end(),
                          [](const Tensor& t) { return t.name == "sequential/dense/kernel"; }),
@@ -279,7 +284,7 @@ TEST(KerasReader, ModelCheckpointFilesAreARunLatestByEpoch) {
        {"weights.02-0.41.weights.h5", "weights.10-0.38.weights.h5", "weights.09-0.39.weights.h5"}) {
     fs::copy_file(cp, root / name);
   }
-  auto dir = OpenSourceDir(root.string(), testing::TestCodec(), {});
+  auto dir = OpenSourceDir(root.string(), testing::TestContext(), {});
   ASSERT_TRUE(dir.ok()) << dir.status().message();
   auto run = ListRun(*dir);
   ASSERT_TRUE(run.ok()) << run.status().message();
@@ -295,7 +300,7 @@ TEST(KerasReader, ModelCheckpointFilesAreARunLatestByEpoch) {
     for (int i = 42; i < 48; ++i) bytes[static_cast<size_t>(i)] = 0;
     std::ofstream(root / "weights.11-0.37.weights.h5", std::ios::binary) << bytes;
   }
-  auto dir2 = OpenSourceDir(root.string(), testing::TestCodec(), {});
+  auto dir2 = OpenSourceDir(root.string(), testing::TestContext(), {});
   ASSERT_TRUE(dir2.ok());
   auto run2 = ListRun(*dir2);
   ASSERT_TRUE(run2.ok()) << run2.status().message();

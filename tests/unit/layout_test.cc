@@ -5,8 +5,8 @@
 #include <set>
 
 #include "core/checkpoint/hf_layout.h"
-#include "core/format/npy.h"
-#include "core/format/safetensors.h"
+#include "core/encoding/npy.h"
+#include "core/encoding/safetensors.h"
 #include "core/layout/views/views.h"
 #include "core/volume/volume.h"
 #include "tests/unit/test_util.h"
@@ -41,9 +41,9 @@ std::map<std::string, std::string> TwoShardFiles() {
 class LayoutTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto ckpt = OpenCheckpointIn(MemoryDir(TwoShardFiles()), testing::TestCodec());
+    auto ckpt = OpenCheckpointIn(MemoryDir(TwoShardFiles()), testing::TestContext());
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-    volume_ = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+    volume_ = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   }
 
   uint64_t Resolve(const std::vector<std::string>& path) const {
@@ -138,10 +138,10 @@ TEST_F(LayoutTest, EveryRootEntryIsAViewOrAStoredFile) {
 
 // The root's names of `files` opened as a checkpoint.
 std::vector<std::string> RootNames(const std::map<std::string, std::string>& files) {
-  auto ckpt = OpenCheckpointIn(MemoryDir(files), testing::TestCodec());
+  auto ckpt = OpenCheckpointIn(MemoryDir(files), testing::TestContext());
   EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
   if (!ckpt.ok()) return {};
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   std::vector<std::string> names;
   for (uint64_t ino : volume->layout().Children(Layout::kRoot)) {
     names.push_back(std::string(volume->layout().Find(ino)->name()));
@@ -276,11 +276,11 @@ TEST(LayoutNames, ModuleFoldersOfModulesJsonAreShown) {
     return MemoryDir({});
   };
   std::vector<std::string> warnings;
-  auto codec = std::make_shared<ReadContext>(
+  auto context = std::make_shared<ReadContext>(
       ReadOptions{.warn = [&warnings](const std::string& line) { warnings.push_back(line); }});
-  auto ckpt = OpenCheckpointIn(dir, *codec);
+  auto ckpt = OpenCheckpointIn(dir, *context);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), codec);
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), context);
   const Layout& layout = volume->layout();
   std::vector<std::string> names;
   for (uint64_t ino : layout.Children(Layout::kRoot)) {
@@ -301,7 +301,7 @@ TEST(LayoutNames, ModuleFoldersOfModulesJsonAreShown) {
   }
   // A modules.json that is no array is only a file.
   auto plain = OpenCheckpointIn(MemoryDir({{"model.safetensors", kW}, {"modules.json", "{"}}),
-                                testing::TestCodec());
+                                testing::TestContext());
   EXPECT_TRUE(plain.ok()) << plain.status().message();
 }
 
@@ -394,7 +394,7 @@ TEST_P(LayoutHeaderChunks, MergedHeaderIsBuildSafetensorsHeader) {
   }
   auto ckpt = OpenCheckpointIn(
       MemoryDir({{"model.safetensors", MakeSafetensors(tensors, {{"format", "pt"}})}}),
-      testing::TestCodec());
+      testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   std::vector<TensorEntry> entries;
   uint64_t offset = 0;
@@ -404,7 +404,7 @@ TEST_P(LayoutHeaderChunks, MergedHeaderIsBuildSafetensorsHeader) {
     offset += t.size;
   }
   const std::string expected = BuildSafetensorsHeader(entries, ckpt->metadata);
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   const uint64_t ino = volume->layout().Lookup(Layout::kRoot, "model.safetensors");
   auto read = [&](uint64_t off, uint64_t size) {
     std::vector<ReadPiece> plan;
@@ -440,7 +440,7 @@ TEST_F(LayoutTest, LookupMissesAndBadInodes) {
 // whole-checkpoint files the newest shard's, directories SOURCE's (else the newest file's).
 // No per-node field holds them, so a million-tensor mount stays within memory_test's bounds.
 TEST(LayoutTimes, FilesShowTheirSourcesTimes) {
-  auto opened = OpenCheckpointIn(MemoryDir(TwoShardFiles()), testing::TestCodec());
+  auto opened = OpenCheckpointIn(MemoryDir(TwoShardFiles()), testing::TestContext());
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   Checkpoint ckpt = std::move(opened).value();
   ASSERT_EQ(ckpt.shards.size(), 2u);
@@ -485,9 +485,9 @@ TEST(LayoutFaults, ReadErrorsSurfaceAsStatus) {
     // Reads 0 and 1 fetch the header at open; the first data read fails.
     return std::unique_ptr<ByteSource>(new FaultySource(std::move(src), {.fail_read_number = 2}));
   };
-  auto ckpt = OpenCheckpointIn(dir, testing::TestCodec());
+  auto ckpt = OpenCheckpointIn(dir, testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   uint64_t ino = volume->layout().Lookup(Layout::kRoot, "model.safetensors");
   std::vector<ReadPiece> plan;
   ASSERT_TRUE(volume->PlanRead(ino, 0, UINT64_MAX, &plan).ok());

@@ -26,7 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::IndexJson;
 using testing::MakeSafetensors;
-using testing::TestCodec;
+using testing::TestContext;
 
 // A scratch tree: `src` is SOURCE, `outside` a sibling it must not reach.
 class LocalDirTest : public ::testing::Test {
@@ -215,7 +215,7 @@ TEST_F(LocalDirTest, FifoIsRefusedWithoutBlocking) {
 
   // Through OpenCheckpoint: an index naming the FIFO is a refusal naming it.
   WriteIndex(src_, "model-00001-of-00001.safetensors");
-  auto ckpt = OpenCheckpoint(src_, TestCodec());
+  auto ckpt = OpenCheckpoint(src_, TestContext());
   ASSERT_FALSE(ckpt.ok());
   EXPECT_EQ(ckpt.status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(ckpt.status().message().find("model-00001-of-00001.safetensors: a FIFO"),
@@ -230,7 +230,7 @@ TEST_F(LocalDirTest, FifoZstShardIsRefusedAsAFifo) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
   WriteIndex(src_, "model-00001-of-00001.safetensors");
   const auto start = std::chrono::steady_clock::now();
-  auto ckpt = OpenCheckpoint(src_, TestCodec());
+  auto ckpt = OpenCheckpoint(src_, TestContext());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   ASSERT_FALSE(ckpt.ok());
   EXPECT_EQ(ckpt.status().code(), Status::Code::kInvalidArgument);
@@ -241,7 +241,7 @@ TEST_F(LocalDirTest, FifoZstShardIsRefusedAsAFifo) {
   EXPECT_EQ(ckpt.status().message().find("missing"), std::string::npos) << ckpt.status().message();
   // A shard that is simply absent is still missing.
   ASSERT_EQ(::unlink(fifo.c_str()), 0);
-  auto absent = OpenCheckpoint(src_, TestCodec());
+  auto absent = OpenCheckpoint(src_, TestContext());
   ASSERT_FALSE(absent.ok());
   EXPECT_NE(absent.status().message().find("is missing"), std::string::npos)
       << absent.status().message();
@@ -272,9 +272,9 @@ TEST_F(LocalDirTest, HubCacheSnapshotLinksIntoItsBlobs) {
   EXPECT_EQ(listing->files, (std::vector<std::string>{"config.json", "model.safetensors"}));
 
   std::vector<std::string> warnings;
-  ReadContext codec(
+  ReadContext context(
       ReadOptions{.warn = [&](const std::string& line) { warnings.push_back(line); }});
-  auto ckpt = OpenCheckpoint(snapshot, codec);
+  auto ckpt = OpenCheckpoint(snapshot, context);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   EXPECT_EQ(ckpt->tensors.size(), 1u);
   ASSERT_EQ(ckpt->others.size(), 1u);
@@ -300,9 +300,9 @@ TEST_F(LocalDirTest, ShardOutsideFailsTheCheckpointOtherFilesAreSkipped) {
   Write(src_ + "/model-00001-of-00001.safetensors", Shard());
 
   std::vector<std::string> warnings;
-  ReadContext codec(
+  ReadContext context(
       ReadOptions{.warn = [&](const std::string& line) { warnings.push_back(line); }});
-  auto ckpt = OpenCheckpoint(src_, codec);
+  auto ckpt = OpenCheckpoint(src_, context);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   ASSERT_EQ(ckpt->others.size(), 1u);
   EXPECT_EQ(ckpt->others[0].name, "config.json");
@@ -313,7 +313,7 @@ TEST_F(LocalDirTest, ShardOutsideFailsTheCheckpointOtherFilesAreSkipped) {
   // The shard itself a link out of SOURCE: a refusal naming it.
   fs::remove(src_ + "/model-00001-of-00001.safetensors");
   Link(outside_ + "/shard.safetensors", src_ + "/model-00001-of-00001.safetensors");
-  auto refused = OpenCheckpoint(src_, codec);
+  auto refused = OpenCheckpoint(src_, context);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(refused.status().message().rfind(
@@ -323,13 +323,13 @@ TEST_F(LocalDirTest, ShardOutsideFailsTheCheckpointOtherFilesAreSkipped) {
 
   // A single-file SOURCE is bounded by its directory.
   Link(outside_ + "/shard.safetensors", src_ + "/single.safetensors");
-  auto single = OpenCheckpoint(src_ + "/single.safetensors", codec);
+  auto single = OpenCheckpoint(src_ + "/single.safetensors", context);
   ASSERT_FALSE(single.ok());
   EXPECT_NE(single.status().message().find("single.safetensors: symbolic link leads outside"),
             std::string::npos);
   Write(src_ + "/inside.safetensors", Shard());
   Link("inside.safetensors", src_ + "/alias.safetensors");
-  EXPECT_TRUE(OpenCheckpoint(src_ + "/alias.safetensors", codec).ok());
+  EXPECT_TRUE(OpenCheckpoint(src_ + "/alias.safetensors", context).ok());
 }
 
 // Out of descriptors, a listing fails with EMFILE (to be tried again), never lists the
@@ -442,7 +442,7 @@ TEST_F(LocalDirTest, ModesFollowTheSources) {
   Write(src_ + "/config.json", "{}", 0640);
   Write(src_ + "/run.sh", "", 0755);  // empty: its mode still counts
   ASSERT_EQ(::chown((src_ + "/config.json").c_str(), -1, ::getgid()), 0);
-  auto ckpt = OpenCheckpoint(src_, TestCodec());
+  auto ckpt = OpenCheckpoint(src_, TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   Layout layout = Layout::Build(*ckpt);
   auto mode_of = [&](std::initializer_list<const char*> path) { return NodeMode(layout, path); };
@@ -525,7 +525,7 @@ TEST_F(LocalDirTest, ModesCountTheDirectoriesOnTheWay) {
   Write(ckpt_dir + "/b.safetensors", MakeSafetensors({{"v", Dtype::kF32, {4}}}), 0644);
   Write(ckpt_dir + "/config.json", "{}", 0644);
   ASSERT_EQ(::chmod(ckpt_dir.c_str(), 0700), 0);
-  auto ckpt = OpenCheckpoint(ckpt_dir, TestCodec());
+  auto ckpt = OpenCheckpoint(ckpt_dir, TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   Layout layout = Layout::Build(*ckpt);
   for (auto path : {std::initializer_list<const char*>{"config.json"},
@@ -543,7 +543,7 @@ TEST_F(LocalDirTest, ModesCountTheDirectoriesOnTheWay) {
   EXPECT_EQ(NodeMode(layout, {"shards"}), 0500);
   // Opened again once others may search it, the same files show their own bits.
   ASSERT_EQ(::chmod(ckpt_dir.c_str(), 0755), 0);
-  auto open = OpenCheckpoint(ckpt_dir, TestCodec());
+  auto open = OpenCheckpoint(ckpt_dir, TestContext());
   ASSERT_TRUE(open.ok());
   EXPECT_EQ(Layout::Build(*open).Find(Layout::kRoot)->mode, 0555);
 }

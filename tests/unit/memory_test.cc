@@ -15,7 +15,7 @@ namespace {
 
 using testing::MakeSafetensors;
 using testing::MemoryDir;
-using testing::TestCodec;
+using testing::TestContext;
 using testing::TestTensor;
 
 // Heap in use: small chunks plus mmapped ones (the big tables).
@@ -51,7 +51,7 @@ TEST(TensorMemory, LayoutBytesPerTensor) {
          {1}});
   }
   auto ckpt =
-      OpenCheckpointIn(MemoryDir({{"model.safetensors", MakeSafetensors(tensors)}}), TestCodec());
+      OpenCheckpointIn(MemoryDir({{"model.safetensors", MakeSafetensors(tensors)}}), TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   tensors = {};
 

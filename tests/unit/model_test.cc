@@ -9,12 +9,12 @@
 
 #include <cstring>
 
-#include "core/checkpoint/formats.h"
-#include "core/checkpoint/tf_state.h"
-#include "core/format/safetensors.h"
+#include "core/format/formats.h"
+#include "core/format/tf/tf_state.h"
+#include "core/encoding/safetensors.h"
 #include "core/format/tf/names.h"
-#include "core/format/torch_file.h"
-#include "core/format/zip.h"
+#include "core/encoding/torch_file.h"
+#include "core/encoding/zip.h"
 #include "core/volume/volume.h"
 #include "tests/unit/test_util.h"
 
@@ -116,11 +116,11 @@ struct Opened {
 
 Opened Open(const std::string& file, const std::string& name,
             std::optional<std::string> model_key = std::nullopt) {
-  auto codec = std::make_shared<ReadContext>(ReadOptions{});
-  auto ckpt = OpenCheckpointIn(testing::MemoryDir({{name, file}}), *codec,
+  auto context = std::make_shared<ReadContext>(ReadOptions{});
+  auto ckpt = OpenCheckpointIn(testing::MemoryDir({{name, file}}), *context,
                                OpenOptions({}, std::move(model_key)), "SRC/" + name);
   if (!ckpt.ok()) return {nullptr, ckpt.status()};
-  return {Volume::FromCheckpoint(std::move(ckpt).value(), codec), Status::Ok()};
+  return {Volume::FromCheckpoint(std::move(ckpt).value(), context), Status::Ok()};
 }
 
 std::string ReadWholeFile(const Volume& volume, const std::string& name) {
@@ -287,7 +287,7 @@ TEST(ModelView, SafetensorsIsWholeUnlessAKeyIsGiven) {
 // TF's rule on a Checkpoint as the TF reader fills it (names from keys, keys kept).
 Checkpoint TfCheckpoint(const std::vector<std::string>& keys) {
   Checkpoint ckpt;
-  ckpt.format = CheckpointFormat::kTensorflow;
+  ckpt.format = FormatNamed("tensorflow");
   auto state = std::make_unique<TfState>();
   for (const std::string& key : keys) {
     Tensor t{.name = tf::TfKeyToName(key).dotted, .dtype = Dtype::kF32, .shape = {1}, .size = 4};

@@ -8,7 +8,7 @@
 
 #include <mutex>
 
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -22,11 +22,11 @@ std::map<std::string, std::string> OneFile(const std::string& tensor = "w") {
 }
 
 std::unique_ptr<MountTree> SingleTree(const Ownership& ownership = {}) {
-  auto ckpt = OpenCheckpointIn(MemoryDir(OneFile()), testing::TestCodec(), {}, "ckpt");
+  auto ckpt = OpenCheckpointIn(MemoryDir(OneFile()), testing::TestContext(), {}, "ckpt");
   EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
   if (!ckpt.ok()) return nullptr;
   std::shared_ptr<Volume> volume =
-      Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+      Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   return std::make_unique<MountTree>(volume, ownership);
 }
 
@@ -45,15 +45,15 @@ std::unique_ptr<MountTree> RunTreeOf(const std::string& pin = "") {
   RunSource source;
   source.path = "run";
   source.list = [listing]() -> Result<RunListing> { return listing; };
-  source.open = [](const RunEntry& entry, ReadContext& codec) -> Result<Checkpoint> {
-    return OpenCheckpointIn(MemoryDir(OneFile()), codec, {}, "run/" + entry.name);
+  source.open = [](const RunEntry& entry, ReadContext& context) -> Result<Checkpoint> {
+    return OpenCheckpointIn(MemoryDir(OneFile()), context, {}, "run/" + entry.name);
   };
-  source.open_files = [](const RunEntry&, ReadContext& codec) -> Result<Checkpoint> {
-    return ReadFilesOnly(MemoryDir(OneFile()), {}, codec);
+  source.open_files = [](const RunEntry&, ReadContext& context) -> Result<Checkpoint> {
+    return ReadFilesOnly(MemoryDir(OneFile()), {}, context);
   };
   RunTreeOptions options;
   options.pin = pin;
-  auto run = RunTree::Open(std::move(source), testing::TestCodecPtr(), options);
+  auto run = RunTree::Open(std::move(source), testing::TestContextPtr(), options);
   EXPECT_TRUE(run.ok()) << run.status().message();
   if (!run.ok()) return nullptr;
   return std::make_unique<MountTree>(std::move(run).value(), Ownership{});

@@ -41,9 +41,9 @@ class PackTest : public ::testing::Test {
                                                                {"c", "s2.safetensors"},
                                                                {"d", "s2.safetensors"}})},
                    {"config.json", "{}"}}),
-        testing::TestCodec());
+        testing::TestContext());
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-    source_ = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+    source_ = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   }
   void TearDown() override { std::filesystem::remove_all(dest_); }
 
@@ -74,8 +74,8 @@ TEST_F(PackTest, KeepsShardsAndRoundTrips) {
   EXPECT_TRUE(std::filesystem::exists(dest_ / "config.json"));
   EXPECT_TRUE(std::filesystem::exists(dest_ / "model.safetensors.index.json"));
   EXPECT_FALSE(std::filesystem::exists(dest_ / "s1.safetensors"));
-  ReadContext codec({.cache_bytes = 1 << 20});
-  auto packed = OpenCheckpoint(dest_, codec);
+  ReadContext context({.cache_bytes = 1 << 20});
+  auto packed = OpenCheckpoint(dest_, context);
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   const auto* zstd = dynamic_cast<const ZstdSource*>(packed->shards[0].source.get());
   ASSERT_NE(zstd, nullptr);
@@ -97,8 +97,8 @@ TEST_F(PackTest, ReshardsBySize) {
   options.frame_size = 64 << 10;
   options.shard_size = 100'000;  // a.w alone is 120,000 bytes: it gets its own shard
   ASSERT_TRUE(PackCheckpoint(source_->checkpoint(), dest_, options).ok());
-  ReadContext codec({.cache_bytes = 1 << 20});
-  auto packed = OpenCheckpoint(dest_, codec);
+  ReadContext context({.cache_bytes = 1 << 20});
+  auto packed = OpenCheckpoint(dest_, context);
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   // Aligned order is c (8 bytes), a.w (120,000), b.w, d: a.w cannot join c, and b.w
   // cannot join a.w.
@@ -129,8 +129,8 @@ TEST_F(PackTest, RerunReplacesTheLeftoversOfAnInterruptedPack) {
                                        source_->checkpoint().shards[1].source->Size());
   EXPECT_EQ(summary.compressed_bytes, std::filesystem::file_size(dest_ / "s1.safetensors.zst") +
                                           std::filesystem::file_size(dest_ / "s2.safetensors.zst"));
-  ReadContext codec({.cache_bytes = 1 << 20});
-  auto packed = OpenCheckpoint(dest_, codec);
+  ReadContext context({.cache_bytes = 1 << 20});
+  auto packed = OpenCheckpoint(dest_, context);
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   ExpectSameTensors(*packed);
 
@@ -211,7 +211,7 @@ class PackThreadsTest : public PackTest {
         return name == ShardName(wrapped) ? wrap(std::move(src)) : std::move(src);
       };
     }
-    return OpenCheckpointIn(dir, testing::TestCodec());
+    return OpenCheckpointIn(dir, testing::TestContext());
   }
   // Every file in `dir`, by name.
   static std::map<std::string, std::string> Contents(const std::filesystem::path& dir) {
@@ -227,9 +227,9 @@ class PackThreadsTest : public PackTest {
   // The CRCs the frame workers computed on the way (`summary.range_crcs`) cover every
   // storage of the pack in dest_ and equal what a read back through its frames finds.
   void ExpectRangeCrcsMatchAReadBack(const PackSummary& summary) const {
-    ReadContext codec({.cache_bytes = 1 << 20});
-    auto known = OpenCheckpoint(dest_, codec);
-    auto read = OpenCheckpoint(dest_, codec);
+    ReadContext context({.cache_bytes = 1 << 20});
+    auto known = OpenCheckpoint(dest_, context);
+    auto read = OpenCheckpoint(dest_, context);
     ASSERT_TRUE(known.ok() && read.ok());
     ASSERT_GE(known->storages.size(), 12u);
     EXPECT_EQ(ApplyRangeCrcs(*known, summary.range_crcs), known->storages.size());
@@ -290,8 +290,8 @@ TEST_F(PackThreadsTest, OutputIsTheSameForAnyThreadCount) {
       }
     }
     // And it reads back.
-    ReadContext codec({.cache_bytes = 1 << 20});
-    auto packed = OpenCheckpoint(dest_, codec);
+    ReadContext context({.cache_bytes = 1 << 20});
+    auto packed = OpenCheckpoint(dest_, context);
     ASSERT_TRUE(packed.ok()) << packed.status().message();
     for (const Tensor& t : packed->tensors) {
       std::string bytes(t.size, '\0');
@@ -317,7 +317,7 @@ TEST_F(PackThreadsTest, RangeCrcsGiveOnlyWhatTheyCover) {
   options.frame_size = 64 << 10;
   PackSummary summary;
   ASSERT_TRUE(PackCheckpoint(*ckpt, dest_, options, &summary).ok());
-  auto packed = OpenCheckpoint(dest_, testing::TestCodec());
+  auto packed = OpenCheckpoint(dest_, testing::TestContext());
   ASSERT_TRUE(packed.ok());
   ASSERT_FALSE(packed->storages.empty());
   const Storage& first = packed->storages[0];

@@ -1,8 +1,8 @@
 // The pickle tripwire follows Python's name resolution (issue 37): dotted names at protocol
 // >= 4, _compat_pickle's renames below protocol 3, the widened families; and the
-// weights_only verdict of core/format/pickle_globals.h.
+// weights_only verdict of core/encoding/pickle_globals.h.
 
-#include "core/format/pickle_globals.h"
+#include "core/encoding/pickle_globals.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/format/pickle.h"
-#include "core/format/weights_only.h"
+#include "core/encoding/pickle.h"
+#include "core/encoding/weights_only.h"
 
 namespace ckptfs {
 namespace {

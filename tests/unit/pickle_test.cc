@@ -1,6 +1,6 @@
 // Unpickle over real pickles (python's pickle module and torch.save, captured as hex) and
 // over hand-made hostile ones.
-#include "core/format/pickle.h"
+#include "core/encoding/pickle.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/format/torch_file.h"
+#include "core/encoding/torch_file.h"
 
 namespace ckptfs {
 namespace {

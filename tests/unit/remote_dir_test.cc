@@ -132,7 +132,7 @@ TEST(RemoteDirNames, HttpNeverAsksForANameThatIsNotPlain) {
   ASSERT_NE(server.port(), 0);
   HttpOptions http;
   http.timeout = 2s;
-  auto dir = HttpDir(server.Url("run2/ds/"), http, testing::TestCodec(), {"latest"});
+  auto dir = HttpDir(server.Url("run2/ds/"), http, testing::TestContext(), {"latest"});
   ASSERT_TRUE(dir.ok()) << dir.status().message();
   ExpectNoRequestLeaves(*dir, server, "/run2/ds/");
   // The hostile names are refused with a line naming the problem.
@@ -147,7 +147,7 @@ TEST(RemoteDirNames, HttpFileUrlSiblingsStayInItsDirectory) {
   ASSERT_NE(server.port(), 0);
   HttpOptions http;
   http.timeout = 2s;
-  auto dir = HttpDir(server.Url("run2/ds/model.safetensors"), http, testing::TestCodec(), {});
+  auto dir = HttpDir(server.Url("run2/ds/model.safetensors"), http, testing::TestContext(), {});
   ASSERT_TRUE(dir.ok()) << dir.status().message();
   ExpectNoRequestLeaves(*dir, server, "/run2/ds/");
 }
@@ -159,7 +159,7 @@ TEST(RemoteDirNames, S3NeverAsksForAKeyThatIsNotPlain) {
   remote.s3.endpoint = server.Url("");
   remote.http.timeout = 2s;
   // An object's URL: its siblings are HEADed by name, beneath the same prefix.
-  auto dir = S3Dir("s3://bucket/run2/ds/model.safetensors", remote, testing::TestCodec());
+  auto dir = S3Dir("s3://bucket/run2/ds/model.safetensors", remote, testing::TestContext());
   ASSERT_TRUE(dir.ok()) << dir.status().message();
   ExpectNoRequestLeaves(*dir, server, "/bucket/run2/ds/");
 }

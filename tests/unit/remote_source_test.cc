@@ -100,13 +100,13 @@ class FakeObject final : public ByteSource {
 struct Fixture {
   explicit Fixture(size_t size, uint64_t cache = 64u << 20, DiskCache* disk = nullptr,
                    std::chrono::milliseconds timeout = std::chrono::seconds(30))
-      : bytes(Pattern(size)), codec(ReadOptions{.cache_bytes = cache}) {
+      : bytes(Pattern(size)), context(ReadOptions{.cache_bytes = cache}) {
     auto object = std::make_unique<FakeObject>(bytes);
     fake = object.get();
     source = std::make_unique<RemoteSource>(
-        std::move(object), "http://h/m\n\"etag\"\n" + std::to_string(size), codec, disk, timeout);
+        std::move(object), "http://h/m\n\"etag\"\n" + std::to_string(size), context, disk, timeout);
   }
-  ~Fixture() { codec.Shutdown(); }
+  ~Fixture() { context.Shutdown(); }
 
   std::string Read(uint64_t offset, uint64_t length) {
     std::string out(length, '\0');
@@ -116,7 +116,7 @@ struct Fixture {
   }
 
   std::string bytes;
-  ReadContext codec;
+  ReadContext context;
   FakeObject* fake = nullptr;
   std::unique_ptr<RemoteSource> source;
 };
@@ -172,20 +172,20 @@ std::pair<uint64_t, uint64_t> FramesOver(const Packed& p, uint64_t begin, uint64
 
 struct PackedFixture {
   explicit PackedFixture(const Packed& packed)
-      : codec(ReadOptions{.cache_bytes = 512 * kMiB}), fake_bytes(packed.bytes) {
+      : context(ReadOptions{.cache_bytes = 512 * kMiB}), fake_bytes(packed.bytes) {
     auto object = std::make_unique<FakeObject>(packed.bytes);
     fake = object.get();
     auto remote = std::make_unique<RemoteSource>(
         std::move(object), "http://h/s.zst\n\"etag\"\n" + std::to_string(packed.bytes.size()),
-        codec, nullptr, std::chrono::seconds(30));
+        context, nullptr, std::chrono::seconds(30));
     remote->BeginServing();  // mounted: reads from here on are the reader's
-    auto opened = ZstdSource::Open(std::move(remote), codec);
+    auto opened = ZstdSource::Open(std::move(remote), context);
     EXPECT_TRUE(opened.ok()) << opened.status().message();
     if (opened.ok()) zstd = std::move(opened).value();
     opening_bytes = fake->bytes_served();  // the seek table
-    codec.StartWorkers();
+    context.StartWorkers();
   }
-  ~PackedFixture() { codec.Shutdown(); }
+  ~PackedFixture() { context.Shutdown(); }
 
   // Waits until the fetch and decode workers have been idle for a while: no progress over
   // three samples, since under ThreadSanitizer on a loaded machine a queued prefetch can
@@ -195,7 +195,7 @@ struct PackedFixture {
     int still = 0;
     for (int i = 0; i < 200 && still < 3; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(30));
-      const uint64_t now = codec.bytes_decoded.load() + fake->bytes_served();
+      const uint64_t now = context.bytes_decoded.load() + fake->bytes_served();
       still = now == last ? still + 1 : 0;
       last = now;
     }
@@ -212,7 +212,7 @@ struct PackedFixture {
   }
   uint64_t Fetched() const { return fake->bytes_served() - opening_bytes; }
 
-  ReadContext codec;
+  ReadContext context;
   std::string fake_bytes;
   FakeObject* fake = nullptr;
   std::unique_ptr<ZstdSource> zstd;
@@ -230,12 +230,12 @@ TEST(RemoteSourceTest, PackedTensorReadFetchesAndDecodesOnlyItsFrames) {
   EXPECT_TRUE(out == packed.plain.substr(begin, end - begin));
   fx.Settle();
   const auto [decoded, compressed] = FramesOver(packed, begin, end);
-  EXPECT_EQ(fx.codec.bytes_decoded.load(), decoded);
-  EXPECT_EQ(fx.codec.compressed_bytes_read.load(), compressed);
+  EXPECT_EQ(fx.context.bytes_decoded.load(), decoded);
+  EXPECT_EQ(fx.context.compressed_bytes_read.load(), compressed);
   // Their compressed bytes, rounded out to the remote blocks holding them.
   EXPECT_GE(fx.Fetched(), compressed);
   EXPECT_LE(fx.Fetched(), compressed + 2 * (kBlock - 1));
-  EXPECT_EQ(fx.codec.remote_bytes_fetched.load() - fx.opening_bytes, fx.Fetched());
+  EXPECT_EQ(fx.context.remote_bytes_fetched.load() - fx.opening_bytes, fx.Fetched());
 }
 
 // A reader walking one tensor in 1 MiB requests, with the readahead a mount gives an open
@@ -245,8 +245,8 @@ TEST(RemoteSourceTest, PackedSequentialReaderGetsOneWindowAhead) {
   const Packed packed = Pack(64 * kMiB, 2 * kMiB);
   PackedFixture fx(packed);
   ASSERT_TRUE(fx.zstd);
-  const uint64_t window = fx.codec.options().prefetch.initial_window;
-  std::unique_ptr<Readahead> readahead = fx.codec.NewReadahead(fx.zstd->Size(), false);
+  const uint64_t window = fx.context.options().prefetch.initial_window;
+  std::unique_ptr<Readahead> readahead = fx.context.NewReadahead(fx.zstd->Size(), false);
   const uint64_t begin = 10 * kMiB + 12345, end = begin + 5591040;
   std::string out(kMiB, '\0');
   for (uint64_t at = begin; at < end; at += kMiB) {
@@ -257,11 +257,11 @@ TEST(RemoteSourceTest, PackedSequentialReaderGetsOneWindowAhead) {
     ASSERT_TRUE(fx.zstd->ReadAt(at, {reinterpret_cast<uint8_t*>(out.data()), n}).ok());
   }
   const uint64_t tensor_frames = FramesOver(packed, begin, end).first;
-  EXPECT_TRUE(fx.WaitFor([&] { return fx.codec.bytes_decoded.load() > tensor_frames; }))
+  EXPECT_TRUE(fx.WaitFor([&] { return fx.context.bytes_decoded.load() > tensor_frames; }))
       << "a sequential reader gets a window ahead";
   fx.Settle();
   const auto [decoded, compressed] = FramesOver(packed, begin, end + window);
-  EXPECT_LE(fx.codec.bytes_decoded.load(), decoded);
+  EXPECT_LE(fx.context.bytes_decoded.load(), decoded);
   EXPECT_LE(fx.Fetched(), compressed + 2 * (kBlock - 1));
 }
 
@@ -278,8 +278,8 @@ TEST(RemoteSourceTest, PackedReadChargesItsWorkCounters) {
     ASSERT_TRUE(fx.zstd->ReadAt(kMiB, {reinterpret_cast<uint8_t*>(out.data()), out.size()}).ok());
   }
   fx.Settle();
-  EXPECT_EQ(counters.bytes_decoded.load(), fx.codec.bytes_decoded.load());
-  EXPECT_EQ(counters.compressed_bytes_read.load(), fx.codec.compressed_bytes_read.load());
+  EXPECT_EQ(counters.bytes_decoded.load(), fx.context.bytes_decoded.load());
+  EXPECT_EQ(counters.compressed_bytes_read.load(), fx.context.compressed_bytes_read.load());
   EXPECT_EQ(counters.remote_bytes_fetched.load(), fx.Fetched());
   EXPECT_GT(counters.remote_bytes_fetched.load(), 0u);
   EXPECT_EQ(current_work_counters, nullptr);
@@ -304,12 +304,12 @@ TEST(RemoteSourceTest, ServingFetchesWholeBlocksOnceAndServesRepeatsFromCache) {
   EXPECT_EQ(f.Read(3 * kBlock + 100, 23), f.bytes.substr(3 * kBlock + 100, 23));
   const std::vector<std::pair<uint64_t, uint64_t>> want = {{kBlock, kBlock}, {3 * kBlock, 123}};
   EXPECT_EQ(f.fake->ranges(), want);
-  EXPECT_EQ(f.codec.remote_bytes_fetched.load(), kBlock + 123);
+  EXPECT_EQ(f.context.remote_bytes_fetched.load(), kBlock + 123);
 }
 
 TEST(RemoteSourceTest, OneTensorCostsAtMostItsSizePlusTwoBlocks) {
   Fixture f(40 * kBlock);
-  f.codec.StartWorkers();
+  f.context.StartWorkers();
   f.source->BeginServing();
   // A tensor starting and ending mid-block, read the way FUSE does: 128 KiB at a time,
   // lent from the cache, the first read asking for the rest of the tensor ahead.
@@ -325,7 +325,7 @@ TEST(RemoteSourceTest, OneTensorCostsAtMostItsSizePlusTwoBlocks) {
     }
   }
   EXPECT_EQ(got, f.bytes.substr(begin, length));
-  f.codec.Shutdown();  // let queued prefetches finish or drop before counting
+  f.context.Shutdown();  // let queued prefetches finish or drop before counting
   EXPECT_LE(f.fake->bytes_served(), length + 2 * kBlock);
   for (const auto& [offset, size] : f.fake->ranges()) {
     EXPECT_GE(offset + size, begin);
@@ -358,7 +358,7 @@ TEST(RemoteSourceTest, BlocksCutAtTensorEdgesFetchOneTensorExactly) {
 TEST(RemoteSourceTest, PrefetchFetchesBlocksInParallel) {
   Fixture f(16 * kBlock);
   f.fake->delay_us_ = 20'000;
-  f.codec.StartWorkers();
+  f.context.StartWorkers();
   f.source->BeginServing();
   EXPECT_EQ(f.Read(0, 16 * kBlock), f.bytes);  // one big read: later blocks fetched ahead
   EXPECT_GE(f.fake->max_in_flight_.load(), 4);
@@ -368,12 +368,12 @@ TEST(RemoteSourceTest, PrefetchFetchesBlocksInParallel) {
 TEST(RemoteSourceTest, SequentialReadAtStreamsAhead) {
   Fixture f(32 * kBlock);
   f.fake->delay_us_ = 2'000;
-  f.codec.StartWorkers();
+  f.context.StartWorkers();
   f.source->BeginServing();
   for (uint64_t off = 0; off < 32 * kBlock; off += 64 << 10) {
     ASSERT_EQ(f.Read(off, 64 << 10), f.bytes.substr(off, 64 << 10));
   }
-  EXPECT_GT(f.codec.remote_prefetches.load(), 8u);
+  EXPECT_GT(f.context.remote_prefetches.load(), 8u);
   EXPECT_EQ(f.fake->bytes_served(), 32 * kBlock);  // nothing fetched twice
 }
 
@@ -473,7 +473,7 @@ TEST(RemoteSourceTest, TimedOutWindowFollowsTheTimeoutWithinBounds) {
 // and shows the object answers again: the block that timed out is asked for again.
 TEST(RemoteSourceTest, ABlockFetchedSinceATimeoutEndsTheWindow) {
   Fixture f(4 * kBlock, 64u << 20, nullptr, std::chrono::milliseconds(5000));
-  f.codec.StartWorkers();
+  f.context.StartWorkers();
   f.source->BeginServing();
   f.fake->stalled_block_ = 1;
   f.fake->stall_us_ = 200'000;
@@ -523,7 +523,7 @@ TEST(RemoteSourceTest, DiskCacheServesASecondMountWithoutTheServer) {
   second.source->BeginServing();
   EXPECT_EQ(second.Read(0, 4 * kBlock + 9), second.bytes);
   EXPECT_EQ(second.fake->bytes_served(), 0u);
-  EXPECT_EQ(second.codec.disk_cache_bytes.load(), 4 * kBlock + 9 + 108);
+  EXPECT_EQ(second.context.disk_cache_bytes.load(), 4 * kBlock + 9 + 108);
   std::filesystem::remove_all(dir);
 }
 

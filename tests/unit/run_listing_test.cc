@@ -13,7 +13,7 @@
 #include <iostream>
 
 #include "core/checkpoint/assembly.h"
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "core/source/remote_dir.h"
 #include "core/source/s3.h"
 #include "core/transient.h"
@@ -25,7 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::MakeSafetensors;
-using testing::TestCodec;
+using testing::TestContext;
 
 class RunListingTest : public ::testing::Test {
  protected:
@@ -55,14 +55,14 @@ class RunListingTest : public ::testing::Test {
     return MakeSafetensors({{tag + ".weight", Dtype::kF32, {2, 2}}});
   }
   RunListing List() {
-    auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+    auto dir = OpenSourceDir(run_.string(), TestContext(), {});
     EXPECT_TRUE(dir.ok()) << dir.status().message();
     auto run = ListRun(*dir);
     EXPECT_TRUE(run.ok()) << run.status().message();
     return run.ok() ? std::move(run).value() : RunListing{};
   }
   bool IsRunAt(const fs::path& path) {
-    auto dir = OpenSourceDir(path.string(), TestCodec(), {});
+    auto dir = OpenSourceDir(path.string(), TestContext(), {});
     EXPECT_TRUE(dir.ok()) << dir.status().message();
     auto run = IsRun(*dir);
     EXPECT_TRUE(run.ok()) << run.status().message();
@@ -70,13 +70,13 @@ class RunListingTest : public ::testing::Test {
   }
   // Opens entry `name` of the run as the mount would, returning its tensor names.
   std::vector<std::string> OpenEntry(const RunListing& run, const std::string& name) {
-    auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+    auto dir = OpenSourceDir(run_.string(), TestContext(), {});
     for (const RunEntry& e : run.entries) {
       if (e.name != name) continue;
       auto sub = EntrySourceDir(*dir, e);
       EXPECT_TRUE(sub.ok()) << sub.status().message();
       if (!sub.ok()) return {};
-      auto ckpt = OpenCheckpointIn(*sub, TestCodec(), {}, sub->path);
+      auto ckpt = OpenCheckpointIn(*sub, TestContext(), {}, sub->path);
       EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
       if (!ckpt.ok()) return {};
       std::vector<std::string> names;
@@ -230,9 +230,9 @@ TEST_F(RunListingTest, ALoneShardIsASaveInProgress) {
 
   // Mounted on its own, a lone shard is refused, naming it.
   Write(run_ / "lone" / "model-00002-of-00005.safetensors", Weights("a"));
-  auto lone = OpenSourceDir((run_ / "lone").string(), TestCodec(), {});
+  auto lone = OpenSourceDir((run_ / "lone").string(), TestContext(), {});
   ASSERT_TRUE(lone.ok());
-  auto ckpt = OpenCheckpointIn(*lone, TestCodec(), {}, lone->path);
+  auto ckpt = OpenCheckpointIn(*lone, TestContext(), {}, lone->path);
   ASSERT_FALSE(ckpt.ok());
   EXPECT_NE(ckpt.status().message().find("model-00002-of-00005.safetensors: shard 2 of 5"),
             std::string::npos)
@@ -639,14 +639,14 @@ TEST_F(RunListingTest, TfPrefixNamedCheckpointOpensByTheLatestCheckpointPath) {
   // Without its index beside it, the state file is no checkpoint.
   Write(trial / "checkpoint",
         "model_checkpoint_path: \"checkpoint\"\nall_model_checkpoint_paths: \"checkpoint\"\n");
-  EXPECT_FALSE(OpenSourceDir((trial / "checkpoint").string(), TestCodec(), {}).ok());
+  EXPECT_FALSE(OpenSourceDir((trial / "checkpoint").string(), TestContext(), {}).ok());
   CopyBundle(written, trial, "checkpoint");
-  auto dir = OpenSourceDir((trial / "checkpoint").string(), TestCodec(), {});
+  auto dir = OpenSourceDir((trial / "checkpoint").string(), TestContext(), {});
   ASSERT_TRUE(dir.ok()) << dir.status().message();
   EXPECT_EQ(dir->named, "checkpoint");
-  auto ckpt = OpenCheckpointIn(*dir, TestCodec(), {}, dir->path);
+  auto ckpt = OpenCheckpointIn(*dir, TestContext(), {}, dir->path);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  auto whole = OpenCheckpointIn(*OpenSourceDir(trial.string(), TestCodec(), {}), TestCodec(), {},
+  auto whole = OpenCheckpointIn(*OpenSourceDir(trial.string(), TestContext(), {}), TestContext(), {},
                                 trial.string());
   ASSERT_TRUE(whole.ok()) << whole.status().message();
   EXPECT_EQ(ckpt->tensors.size(), whole->tensors.size());
@@ -735,7 +735,7 @@ TEST_F(RunListingTest, DeepSpeedLatestFileNamesTheTag) {
   Write(lone / "latest", "../global_step10");
   fs::create_directories(root_ / "global_step10");
   fs::copy(run_ / "global_step10", root_ / "global_step10", fs::copy_options::recursive);
-  auto dir = OpenSourceDir(lone.string(), TestCodec(), {});
+  auto dir = OpenSourceDir(lone.string(), TestContext(), {});
   ASSERT_TRUE(dir.ok()) << dir.status().message();
   auto is_run = IsRun(*dir);
   ASSERT_FALSE(is_run.ok());
@@ -783,13 +783,13 @@ TEST_F(RunListingTest, TrainerWithDeepSpeedCheckpointsAreOneCheckpointEach) {
   }
   EXPECT_FALSE(IsRunAt(run_ / "checkpoint-10"));  // its `latest` names its own tag
   auto open = [&](const char* name) {
-    auto dir = OpenSourceDir((run_ / name).string(), TestCodec(), {});
+    auto dir = OpenSourceDir((run_ / name).string(), TestContext(), {});
     EXPECT_TRUE(dir.ok()) << dir.status().message();
-    return OpenCheckpointIn(*dir, TestCodec(), {}, dir->path);
+    return OpenCheckpointIn(*dir, TestContext(), {}, dir->path);
   };
   auto zero = open("checkpoint-10");
   ASSERT_TRUE(zero.ok()) << zero.status().message();
-  EXPECT_EQ(zero->format, CheckpointFormat::kDeepSpeed);
+  EXPECT_EQ(zero->format, FormatNamed("deepspeed"));
   EXPECT_NE(FindTensor(*zero, "model.embed.weight"), nullptr);
   std::string others;
   for (const StoredFile& f : zero->others) others += f.stored_name + " ";
@@ -799,7 +799,7 @@ TEST_F(RunListingTest, TrainerWithDeepSpeedCheckpointsAreOneCheckpointEach) {
             "training_args.bin vocab.json zero_to_fp32.py ");
   auto gathered = open("checkpoint-20");
   ASSERT_TRUE(gathered.ok()) << gathered.status().message();
-  EXPECT_EQ(gathered->format, CheckpointFormat::kSafetensors);
+  EXPECT_EQ(gathered->format, FormatNamed("safetensors"));
 
   const RunListing run = List();
   EXPECT_EQ(Names(run), "checkpoint-10 checkpoint-20");
@@ -929,11 +929,11 @@ TEST_F(RunListingTest, DiffusersPipelineListsComponentsAndItsFiles) {
   EXPECT_EQ(files->folders, (std::vector<std::string>{"scheduler", "tensors", "tokenizer"}));
 
   // The files entry opens as the files alone, read on use, folders one level deep.
-  auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+  auto dir = OpenSourceDir(run_.string(), TestContext(), {});
   ASSERT_TRUE(dir.ok());
   auto home = EntrySourceDir(*dir, *files);
   ASSERT_TRUE(home.ok()) << home.status().message();
-  auto ckpt = ReadFilesOnly(*home, files->folders, TestCodec());
+  auto ckpt = ReadFilesOnly(*home, files->folders, TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   EXPECT_TRUE(ckpt->tensors.empty());
   std::vector<std::string> shown;
@@ -1032,7 +1032,7 @@ TEST_F(RunListingTest, RecordsAndLinksLeavingSourceAreSkippedNeverFollowed) {
   Write(run_ / "trainer_state.json", R"({"best_model_checkpoint": "../../checkpoint-1"})");
   EXPECT_EQ(List().best, "checkpoint-1");
   // Entries are plain names: EntrySourceDir refuses anything else.
-  auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+  auto dir = OpenSourceDir(run_.string(), TestContext(), {});
   ASSERT_TRUE(dir.ok());
   RunEntry tricky;
   tricky.name = "../secret";
@@ -1078,12 +1078,12 @@ TEST_F(RunListingTest, EntryWithFilesLinkingOutsideIsThatEntrysProblemOnly) {
   // The entries open as the mount opens them: checkpoint-2 without its config.json,
   // checkpoint-3 and -4 refused naming the link, nothing read from outside.
   EXPECT_EQ(OpenEntry(run, "checkpoint-2"), std::vector<std::string>{"two.weight"});
-  auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+  auto dir = OpenSourceDir(run_.string(), TestContext(), {});
   ASSERT_TRUE(dir.ok());
   for (const char* name : {"checkpoint-3", "checkpoint-4"}) {
     auto sub = EntrySourceDir(*dir, *Entry(run, name));
     ASSERT_TRUE(sub.ok()) << sub.status().message();
-    auto ckpt = OpenCheckpointIn(*sub, TestCodec(), {}, sub->path);
+    auto ckpt = OpenCheckpointIn(*sub, TestContext(), {}, sub->path);
     ASSERT_FALSE(ckpt.ok()) << name;
     EXPECT_NE(ckpt.status().message().find("leads outside"), std::string::npos)
         << ckpt.status().message();
@@ -1101,7 +1101,7 @@ TEST_F(RunListingTest, ListingOutOfDescriptorsFailsNeverDropsEntries) {
     Write(run_ / d / "model.safetensors", Weights(d));
     Write(run_ / d / "config.json", "{}");
   }
-  auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+  auto dir = OpenSourceDir(run_.string(), TestContext(), {});
   ASSERT_TRUE(dir.ok());
   for (int free = 0; free <= 6; ++free) {
     Result<RunListing> run = Status::Ok();
@@ -1137,7 +1137,7 @@ TEST_F(RunListingTest, TwoHundredEntriesListQuickly) {
     Write(d / "trainer_state.json", R"({"best_model_checkpoint": "out/checkpoint-5000"})");
   }
   const auto start = std::chrono::steady_clock::now();
-  auto dir = OpenSourceDir(run_.string(), TestCodec(), {});
+  auto dir = OpenSourceDir(run_.string(), TestContext(), {});
   ASSERT_TRUE(dir.ok());
   ASSERT_TRUE(*IsRun(*dir));
   auto run = ListRun(*dir);

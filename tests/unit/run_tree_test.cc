@@ -11,7 +11,7 @@
 #include <future>
 #include <thread>
 
-#include "core/checkpoint/formats.h"
+#include "core/format/formats.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -62,7 +62,7 @@ struct FakeRun {
       std::lock_guard<std::mutex> lock(mu);
       return listing;
     };
-    source.open = [this](const RunEntry& entry, ReadContext& codec) -> Result<Checkpoint> {
+    source.open = [this](const RunEntry& entry, ReadContext& context) -> Result<Checkpoint> {
       ++opens;
       std::map<std::string, std::string> entry_files;
       {
@@ -74,9 +74,9 @@ struct FakeRun {
         if (it == files.end()) return Status::NotFound(entry.name + ": gone");
         entry_files = it->second;
       }
-      return OpenCheckpointIn(MemoryDir(entry_files), codec, {}, "run/" + entry.name);
+      return OpenCheckpointIn(MemoryDir(entry_files), context, {}, "run/" + entry.name);
     };
-    source.open_files = [this](const RunEntry& entry, ReadContext& codec) -> Result<Checkpoint> {
+    source.open_files = [this](const RunEntry& entry, ReadContext& context) -> Result<Checkpoint> {
       std::map<std::string, std::string> entry_files;
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -84,7 +84,7 @@ struct FakeRun {
         if (it == files.end()) return Status::NotFound(entry.name + ": gone");
         entry_files = it->second;
       }
-      return ReadFilesOnly(MemoryDir(entry_files), {}, codec);
+      return ReadFilesOnly(MemoryDir(entry_files), {}, context);
     };
     return source;
   }
@@ -95,7 +95,7 @@ class RunTreeTest : public ::testing::Test {
   std::unique_ptr<RunTree> Open(RunTreeOptions options = {}) {
     options.now = [this] { return now_; };
     options.idle_close = 300s;
-    auto tree = RunTree::Open(run_.Source(), codec_, options);
+    auto tree = RunTree::Open(run_.Source(), context_, options);
     EXPECT_TRUE(tree.ok()) << tree.status().message();
     return tree.ok() ? std::move(tree.value()) : nullptr;
   }
@@ -139,7 +139,7 @@ class RunTreeTest : public ::testing::Test {
   void Relist() { ASSERT_TRUE(tree_->Relist().ok()); }
 
   FakeRun run_;
-  std::shared_ptr<ReadContext> codec_ = std::make_shared<ReadContext>(ReadOptions{});
+  std::shared_ptr<ReadContext> context_ = std::make_shared<ReadContext>(ReadOptions{});
   RunClock::time_point now_ = RunClock::time_point{} + 1000s;
   std::unique_ptr<RunTree> tree_;
 };
@@ -163,11 +163,11 @@ TEST_F(RunTreeTest, PipelineRootShowsTopFilesBesideComponents) {
       {"model.safetensors", "a top file named as a view"}};
   RunSource source = run_.Source();
   auto open = source.open;
-  source.open = [open, top](const RunEntry& entry, ReadContext& codec) -> Result<Checkpoint> {
-    if (entry.kind != RunEntry::Kind::kFiles) return open(entry, codec);
-    return ReadFilesOnly(MemoryDir(top), entry.folders, codec);
+  source.open = [open, top](const RunEntry& entry, ReadContext& context) -> Result<Checkpoint> {
+    if (entry.kind != RunEntry::Kind::kFiles) return open(entry, context);
+    return ReadFilesOnly(MemoryDir(top), entry.folders, context);
   };
-  auto tree = RunTree::Open(std::move(source), codec_, {});
+  auto tree = RunTree::Open(std::move(source), context_, {});
   ASSERT_TRUE(tree.ok()) << tree.status().message();
   RunTree& t = **tree;
   EXPECT_TRUE(t.Pipeline());
@@ -312,17 +312,17 @@ TEST_F(RunTreeTest, InodesAreSlotShiftedAndSurviveIdleClose) {
   EXPECT_EQ(InnerIno(*tree_, "b", "model.safetensors"), b_file);
 }
 
-TEST_F(RunTreeTest, ClosingOneCheckpointKeepsTheSharedCodecRunning) {
+TEST_F(RunTreeTest, ClosingOneCheckpointKeepsTheSharedContextRunning) {
   run_.Put("a", "s1");
   run_.Put("b", "s2");
   tree_ = Open();
-  codec_->StartWorkers();
+  context_->StartWorkers();
   InnerIno(*tree_, "a", "model.safetensors");
   InnerIno(*tree_, "b", "model.safetensors");
   now_ += 301s;
   EXPECT_EQ(tree_->CloseIdle(), 2u);
   std::promise<void> ran;
-  ASSERT_TRUE(codec_->TrySubmit(ReadContext::Workers::kDecode, [&ran] { ran.set_value(); }));
+  ASSERT_TRUE(context_->TrySubmit(ReadContext::Workers::kDecode, [&ran] { ran.set_value(); }));
   EXPECT_EQ(ran.get_future().wait_for(10s), std::future_status::ready);
 }
 
@@ -530,7 +530,7 @@ TEST_F(RunTreeTest, APinNamingNoEntryIsRefusedListingTheEntries) {
   RunTreeOptions options;
   options.pin = "checkpoint-9";
   options.now = [this] { return now_; };
-  auto tree = RunTree::Open(run_.Source(), codec_, options);
+  auto tree = RunTree::Open(run_.Source(), context_, options);
   ASSERT_FALSE(tree.ok());
   const std::string& msg = tree.status().message();
   EXPECT_NE(msg.find("checkpoint-9"), std::string::npos) << msg;
@@ -559,7 +559,7 @@ TEST_F(RunTreeTest, ReadersAndRelistsRaceSafely) {
   RunTreeOptions options;
   options.now = [&] { return RunClock::time_point{} + std::chrono::milliseconds(clock_ms.load()); };
   options.idle_close = 1ms;
-  auto opened = RunTree::Open(run_.Source(), codec_, options);
+  auto opened = RunTree::Open(run_.Source(), context_, options);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   RunTree& tree = **opened;
   std::atomic<bool> stop{false};
@@ -625,12 +625,12 @@ class RunTreeSaveTest : public ::testing::Test {
     return MakeSafetensors({{name, Dtype::kF32, {2}}});
   }
   void Open() {
-    auto first = OpenSourceDir(dir_.string(), *codec_, {});
+    auto first = OpenSourceDir(dir_.string(), *context_, {});
     ASSERT_TRUE(first.ok()) << first.status().message();
     RunTreeOptions options;
     options.now = [this] { return now_; };
-    auto tree = RunTree::Open(RunSourceOf(std::move(first).value(), dir_.string(), codec_, {}, ""),
-                              codec_, options);
+    auto tree = RunTree::Open(RunSourceOf(std::move(first).value(), dir_.string(), context_, {}, ""),
+                              context_, options);
     ASSERT_TRUE(tree.ok()) << tree.status().message();
     tree_ = std::move(tree).value();
   }
@@ -660,7 +660,7 @@ class RunTreeSaveTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  std::shared_ptr<ReadContext> codec_ = std::make_shared<ReadContext>(ReadOptions{});
+  std::shared_ptr<ReadContext> context_ = std::make_shared<ReadContext>(ReadOptions{});
   RunClock::time_point now_ = RunClock::time_point{} + 1000s;
   std::unique_ptr<RunTree> tree_;
   uint64_t latest_step_ = 0;

@@ -8,15 +8,21 @@
 #include <fstream>
 
 #include "core/checkpoint/assembly.h"
-#include "core/checkpoint/formats.h"
-#include "core/format/torch_file.h"
+#include "core/format/formats.h"
+#include "core/encoding/torch_file.h"
 #include "core/layout/escape.h"
 #include "core/run/run_listing.h"
 #include "core/volume/volume.h"
+#include "tests/unit/format_samples.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
 namespace {
+
+// The table's sample of this format (format_samples.h): map.pt names the key files; detect
+// reads nothing.
+const testing::FormatSample kSample("split", {{"map.pt", "not parsed by detect"},
+                                              {"config.json", "{}"}});
 
 using ::testing::HasSubstr;
 using testing::MakeSafetensors;
@@ -113,7 +119,7 @@ std::map<std::string, std::string> SplitFiles(const std::vector<TestTensor>& ten
 }
 
 Result<Checkpoint> Open(std::map<std::string, std::string> files) {
-  return OpenCheckpointIn(MemoryDir(std::move(files)), testing::TestCodec());
+  return OpenCheckpointIn(MemoryDir(std::move(files)), testing::TestContext());
 }
 
 std::string Refusal(std::map<std::string, std::string> files) {
@@ -142,7 +148,7 @@ TEST(SplitReader, ReadsKeysInMapOrder) {
   files["config.json"] = "{}";
   auto ckpt = Open(files);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  EXPECT_EQ(ckpt->format, CheckpointFormat::kSplit);
+  EXPECT_EQ(ckpt->format, FormatNamed("split"));
   ExpectTensors(*ckpt, kKeys);
   // Shards follow map.pt, which is the index; config.json is a root file.
   ASSERT_EQ(ckpt->shards.size(), kKeys.size());
@@ -182,9 +188,9 @@ TEST(SplitReader, ParentDirectoryHoldingPytorchModel) {
     sub.path = "mem/pytorch_model";
     return sub;
   };
-  auto ckpt = OpenCheckpointIn(dir, testing::TestCodec());
+  auto ckpt = OpenCheckpointIn(dir, testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  EXPECT_EQ(ckpt->format, CheckpointFormat::kSplit);
+  EXPECT_EQ(ckpt->format, FormatNamed("split"));
   ExpectTensors(*ckpt, kKeys);
   ASSERT_EQ(ckpt->others.size(), 1u);
   EXPECT_EQ(ckpt->others[0].name, "config.json");
@@ -195,7 +201,7 @@ TEST(SplitReader, WinsOverItsOwnPtFiles) {
   auto files = SplitFiles({{"a", Dtype::kF32, {1}}, {"b", Dtype::kF32, {1}}});
   auto ckpt = Open(files);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  EXPECT_EQ(ckpt->format, CheckpointFormat::kSplit);
+  EXPECT_EQ(ckpt->format, FormatNamed("split"));
 }
 
 TEST(SplitReader, Refusals) {
@@ -230,7 +236,7 @@ TEST(SplitReader, Refusals) {
   trainer["optimizer.pt"] = KeyFile(two[0]);
   trainer["scheduler.pt"] = KeyFile(two[0]);
   trainer["scaler.pt"] = KeyFile(two[0]);
-  auto with_trainer = OpenCheckpointIn(MemoryDir(trainer), testing::TestCodec());
+  auto with_trainer = OpenCheckpointIn(MemoryDir(trainer), testing::TestContext());
   EXPECT_TRUE(with_trainer.ok()) << with_trainer.status().message();
 
   auto bad_escape = files;
@@ -272,7 +278,7 @@ TEST(SplitReader, RunEntriesHoldingPytorchModel) {
       std::ofstream(root / step / "pytorch_model" / name, std::ios::binary) << bytes;
     }
   }
-  auto run_dir = OpenSourceDir(root.string(), testing::TestCodec(), {});
+  auto run_dir = OpenSourceDir(root.string(), testing::TestContext(), {});
   ASSERT_TRUE(run_dir.ok()) << run_dir.status().message();
   auto is_run = IsRun(*run_dir);
   ASSERT_TRUE(is_run.ok());
@@ -291,14 +297,14 @@ TEST(SplitReader, RunEntriesHoldingPytorchModel) {
   for (const auto& [name, file] : SplitFiles(kKeys)) bytes += file.size();
   EXPECT_EQ(run->entries[0].bytes, bytes);
   EXPECT_NE(run->entries[0].signature.find("pytorch_model/map.pt:"), std::string::npos);
-  auto one = OpenSourceDir((root / "checkpoint-100").string(), testing::TestCodec(), {});
+  auto one = OpenSourceDir((root / "checkpoint-100").string(), testing::TestContext(), {});
   ASSERT_TRUE(one.ok());
   is_run = IsRun(*one);
   ASSERT_TRUE(is_run.ok());
   EXPECT_FALSE(*is_run);
   // A truncated map.pt makes its entry incomplete, named.
   fs::resize_file(root / "checkpoint-200" / "pytorch_model" / "map.pt", 40);
-  run_dir = OpenSourceDir(root.string(), testing::TestCodec(), {});
+  run_dir = OpenSourceDir(root.string(), testing::TestContext(), {});
   ASSERT_TRUE(run_dir.ok());
   run = ListRun(*run_dir);
   ASSERT_TRUE(run.ok());
@@ -343,7 +349,7 @@ TEST(SplitView, EveryMountShowsItAndItReadsBackAsASplitCheckpoint) {
   auto ckpt = Open({{"model.safetensors", MakeSafetensors(kModel)},
                     {"pytorch_model", "a SOURCE file whose name the view owns"}});
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   EXPECT_EQ(volume->layout().hidden(), std::vector<std::string>{"pytorch_model"});
   EXPECT_THAT(volume->layout().notes(),
               ::testing::Contains(HasSubstr("\"odd\" (U16) is not in pytorch_model.bin or "
@@ -382,14 +388,14 @@ TEST(SplitView, EveryMountShowsItAndItReadsBackAsASplitCheckpoint) {
   }
   auto back = Open(view);
   ASSERT_TRUE(back.ok()) << back.status().message();
-  EXPECT_EQ(back->format, CheckpointFormat::kSplit);
+  EXPECT_EQ(back->format, FormatNamed("split"));
   ExpectTensors(*back, torch_typed);
 }
 
 TEST(SplitView, KeyFilesAreZeroCopyAndMadePerRead) {
   auto ckpt = Open({{"model.safetensors", MakeSafetensors(kModel)}});
   ASSERT_TRUE(ckpt.ok());
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   const Layout& layout = volume->layout();
   const uint64_t dir = layout.Lookup(Layout::kRoot, "pytorch_model");
   const uint64_t ino = layout.Lookup(dir, "model.embed.weight.pt");
@@ -428,7 +434,7 @@ TEST(SplitView, KeysMeetingOnAFileNameKeepTheFirst) {
       Open({{"model.safetensors",
              MakeSafetensors({{look_alike, Dtype::kF32, {2}}, {long_key, Dtype::kF32, {3}}})}});
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   EXPECT_THAT(volume->layout().notes(),
               ::testing::Contains(HasSubstr("is not in pytorch_model/: its file")));
   std::map<std::string, std::string> view = ViewFiles(*volume);
@@ -452,7 +458,7 @@ TEST(SplitView, StoredOrderOfATorchSource) {
   auto ckpt = Open({{"ckpt.pt", MakeZip({{"archive/data.pkl", BuildTorchPickle(entries)},
                                          {"archive/data/0", std::string(16, '\3')}})}});
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   std::map<std::string, std::string> view = ViewFiles(*volume);
   MemorySource map("map.pt", view["map.pt"]);
   auto keys = ReadTorchStringList(map);

@@ -8,18 +8,18 @@
 
 #include "core/cache/read_context.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/format/safetensors.h"
-#include "core/format/zip.h"
+#include "core/encoding/safetensors.h"
+#include "core/encoding/zip.h"
 #include "core/source/byte_source.h"
 
 namespace ckptfs::testing {
 
-// One codec context for tests that do not care about caching (no workers started).
-inline std::shared_ptr<ReadContext> TestCodecPtr() {
-  static auto codec = std::make_shared<ReadContext>(ReadOptions{.cache_bytes = 64u << 20});
-  return codec;
+// One ReadContext for tests that do not care about caching (no workers started).
+inline std::shared_ptr<ReadContext> TestContextPtr() {
+  static auto context = std::make_shared<ReadContext>(ReadOptions{.cache_bytes = 64u << 20});
+  return context;
 }
-inline ReadContext& TestCodec() { return *TestCodecPtr(); }
+inline ReadContext& TestContext() { return *TestContextPtr(); }
 
 struct TestTensor {
   std::string name;

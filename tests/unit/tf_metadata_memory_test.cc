@@ -58,7 +58,7 @@ uint64_t MetadataJsonNode(const Layout& layout) {
 // the pool the .npy headers share (which the pool grew into, by doubling, while the text
 // it was copied from was still held).
 TEST(TfMetadataMemoryTest, LayoutHoldsMetadataJsonOnce) {
-  auto ckpt = OpenCheckpoint(Generated("standard").string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint(Generated("standard").string(), testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   const Layout layout = Layout::Build(*ckpt);
   const uint64_t ino = MetadataJsonNode(layout);
@@ -77,7 +77,7 @@ TEST(TfMetadataMemoryTest, LayoutHoldsMetadataJsonOnce) {
 // text made, then its copy in the pool: the 99.5 MiB peak of inspect against a bound of
 // 82.3 MiB).
 TEST(TfMetadataMemoryTest, ManyNodesLaidOutOnce) {
-  auto ckpt = OpenCheckpoint(Generated("graph_nodes").string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint(Generated("graph_nodes").string(), testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   const uint64_t laid_out = MetadataJsonSize(*ckpt);
   ASSERT_GT(laid_out, 30u << 20);
@@ -98,11 +98,11 @@ TEST(TfMetadataMemoryTest, ManyNodesLaidOutOnce) {
 // A Volume keeps metadata.json laid out, not the compact text it was made from too (TF's
 // inspect lines do not read it): the file still shows every byte.
 TEST(TfMetadataMemoryTest, VolumeFreesTheCompactTextOnceLaidOut) {
-  auto ckpt = OpenCheckpoint(Generated("standard").string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint(Generated("standard").string(), testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   ASSERT_FALSE(ckpt->state_json.empty());
   const std::string expected = MetadataJson(*ckpt);
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   EXPECT_TRUE(volume->checkpoint().state_json.empty());
   const Layout& layout = volume->layout();
   const uint64_t ino = MetadataJsonNode(layout);

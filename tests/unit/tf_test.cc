@@ -23,8 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "core/format/formats.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/format/metadata_budget.h"
+#include "core/encoding/metadata_budget.h"
 #include "core/format/tf/bundle.h"
 #include "core/format/tf/checkpoint_state.h"
 #include "core/format/tf/crc32c.h"
@@ -34,10 +35,18 @@
 #include "core/format/tf/strings.h"
 #include "core/format/tf/varint.h"
 #include "core/layout/layout.h"
+#include "tests/unit/format_samples.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs::tf {
 namespace {
+
+// The table's sample of this format (format_samples.h): a `checkpoint` state file naming a
+// prefix (detect reads only the state file).
+const testing::FormatSample kSample("tensorflow",
+                                    {{"checkpoint", "model_checkpoint_path: \"/stale/dir/ckpt-1\"\n"},
+                                     {"ckpt-1.index", "not parsed by detect"},
+                                     {"ckpt-1.data-00000-of-00001", "x"}});
 
 namespace fs = std::filesystem;
 
@@ -763,7 +772,7 @@ TEST(TfMemoryTest, MillionEmptyStringsCostTheirText) {
   WriteStringBundle(dir, "s", {1000000}, 1000000, "");
   ResetPeakRss();
   const long before = PeakRssKib();
-  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestContext());
   const long grown = PeakRssKib() - before;
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   std::cout << "1M empty strings: peak RSS +" << grown / 1024 << " MiB, state_json "
@@ -781,7 +790,7 @@ TEST(TfMemoryTest, ObjectGraphNodesCostTheirText) {
   WriteStringBundle(dir, std::string(kObjectGraphKey), {}, 1, EmptyNodesGraph(300000));
   ResetPeakRss();
   const long before = PeakRssKib();
-  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestContext());
   const long grown = PeakRssKib() - before;
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   std::cout << "300k object-graph nodes: peak RSS +" << grown / 1024 << " MiB, state_json "
@@ -796,7 +805,7 @@ TEST(TfMemoryTest, ObjectGraphNodesCostTheirText) {
 // the same bytes, for TF's text and for nlohmann-written JSON with every kind of token
 // (what every format's state_json is).
 TEST(TfMemoryTest, MetadataJsonLaidOutWithoutParsing) {
-  auto standard = OpenCheckpoint(Generated("standard").string(), testing::TestCodec());
+  auto standard = OpenCheckpoint(Generated("standard").string(), testing::TestContext());
   ASSERT_TRUE(standard.ok()) << standard.status().message();
   const std::vector<std::string> texts = {
       standard->state_json,
@@ -808,12 +817,12 @@ TEST(TfMemoryTest, MetadataJsonLaidOutWithoutParsing) {
   };
   for (const std::string& text : texts) {
     Checkpoint ckpt;
-    ckpt.format = CheckpointFormat::kTensorflow;
+    ckpt.format = FormatNamed("tensorflow");
     ckpt.state_json = text;
     EXPECT_EQ(MetadataJson(ckpt), nlohmann::ordered_json::parse(text).dump(2) + "\n") << text;
   }
   Checkpoint empty;
-  empty.format = CheckpointFormat::kTorch;
+  empty.format = FormatNamed("torch");
   EXPECT_EQ(MetadataJson(empty), "{}\n");
 }
 
@@ -828,7 +837,7 @@ TEST(TfMemoryTest, NormalBundlesWellUnderTheBound) {
   std::cout << "50k variables: parse charged " << budget.peak() << " bytes, " << ratio
             << " x the index's " << bytes.size() << "\n";
   EXPECT_LT(ratio, 8.0);
-  auto ckpt = OpenCheckpoint(Generated("many").string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint(Generated("many").string(), testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   EXPECT_EQ(ckpt->tensors.size(), 50000u);
 }
@@ -881,14 +890,14 @@ TEST(TfFixturesTest, CheckpointFilesNameAPrefixInsideTheirDirectory) {
   EXPECT_EQ(files, 2u);
 }
 
-// The reader (core/checkpoint/tf_reader.cc) over the writer's standard bundle: keys kept
+// The reader (core/format/tf/tf_reader.cc) over the writer's standard bundle: keys kept
 // beside tensors, a partitioned variable one storage of several stored ranges, and its
 // tensors/ file one extent per range after the .npy header (nothing copied).
 TEST(TfReaderTest, PartitionedTensorIsRangesOverTheDataFiles) {
   const fs::path dir = Generated("standard");
-  auto ckpt = OpenCheckpoint(dir.string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint(dir.string(), testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  EXPECT_EQ(ckpt->format, CheckpointFormat::kTensorflow);
+  EXPECT_EQ(ckpt->format, FormatNamed("tensorflow"));
   ASSERT_EQ(TensorKeys(*ckpt).size(), ckpt->tensors.size());
   auto it = std::find_if(ckpt->tensors.begin(), ckpt->tensors.end(),
                          [](const Tensor& t) { return t.name == "part.axis1"; });
@@ -928,7 +937,7 @@ TEST(TfReaderTest, TwoKeysOneNameRefusedNamingBoth) {
   const fs::path dir = kScratch.dir / "collide";
   ASSERT_NO_FATAL_FAILURE(
       WritePyBundle(dir, "b.add(b\"a/b\", \"F32\", [2]); b.add(b\"a..b\", \"F32\", [2]);"));
-  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestContext());
   ASSERT_FALSE(ckpt.ok());
   const std::string& message = ckpt.status().message();
   EXPECT_NE(message.find("ckpt.index"), std::string::npos) << message;
@@ -943,7 +952,7 @@ TEST(TfReaderTest, KeyHoldingNulRefusedAsInEveryFormat) {
   const fs::path dir = kScratch.dir / "nul";
   ASSERT_NO_FATAL_FAILURE(
       WritePyBundle(dir, "b.add(b\"a\\x00b\", \"F32\", [2]); b.add(b\"c\", \"F32\", [2]);"));
-  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestCodec());
+  auto ckpt = OpenCheckpoint((dir / "ckpt").string(), testing::TestContext());
   ASSERT_FALSE(ckpt.ok());
   const std::string& message = ckpt.status().message();
   EXPECT_EQ(ckpt.status().code(), Status::Code::kCorruption);

@@ -6,16 +6,22 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "core/format/formats.h"
 #include "core/checkpoint/assembly.h"
-#include "core/format/pickle.h"
-#include "core/format/torch_file.h"
-#include "core/format/zip.h"
+#include "core/encoding/pickle.h"
+#include "core/encoding/torch_file.h"
+#include "core/encoding/zip.h"
 #include "core/volume/verify.h"
 #include "core/volume/volume.h"
+#include "tests/unit/format_samples.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
 namespace {
+
+// The table's sample of this format (format_samples.h); detect reads no bytes.
+const testing::FormatSample kSample("torch", {{"pytorch_model.bin", "not parsed by detect"},
+                                              {"config.json", "{}"}});
 
 using ::testing::HasSubstr;
 using testing::MakeZip;
@@ -445,10 +451,10 @@ std::string ReadWholeFile(const Volume& volume, uint64_t ino) {
 TEST(TorchLayout, TorchSourceGetsEveryViewAndStridedTensorsOnlyInTheBin) {
   auto ckpt = OpenCheckpointIn(testing::MemoryDir({{"pytorch_model.bin", kRealTorchFile},
                                                    {"training_args.bin", "not weights"}}),
-                               testing::TestCodec());
+                               testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  EXPECT_EQ(ckpt->format, CheckpointFormat::kTorch);
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  EXPECT_EQ(ckpt->format, FormatNamed("torch"));
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   const Layout& layout = volume->layout();
   const uint64_t tensors = layout.Lookup(Layout::kRoot, "tensors");
   EXPECT_NE(layout.Lookup(tensors, "w.npy"), 0u);
@@ -510,9 +516,9 @@ TEST(TorchFile, BigDictStaysLinear) {
   // CPU time, not wall time: the bound is on the work, whatever else the machine runs.
   const std::clock_t start = std::clock();
   auto ckpt =
-      OpenCheckpointIn(testing::MemoryDir({{"pytorch_model.bin", zip}}), testing::TestCodec());
+      OpenCheckpointIn(testing::MemoryDir({{"pytorch_model.bin", zip}}), testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   const double cpu_seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
   EXPECT_LT(cpu_seconds, 3.0);
   const Layout& layout = volume->layout();
@@ -535,9 +541,9 @@ TEST(TorchLayout, SafetensorsSourceGetsAMergedBin) {
       testing::MemoryDir(
           {{"model.safetensors",
             testing::MakeSafetensors({{"a", Dtype::kF16, {3}}, {"u", Dtype::kU16, {2}}})}}),
-      testing::TestCodec());
+      testing::TestContext());
   ASSERT_TRUE(ckpt.ok());
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   const Layout& layout = volume->layout();
   const uint64_t bin = layout.Lookup(Layout::kRoot, "pytorch_model.bin");
   const std::string bytes = ReadWholeFile(*volume, bin);
@@ -714,9 +720,9 @@ TEST(TorchFile, FortranOrderArrayGetsColumnMajorStrides) {
 // model.safetensors leaves the complex tensor out with a note.
 TEST(TorchLayout, OpaqueValuesComplexAndNumpyTensorsInTheViews) {
   auto ckpt = OpenCheckpointIn(testing::MemoryDir({{"state.pt", FromHex(kAnyValuesProtocol4)}}),
-                               testing::TestCodec());
+                               testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   const Layout& layout = volume->layout();
   const uint64_t tensors = layout.Lookup(Layout::kRoot, "tensors");
   const uint64_t c = layout.Lookup(tensors, "c.npy");
@@ -743,7 +749,7 @@ TEST(TorchLayout, OpaqueValuesComplexAndNumpyTensorsInTheViews) {
 // stored file, and verify reads only stored bytes.
 TEST(TorchLayout, Protocol2NumpyArrayIsServedFromDecodedData) {
   const std::string stored = FromHex(kAnyValuesProtocol2);
-  auto ckpt = OpenCheckpointIn(testing::MemoryDir({{"state.pt", stored}}), testing::TestCodec());
+  auto ckpt = OpenCheckpointIn(testing::MemoryDir({{"state.pt", stored}}), testing::TestContext());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   ASSERT_EQ(ckpt->shards.size(), 1u);
   ASSERT_EQ(ckpt->decoded.size(), 1u);
@@ -756,7 +762,7 @@ TEST(TorchLayout, Protocol2NumpyArrayIsServedFromDecodedData) {
       *ckpt, [&](const Status& s) { reports.push_back(s.message()); }, nullptr);
   EXPECT_TRUE(reports.empty()) << reports.front();
   EXPECT_EQ(verified.bytes_read, stored.size());
-  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestCodecPtr());
+  auto volume = Volume::FromCheckpoint(std::move(ckpt).value(), testing::TestContextPtr());
   const Layout& layout = volume->layout();
   const double want[2] = {1.5, -2.0};
   const std::string want_bytes(reinterpret_cast<const char*>(want), 16);

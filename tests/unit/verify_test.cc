@@ -32,7 +32,7 @@ Checkpoint Sound() {
                                                              {"b.w", "s1.safetensors"},
                                                              {"c", "s2.safetensors"}})},
                  {"config.json", "{}"}}),
-      testing::TestCodec());
+      testing::TestContext());
   EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
   return std::move(ckpt).value();
 }
@@ -64,7 +64,7 @@ TEST(VerifyTest, DamagedFrameIsOneReportNamingShardRangeAndTensors) {
       std::filesystem::temp_directory_path() / ("ckptfs-verify-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dest);
   {
-    auto source = Volume::FromCheckpoint(Sound(), testing::TestCodecPtr());
+    auto source = Volume::FromCheckpoint(Sound(), testing::TestContextPtr());
     PackOptions options;
     options.frame_size = 4096;
     ASSERT_TRUE(PackCheckpoint(source->checkpoint(), dest.string(), options).ok());
@@ -81,8 +81,8 @@ TEST(VerifyTest, DamagedFrameIsOneReportNamingShardRangeAndTensors) {
     f.seekp(static_cast<std::streamoff>(size / 2));
     f.put(static_cast<char>(c ^ 0x5a));
   }
-  ReadContext codec({.cache_bytes = 1 << 20});
-  auto packed = OpenCheckpoint(dest.string(), codec);
+  ReadContext context({.cache_bytes = 1 << 20});
+  auto packed = OpenCheckpoint(dest.string(), context);
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   std::vector<std::string> reports;
   const VerifyResult result = VerifyCheckpoint(

@@ -1,7 +1,7 @@
-// Widening BF16 / F8_E4M3 / F8_E5M2 to float32 (core/format/widen.h) and WidenedSource
+// Widening BF16 / F8_E4M3 / F8_E5M2 to float32 (core/encoding/widen.h) and WidenedSource
 // (core/layout/views/widened_source.h): values from the types' definitions, and reads of
 // any offset and length, at either phase, through a source that counts its reads.
-#include "core/format/widen.h"
+#include "core/encoding/widen.h"
 
 #include <gtest/gtest.h>
 

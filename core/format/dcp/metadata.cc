@@ -4,9 +4,9 @@
 #include <map>
 
 #include "core/checked.h"
-#include "core/format/metadata_budget.h"
-#include "core/format/pickle.h"
-#include "core/format/shape.h"
+#include "core/encoding/metadata_budget.h"
+#include "core/encoding/pickle.h"
+#include "core/encoding/shape.h"
 
 namespace ckptfs::dcp {
 namespace {

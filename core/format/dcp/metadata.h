@@ -15,7 +15,7 @@
 // PyTorch's own definitions: torch/distributed/checkpoint/metadata.py (the dataclasses),
 // filesystem.py (_StorageInfo, the writer), planner.py (MetadataIndex use).
 //
-// The pickle is read by the restricted unpickler (core/format/pickle.h); then every global
+// The pickle is read by the restricted unpickler (core/encoding/pickle.h); then every global
 // it names must be one of an exact list, or the file is refused (Unsupported, naming the
 // global): the dataclasses above, torch.Size, the torch dtypes, torch.strided through
 // torch.serialization._get_layout, _MEM_FORMAT_ENCODING, pathlib.PosixPath /
@@ -30,7 +30,7 @@
 // Bounds: a tensor has at most 64 dimensions, a relative_path at most 255 bytes, two chunks
 // of one tensor never share their offsets (storage_data finds a chunk by them), a dataclass
 // has at most 32 fields; what the reader builds is charged to a MetadataBudget of the
-// file's size (core/format/metadata_budget.h), so objects the pickle shares through its
+// file's size (core/encoding/metadata_budget.h), so objects the pickle shares through its
 // memo cannot multiply memory.
 // Tiling (overlap, holes) is checked by TileTensor (tiling.h), not here.
 //
@@ -44,7 +44,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/format/dtype.h"
+#include "core/encoding/dtype.h"
 #include "core/status.h"
 
 namespace ckptfs::dcp {

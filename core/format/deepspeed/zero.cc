@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "core/checked.h"
-#include "core/format/ordered_json.h"
+#include "core/encoding/ordered_json.h"
 
 namespace ckptfs::deepspeed {
 namespace {

@@ -42,9 +42,9 @@
 #include <string>
 #include <vector>
 
-#include "core/format/dtype.h"
-#include "core/format/stored_range.h"
-#include "core/format/torch_file.h"
+#include "core/encoding/dtype.h"
+#include "core/encoding/stored_range.h"
+#include "core/encoding/torch_file.h"
 #include "core/status.h"
 
 namespace ckptfs::deepspeed {

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "core/checked.h"
-#include "core/format/ordered_json.h"
+#include "core/encoding/ordered_json.h"
 #include "core/source/source_dir.h"
 
 namespace ckptfs::keras {

@@ -1,4 +1,4 @@
-// keras: what a Keras checkpoint's HDF5 tree means (h5::File, core/format/h5/h5_file.h),
+// keras: what a Keras checkpoint's HDF5 tree means (h5::File, core/format/keras/h5/h5_file.h),
 // by Keras's own rules, as tensors with names, without reading a byte of their data.
 //
 // Two layouts, told apart by the tree:
@@ -40,9 +40,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/format/dtype.h"
-#include "core/format/h5/h5_file.h"
-#include "core/format/metadata_budget.h"
+#include "core/encoding/dtype.h"
+#include "core/format/keras/h5/h5_file.h"
+#include "core/encoding/metadata_budget.h"
 #include "core/status.h"
 
 namespace ckptfs::keras {
@@ -83,7 +83,7 @@ Result<KerasModel> Interpret(const std::vector<h5::File>& parts,
 // JSON text (config.json, model_config) as a value for metadata.json: parsed, or kept as
 // a string when it is not JSON, so metadata.json shows what the file holds either way.
 // Text nested deeper than kMaxJsonDepth, or whose tree would pass `budget`, is refused
-// (ParseJson, core/format/ordered_json.h), naming `shown`.
+// (ParseJson, core/encoding/ordered_json.h), naming `shown`.
 Result<nlohmann::ordered_json> ParseJsonText(std::string_view text, const std::string& shown,
                                              MetadataBudget* budget = nullptr);
 

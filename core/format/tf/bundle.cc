@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "core/checked.h"
-#include "core/format/shape.h"
+#include "core/encoding/shape.h"
 #include "core/format/tf/crc32c.h"
 #include "core/format/tf/slices.h"
 #include "core/format/tf/sstable.h"

@@ -22,7 +22,7 @@
 // Memory: the index is walked once (sstable.h), never held as a table. What the parse
 // keeps (each tensor with its key, shape and slices; the slice entries, until the walk
 // ends) and the decoded block being walked are charged to a MetadataBudget
-// (core/format/metadata_budget.h): 32 x the index's bytes + 64 MiB unless the caller's
+// (core/encoding/metadata_budget.h): 32 x the index's bytes + 64 MiB unless the caller's
 // budget says otherwise. Past it the index is refused, one line naming it ("metadata
 // would take more than N bytes of memory"); an entry listing more slices than the table has slice
 // entries is refused before its slices are decoded.
@@ -36,7 +36,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/format/metadata_budget.h"
+#include "core/encoding/metadata_budget.h"
 #include "core/format/tf/bundle_proto.h"
 #include "core/status.h"
 

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/format/dtype.h"
+#include "core/encoding/dtype.h"
 #include "core/status.h"
 
 namespace ckptfs::tf {

@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/format/metadata_budget.h"
+#include "core/encoding/metadata_budget.h"
 #include "core/status.h"
 
 namespace ckptfs::tf {

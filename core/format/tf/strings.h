@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/format/metadata_budget.h"
+#include "core/encoding/metadata_budget.h"
 #include "core/format/tf/bundle.h"
 #include "core/status.h"
 

@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "core/checkpoint/model.h"
-#include "core/format/safetensors.h"
+#include "core/encoding/safetensors.h"
 #include "core/layout/views/views.h"
 
 namespace ckptfs {

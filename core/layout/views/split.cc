@@ -21,9 +21,9 @@
 #include <unordered_set>
 
 #include "core/checkpoint/model.h"
-#include "core/format/names.h"
-#include "core/format/torch_file.h"
-#include "core/format/zip.h"
+#include "core/encoding/names.h"
+#include "core/encoding/torch_file.h"
+#include "core/encoding/zip.h"
 #include "core/layout/views/torch_archive.h"
 #include "core/layout/views/views.h"
 

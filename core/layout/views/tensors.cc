@@ -1,6 +1,6 @@
 // tensors/a/b/leaf.npy: every tensor, model or not, one file each: an .npy header and the
 // tensor's stored bytes, or a one-tensor .safetensors where numpy lacks the dtype. A tensor
-// of a float type numpy lacks (BF16, F8_E4M3, F8_E5M2: core/format/widen.h) has both: its
+// of a float type numpy lacks (BF16, F8_E4M3, F8_E5M2: core/encoding/widen.h) has both: its
 // stored bytes as leaf.safetensors, and leaf.npy of float32, widened on each read from the
 // stored range under it (WidenedSource), never held whole. Paths
 // follow the tensor name's dotted components (TensorPathComponents), or the segments of
@@ -11,11 +11,11 @@
 #include <tuple>
 #include <utility>
 
-#include "core/checkpoint/formats.h"
-#include "core/format/npy.h"
-#include "core/format/safetensors.h"
-#include "core/format/shape.h"
-#include "core/format/widen.h"
+#include "core/checkpoint/format_reader.h"
+#include "core/encoding/npy.h"
+#include "core/encoding/safetensors.h"
+#include "core/encoding/shape.h"
+#include "core/encoding/widen.h"
 #include "core/layout/escape.h"
 #include "core/layout/views/views.h"
 #include "core/layout/views/widened_source.h"
@@ -86,7 +86,7 @@ class TensorsView final : public View {
   void LayOut(LayoutBuilder& b) override {
     DirectoryWalker walker(b, b.AddDir(Layout::kRoot, RootName()));
     auto* const segments =
-        TensorKeys(ckpt_).empty() ? nullptr : FormatOf(ckpt_.format).key_segments;
+        TensorKeys(ckpt_).empty() ? nullptr : FormatOf(ckpt_).key_segments;
     const bool by_key = segments != nullptr;
     const std::vector<uint32_t> order =
         by_key ? KeyPathOrder(ckpt_, segments) : std::vector<uint32_t>();

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/format/widen.h"
+#include "core/encoding/widen.h"
 
 namespace ckptfs {
 

@@ -1,4 +1,4 @@
-// WidenedSource: a stored file's elements of a float type numpy lacks (core/format/widen.h),
+// WidenedSource: a stored file's elements of a float type numpy lacks (core/encoding/widen.h),
 // read as float32. tensors/ lays a BF16 or F8 tensor's .npy data out as a range of one: the
 // file's bytes are never materialized, each read widens just the stored range under it.
 //
@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/format/dtype.h"
+#include "core/encoding/dtype.h"
 #include "core/source/byte_source.h"
 
 namespace ckptfs {
