@@ -239,11 +239,11 @@ struct RunArgs {
 
 // How OpenMount (core/mount/mount_tree.h, which decides run or checkpoint) is to open
 // SOURCE and show it.
-ckptfs::MountTreeOptions TreeOptions(const ckptfs::ReadOptions& codec, ckptfs::ZipCrcMode zip_crc,
-                                     const ckptfs::OpenOptions& open, const RunArgs& args,
-                                     const ckptfs::Ownership& ownership) {
+ckptfs::MountTreeOptions TreeOptions(const ckptfs::ReadOptions& read_options,
+                                     ckptfs::ZipCrcMode zip_crc, const ckptfs::OpenOptions& open,
+                                     const RunArgs& args, const ckptfs::Ownership& ownership) {
   ckptfs::MountTreeOptions options;
-  options.codec = codec;
+  options.codec = read_options;
   options.zip_crc = zip_crc;
   options.open = open;
   options.ownership = ownership;
@@ -265,7 +265,7 @@ ckptfs::MountTreeOptions TreeOptions(const ckptfs::ReadOptions& codec, ckptfs::Z
 // serves, or what the directory holds. All before the daemon forks, so the user sees the
 // line. The log file is opened here, before the mount exists.
 ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mount,
-                            bool allow_non_empty, ckptfs::ReadOptions& codec,
+                            bool allow_non_empty, ckptfs::ReadOptions& read_options,
                             ckptfs::RemoteOptions& remote) {
   using ckptfs::Status;
   if (source.find("://") == std::string::npos) {
@@ -286,10 +286,10 @@ ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mou
   }
   CKPTFS_RETURN_IF_ERROR(ckptfs::CheckEmptyMountPoint(mount.mountpoint, allow_non_empty));
   CKPTFS_RETURN_IF_ERROR(ckptfs::CheckFuseOptions(mount.fuse_options));
-  codec.spill_dir = ckptfs::AbsolutePath(codec.spill_dir);
-  CKPTFS_RETURN_IF_ERROR(ckptfs::CheckWritableDir("--spill-dir", codec.spill_dir));
+  read_options.spill_dir = ckptfs::AbsolutePath(read_options.spill_dir);
+  CKPTFS_RETURN_IF_ERROR(ckptfs::CheckWritableDir("--spill-dir", read_options.spill_dir));
   CKPTFS_RETURN_IF_ERROR(
-      ckptfs::CheckOutsideMount("--spill-dir", codec.spill_dir, mount.mountpoint));
+      ckptfs::CheckOutsideMount("--spill-dir", read_options.spill_dir, mount.mountpoint));
   if (!remote.cache_dir.empty()) {
     // A directory that does not exist yet is created (private) when a remote source opens.
     if (::access(remote.cache_dir.c_str(), F_OK) == 0) {
@@ -321,18 +321,19 @@ ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mou
 }
 
 int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_non_empty,
-          ckptfs::ReadOptions codec, ckptfs::ZipCrcMode zip_crc, ckptfs::OpenOptions open,
+          ckptfs::ReadOptions read_options, ckptfs::ZipCrcMode zip_crc, ckptfs::OpenOptions open,
           const RunArgs& run_args, bool verbose, const std::string& log_level) {
   const std::string source_path = SourceArg(source);
-  if (ckptfs::Status s = PrepareMount(source_path, options, allow_non_empty, codec, open.remote);
+  if (ckptfs::Status s =
+          PrepareMount(source_path, options, allow_non_empty, read_options, open.remote);
       !s.ok()) {
     ckptfs::PrintRefusal(s);
     return 2;
   }
   const std::string log =
       ckptfs::DaemonLogDescription(options.foreground) + " (level " + log_level + ")";
-  auto opened = ckptfs::OpenMount(source_path,
-                                  TreeOptions(codec, zip_crc, open, run_args, options.ownership));
+  auto opened = ckptfs::OpenMount(
+      source_path, TreeOptions(read_options, zip_crc, open, run_args, options.ownership));
   if (!opened.ok()) {
     ckptfs::PrintRefusal(opened.status());
     return ckptfs::ExitCodeForOpenFailure(opened.status());
@@ -430,10 +431,10 @@ int main(int argc, char** argv) {
                   "mount over a MOUNTPOINT that holds files, hiding them while mounted "
                   "(refused otherwise)");
   std::string cache_size = "512M";
-  ckptfs::ReadOptions codec;
+  ckptfs::ReadOptions read_options;
   mount->add_option("--cache-size", cache_size,
                     "bytes of decoded frames kept in memory, shared by every view (default 512M)");
-  mount->add_option("--spill-dir", codec.spill_dir,
+  mount->add_option("--spill-dir", read_options.spill_dir,
                     "where single-frame .zst shards are decoded once (default /var/tmp)");
   mount->add_option("--log-file", mount_options.log_file,
                     "append daemon log lines (read errors, warnings) to FILE instead of syslog");
@@ -602,8 +603,8 @@ int main(int argc, char** argv) {
     if (!bytes || *bytes == 0) {
       return Refuse("--cache-size " + cache_size + ": not a size above 0 (e.g. 512M, 4G)");
     }
-    codec.cache_bytes = *bytes;
-    codec.warn = [](const std::string& line) { ckptfs::LogWarn("%s", line.c_str()); };
+    read_options.cache_bytes = *bytes;
+    read_options.warn = [](const std::string& line) { ckptfs::LogWarn("%s", line.c_str()); };
     mount_options.fuse_options = o_options;
     habits.AppendTo(mount_options.fuse_options);
     if (zip_crc_option->count() > 0 && zip_crc_option->as<std::string>().empty()) {
@@ -620,8 +621,8 @@ int main(int argc, char** argv) {
                          : verbose ? ckptfs::LogLevel::kInfo
                                    : ckptfs::LogLevel::kWarn,
                          *ckptfs::ParseLogLevel(log_level));
-    return Mount(source, mount_options, allow_non_empty, codec, *ckptfs::ParseZipCrcMode(zip_crc),
-                 open, run_args, verbose, log_level);
+    return Mount(source, mount_options, allow_non_empty, read_options,
+                 *ckptfs::ParseZipCrcMode(zip_crc), open, run_args, verbose, log_level);
   }
   if (umount->parsed()) return ckptfs::RunUmount(mountpoint, lazy);
   // A local SOURCE behind a directory that does not let this user in: named, rather than
@@ -632,8 +633,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, open);
-  if (verify->parsed()) return ckptfs::RunVerify(source, codec, open);
+  if (inspect->parsed()) return ckptfs::RunInspect(source, json, read_options, open);
+  if (verify->parsed()) return ckptfs::RunVerify(source, read_options, open);
   if (pack->parsed()) {
     auto frame = ckptfs::ParseByteSize(frame_size);
     auto shard = ckptfs::ParseByteSize(shard_size);
