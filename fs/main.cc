@@ -239,11 +239,11 @@ struct RunArgs {
 
 // How OpenMount (core/mount/mount_tree.h, which decides run or checkpoint) is to open
 // SOURCE and show it.
-ckptfs::MountTreeOptions TreeOptions(const ckptfs::ReadOptions& codec, ckptfs::ZipCrcMode zip_crc,
-                                     const ckptfs::OpenOptions& open, const RunArgs& args,
-                                     const ckptfs::Ownership& ownership) {
+ckptfs::MountTreeOptions TreeOptions(const ckptfs::ReadOptions& read_options,
+                                     ckptfs::ZipCrcMode zip_crc, const ckptfs::OpenOptions& open,
+                                     const RunArgs& args, const ckptfs::Ownership& ownership) {
   ckptfs::MountTreeOptions options;
-  options.read_options = codec;
+  options.read_options = read_options;
   options.zip_crc = zip_crc;
   options.open = open;
   options.ownership = ownership;
@@ -265,7 +265,7 @@ ckptfs::MountTreeOptions TreeOptions(const ckptfs::ReadOptions& codec, ckptfs::Z
 // serves, or what the directory holds. All before the daemon forks, so the user sees the
 // line. The log file is opened here, before the mount exists.
 ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mount,
-                            bool allow_non_empty, ckptfs::ReadOptions& codec,
+                            bool allow_non_empty, ckptfs::ReadOptions& read_options,
                             ckptfs::RemoteOptions& remote) {
   using ckptfs::Status;
   if (source.find("://") == std::string::npos) {
@@ -286,10 +286,10 @@ ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mou
   }
   CKPTFS_RETURN_IF_ERROR(ckptfs::CheckEmptyMountPoint(mount.mountpoint, allow_non_empty));
   CKPTFS_RETURN_IF_ERROR(ckptfs::CheckFuseOptions(mount.fuse_options));
-  codec.spill_dir = ckptfs::AbsolutePath(codec.spill_dir);
-  CKPTFS_RETURN_IF_ERROR(ckptfs::CheckWritableDir("--spill-dir", codec.spill_dir));
+  read_options.spill_dir = ckptfs::AbsolutePath(read_options.spill_dir);
+  CKPTFS_RETURN_IF_ERROR(ckptfs::CheckWritableDir("--spill-dir", read_options.spill_dir));
   CKPTFS_RETURN_IF_ERROR(
-      ckptfs::CheckOutsideMount("--spill-dir", codec.spill_dir, mount.mountpoint));
+      ckptfs::CheckOutsideMount("--spill-dir", read_options.spill_dir, mount.mountpoint));
   if (!remote.cache_dir.empty()) {
     // A directory that does not exist yet is created (private) when a remote source opens.
     if (::access(remote.cache_dir.c_str(), F_OK) == 0) {
@@ -321,18 +321,19 @@ ckptfs::Status PrepareMount(const std::string& source, ckptfs::MountOptions& mou
 }
 
 int Mount(const std::string& source, ckptfs::MountOptions options, bool allow_non_empty,
-          ckptfs::ReadOptions codec, ckptfs::ZipCrcMode zip_crc, ckptfs::OpenOptions open,
+          ckptfs::ReadOptions read_options, ckptfs::ZipCrcMode zip_crc, ckptfs::OpenOptions open,
           const RunArgs& run_args, bool verbose, const std::string& log_level) {
   const std::string source_path = SourceArg(source);
-  if (ckptfs::Status s = PrepareMount(source_path, options, allow_non_empty, codec, open.remote);
+  if (ckptfs::Status s =
+          PrepareMount(source_path, options, allow_non_empty, read_options, open.remote);
       !s.ok()) {
     ckptfs::PrintRefusal(s);
     return 2;
   }
   const std::string log =
       ckptfs::DaemonLogDescription(options.foreground) + " (level " + log_level + ")";
-  auto opened = ckptfs::OpenMount(source_path,
-                                  TreeOptions(codec, zip_crc, open, run_args, options.ownership));
+  auto opened = ckptfs::OpenMount(
+      source_path, TreeOptions(read_options, zip_crc, open, run_args, options.ownership));
   if (!opened.ok()) {
     ckptfs::PrintRefusal(opened.status());
     return ckptfs::ExitCodeForOpenFailure(opened.status());
@@ -386,189 +387,28 @@ std::vector<std::string> MountCommandLine(CLI::App& app, const CLI::App& mount, 
   return args;
 }
 
-}  // namespace
+// The line refusing a command line CLI11 could not parse (`what`, its message): a mistyped
+// long option gets the did-you-mean hint a mistyped -o option gets; anything else, CLI11's
+// words and where help is.
+std::string ParseErrorLine(CLI::App& app, const std::string& what, int argc, char** argv) {
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (argc < 2 || sub->get_name() != argv[1]) continue;
+    if (auto line = ckptfs::UnknownLongOptionLine(
+            {argv + 2, argv + argc}, ckptfs::LongOptionsOf(*sub), "ckptfs " + sub->get_name())) {
+      return *line;
+    }
+  }
+  return what + " (see ckptfs" + (argc > 1 && argv[1][0] != '-' ? std::string(" ") + argv[1] : "") +
+         " --help)";
+}
 
-int main(int argc, char** argv) {
-  // The formats from the format table, so that a format added there is named here too.
-  const std::string formats = "Formats of SOURCE: " + ckptfs::FormatTitles() + ".";
-  CLI::App app{
-      ckptfs::WrapHelp(
-          "ckptfs: mount an ML checkpoint, or a training run of checkpoints, local, over HTTP "
-          "or in S3, as one read-only file system. " +
-          formats + " man ckptfs.") +
-          "\nExit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint.\n" +
-          ckptfs::WrapHelp(
-              "`ckptfs SOURCE MOUNTPOINT [-o OPTS]` is `ckptfs mount` (what mount(8) runs for "
-              "an fstab line of type fuse.ckptfs)."),
-      "ckptfs"};  // named, not argv[0]: help (and the man page made from it) says "ckptfs"
-  // Before the subcommands are added: each takes the app's formatter when it is made.
-  app.formatter(ckptfs::WrappingHelpFormatter());
-  app.require_subcommand(1);
-  app.set_version_flag("-V,--version", std::string("ckptfs ") + ckptfs::VersionString(),
-                       "print the version (and the git commit it was built from) and exit");
-
-  std::string source, mountpoint;
-  ckptfs::MountOptions mount_options;
-  std::vector<std::string> o_options;
-  CLI::App* mount = app.add_subcommand(
-      "mount", "Mount SOURCE read-only at MOUNTPOINT; returns once the mount answers");
-  mount
-      ->add_option("SOURCE", source,
-                   "checkpoint directory (index + shards), one .safetensors/.bin/.pt file, or an "
-                   "http(s)://, s3:// or hf://ORG/NAME[@REV][/PATH] URL of either; or a "
-                   "training-run directory of checkpoints "
-                   "(one directory each, plus latest and best)")
-      ->required();
-  mount->add_option("MOUNTPOINT", mountpoint, "an existing empty directory outside SOURCE")
-      ->required();
-  mount->add_flag("-f,--foreground", mount_options.foreground,
-                  "stay in the foreground; unmount to exit");
-  mount->add_flag("-d,--debug", mount_options.debug,
-                  "log every FUSE request to stderr; implies -f");
-  bool allow_non_empty = false;
-  mount->add_flag("--allow-non-empty", allow_non_empty,
-                  "mount over a MOUNTPOINT that holds files, hiding them while mounted "
-                  "(refused otherwise)");
-  std::string cache_size = "512M";
-  ckptfs::ReadOptions codec;
-  mount->add_option("--cache-size", cache_size,
-                    "bytes of decoded frames kept in memory, shared by every view (default 512M)");
-  mount->add_option("--spill-dir", codec.spill_dir,
-                    "where single-frame .zst shards are decoded once (default /var/tmp)");
-  mount->add_option("--log-file", mount_options.log_file,
-                    "append daemon log lines (read errors, warnings) to FILE instead of syslog");
-  FuseHabitArgs habits;
-  habits.AddTo(mount);
-  ModelKeyArg model_key;
-  model_key.AddTo(mount);
-  OwnershipArgs ownership;
-  ownership.AddTo(mount);
-  std::string zip_crc = "auto";
-  RemoteArgs remote;
-  remote.AddTo(mount);
-  remote.AddCacheDirTo(mount);
-  RunArgs run_args;
-  run_args.AddTo(mount);
-  CLI::Option* zip_crc_option =
-      mount
-          ->add_option("--zip-crc", zip_crc,
-                       "CRC-32s in pytorch_model.bin for zip testers (torch ignores them). auto, "
-                       "the default: a sidecar from an earlier mount, verify or pack, else a "
-                       "background pass computes them for the next mount (local sources); mount: "
-                       "computed before serving (reads every tensor); off: left 0. --zip-crc "
-                       "alone (-o zip_crc) means mount")
-          ->expected(0, 1)
-          // No default_str: CLI11 would print it as the default and also take it for a bare
-          // --zip-crc, which is read as mount after parsing instead.
-          ->check(CLI::Validator(
-              [](std::string& value) {
-                return value.empty() || ckptfs::ParseZipCrcMode(value)
-                           ? std::string()
-                           : "--zip-crc " + value + ": not auto, mount or off";
-              },
-              "{auto,mount,off} (default auto)"));
-  bool verbose = false, quiet = false;
-  std::string log_level = "warn";
-  mount->add_flag("-v,--verbose", verbose,
-                  "once mounted, print what was mounted and how (format, views, caches, log)");
-  mount->add_flag("-q,--quiet", quiet, "print errors only")->excludes("--verbose");
-  mount
-      ->add_option("--log-level", log_level,
-                   "least severe lines the daemon logs: error, warn, info or debug (default warn)")
-      ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
-  mount
-      ->add_option("-o", o_options,
-                   "mount options, comma separated: any long option above spelt NAME[=VALUE] "
-                   "with _ for - (cache_size=4G, zip_crc=off); mount(8)'s own (defaults, nofail, "
-                   "_netdev, noauto, x-*, ...) ignored; the rest go to FUSE (noatime, max_read=N)")
-      ->allow_extra_args(false);
-
-  CLI::App* umount = app.add_subcommand(
-      "umount", "Unmount the ckptfs mount at MOUNTPOINT (fusermount3 -u); refuses other mounts");
-  umount->add_option("MOUNTPOINT", mountpoint, "a ckptfs mount point")->required();
-  bool lazy = false;
-  umount->add_flag("-z,--lazy", lazy,
-                   "lazy unmount (fusermount3 -uz): detach now even if busy; the daemon exits "
-                   "once the last open file is closed");
-  umount->footer(
-      "Exit codes: 0 unmounted; 1 busy (a process has a file open there: see fuser -vm or "
-      "lsof, or use -z) or the unmount failed; 2 not mounted or not a ckptfs mount.");
-
-  bool json = false;
-  CLI::App* inspect = app.add_subcommand(
-      "inspect",
-      "List shards and tensors (dtype, shape, bytes), or a run's checkpoints, without mounting");
-  inspect->add_option("SOURCE", source, "checkpoint or run directory, weights file, or URL")
-      ->required();
-  inspect->add_flag("--json", json, "machine-readable output");
-  remote.AddTo(inspect);
-  remote.AddCacheDirTo(inspect);
-  model_key.AddTo(inspect);
-
-  CLI::App* verify =
-      app.add_subcommand("verify", "Check structure and read every byte; exit 0 only if sound");
-  verify->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
-  remote.AddTo(verify);
-  remote.AddCacheDirTo(verify);
-  model_key.AddTo(verify);
-
-  std::string dest, frame_size = "4M", shard_size = "0";
-  int level = 3;
-  CLI::App* pack = app.add_subcommand(
-      "pack", "Write SOURCE as seekable-zstd shards (random access, checksums) into DEST");
-  pack->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
-  pack->add_option("DEST", dest,
-                   "new or empty directory; an interrupted pack's leftovers (NAME.part) there "
-                   "are removed and the pack starts over")
-      ->required();
-  bool force = false;
-  pack->add_flag("--force", force,
-                 "replace the files a previous pack wrote into DEST; other files are never "
-                 "touched (refused)");
-  pack->add_option("--level", level, "zstd level (default 3)");
-  pack->add_option("--frame-size", frame_size,
-                   "decoded bytes per frame: the unit of random access (default 4M)");
-  int threads = 0;
-  pack->add_option("--threads", threads,
-                   "threads that read and compress frames (default 0: one per core); the "
-                   "output is the same for any count");
-  pack->add_option("--shard-size", shard_size,
-                   "regroup tensors into shards of at most this many bytes (default: keep)");
-  bool byte_group = ckptfs::PackOptions{}.byte_group;
-  bool no_byte_group = false;
-  pack->add_flag("--byte-group", byte_group,
-                 "regroup the bytes of multi-byte elements by byte position in each frame "
-                 "before compressing (smaller shards; ckptfs mounts undo it, `zstd -d` gives "
-                 "the grouped bytes)");
-  pack->add_flag("--no-byte-group", no_byte_group,
-                 "store the bytes as they are, so that `zstd -d` gives the original shards "
-                 "(the default)")
-      ->excludes("--byte-group");
-  remote.AddTo(pack);
-
-  for (CLI::App* cmd : {mount, inspect, verify, pack}) cmd->footer(formats);
-  // Set last: subcommands made before it would each repeat it.
-  app.footer(
-      "Environment:\n"
-      "  CKPTFS_HTTP_PASSWORD  password of the user an http(s):// URL names (else ~/.netrc)\n"
-      "  AWS_ACCESS_KEY_ID     with AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN): s3:// "
-      "credentials (else AWS_PROFILE's in ~/.aws)\n"
-      "  AWS_REGION            region of s3:// sources (else AWS_DEFAULT_REGION, the profile's)\n"
-      "  AWS_ENDPOINT_URL      S3-compatible endpoint when --endpoint is not given\n"
-      "  HF_TOKEN              token for hf:// sources (else the file HF_TOKEN_PATH names, "
-      "else $HF_HOME/token, ~/.cache/huggingface/token)\n"
-      "  HF_ENDPOINT           the Hub for hf:// sources when --endpoint is not given\n"
-      "  XDG_CACHE_HOME        where zip CRC sidecars go without --cache-dir (~/.cache)\n"
-      "  XDG_STATE_HOME        where the daemon logs without syslog (~/.local/state)\n"
-      "\n"
-      // One line, which the help formatter breaks at 80 columns.
-      "Logs: syslog as `ckptfs` (journalctl -t ckptfs), or --log-file; stderr with -f. "
-      "Without syslog (no /dev/log) a detached daemon appends to "
-      "$XDG_STATE_HOME/ckptfs/ckptfs.log, else ~/.local/state/ckptfs/ckptfs.log, or "
-      "/var/log/ckptfs/ckptfs.log for root.");
-  // Refusals are one line on stderr; only --help and --version print more, to stdout.
+// Parses the command line (made one by MountCommandLine) into the variables the commands
+// bound. Returns the exit code when parsing ends the run: 0 after --help or --version
+// (printed to stdout), 2 after a refusal (one line on stderr); nullopt when the parsed
+// command is to run.
+std::optional<int> ParseCommandLine(CLI::App& app, const CLI::App& mount, int argc, char** argv) {
   std::string error;
-  std::vector<std::string> args = MountCommandLine(app, *mount, argc, argv, error);
+  std::vector<std::string> args = MountCommandLine(app, mount, argc, argv, error);
   if (!error.empty()) return Refuse(error);
   std::vector<char*> arg_ptrs;
   for (std::string& arg : args) arg_ptrs.push_back(arg.data());
@@ -578,41 +418,144 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    // A mistyped long option gets the hint a mistyped -o option gets.
-    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-      if (argc < 2 || sub->get_name() != argv[1]) continue;
-      if (auto line = ckptfs::UnknownLongOptionLine(
-              {argv + 2, argv + argc}, ckptfs::LongOptionsOf(*sub), "ckptfs " + sub->get_name())) {
-        return Refuse(*line);
-      }
+    return Refuse(ParseErrorLine(app, e.what(), argc, argv));
+  }
+  return std::nullopt;
+}
+
+// The remote options filled from their strings, then how SOURCE is to be opened; nullopt
+// after the one-line refusal of a malformed one. The key is discovery's (OpenOptions), not
+// the read path's.
+std::optional<ckptfs::OpenOptions> FinishOpenOptions(RemoteArgs& remote,
+                                                     const ModelKeyArg& model_key) {
+  if (!remote.Finish()) return std::nullopt;
+  return ckptfs::OpenOptions(remote.options, model_key.Value());
+}
+
+// A local SOURCE behind a directory that does not let this user in: named, rather than
+// the opener's "permission denied" on a path the user may not see why. False after that
+// refusal. For the commands that read SOURCE in place; mount checks it in PrepareMount.
+bool SourceReachable(const std::string& source) {
+  if (source.find("://") == std::string::npos) {
+    if (ckptfs::Status s = ckptfs::CheckSourceReachable(ckptfs::AbsolutePath(source)); !s.ok()) {
+      ckptfs::PrintRefusal(s);
+      return false;
     }
-    return Refuse(std::string(e.what()) + " (see ckptfs" +
-                  (argc > 1 && argv[1][0] != '-' ? std::string(" ") + argv[1] : "") + " --help)");
+  }
+  return true;
+}
+
+// ckptfs mount: its options, bound here by AddTo; once parsed, Run checks them all (each
+// refusal one line, exit 2, before anything is opened) and starts the mount.
+struct MountCommand {
+  CLI::App* cmd = nullptr;
+  std::string source, mountpoint;
+  ckptfs::MountOptions mount_options;
+  std::vector<std::string> o_options;
+  bool allow_non_empty = false;
+  std::string cache_size = "512M";
+  ckptfs::ReadOptions read_options;
+  FuseHabitArgs habits;
+  ModelKeyArg model_key;
+  OwnershipArgs ownership;
+  std::string zip_crc = "auto";
+  CLI::Option* zip_crc_option = nullptr;
+  RemoteArgs remote;
+  RunArgs run_args;
+  bool verbose = false, quiet = false;
+  std::string log_level = "warn";
+
+  // The options in the order help lists them, and -o spells them (fs/mount_args.h).
+  void AddTo(CLI::App& app) {
+    cmd = app.add_subcommand(
+        "mount", "Mount SOURCE read-only at MOUNTPOINT; returns once the mount answers");
+    cmd->add_option("SOURCE", source,
+                    "checkpoint directory (index + shards), one .safetensors/.bin/.pt file, or an "
+                    "http(s)://, s3:// or hf://ORG/NAME[@REV][/PATH] URL of either; or a "
+                    "training-run directory of checkpoints "
+                    "(one directory each, plus latest and best)")
+        ->required();
+    cmd->add_option("MOUNTPOINT", mountpoint, "an existing empty directory outside SOURCE")
+        ->required();
+    cmd->add_flag("-f,--foreground", mount_options.foreground,
+                  "stay in the foreground; unmount to exit");
+    cmd->add_flag("-d,--debug", mount_options.debug,
+                  "log every FUSE request to stderr; implies -f");
+    cmd->add_flag("--allow-non-empty", allow_non_empty,
+                  "mount over a MOUNTPOINT that holds files, hiding them while mounted "
+                  "(refused otherwise)");
+    cmd->add_option("--cache-size", cache_size,
+                    "bytes of decoded frames kept in memory, shared by every view (default 512M)");
+    cmd->add_option("--spill-dir", read_options.spill_dir,
+                    "where single-frame .zst shards are decoded once (default /var/tmp)");
+    cmd->add_option("--log-file", mount_options.log_file,
+                    "append daemon log lines (read errors, warnings) to FILE instead of syslog");
+    habits.AddTo(cmd);
+    model_key.AddTo(cmd);
+    ownership.AddTo(cmd);
+    remote.AddTo(cmd);
+    remote.AddCacheDirTo(cmd);
+    run_args.AddTo(cmd);
+    zip_crc_option =
+        cmd->add_option("--zip-crc", zip_crc,
+                        "CRC-32s in pytorch_model.bin for zip testers (torch ignores them). auto, "
+                        "the default: a sidecar from an earlier mount, verify or pack, else a "
+                        "background pass computes them for the next mount (local sources); mount: "
+                        "computed before serving (reads every tensor); off: left 0. --zip-crc "
+                        "alone (-o zip_crc) means mount")
+            ->expected(0, 1)
+            // No default_str: CLI11 would print it as the default and also take it for a bare
+            // --zip-crc, which is read as mount after parsing instead.
+            ->check(CLI::Validator(
+                [](std::string& value) {
+                  return value.empty() || ckptfs::ParseZipCrcMode(value)
+                             ? std::string()
+                             : "--zip-crc " + value + ": not auto, mount or off";
+                },
+                "{auto,mount,off} (default auto)"));
+    cmd->add_flag("-v,--verbose", verbose,
+                  "once mounted, print what was mounted and how (format, views, caches, log)");
+    cmd->add_flag("-q,--quiet", quiet, "print errors only")->excludes("--verbose");
+    cmd->add_option("--log-level", log_level,
+                    "least severe lines the daemon logs: error, warn, info or debug (default warn)")
+        ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
+    cmd->add_option("-o", o_options,
+                    "mount options, comma separated: any long option above spelt NAME[=VALUE] "
+                    "with _ for - (cache_size=4G, zip_crc=off); mount(8)'s own (defaults, nofail, "
+                    "_netdev, noauto, x-*, ...) ignored; the rest go to FUSE (noatime, max_read=N)")
+        ->allow_extra_args(false);
   }
 
-  RaiseOpenFileLimit();
-  BoundAllocatorMemory();
-  if (!remote.Finish()) return 2;
-  // The key is discovery's (OpenOptions), not the read path's.
-  const ckptfs::OpenOptions open(remote.options, model_key.Value());
-  if (mount->parsed()) {
+  // Fills mount_options and read_options from the parsed strings: what can be judged from
+  // the options alone (PrepareMount judges them against the file system). The first
+  // refusal, else Ok.
+  ckptfs::Status FinishOptions() {
     mount_options.mountpoint = mountpoint;
     mount_options.foreground |= mount_options.debug;
     auto bytes = ckptfs::ParseByteSize(cache_size);
     if (!bytes || *bytes == 0) {
-      return Refuse("--cache-size " + cache_size + ": not a size above 0 (e.g. 512M, 4G)");
+      return ckptfs::Status::InvalidArgument("--cache-size " + cache_size +
+                                             ": not a size above 0 (e.g. 512M, 4G)");
     }
-    codec.cache_bytes = *bytes;
-    codec.warn = [](const std::string& line) { ckptfs::LogWarn("%s", line.c_str()); };
+    read_options.cache_bytes = *bytes;
+    read_options.warn = [](const std::string& line) { ckptfs::LogWarn("%s", line.c_str()); };
     mount_options.fuse_options = o_options;
     habits.AppendTo(mount_options.fuse_options);
     if (zip_crc_option->count() > 0 && zip_crc_option->as<std::string>().empty()) {
       zip_crc = "mount";  // a bare --zip-crc (-o zip_crc)
     }
     if (auto unknown = ckptfs::FirstUnknownFuseOption(o_options)) {
-      return Refuse(ckptfs::UnknownMountOptionLine(*unknown, ckptfs::LongOptionsOf(*mount)));
+      return ckptfs::Status::InvalidArgument(
+          ckptfs::UnknownMountOptionLine(*unknown, ckptfs::LongOptionsOf(*cmd)));
     }
-    if (ckptfs::Status s = ownership.Finish(mount_options.ownership); !s.ok()) {
+    return ownership.Finish(mount_options.ownership);
+  }
+
+  // The options checked, the log levels set, then the mount started (Mount).
+  int Run() {
+    const std::optional<ckptfs::OpenOptions> open = FinishOpenOptions(remote, model_key);
+    if (!open) return 2;
+    if (ckptfs::Status s = FinishOptions(); !s.ok()) {
       ckptfs::PrintRefusal(s);
       return 2;
     }
@@ -620,21 +563,128 @@ int main(int argc, char** argv) {
                          : verbose ? ckptfs::LogLevel::kInfo
                                    : ckptfs::LogLevel::kWarn,
                          *ckptfs::ParseLogLevel(log_level));
-    return Mount(source, mount_options, allow_non_empty, codec, *ckptfs::ParseZipCrcMode(zip_crc),
-                 open, run_args, verbose, log_level);
+    return Mount(source, mount_options, allow_non_empty, read_options,
+                 *ckptfs::ParseZipCrcMode(zip_crc), *open, run_args, verbose, log_level);
   }
-  if (umount->parsed()) return ckptfs::RunUmount(mountpoint, lazy);
-  // A local SOURCE behind a directory that does not let this user in: named, rather than
-  // the opener's "permission denied" on a path the user may not see why.
-  if (source.find("://") == std::string::npos) {
-    if (ckptfs::Status s = ckptfs::CheckSourceReachable(ckptfs::AbsolutePath(source)); !s.ok()) {
-      ckptfs::PrintRefusal(s);
-      return 2;
-    }
+};
+
+// ckptfs umount: MOUNTPOINT and -z, run by RunUmount (fs/commands.h).
+struct UmountCommand {
+  CLI::App* cmd = nullptr;
+  std::string mountpoint;
+  bool lazy = false;
+
+  void AddTo(CLI::App& app) {
+    cmd = app.add_subcommand(
+        "umount", "Unmount the ckptfs mount at MOUNTPOINT (fusermount3 -u); refuses other mounts");
+    cmd->add_option("MOUNTPOINT", mountpoint, "a ckptfs mount point")->required();
+    cmd->add_flag("-z,--lazy", lazy,
+                  "lazy unmount (fusermount3 -uz): detach now even if busy; the daemon exits "
+                  "once the last open file is closed");
+    cmd->footer(
+        "Exit codes: 0 unmounted; 1 busy (a process has a file open there: see fuser -vm or "
+        "lsof, or use -z) or the unmount failed; 2 not mounted or not a ckptfs mount.");
   }
-  if (inspect->parsed()) return ckptfs::RunInspect(source, json, codec, open);
-  if (verify->parsed()) return ckptfs::RunVerify(source, codec, open);
-  if (pack->parsed()) {
+  int Run() const { return ckptfs::RunUmount(mountpoint, lazy); }
+};
+
+// ckptfs inspect: SOURCE (mount's remote options and --model-key apply), listed by
+// RunInspect (fs/commands.h) without mounting.
+struct InspectCommand {
+  CLI::App* cmd = nullptr;
+  std::string source;
+  bool json = false;
+  RemoteArgs remote;
+  ModelKeyArg model_key;
+
+  void AddTo(CLI::App& app) {
+    cmd = app.add_subcommand(
+        "inspect",
+        "List shards and tensors (dtype, shape, bytes), or a run's checkpoints, without mounting");
+    cmd->add_option("SOURCE", source, "checkpoint or run directory, weights file, or URL")
+        ->required();
+    cmd->add_flag("--json", json, "machine-readable output");
+    remote.AddTo(cmd);
+    remote.AddCacheDirTo(cmd);
+    model_key.AddTo(cmd);
+  }
+  // Inspect reads with the default read options: it has no --cache-size or --spill-dir.
+  int Run() {
+    const std::optional<ckptfs::OpenOptions> open = FinishOpenOptions(remote, model_key);
+    if (!open || !SourceReachable(source)) return 2;
+    const ckptfs::ReadOptions read_options;
+    return ckptfs::RunInspect(source, json, read_options, *open);
+  }
+};
+
+// ckptfs verify: SOURCE (mount's remote options and --model-key apply), read whole by
+// RunVerify (fs/commands.h).
+struct VerifyCommand {
+  CLI::App* cmd = nullptr;
+  std::string source;
+  RemoteArgs remote;
+  ModelKeyArg model_key;
+
+  void AddTo(CLI::App& app) {
+    cmd = app.add_subcommand("verify", "Check structure and read every byte; exit 0 only if sound");
+    cmd->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
+    remote.AddTo(cmd);
+    remote.AddCacheDirTo(cmd);
+    model_key.AddTo(cmd);
+  }
+  // Verify reads with the default read options: it has no --cache-size or --spill-dir.
+  int Run() {
+    const std::optional<ckptfs::OpenOptions> open = FinishOpenOptions(remote, model_key);
+    if (!open || !SourceReachable(source)) return 2;
+    const ckptfs::ReadOptions read_options;
+    return ckptfs::RunVerify(source, read_options, *open);
+  }
+};
+
+// ckptfs pack: SOURCE into DEST as seekable zstd, its sizes and thread count checked here,
+// the work done by RunPack (fs/commands.h).
+struct PackCommand {
+  CLI::App* cmd = nullptr;
+  std::string source, dest, frame_size = "4M", shard_size = "0";
+  int level = 3;
+  bool force = false;
+  int threads = 0;
+  bool byte_group = ckptfs::PackOptions{}.byte_group;
+  bool no_byte_group = false;
+  RemoteArgs remote;
+
+  void AddTo(CLI::App& app) {
+    cmd = app.add_subcommand(
+        "pack", "Write SOURCE as seekable-zstd shards (random access, checksums) into DEST");
+    cmd->add_option("SOURCE", source, "checkpoint directory or weights file")->required();
+    cmd->add_option("DEST", dest,
+                    "new or empty directory; an interrupted pack's leftovers (NAME.part) there "
+                    "are removed and the pack starts over")
+        ->required();
+    cmd->add_flag("--force", force,
+                  "replace the files a previous pack wrote into DEST; other files are never "
+                  "touched (refused)");
+    cmd->add_option("--level", level, "zstd level (default 3)");
+    cmd->add_option("--frame-size", frame_size,
+                    "decoded bytes per frame: the unit of random access (default 4M)");
+    cmd->add_option("--threads", threads,
+                    "threads that read and compress frames (default 0: one per core); the "
+                    "output is the same for any count");
+    cmd->add_option("--shard-size", shard_size,
+                    "regroup tensors into shards of at most this many bytes (default: keep)");
+    cmd->add_flag("--byte-group", byte_group,
+                  "regroup the bytes of multi-byte elements by byte position in each frame "
+                  "before compressing (smaller shards; ckptfs mounts undo it, `zstd -d` gives "
+                  "the grouped bytes)");
+    cmd->add_flag("--no-byte-group", no_byte_group,
+                  "store the bytes as they are, so that `zstd -d` gives the original shards "
+                  "(the default)")
+        ->excludes("--byte-group");
+    remote.AddTo(cmd);
+  }
+
+  int Run() {
+    if (!remote.Finish() || !SourceReachable(source)) return 2;
     auto frame = ckptfs::ParseByteSize(frame_size);
     auto shard = ckptfs::ParseByteSize(shard_size);
     if (!frame || *frame == 0 || !shard) {
@@ -659,5 +709,73 @@ int main(int argc, char** argv) {
     options.byte_group = byte_group && !no_byte_group;
     return ckptfs::RunPack(source, Absolute(dest), options, remote.options);
   }
+};
+
+// What `ckptfs --help` prints after the commands.
+constexpr char kAppFooter[] =
+    "Environment:\n"
+    "  CKPTFS_HTTP_PASSWORD  password of the user an http(s):// URL names (else ~/.netrc)\n"
+    "  AWS_ACCESS_KEY_ID     with AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN): s3:// "
+    "credentials (else AWS_PROFILE's in ~/.aws)\n"
+    "  AWS_REGION            region of s3:// sources (else AWS_DEFAULT_REGION, the profile's)\n"
+    "  AWS_ENDPOINT_URL      S3-compatible endpoint when --endpoint is not given\n"
+    "  HF_TOKEN              token for hf:// sources (else the file HF_TOKEN_PATH names, "
+    "else $HF_HOME/token, ~/.cache/huggingface/token)\n"
+    "  HF_ENDPOINT           the Hub for hf:// sources when --endpoint is not given\n"
+    "  XDG_CACHE_HOME        where zip CRC sidecars go without --cache-dir (~/.cache)\n"
+    "  XDG_STATE_HOME        where the daemon logs without syslog (~/.local/state)\n"
+    "\n"
+    // One line, which the help formatter breaks at 80 columns.
+    "Logs: syslog as `ckptfs` (journalctl -t ckptfs), or --log-file; stderr with -f. "
+    "Without syslog (no /dev/log) a detached daemon appends to "
+    "$XDG_STATE_HOME/ckptfs/ckptfs.log, else ~/.local/state/ckptfs/ckptfs.log, or "
+    "/var/log/ckptfs/ckptfs.log for root.";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The formats from the format table, so that a format added there is named here too.
+  const std::string formats = "Formats of SOURCE: " + ckptfs::FormatTitles() + ".";
+  CLI::App app{
+      ckptfs::WrapHelp(
+          "ckptfs: mount an ML checkpoint, or a training run of checkpoints, local, over HTTP "
+          "or in S3, as one read-only file system. " +
+          formats + " man ckptfs.") +
+          "\nExit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid checkpoint.\n" +
+          ckptfs::WrapHelp(
+              "`ckptfs SOURCE MOUNTPOINT [-o OPTS]` is `ckptfs mount` (what mount(8) runs for "
+              "an fstab line of type fuse.ckptfs)."),
+      "ckptfs"};  // named, not argv[0]: help (and the man page made from it) says "ckptfs"
+  // Before the subcommands are added: each takes the app's formatter when it is made.
+  app.formatter(ckptfs::WrappingHelpFormatter());
+  app.require_subcommand(1);
+  app.set_version_flag("-V,--version", std::string("ckptfs ") + ckptfs::VersionString(),
+                       "print the version (and the git commit it was built from) and exit");
+  // Added in the order help lists them. CLI11 keeps pointers to their members: they stay put.
+  MountCommand mount;
+  mount.AddTo(app);
+  UmountCommand umount;
+  umount.AddTo(app);
+  InspectCommand inspect;
+  inspect.AddTo(app);
+  VerifyCommand verify;
+  verify.AddTo(app);
+  PackCommand pack;
+  pack.AddTo(app);
+  for (CLI::App* cmd : {mount.cmd, inspect.cmd, verify.cmd, pack.cmd}) cmd->footer(formats);
+  // Set last: subcommands made before it would each repeat it.
+  app.footer(kAppFooter);
+
+  // Refusals are one line on stderr; only --help and --version print more, to stdout.
+  if (std::optional<int> exit_code = ParseCommandLine(app, *mount.cmd, argc, argv)) {
+    return *exit_code;
+  }
+  RaiseOpenFileLimit();
+  BoundAllocatorMemory();
+  if (mount.cmd->parsed()) return mount.Run();
+  if (umount.cmd->parsed()) return umount.Run();
+  if (inspect.cmd->parsed()) return inspect.Run();
+  if (verify.cmd->parsed()) return verify.Run();
+  if (pack.cmd->parsed()) return pack.Run();
   return 2;
 }
