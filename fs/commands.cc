@@ -16,11 +16,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "core/format/formats.h"
 #include "core/checkpoint/model.h"
 #include "core/checkpoint/natural_order.h"
 #include "core/crc/zip_crc.h"
 #include "core/encoding/safetensors.h"
+#include "core/format/formats.h"
 #include "core/pack/pack.h"
 #include "core/run/run_tree.h"
 #include "core/volume/verify.h"
@@ -30,7 +30,8 @@
 namespace ckptfs {
 namespace {
 
-Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const ReadOptions& read_options,
+Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source,
+                                             const ReadOptions& read_options,
                                              const OpenOptions& open, int* exit_code) {
   auto volume = Volume::Open(source, read_options, ZipCrcMode::kAuto, open);
   if (!volume.ok()) {
@@ -44,8 +45,8 @@ Result<std::unique_ptr<Volume>> OpenOrReport(const std::string& source, const Re
 // at its top) is refused naming the entry to take instead; asked only once opening failed,
 // so a checkpoint costs no second listing.
 Result<std::unique_ptr<Volume>> OpenOneOrReport(const std::string& source, std::string_view verb,
-                                                const ReadOptions& read_options, const OpenOptions& open,
-                                                int* exit_code) {
+                                                const ReadOptions& read_options,
+                                                const OpenOptions& open, int* exit_code) {
   auto volume = Volume::Open(source, read_options, ZipCrcMode::kAuto, open);
   if (volume.ok()) return volume;
   if (std::optional<Status> run = RunInsteadOfCheckpoint(source, verb, read_options, open.remote)) {

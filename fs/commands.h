@@ -27,14 +27,15 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
                const OpenOptions& open);
 // When SOURCE is a run: prints its entries, latest and best (fs/run_inspect.cc) and returns
 // the exit code; nullopt when it is not a run (or cannot be listed: RunInspect then reports).
-std::optional<int> InspectIfRun(const std::string& source, bool json, const ReadOptions& read_options,
-                                const OpenOptions& open);
+std::optional<int> InspectIfRun(const std::string& source, bool json,
+                                const ReadOptions& read_options, const OpenOptions& open);
 
 // When SOURCE is a run (and so not one checkpoint pack or verify can take): the one-line
 // refusal naming the entry to take instead, "SOURCE is a training run (N checkpoints);
 // pack one: SOURCE/checkpoint-N" (`verb` "pack" or "verify"); nullopt otherwise.
 std::optional<Status> RunInsteadOfCheckpoint(const std::string& source, std::string_view verb,
-                                             const ReadOptions& read_options, const RemoteOptions& remote);
+                                             const ReadOptions& read_options,
+                                             const RemoteOptions& remote);
 
 // "1.5 MiB": binary units, one decimal.
 std::string HumanBytes(uint64_t n);

@@ -128,9 +128,10 @@ void PrintRun(const std::string& source, const RunListing& run) {
   std::printf("source   %s\n", EscapeControlChars(source).c_str());
   if (run.pipeline) {
     if (run.modules) {
-      std::printf("pipeline: %zu components (%s beside module folders holding weights: a "
-                  "sentence-transformers model, one tree)\n",
-                  Components(run), std::string(kModulesIndex).c_str());
+      std::printf(
+          "pipeline: %zu components (%s beside module folders holding weights: a "
+          "sentence-transformers model, one tree)\n",
+          Components(run), std::string(kModulesIndex).c_str());
     } else {
       std::printf("pipeline: %zu components (a directory with %s is a diffusers pipeline)\n",
                   Components(run), std::string(kPipelineIndex).c_str());
@@ -222,8 +223,8 @@ Result<std::optional<ListedRun>> ListIfRun(const std::string& source, ReadContex
 
 }  // namespace
 
-std::optional<int> InspectIfRun(const std::string& source, bool json, const ReadOptions& read_options,
-                                const OpenOptions& open) {
+std::optional<int> InspectIfRun(const std::string& source, bool json,
+                                const ReadOptions& read_options, const OpenOptions& open) {
   ReadContext context(read_options);
   auto listed = ListIfRun(source, context, open.remote);
   if (!listed.ok()) {

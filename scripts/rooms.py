@@ -7,9 +7,9 @@ The house rule: no file over 800 lines, no function over 120. scripts/test.sh (a
 prints this before the tests, so that a room growing past the rule is seen when it does.
 Read-only; exits 0 whatever it finds.
 
-A function is what clang-format leaves at column 0: a line that opens a body ('{' at its
-end, a '(' in the signature that ends there) and the first '}' at column 0 after it. Bodies
-written inside a class (indented) are not counted: they are short by habit.
+A function is a signature ending in '{' (no control statement, lambda or initializer)
+through the first '}' clang-format puts at its indentation: bodies written inside a class
+count as much as those at column 0.
 """
 
 import argparse
@@ -30,30 +30,44 @@ def sources(repo):
                     yield os.path.join(dirpath, name)
 
 
+CONTROL = ("if ", "if(", "for ", "for(", "while ", "while(", "switch ", "switch(", "catch ",
+           "catch(", "else", "do ", "try", "return ", "} ", "case ", "namespace", "class ",
+           "struct ", "enum ", "union ", "extern ", "template <")
+
+
 def functions(path, lines):
-    """(length, line number, name) of each column-0 body in `lines`."""
+    """(length, line number, name) of each function body in `lines`, at any indentation:
+    a signature (a line, or lines continued below it, holding a '(' and ending with '{')
+    that is no control statement, lambda or initializer, through the first '}' that
+    clang-format puts at the signature's own indentation. Bodies inside other bodies
+    (a local class's) count too."""
     out = []
     signature = []
-    start = None
     for number, line in enumerate(lines, 1):
-        if start is None:
-            if not line.strip() or line.startswith(("//", "#")):
-                signature = []
-                continue
-            if line[:1].isspace() and not signature:
-                continue  # inside a class or a namespace-level statement, not a signature
-            signature.append(line.strip())
-            text = " ".join(signature)
-            if line.rstrip().endswith("{") and "(" in text and not text.startswith(
-                    ("namespace", "class ", "struct ", "enum ", "union ", "extern ")):
-                match = NAME.search(text)
-                start = (number - len(signature) + 1, match.group(1) if match else "?")
-            elif line.rstrip().endswith((";", "}", "{")):
-                signature = []
-        elif line.startswith("}"):
-            first, name = start
-            out.append((number - first + 1, first, name))
-            start, signature = None, []
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("//", "#")) or stripped.endswith(":") and \
+                stripped in ("public:", "private:", "protected:"):
+            signature = []
+            continue
+        signature.append((number, line))
+        if not stripped.endswith(("{", ";", "}", "};")):
+            continue
+        first_number, first_line = signature[0]
+        text = " ".join(l.strip() for _, l in signature)
+        signature = []
+        if not stripped.endswith("{") or "(" not in text:
+            continue
+        if text.startswith(CONTROL) or "](" in text or "] (" in text or " = " in \
+                text.split("(")[0] or text.startswith(("}", ")", "{")):
+            continue
+        indent = first_line[: len(first_line) - len(first_line.lstrip())]
+        match = NAME.search(text)
+        for end in range(number, len(lines)):
+            closing = lines[end]
+            if closing.startswith(indent + "}") and not closing[len(indent):len(indent) + 1].isspace():
+                out.append((end + 1 - first_number + 1, first_number,
+                            match.group(1) if match else "?"))
+                break
     return out
 
 

@@ -1,4 +1,5 @@
-// Checkpoint: what OpenCheckpoint (core/format/formats.h) finds in SOURCE, validated, with every file open.
+// Checkpoint: what OpenCheckpoint (core/format/formats.h) finds in SOURCE, validated, with every
+// file open.
 //
 // SOURCE is a directory holding an index (`*.safetensors.index.json`, or
 // `pytorch_model.bin.index.json` as transformers writes it) with its shards, or a single

@@ -272,8 +272,8 @@ HfViewNames HfViewNamesOf(std::string_view file) {
   return names;
 }
 
-Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& context, const HfLayout& layout,
-              Checkpoint& ckpt) {
+Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& context,
+              const HfLayout& layout, Checkpoint& ckpt) {
   HfViewNames names = HfViewNamesOf(claim.file);
   ckpt.safetensors_view = std::move(names.safetensors);
   ckpt.torch_view = std::move(names.torch);

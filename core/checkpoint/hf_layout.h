@@ -102,8 +102,8 @@ HfViewNames HfViewNamesOf(std::string_view file);
 
 // Reads the claimed index and its shards, or the claimed lone file, into `ckpt`, and
 // names its merged views (HfViewNamesOf).
-Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& context, const HfLayout& layout,
-              Checkpoint& ckpt);
+Status ReadHf(const SourceDir& dir, const Claim& claim, ReadContext& context,
+              const HfLayout& layout, Checkpoint& ckpt);
 
 // sentence-transformers' module folders: `modules.json` at the top of `dir` lists the
 // pipeline's modules, each with a "path" ("" for the transformer at the top, "1_Pooling",

@@ -173,8 +173,8 @@ Result<Checkpoint> OpenCheckpoint(const std::string& source_path, ReadContext& c
   const SourceDir& dir = *listed;
   // A local path naming a file or prefix is shown as written; a URL redacted (dir.path).
   const bool local_named = !dir.remote && !dir.named.empty();
-  CKPTFS_ASSIGN_OR_RETURN(
-      Checkpoint ckpt, OpenCheckpointIn(dir, context, options, local_named ? source_path : dir.path));
+  CKPTFS_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpointIn(dir, context, options,
+                                                            local_named ? source_path : dir.path));
   struct stat st;
   if (!dir.remote && dir.named.empty() && ::stat(source_path.c_str(), &st) == 0) {
     ckpt.dir_mtime = st.st_mtim;

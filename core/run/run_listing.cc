@@ -14,12 +14,12 @@
 #include <regex>
 
 #include "core/checkpoint/assembly.h"
-#include "core/format/formats.h"
 #include "core/checkpoint/hf_layout.h"
 #include "core/checkpoint/natural_order.h"
 #include "core/encoding/hf_index.h"
 #include "core/encoding/ordered_json.h"
 #include "core/encoding/torch_file.h"
+#include "core/format/formats.h"
 #include "core/run/run_entries.h"
 #include "core/source/remote_dir.h"
 #include "core/source/s3.h"

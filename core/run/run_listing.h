@@ -69,8 +69,8 @@
 #include <vector>
 
 #include "core/cache/read_context.h"
-#include "core/format/formats.h"
 #include "core/checkpoint/natural_order.h"
+#include "core/format/formats.h"
 #include "core/source/remote_options.h"
 #include "core/source/source_dir.h"
 #include "core/status.h"
@@ -157,9 +157,9 @@ Result<bool> IsRun(const SourceDir& dir);
 // The entries of run `dir`, with `latest` and `best`.
 Result<RunListing> ListRun(const SourceDir& dir);
 
-// The SourceDir that holds entry `entry` of run `dir` (for OpenCheckpointIn, core/format/formats.h): the
-// subdirectory, or `dir` with `named` set to the file or prefix; for kFiles, `dir` itself
-// (read with ReadFilesOnly, hf_layout.h).
+// The SourceDir that holds entry `entry` of run `dir` (for OpenCheckpointIn,
+// core/format/formats.h): the subdirectory, or `dir` with `named` set to the file or prefix; for
+// kFiles, `dir` itself (read with ReadFilesOnly, hf_layout.h).
 Result<SourceDir> EntrySourceDir(const SourceDir& dir, const RunEntry& entry);
 
 }  // namespace ckptfs

@@ -3,8 +3,8 @@
 #include <chrono>
 #include <mutex>
 
-#include "core/format/formats.h"
 #include "core/checkpoint/hf_layout.h"
+#include "core/format/formats.h"
 #include "core/run/run_tree.h"
 
 namespace ckptfs {

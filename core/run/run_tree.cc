@@ -69,7 +69,8 @@ RunTree::RunTree(RunSource source, std::shared_ptr<ReadContext> context, RunTree
   slots_.emplace_back();  // slot 0 is the run's own
 }
 
-Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source, std::shared_ptr<ReadContext> context,
+Result<std::unique_ptr<RunTree>> RunTree::Open(RunSource source,
+                                               std::shared_ptr<ReadContext> context,
                                                RunTreeOptions options) {
   CKPTFS_ASSIGN_OR_RETURN(RunListing listing, source.list());
   std::unique_ptr<RunTree> tree(new RunTree(std::move(source), std::move(context), options));

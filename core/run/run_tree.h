@@ -154,7 +154,8 @@ class RunTree {
 
   // Lists the run once (the mount's view at start). A `pin` naming no entry is refused
   // with one line listing the entries.
-  static Result<std::unique_ptr<RunTree>> Open(RunSource source, std::shared_ptr<ReadContext> context,
+  static Result<std::unique_ptr<RunTree>> Open(RunSource source,
+                                               std::shared_ptr<ReadContext> context,
                                                RunTreeOptions options = {});
   ~RunTree();
 

@@ -173,7 +173,8 @@ struct Repo {
   std::vector<std::string> left_out;
 };
 
-SourceDir FolderDir(std::shared_ptr<const Repo> repo, const std::string& path, ReadContext& context) {
+SourceDir FolderDir(std::shared_ptr<const Repo> repo, const std::string& path,
+                    ReadContext& context) {
   const Folder& folder = repo->folders.at(path);
   SourceDir dir;
   HfUrl at = repo->api->url;
@@ -192,7 +193,8 @@ SourceDir FolderDir(std::shared_ptr<const Repo> repo, const std::string& path, R
     if (f.dirs.count(name)) return ListedInfo{0, repo->modified, ""};
     return Status::NotFound(name + ": not in the repo's listing");
   };
-  dir.open = [repo, path, &context](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
+  dir.open = [repo, path,
+              &context](const std::string& name) -> Result<std::unique_ptr<ByteSource>> {
     const Folder& f = repo->folders.at(path);
     auto it = f.files.find(name);
     if (it == f.files.end())

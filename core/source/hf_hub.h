@@ -67,6 +67,7 @@ std::string HfEndpoint(const HubOptions& hub);
 // of its folder with `named` set, as a file path does locally. Every object is a
 // RemoteSource sharing the mount's block cache and disk cache; its identity (the disk
 // cache's key) is the repo, the commit, the path and the file's hash, which name its bytes.
-Result<SourceDir> HfDir(const std::string& source, const RemoteOptions& remote, ReadContext& context);
+Result<SourceDir> HfDir(const std::string& source, const RemoteOptions& remote,
+                        ReadContext& context);
 
 }  // namespace ckptfs

@@ -26,9 +26,9 @@ std::unique_ptr<ByteSource> CachedRemote(std::unique_ptr<HttpSource> object, Rea
       context.options().warn) {
     const std::string url = object->Identity().substr(0, object->Identity().find('\n'));
     context.options().warn(object->Name() + ": " + url +
-                         ": the server gives no ETag or Last-Modified, so an object replaced "
-                         "by one of the same size cannot be detected (only sizes are "
-                         "compared; see docs/remote.md)");
+                           ": the server gives no ETag or Last-Modified, so an object replaced "
+                           "by one of the same size cannot be detected (only sizes are "
+                           "compared; see docs/remote.md)");
   }
   std::string identity = object->Identity();
   const std::chrono::milliseconds timeout = object->timeout();

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "core/format/formats.h"
 #include "core/checkpoint/natural_order.h"
 #include "core/codec/zstd_source.h"
+#include "core/format/formats.h"
 
 namespace ckptfs {
 namespace {

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cache/disk_cache.h"
-#include "core/format/formats.h"
 #include "core/encoding/safetensors.h"
+#include "core/format/formats.h"
 
 namespace ckptfs {
 

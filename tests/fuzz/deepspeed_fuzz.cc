@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/format/deepspeed/zero.h"
 #include "core/encoding/torch_file.h"
+#include "core/format/deepspeed/zero.h"
 #include "core/source/byte_source.h"
 
 namespace {

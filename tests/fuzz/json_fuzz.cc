@@ -8,11 +8,11 @@
 #include <string>
 #include <string_view>
 
-#include "core/format/formats.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/format/keras/keras.h"
 #include "core/encoding/metadata_budget.h"
 #include "core/encoding/ordered_json.h"
+#include "core/format/formats.h"
+#include "core/format/keras/keras.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

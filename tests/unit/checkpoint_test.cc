@@ -1,8 +1,8 @@
-#include "core/format/formats.h"
 #include "core/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 
+#include "core/format/formats.h"
 #include "tests/unit/format_samples.h"
 #include "tests/unit/test_util.h"
 
@@ -10,9 +10,10 @@ namespace ckptfs {
 namespace {
 
 // The table's sample of this format (format_samples.h): one file and a config.
-const testing::FormatSample kSample(
-    "safetensors", {{"model.safetensors", testing::MakeSafetensors({{"a", Dtype::kF32, {2}}})},
-                    {"config.json", "{}"}});
+const testing::FormatSample kSample("safetensors",
+                                    {{"model.safetensors",
+                                      testing::MakeSafetensors({{"a", Dtype::kF32, {2}}})},
+                                     {"config.json", "{}"}});
 
 using testing::IndexJson;
 using testing::MakeSafetensors;

@@ -9,20 +9,20 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint.h"
-#include "core/format/formats.h"
 #include "core/encoding/safetensors.h"
+#include "core/format/formats.h"
 #include "core/pack/pack.h"
 #include "core/run/run_listing.h"
 #include "core/source/byte_source.h"
-#include "tests/unit/format_samples.h"
 #include "test_util.h"
+#include "tests/unit/format_samples.h"
 
 namespace ckptfs {
 namespace {
 
 // The table's sample of this format (format_samples.h): .metadata beside a rank's data file.
-const testing::FormatSample kSample("dcp", {{".metadata", "not parsed by detect"},
-                                            {"__0_0.distcp", "x"}});
+const testing::FormatSample kSample("dcp",
+                                    {{".metadata", "not parsed by detect"}, {"__0_0.distcp", "x"}});
 
 namespace fs = std::filesystem;
 

@@ -20,10 +20,10 @@
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/format/formats.h"
 #include "core/format/deepspeed/zero.h"
-#include "tests/unit/format_samples.h"
+#include "core/format/formats.h"
 #include "test_util.h"
+#include "tests/unit/format_samples.h"
 
 namespace ckptfs {
 namespace {

@@ -96,9 +96,7 @@ TEST(FormatTable, ModelRuleKeysAndInspectLinesAreTheEntrys) {
     // Without a key, the entry's rule: DeepSpeed's consolidated `model`, torch's and DCP's
     // first of kTorchModelKeys; every other format keeps every tensor.
     ASSERT_TRUE(SelectModel(ckpt, std::nullopt, "SRC").ok());
-    const bool narrows = f.name == "torch" ||
-                         f.name == "deepspeed" ||
-                         f.name == "dcp";
+    const bool narrows = f.name == "torch" || f.name == "deepspeed" || f.name == "dcp";
     EXPECT_EQ(ckpt.model.whole, !narrows);
     EXPECT_EQ(ckpt.model.key, narrows ? "model" : "");
     EXPECT_EQ(ckpt.tensors[1].in_model, !narrows);
@@ -131,20 +129,16 @@ TEST(FormatTable, RunRulesAreTheEntrys) {
   for (const FormatReader& f : Formats()) {
     SCOPED_TRACE(std::string(f.name));
     EXPECT_EQ(f.run.nested_dir != nullptr, f.name == "deepspeed");
-    EXPECT_EQ(f.run.torch_files_are_one,
-              f.name == "deepspeed" || f.name == "dcp");
-    EXPECT_EQ(f.run.signs_claimed_folder,
-              f.name == "deepspeed" || f.name == "split");
+    EXPECT_EQ(f.run.torch_files_are_one, f.name == "deepspeed" || f.name == "dcp");
+    EXPECT_EQ(f.run.signs_claimed_folder, f.name == "deepspeed" || f.name == "split");
     // The records a run keeps (TF's state file, DeepSpeed's `latest`) are read by their
     // format's entry; HF Trainer's final model is safetensors or torch weights.
-    EXPECT_EQ(f.run.record != nullptr, f.name == "tensorflow" ||
-                                           f.name == "deepspeed");
+    EXPECT_EQ(f.run.record != nullptr, f.name == "tensorflow" || f.name == "deepspeed");
     EXPECT_EQ(f.run.claim_is_record, f.name == "tensorflow");
     // Keras's ModelCheckpoint files are entries of their own, with epochs in their names.
     EXPECT_EQ(f.run.entry_file != nullptr, f.name == "keras");
     EXPECT_EQ(f.run.step != nullptr, f.name == "keras");
-    EXPECT_EQ(f.run.final_model,
-              f.name == "safetensors" || f.name == "torch");
+    EXPECT_EQ(f.run.final_model, f.name == "safetensors" || f.name == "torch");
   }
   // The records, read from a directory: DeepSpeed's names its tag as latest, a directory
   // written before it; TF's names its prefixes, each an entry made of its files.

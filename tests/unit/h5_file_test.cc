@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/format/keras/h5/protocol.h"
 #include "core/encoding/zip.h"
+#include "core/format/keras/h5/protocol.h"
 #include "core/source/byte_source.h"
 
 namespace ckptfs {

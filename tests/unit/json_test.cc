@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "core/format/formats.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/format/keras/keras.h"
 #include "core/encoding/ordered_json.h"
+#include "core/format/formats.h"
+#include "core/format/keras/keras.h"
 
 namespace ckptfs {
 namespace {

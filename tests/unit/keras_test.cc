@@ -14,8 +14,8 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/format/formats.h"
 #include "core/run/run_listing.h"
-#include "tests/unit/format_samples.h"
 #include "test_util.h"
+#include "tests/unit/format_samples.h"
 
 namespace ckptfs {
 namespace {

@@ -9,12 +9,12 @@
 
 #include <cstring>
 
-#include "core/format/formats.h"
-#include "core/format/tf/tf_state.h"
 #include "core/encoding/safetensors.h"
-#include "core/format/tf/names.h"
 #include "core/encoding/torch_file.h"
 #include "core/encoding/zip.h"
+#include "core/format/formats.h"
+#include "core/format/tf/names.h"
+#include "core/format/tf/tf_state.h"
 #include "core/volume/volume.h"
 #include "tests/unit/test_util.h"
 

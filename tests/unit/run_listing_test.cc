@@ -646,8 +646,8 @@ TEST_F(RunListingTest, TfPrefixNamedCheckpointOpensByTheLatestCheckpointPath) {
   EXPECT_EQ(dir->named, "checkpoint");
   auto ckpt = OpenCheckpointIn(*dir, TestContext(), {}, dir->path);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  auto whole = OpenCheckpointIn(*OpenSourceDir(trial.string(), TestContext(), {}), TestContext(), {},
-                                trial.string());
+  auto whole = OpenCheckpointIn(*OpenSourceDir(trial.string(), TestContext(), {}), TestContext(),
+                                {}, trial.string());
   ASSERT_TRUE(whole.ok()) << whole.status().message();
   EXPECT_EQ(ckpt->tensors.size(), whole->tensors.size());
   EXPECT_FALSE(ckpt->tensors.empty());

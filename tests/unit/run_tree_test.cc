@@ -629,8 +629,8 @@ class RunTreeSaveTest : public ::testing::Test {
     ASSERT_TRUE(first.ok()) << first.status().message();
     RunTreeOptions options;
     options.now = [this] { return now_; };
-    auto tree = RunTree::Open(RunSourceOf(std::move(first).value(), dir_.string(), context_, {}, ""),
-                              context_, options);
+    auto tree = RunTree::Open(
+        RunSourceOf(std::move(first).value(), dir_.string(), context_, {}, ""), context_, options);
     ASSERT_TRUE(tree.ok()) << tree.status().message();
     tree_ = std::move(tree).value();
   }

@@ -8,8 +8,8 @@
 #include <fstream>
 
 #include "core/checkpoint/assembly.h"
-#include "core/format/formats.h"
 #include "core/encoding/torch_file.h"
+#include "core/format/formats.h"
 #include "core/layout/escape.h"
 #include "core/run/run_listing.h"
 #include "core/volume/volume.h"
@@ -21,8 +21,8 @@ namespace {
 
 // The table's sample of this format (format_samples.h): map.pt names the key files; detect
 // reads nothing.
-const testing::FormatSample kSample("split", {{"map.pt", "not parsed by detect"},
-                                              {"config.json", "{}"}});
+const testing::FormatSample kSample("split",
+                                    {{"map.pt", "not parsed by detect"}, {"config.json", "{}"}});
 
 using ::testing::HasSubstr;
 using testing::MakeSafetensors;

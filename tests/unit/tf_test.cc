@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "core/format/formats.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/encoding/metadata_budget.h"
+#include "core/format/formats.h"
 #include "core/format/tf/bundle.h"
 #include "core/format/tf/checkpoint_state.h"
 #include "core/format/tf/crc32c.h"
@@ -44,7 +44,8 @@ namespace {
 // The table's sample of this format (format_samples.h): a `checkpoint` state file naming a
 // prefix (detect reads only the state file).
 const testing::FormatSample kSample("tensorflow",
-                                    {{"checkpoint", "model_checkpoint_path: \"/stale/dir/ckpt-1\"\n"},
+                                    {{"checkpoint",
+                                      "model_checkpoint_path: \"/stale/dir/ckpt-1\"\n"},
                                      {"ckpt-1.index", "not parsed by detect"},
                                      {"ckpt-1.data-00000-of-00001", "x"}});
 

@@ -6,11 +6,11 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
-#include "core/format/formats.h"
 #include "core/checkpoint/assembly.h"
 #include "core/encoding/pickle.h"
 #include "core/encoding/torch_file.h"
 #include "core/encoding/zip.h"
+#include "core/format/formats.h"
 #include "core/volume/verify.h"
 #include "core/volume/volume.h"
 #include "tests/unit/format_samples.h"

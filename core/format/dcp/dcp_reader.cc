@@ -30,14 +30,14 @@
 
 #include "core/checked.h"
 #include "core/checkpoint/assembly.h"
-#include "core/format/formats.h"
 #include "core/checkpoint/model.h"
-#include "core/format/dcp/metadata.h"
-#include "core/format/dcp/tiling.h"
 #include "core/encoding/ordered_json.h"
 #include "core/encoding/safetensors.h"
 #include "core/encoding/shape.h"
 #include "core/encoding/torch_file.h"
+#include "core/format/dcp/metadata.h"
+#include "core/format/dcp/tiling.h"
+#include "core/format/formats.h"
 #include "core/source/gather_source.h"
 
 namespace ckptfs {
@@ -150,8 +150,9 @@ Result<PlacedChunk> PlaceChunk(const StoredFile& file, uint32_t shard, const dcp
 // Opens each of `names` in `dir` and parses it with `parse`, several at once: `files` and
 // `parsed` in the order of `names`, or the first error in that order.
 template <typename Parsed, typename Parse>
-Status OpenAndParse(const SourceDir& dir, const std::vector<std::string>& names, ReadContext& context,
-                    Parse parse, std::vector<StoredFile>& files, std::vector<Parsed>& parsed) {
+Status OpenAndParse(const SourceDir& dir, const std::vector<std::string>& names,
+                    ReadContext& context, Parse parse, std::vector<StoredFile>& files,
+                    std::vector<Parsed>& parsed) {
   files.resize(names.size());
   parsed.resize(names.size());
   std::vector<Status> errors(names.size());
@@ -614,7 +615,8 @@ Status ReadFsdpRanks(const SourceDir& dir, const Claim& claim, ReadContext& cont
   return SortTensors(ckpt);
 }
 
-Status ReadDcpOrHf(const SourceDir& dir, const Claim& claim, ReadContext& context, Checkpoint& ckpt) {
+Status ReadDcpOrHf(const SourceDir& dir, const Claim& claim, ReadContext& context,
+                   Checkpoint& ckpt) {
   if (IsHfShardName(claim.file)) return ReadHfDcp(dir, context, ckpt);
   if (FsdpRankFile(claim.file)) return ReadFsdpRanks(dir, claim, context, ckpt);
   return ReadDcp(dir, claim, context, ckpt);

@@ -19,11 +19,11 @@
 
 #include "core/checked.h"
 #include "core/checkpoint/assembly.h"
-#include "core/format/formats.h"
 #include "core/checkpoint/model.h"
-#include "core/format/deepspeed/zero.h"
 #include "core/encoding/torch_file.h"
 #include "core/encoding/zip.h"
+#include "core/format/deepspeed/zero.h"
+#include "core/format/formats.h"
 #include "core/transient.h"
 
 namespace ckptfs {

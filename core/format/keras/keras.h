@@ -41,8 +41,8 @@
 #include <vector>
 
 #include "core/encoding/dtype.h"
-#include "core/format/keras/h5/h5_file.h"
 #include "core/encoding/metadata_budget.h"
+#include "core/format/keras/h5/h5_file.h"
 #include "core/status.h"
 
 namespace ckptfs::keras {

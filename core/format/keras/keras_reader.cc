@@ -26,10 +26,10 @@
 #include <numeric>
 
 #include "core/checkpoint/assembly.h"
+#include "core/encoding/zip.h"
 #include "core/format/formats.h"
 #include "core/format/keras/h5/h5_file.h"
 #include "core/format/keras/keras.h"
-#include "core/encoding/zip.h"
 #include "core/transient.h"
 
 namespace ckptfs {

@@ -13,11 +13,11 @@
 #include <unordered_set>
 
 #include "core/checkpoint/assembly.h"
-#include "core/format/formats.h"
 #include "core/checkpoint/hf_layout.h"
 #include "core/checkpoint/model.h"
 #include "core/encoding/names.h"
 #include "core/encoding/torch_file.h"
+#include "core/format/formats.h"
 
 namespace ckptfs {
 namespace {

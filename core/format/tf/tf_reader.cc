@@ -24,17 +24,17 @@
 #include <numeric>
 
 #include "core/checkpoint/assembly.h"
-#include "core/format/formats.h"
 #include "core/checkpoint/model.h"
-#include "core/format/tf/tf_run.h"
-#include "core/format/tf/tf_state.h"
 #include "core/encoding/metadata_budget.h"
+#include "core/format/formats.h"
 #include "core/format/tf/bundle.h"
 #include "core/format/tf/checkpoint_state.h"
 #include "core/format/tf/names.h"
 #include "core/format/tf/slices.h"
 #include "core/format/tf/sstable.h"
 #include "core/format/tf/strings.h"
+#include "core/format/tf/tf_run.h"
+#include "core/format/tf/tf_state.h"
 
 namespace ckptfs {
 namespace {

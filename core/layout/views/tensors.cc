@@ -85,8 +85,7 @@ class TensorsView final : public View {
 
   void LayOut(LayoutBuilder& b) override {
     DirectoryWalker walker(b, b.AddDir(Layout::kRoot, RootName()));
-    auto* const segments =
-        TensorKeys(ckpt_).empty() ? nullptr : FormatOf(ckpt_).key_segments;
+    auto* const segments = TensorKeys(ckpt_).empty() ? nullptr : FormatOf(ckpt_).key_segments;
     const bool by_key = segments != nullptr;
     const std::vector<uint32_t> order =
         by_key ? KeyPathOrder(ckpt_, segments) : std::vector<uint32_t>();

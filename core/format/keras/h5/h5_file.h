@@ -39,10 +39,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/source/byte_source.h"
 #include "core/status.h"
@@ -70,8 +69,8 @@ enum class TypeClass : uint8_t {
 struct Dataset {
   std::string path;  // from the root, no leading '/': "layers/dense/vars/0"
   TypeClass type = TypeClass::kOther;
-  uint32_t type_size = 0;  // bytes per element
-  bool is_signed = false;  // kInteger and kEnum's base type
+  uint32_t type_size = 0;       // bytes per element
+  bool is_signed = false;       // kInteger and kEnum's base type
   std::vector<uint64_t> shape;  // a scalar dataspace is {}
   // Contiguous and allocated: the data's offset from the file's start (from `base`, not
   // the source's start) and its size in bytes (elements x type_size). 0 and 0 for a
@@ -98,11 +97,11 @@ struct File {
 };
 
 struct Limits {
-  uint64_t read_bytes = 64ull << 20;  // total bytes the child may ask for
-  uint64_t objects = 1u << 20;        // groups + datasets
-  uint32_t depth = 64;                // group nesting
-  uint32_t rank = 64;                 // dataset dimensions
-  uint64_t attribute_bytes = 64ull << 20;  // one attribute's value (model_config is JSON text)
+  uint64_t read_bytes = 64ull << 20;         // total bytes the child may ask for
+  uint64_t objects = 1u << 20;               // groups + datasets
+  uint32_t depth = 64;                       // group nesting
+  uint32_t rank = 64;                        // dataset dimensions
+  uint64_t attribute_bytes = 64ull << 20;    // one attribute's value (model_config is JSON text)
   std::chrono::milliseconds timeout{60000};  // the whole description
 };
 

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "core/format/keras/h5/protocol.h"
 #include "core/encoding/ordered_json.h"
+#include "core/format/keras/h5/protocol.h"
 
 namespace ckptfs::h5::internal {
 
