@@ -10,6 +10,7 @@
 
 #include "core/codec/frame_index.h"
 #include "core/codec/zstd_source.h"
+#include "core/format/formats.h"
 #include "core/pack/pack.h"
 #include "core/volume/volume.h"
 #include "tests/unit/test_util.h"

@@ -1,3 +1,4 @@
+#include "core/format/formats.h"
 #include "core/layout/layout.h"
 
 #include <gtest/gtest.h>

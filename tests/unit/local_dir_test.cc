@@ -1,6 +1,7 @@
 // The source boundary (core/source/local_dir.h) on real directories: symlinks that stay
 // inside SOURCE work, ones that leave it are refused by name, special files never block,
 // the Hugging Face hub cache layout works; and the modes files and views show.
+#include "core/format/formats.h"
 #include "core/source/local_dir.h"
 
 #include <fcntl.h>

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 
+#include "core/format/formats.h"
 #include "core/layout/layout.h"
 #include "test_util.h"
 

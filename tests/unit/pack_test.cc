@@ -1,3 +1,4 @@
+#include "core/format/formats.h"
 #include "core/pack/pack.h"
 
 #include <gtest/gtest.h>

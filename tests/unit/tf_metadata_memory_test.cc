@@ -16,6 +16,7 @@
 #include <string>
 
 #include "core/checkpoint/checkpoint.h"
+#include "core/format/formats.h"
 #include "core/layout/layout.h"
 #include "core/volume/volume.h"
 #include "tests/unit/test_util.h"

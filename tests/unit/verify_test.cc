@@ -1,6 +1,7 @@
 // VerifyCheckpoint (core/volume/verify.h): every stored byte read once; a sound checkpoint
 // gives no report, a damaged zstd frame of a packed shard one report naming the shard, the
 // frame's decoded byte range and the tensors it held.
+#include "core/format/formats.h"
 #include "core/volume/verify.h"
 
 #include <gtest/gtest.h>
