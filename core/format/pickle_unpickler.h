@@ -2,13 +2,14 @@
 // files. Internal: pickle.h is the contract (what is refused, the limits, the messages);
 // nothing outside core/format/pickle*.cc includes this.
 //
-// The machine (pickle.cc): the byte reader, the stack with its MARK fences, the memo, the
-// value arena and the memory budget every allocation is charged to first, and the value
-// builders (number and string decoding, globals, calls, dict and set keys).
-// The opcodes (pickle_ops.cc): Run's loop, and Step, which hands each opcode to its
-// family, a member that reads the opcode's argument and drives the machine.
-// The helpers every opcode uses (reading, pushing, popping, charging) are defined here,
-// inline, as they were when the unpickler was one file: the split costs no speed.
+// Three parts:
+//   - here, inline: the byte reader, the stack with its MARK fences, the memory budget
+//     every allocation is charged to first, and pushing a new value. Every opcode uses
+//     them, so they stay inline in both files, as when the unpickler was one file;
+//   - pickle.cc: the value builders (number and string decoding, globals and the denylist,
+//     calls, containers and their keys, the memo);
+//   - pickle_ops.cc: Run's loop, and Step, which hands each opcode to its family, a member
+//     that reads the opcode's argument and drives the builders.
 //
 // Thread safety: an Unpickler is used by one thread, once.
 #pragma once
