@@ -77,16 +77,17 @@ class Unpickler {
 
   // The opcodes (pickle_ops.cc). Step runs one opcode other than STOP (which is Run's),
   // handing it to its family; a family handed an opcode not its own refuses it as RefuseOp.
-  Status Step(uint8_t op);
-  Status ProtocolOp(uint8_t op);   // PROTO, FRAME
-  Status StackOp(uint8_t op);      // MARK, POP, POP_MARK, DUP
-  Status MemoOp(uint8_t op);       // PUT, BINPUT, LONG_BINPUT, MEMOIZE, GET, BINGET, LONG_BINGET
-  Status NumberOp(uint8_t op);     // NONE, NEWTRUE/NEWFALSE, INT, LONG, BININT*, LONG1/4, floats
-  Status StringOp(uint8_t op);     // STRING, UNICODE, and the counted str / bytes opcodes
-  Status ContainerOp(uint8_t op);  // tuple, list, dict and set builders, APPEND(S), SETITEM(S)
-  Status CallOp(uint8_t op);       // GLOBAL, STACK_GLOBAL, REDUCE, NEWOBJ(_EX), INST, OBJ,
-                                   // BUILD, BINPERSID
-  Status RefuseOp(uint8_t op);     // anything else: Unsupported, naming the opcode
+  // Inline, defined and called in pickle_ops.cc only (inlined into Run: see there).
+  inline Status Step(uint8_t op);
+  inline Status ProtocolOp(uint8_t op);   // PROTO, FRAME
+  inline Status StackOp(uint8_t op);      // MARK, POP, POP_MARK, DUP
+  inline Status MemoOp(uint8_t op);       // PUT, GET and their binary forms, MEMOIZE
+  inline Status NumberOp(uint8_t op);     // NONE, the bool, int and float forms
+  inline Status StringOp(uint8_t op);     // STRING, UNICODE, and the counted str / bytes opcodes
+  inline Status ContainerOp(uint8_t op);  // tuple, list, dict, set builders, APPEND(S), SETITEM(S)
+  inline Status CallOp(uint8_t op);       // GLOBAL, STACK_GLOBAL, REDUCE, NEWOBJ(_EX), INST, OBJ,
+                                          // BUILD, BINPERSID
+  Status RefuseOp(uint8_t op);            // anything else: Unsupported, naming the opcode
 
   Status Fail(Status (*make)(std::string), std::string_view what) const {
     return make(prefix_ + std::string(what) + " (byte " + std::to_string(op_pos_) + ")");
