@@ -58,18 +58,11 @@ void AppendGroup(std::vector<TileGroup>& out, TileGroup group) {
   out.push_back(std::move(group));
 }
 
-}  // namespace
-
-Result<Tiling> TileTensor(std::span<const uint64_t> shape, uint64_t element_size,
-                          std::span<const ChunkBox> chunks, const std::string& what) {
+// Each chunk has the tensor's rank and lies inside it; whether they tile it is the grid's
+// to say (FindOwners), once the boxes are known to be boxes of this tensor.
+Status CheckChunks(std::span<const uint64_t> shape, std::span<const ChunkBox> chunks,
+                   const std::string& what) {
   const size_t rank = shape.size();
-  if (element_size == 0) return Status::InvalidArgument(what + ": element size 0");
-  if (chunks.size() >= kNoChunk) {
-    return Status::InvalidArgument(what + ": " + std::to_string(chunks.size()) + " chunks");
-  }
-  const std::optional<uint64_t> total = CheckedProduct(shape, element_size);
-  if (!total) return Status::InvalidArgument(what + ": tensor size overflows 64 bits");
-
   for (size_t k = 0; k < chunks.size(); ++k) {
     const ChunkBox& c = chunks[k];
     const std::string which = what + ": chunk " + std::to_string(k);
@@ -86,52 +79,72 @@ Result<Tiling> TileTensor(std::span<const uint64_t> shape, uint64_t element_size
       }
     }
   }
+  return Status::Ok();
+}
 
-  // The grid: every non-empty chunk's boundaries per dimension. Empty chunks (torch.chunk's
-  // last shards on an uneven split) hold no element, so they neither bound nor own a cell.
-  std::vector<std::vector<uint64_t>> bounds(rank);
+// The cells every chunk's boundaries cut the tensor into, and which chunk holds each: the
+// tiling is read off this grid, so its size (not the tensor's) is what the work grows with.
+struct Grid {
+  std::vector<std::vector<uint64_t>> bounds;  // per dimension: 0, every boundary, its size
+  std::vector<uint64_t> cells;                // cells per dimension
+  uint64_t cell_count = 1;
+  std::vector<uint32_t> owner;  // per cell, row-major: the chunk holding it
+};
+
+// The grid's boundaries and cells, at most kMaxTileCells of them. Empty chunks (torch.chunk's
+// last shards on an uneven split) hold no element, so they neither bound nor own a cell.
+Result<Grid> MakeGrid(std::span<const uint64_t> shape, std::span<const ChunkBox> chunks,
+                      const std::string& what) {
+  const size_t rank = shape.size();
+  Grid grid;
+  grid.bounds.resize(rank);
   for (size_t j = 0; j < rank; ++j) {
-    bounds[j] = {0, shape[j]};
+    std::vector<uint64_t>& bounds = grid.bounds[j];
+    bounds = {0, shape[j]};
     for (const ChunkBox& c : chunks) {
       if (Empty(c)) continue;
-      bounds[j].push_back(c.offsets[j]);
-      bounds[j].push_back(c.offsets[j] + c.sizes[j]);
+      bounds.push_back(c.offsets[j]);
+      bounds.push_back(c.offsets[j] + c.sizes[j]);
     }
-    std::sort(bounds[j].begin(), bounds[j].end());
-    bounds[j].erase(std::unique(bounds[j].begin(), bounds[j].end()), bounds[j].end());
+    std::sort(bounds.begin(), bounds.end());
+    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
   }
-  std::vector<uint64_t> cells(rank);  // cells per dimension
-  uint64_t cell_count = 1;
+  grid.cells.resize(rank);
   for (size_t j = 0; j < rank; ++j) {
-    cells[j] = bounds[j].size() - 1;
+    grid.cells[j] = grid.bounds[j].size() - 1;
     // Each factor is at most 2 x chunks + 1, so the running product is compared before
     // it could wrap.
-    cell_count *= cells[j];
-    if (cell_count > kMaxTileCells) {
+    grid.cell_count *= grid.cells[j];
+    if (grid.cell_count > kMaxTileCells) {
       return Status::InvalidArgument(what + ": chunk grid has more than " +
                                      std::to_string(kMaxTileCells) + " cells");
     }
   }
+  return grid;
+}
 
-  // Every cell's owner. A cell is set at most once before an overlap stops the walk, so
-  // the work is bounded by the grid, however many chunks claim it.
-  std::vector<uint32_t> owner(cell_count, kNoChunk);
+// Every cell's owner, refusing chunks that overlap or leave a hole. A cell is set at most
+// once before an overlap stops the walk, so the work is bounded by the grid, however many
+// chunks claim it.
+Status FindOwners(Grid& grid, std::span<const ChunkBox> chunks, const std::string& what) {
+  const size_t rank = grid.cells.size();
+  grid.owner.assign(grid.cell_count, kNoChunk);
   for (size_t k = 0; k < chunks.size(); ++k) {
     const ChunkBox& c = chunks[k];
-    if (Empty(c) || cell_count == 0) continue;
+    if (Empty(c) || grid.cell_count == 0) continue;
     std::vector<size_t> lo(rank), hi(rank), at(rank);
     for (size_t j = 0; j < rank; ++j) {
-      lo[j] = at[j] = CellOf(bounds[j], c.offsets[j]);
-      hi[j] = CellOf(bounds[j], c.offsets[j] + c.sizes[j]);
+      lo[j] = at[j] = CellOf(grid.bounds[j], c.offsets[j]);
+      hi[j] = CellOf(grid.bounds[j], c.offsets[j] + c.sizes[j]);
     }
     while (true) {
       uint64_t index = 0;
-      for (size_t j = 0; j < rank; ++j) index = index * cells[j] + at[j];
-      if (owner[index] != kNoChunk) {
-        return Status::InvalidArgument(what + ": chunks " + std::to_string(owner[index]) + " and " +
-                                       std::to_string(k) + " overlap");
+      for (size_t j = 0; j < rank; ++j) index = index * grid.cells[j] + at[j];
+      if (grid.owner[index] != kNoChunk) {
+        return Status::InvalidArgument(what + ": chunks " + std::to_string(grid.owner[index]) +
+                                       " and " + std::to_string(k) + " overlap");
       }
-      owner[index] = static_cast<uint32_t>(k);
+      grid.owner[index] = static_cast<uint32_t>(k);
       size_t j = rank;
       while (j > 0 && ++at[j - 1] == hi[j - 1]) {
         at[j - 1] = lo[j - 1];
@@ -140,49 +153,58 @@ Result<Tiling> TileTensor(std::span<const uint64_t> shape, uint64_t element_size
       if (j == 0) break;
     }
   }
-  for (uint64_t i = 0; i < cell_count; ++i) {
-    if (owner[i] == kNoChunk) {
+  for (uint64_t i = 0; i < grid.cell_count; ++i) {
+    if (grid.owner[i] == kNoChunk) {
       return Status::InvalidArgument(what + ": chunks leave a hole (not every element is saved)");
     }
   }
+  return Status::Ok();
+}
 
-  Tiling tiling;
-  tiling.bytes = *total;
-  if (*total == 0) return tiling;
-
-  // d: the innermost split dimension; e: the innermost split dimension before it. Dims
-  // after d and between e and d are whole in every chunk, so along a cell of e (and the
-  // whole dims up to d) each chunk's rows follow at one stride: one group. Dims before e
-  // are split or not: their rows each need their own groups.
-  const auto innermost_split = [&](size_t below) -> std::optional<size_t> {
-    for (size_t j = below; j > 0; --j) {
-      if (cells[j - 1] > 1) return j - 1;
-    }
-    return std::nullopt;
-  };
-  const std::optional<size_t> d = innermost_split(rank);
-  if (!d) {
-    // One cell: one chunk holds the whole tensor, in order.
-    tiling.groups.push_back({1, {{owner[0], 0, *total, 0}}});
-    return tiling;
+// The innermost dimension before `below` that the grid splits (more than one cell).
+std::optional<size_t> InnermostSplit(const std::vector<uint64_t>& cells, size_t below) {
+  for (size_t j = below; j > 0; --j) {
+    if (cells[j - 1] > 1) return j - 1;
   }
-  const std::optional<size_t> e = innermost_split(*d);
+  return std::nullopt;
+}
+
+// Byte offset of element `x` in chunk `c`, row-major; every term is below the chunk's
+// bytes, so nothing wraps.
+uint64_t OffsetIn(const ChunkBox& c, const std::vector<uint64_t>& x, uint64_t element_size) {
+  uint64_t offset = 0, step = element_size;
+  for (size_t j = x.size(); j > 0; --j) {
+    offset += (x[j - 1] - c.offsets[j - 1]) * step;
+    step *= c.sizes[j - 1];
+  }
+  return offset;
+}
+
+// Appends the groups of a tensor the grid splits, `d` and `e` as TileTensor finds them: a
+// group per cell along e for every row of the dims before e, a run per cell along d. A
+// tiling of more than kMaxTileCells runs is refused before anything is made.
+Status AppendTiles(std::span<const uint64_t> shape, uint64_t element_size,
+                   std::span<const ChunkBox> chunks, const Grid& grid, size_t d,
+                   std::optional<size_t> e, const std::string& what, Tiling& tiling) {
+  const size_t rank = shape.size();
+  const std::vector<std::vector<uint64_t>>& bounds = grid.bounds;
+  const std::vector<uint64_t>& cells = grid.cells;
   const size_t first_whole = e ? *e + 1 : 0;  // dims [first_whole, d) are whole in chunks
 
   // Rows of the dims before e, each a set of groups; checked before anything is made.
   const std::optional<uint64_t> outer_rows = CheckedProduct(shape.subspan(0, e ? *e : 0));
   const uint64_t cells_e = e ? cells[*e] : 1;
   const std::optional<uint64_t> runs_made =
-      outer_rows ? CheckedMul(*outer_rows, cells_e * cells[*d]) : std::nullopt;
+      outer_rows ? CheckedMul(*outer_rows, cells_e * cells[d]) : std::nullopt;
   if (!runs_made || *runs_made > kMaxTileCells) {
     return Status::InvalidArgument(what + ": tiling needs more than " +
                                    std::to_string(kMaxTileCells) + " runs");
   }
   // Bounded by the tensor's elements, which fit 64 bits.
   uint64_t whole_rows = 1;
-  for (size_t j = first_whole; j < *d; ++j) whole_rows *= shape[j];
+  for (size_t j = first_whole; j < d; ++j) whole_rows *= shape[j];
   uint64_t inner = element_size;  // bytes of one index along d, the same in every chunk
-  for (size_t j = *d + 1; j < rank; ++j) inner *= shape[j];
+  for (size_t j = d + 1; j < rank; ++j) inner *= shape[j];
 
   std::vector<uint64_t> x(rank, 0);   // the group's first element
   std::vector<size_t> cell(rank, 0);  // the cell holding it
@@ -202,25 +224,52 @@ Result<Tiling> TileTensor(std::span<const uint64_t> shape, uint64_t element_size
         cell[*e] = ce;
         group.count *= bounds[*e][ce + 1] - bounds[*e][ce];
       }
-      for (size_t cd = 0; cd < cells[*d]; ++cd) {
-        x[*d] = bounds[*d][cd];
-        cell[*d] = cd;
+      for (size_t cd = 0; cd < cells[d]; ++cd) {
+        x[d] = bounds[d][cd];
+        cell[d] = cd;
         uint64_t index = 0;
         for (size_t j = 0; j < rank; ++j) index = index * cells[j] + cell[j];
-        const uint32_t k = owner[index];
+        const uint32_t k = grid.owner[index];
         const ChunkBox& c = chunks[k];
-        // Byte offset of x in chunk k, row-major; every term is below the chunk's bytes.
-        uint64_t offset = 0, step = element_size;
-        for (size_t j = rank; j > 0; --j) {
-          offset += (x[j - 1] - c.offsets[j - 1]) * step;
-          step *= c.sizes[j - 1];
-        }
-        AppendMerged(group.runs, {k, offset, (bounds[*d][cd + 1] - bounds[*d][cd]) * inner,
-                                  c.sizes[*d] * inner});
+        AppendMerged(group.runs, {k, OffsetIn(c, x, element_size),
+                                  (bounds[d][cd + 1] - bounds[d][cd]) * inner, c.sizes[d] * inner});
       }
       AppendGroup(tiling.groups, std::move(group));
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Tiling> TileTensor(std::span<const uint64_t> shape, uint64_t element_size,
+                          std::span<const ChunkBox> chunks, const std::string& what) {
+  if (element_size == 0) return Status::InvalidArgument(what + ": element size 0");
+  if (chunks.size() >= kNoChunk) {
+    return Status::InvalidArgument(what + ": " + std::to_string(chunks.size()) + " chunks");
+  }
+  const std::optional<uint64_t> total = CheckedProduct(shape, element_size);
+  if (!total) return Status::InvalidArgument(what + ": tensor size overflows 64 bits");
+  CKPTFS_RETURN_IF_ERROR(CheckChunks(shape, chunks, what));
+  CKPTFS_ASSIGN_OR_RETURN(Grid grid, MakeGrid(shape, chunks, what));
+  CKPTFS_RETURN_IF_ERROR(FindOwners(grid, chunks, what));
+
+  Tiling tiling;
+  tiling.bytes = *total;
+  if (*total == 0) return tiling;
+
+  // d: the innermost split dimension; e: the innermost split dimension before it. Dims
+  // after d and between e and d are whole in every chunk, so along a cell of e (and the
+  // whole dims up to d) each chunk's rows follow at one stride: one group. Dims before e
+  // are split or not: their rows each need their own groups.
+  const std::optional<size_t> d = InnermostSplit(grid.cells, shape.size());
+  if (!d) {
+    // One cell: one chunk holds the whole tensor, in order.
+    tiling.groups.push_back({1, {{grid.owner[0], 0, *total, 0}}});
+    return tiling;
+  }
+  const std::optional<size_t> e = InnermostSplit(grid.cells, *d);
+  CKPTFS_RETURN_IF_ERROR(AppendTiles(shape, element_size, chunks, grid, *d, e, what, tiling));
   return tiling;
 }
 
