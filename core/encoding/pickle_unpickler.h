@@ -1,6 +1,6 @@
 // pickle_unpickler: the machine behind Unpickle (core/encoding/pickle.h), shared by its two
 // files. Internal: pickle.h is the contract (what is refused, the limits, the messages);
-// nothing outside core/format/pickle*.cc includes this.
+// nothing outside core/encoding/pickle*.cc includes this.
 //
 // Three parts:
 //   - here, inline: the byte reader, the stack with its MARK fences, the memory budget
