@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/source/hf_api.h"
+#include "core/source/http_source.h"
 
 namespace ckptfs {
 namespace {
@@ -33,29 +34,6 @@ bool IsRepoNameChar(char c) {
 bool IsRepoName(std::string_view name) {
   return !name.empty() && name.size() <= 96 && name != "." && name != ".." &&
          std::all_of(name.begin(), name.end(), IsRepoNameChar);
-}
-
-// `text` with %XX decoded once; nullopt for a '%' without two hex digits.
-std::optional<std::string> Decode(std::string_view text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out += text[i];
-      continue;
-    }
-    auto hex = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-      return -1;
-    };
-    if (i + 2 >= text.size()) return std::nullopt;
-    const int hi = hex(text[i + 1]), lo = hex(text[i + 2]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return out;
 }
 
 bool IsToken(std::string_view token) {
@@ -210,8 +188,8 @@ Result<HfUrl> ParseHfUrl(std::string_view source) {
   url.revision = "main";
   if (!rest.empty() && rest.front() == '@') {
     const size_t rev_end = rest.find('/');
-    const auto revision =
-        Decode(rest.substr(1, rev_end == std::string_view::npos ? rev_end : rev_end - 1));
+    const auto revision = PercentDecode(
+        rest.substr(1, rev_end == std::string_view::npos ? rev_end : rev_end - 1), true);
     if (!revision || revision->empty() || revision->size() > 255 ||
         !std::all_of(revision->begin(), revision->end(),
                      [](char c) { return c > 0x20 && c < 0x7f; })) {
@@ -223,7 +201,7 @@ Result<HfUrl> ParseHfUrl(std::string_view source) {
   if (!rest.empty()) {
     rest.remove_prefix(1);  // the '/'
     while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-    const auto path = Decode(rest);
+    const auto path = PercentDecode(rest, true);
     if (!path || (!path->empty() && !IsPlainPath(*path))) {
       return refuse("\"" + std::string(rest.substr(0, 200)) + "\" is not a path inside the repo");
     }

@@ -141,22 +141,6 @@ int HexValue(char c) {
   return -1;
 }
 
-// One round of percent-decoding; a '%' not followed by two hex digits stays as it is.
-std::string PercentDecode(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() && HexValue(text[i + 1]) >= 0 &&
-        HexValue(text[i + 2]) >= 0) {
-      out += static_cast<char>(HexValue(text[i + 1]) * 16 + HexValue(text[i + 2]));
-      i += 2;
-    } else {
-      out += text[i];
-    }
-  }
-  return out;
-}
-
 // Why `name` is no plain name in its directory, or empty.
 std::string SegmentProblem(std::string_view name) {
   if (name.empty()) return "empty";
@@ -182,6 +166,24 @@ bool ParseDecimal(std::string_view text, uint64_t* value) {
 
 }  // namespace
 
+std::optional<std::string> PercentDecode(std::string_view text, bool strict) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool escape = text[i] == '%' && i + 2 < text.size() && HexValue(text[i + 1]) >= 0 &&
+                        HexValue(text[i + 2]) >= 0;
+    if (escape) {
+      out += static_cast<char>(HexValue(text[i + 1]) * 16 + HexValue(text[i + 2]));
+      i += 2;
+    } else if (text[i] == '%' && strict) {
+      return std::nullopt;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
 std::string UrlNameProblem(std::string_view name) {
   std::string decoded(name);
   // Each round a server may decode once more; a name that still changes after a few
@@ -192,7 +194,7 @@ std::string UrlNameProblem(std::string_view name) {
       return round == 0 ? problem
                         : problem + " once percent-decoded (\"" + decoded.substr(0, 200) + "\")";
     }
-    std::string next = PercentDecode(decoded);
+    std::string next = *PercentDecode(decoded, false);
     if (next == decoded) return "";
     decoded = std::move(next);
   }

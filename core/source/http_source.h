@@ -34,10 +34,10 @@
 // Redirects. Signed requests (S3 with credentials) are never redirected: libcurl would
 // send the session token and x-amz-* headers to wherever the Location points. A 3xx is
 // then an error naming where it pointed. Requests carrying a bearer token (the Hub) are
-// not redirected either: the caller reads the Location (HttpHead) and decides. Unsigned requests follow up to 5 redirects,
-// only to http(s) (to https only from an https URL); libcurl sends a URL's
-// credentials only to the host and port it was given for (CURLOPT_UNRESTRICTED_AUTH
-// off), and the only other headers sent are If-Match / If-Unmodified-Since.
+// not redirected either: the caller reads the Location (HttpHead) and decides. Unsigned requests
+// follow up to 5 redirects, only to http(s) (to https only from an https URL); libcurl sends a
+// URL's credentials only to the host and port it was given for (CURLOPT_UNRESTRICTED_AUTH off), and
+// the only other headers sent are If-Match / If-Unmodified-Since.
 //
 // Credentials for unsigned requests never come from the command line (UrlPasswordProblem):
 // libcurl looks the host up in ~/.netrc (of the user the daemon runs as), and
@@ -81,6 +81,11 @@ std::string UrlPasswordProblem(const std::string& url);
 // servers decode twice), a "." or ".." or holding '/', '\\', NUL or a control character.
 // `..%2Fx` and `%2E%2E%2Fx` are refused like `../x`.
 std::string UrlNameProblem(std::string_view name);
+
+// `text` with one round of %XX decoded. A '%' without two hex digits after it stays as it
+// is (a listing's name, checked by UrlNameProblem), or, with `strict`, makes it nullopt
+// (an hf:// URL's revision or path, which must mean one thing).
+std::optional<std::string> PercentDecode(std::string_view text, bool strict);
 
 // `name` as one URL path segment: RFC 3986 unreserved characters (A-Z a-z 0-9 - . _ ~)
 // kept, every other byte %XX, so no name can add a segment or a query to a URL.
