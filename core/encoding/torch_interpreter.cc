@@ -322,7 +322,12 @@ Status TorchInterpreter::Visit(uint32_t v, const std::string& name, int depth, j
       }
       if (args && IsGlobal(p.items[0], "torch.device") && !args->items.empty()) {
         std::string device = At(args->items[0]).text;  // device("cuda", 0) -> "cuda:0"
-        if (args->items.size() > 1) device += ":" + std::to_string(At(args->items[1]).int_value);
+        if (args->items.size() > 1) {
+          // Two appends, not ":" + number: GCC 12 at -O3 misreads the temporary's insert as
+          // an overlapping memcpy (-Wrestrict), as in hf_hub.cc.
+          device += ':';
+          device += std::to_string(At(args->items[1]).int_value);
+        }
         *state = device;
         return Status::Ok();
       }
