@@ -1,6 +1,6 @@
 // docs/architecture.md cannot drift from the build: its layer line names every layer
-// library core/CMakeLists.txt makes, each after every layer it links, and every repository
-// path it names exists.
+// library core/CMakeLists.txt makes, each after every layer it links (CONTRIBUTING.md's
+// the same), and every repository path it names exists.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -39,9 +39,10 @@ std::vector<std::pair<std::string, std::vector<std::string>>> BuildLayers() {
 
 // The layer line of architecture.md's "## Layers" ("cache  <  source  <  codec, format ..."):
 // each name's position, names joined by ',' sharing one.
-std::map<std::string, int> DocumentedOrder(const std::string& doc) {
+std::map<std::string, int> DocumentedOrder(const std::string& doc,
+                                           const std::string& heading = "## Layers") {
   std::map<std::string, int> order;
-  const size_t section = doc.find("\n## Layers");
+  const size_t section = doc.find("\n" + heading);
   if (section == std::string::npos) return order;
   std::istringstream lines(doc.substr(section));
   for (std::string line; std::getline(lines, line);) {
@@ -75,6 +76,16 @@ TEST(ArchitectureDocTest, LayerLineFollowsTheBuild) {
     }
   }
   EXPECT_EQ(order.size(), layers.size()) << "the layer line names a layer the build does not make";
+}
+
+// CONTRIBUTING.md repeats the line for contributors: the same order, whole.
+TEST(ArchitectureDocTest, ContributingStatesTheSameLayerLine) {
+  const std::map<std::string, int> documented =
+      DocumentedOrder(ReadRepoFile("docs/architecture.md"));
+  const std::map<std::string, int> contributing =
+      DocumentedOrder(ReadRepoFile("CONTRIBUTING.md"), "## The layering rule");
+  ASSERT_FALSE(contributing.empty()) << "CONTRIBUTING.md has no layer line under its rule";
+  EXPECT_EQ(contributing, documented) << "CONTRIBUTING.md's layer line differs from the docs'";
 }
 
 TEST(ArchitectureDocTest, EveryRepositoryPathItNamesExists) {
