@@ -532,7 +532,11 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
       std::printf("warning  %s\n", EscapeControlChars(line).c_str());
     }
   };
-  if (std::optional<int> run_rc = InspectIfRun(source, json, read_options, open)) {
+  // One listing of SOURCE serves both questions (a run? which checkpoint?): an hf:// SOURCE
+  // costs a revision lookup and a tree listing each time, as a mount lists once.
+  auto context = std::make_shared<ReadContext>(read_options);
+  std::optional<SourceDir> listed;
+  if (std::optional<int> run_rc = InspectIfRun(source, json, *context, open, &listed)) {
     if (json) {  // the run's JSON is printed already: warnings go beside it
       std::lock_guard<std::mutex> lock(*warnings_mu);
       for (const std::string& line : *warnings) {
@@ -544,7 +548,12 @@ int RunInspect(const std::string& source, bool json, const ReadOptions& options,
     return *run_rc;
   }
   int rc = 0;
-  auto volume = OpenOrReport(source, read_options, open, &rc);
+  auto volume = listed ? Volume::OpenListed(*listed, source, context, ZipCrcMode::kAuto, open)
+                       : OpenOrReport(source, read_options, open, &rc);
+  if (listed && !volume.ok()) {
+    PrintRefusal(volume.status());
+    rc = ExitCodeForOpenFailure(volume.status());
+  }
   if (!volume.ok()) return rc;
   if (json) {
     nlohmann::json out = InspectJson(source, (*volume)->checkpoint(), (*volume)->zip_crcs());

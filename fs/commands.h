@@ -26,9 +26,10 @@ std::optional<uint64_t> ParseByteSize(const std::string& text);
 int RunInspect(const std::string& source, bool json, const ReadOptions& options,
                const OpenOptions& open);
 // When SOURCE is a run: prints its entries, latest and best (fs/run_inspect.cc) and returns
-// the exit code; nullopt when it is not a run (or cannot be listed: RunInspect then reports).
-std::optional<int> InspectIfRun(const std::string& source, bool json,
-                                const ReadOptions& read_options, const OpenOptions& open);
+// the exit code; nullopt when it is not a run (or cannot be listed: RunInspect then reports),
+// with SOURCE's listing in `not_run` when it was listed, so it is not listed twice.
+std::optional<int> InspectIfRun(const std::string& source, bool json, ReadContext& context,
+                                const OpenOptions& open, std::optional<SourceDir>* not_run);
 
 // When SOURCE is a run (and so not one checkpoint pack or verify can take): the one-line
 // refusal naming the entry to take instead, "SOURCE is a training run (N checkpoints);

@@ -207,15 +207,20 @@ struct ListedRun {
 // SOURCE listed as a run: nullopt when it is not one or cannot be listed here (the
 // checkpoint path then reports); an error from what makes it a run (a DeepSpeed `latest`
 // naming no tag says more than "no checkpoint found" would) or from listing it.
+// A listing that is no run goes to `not_run`, when given, for the checkpoint path to open.
 Result<std::optional<ListedRun>> ListIfRun(const std::string& source, ReadContext& context,
-                                           const RemoteOptions& remote) {
+                                           const RemoteOptions& remote,
+                                           std::optional<SourceDir>* not_run = nullptr) {
   auto dir = OpenSourceDir(source, context, remote);
   if (!dir.ok()) return std::optional<ListedRun>();
   auto is_run = IsRun(*dir);
   if (!is_run.ok() && is_run.status().code() == Status::Code::kInvalidArgument) {
     return is_run.status();
   }
-  if (!is_run.ok() || !*is_run) return std::optional<ListedRun>();
+  if (!is_run.ok() || !*is_run) {
+    if (not_run) *not_run = std::move(*dir);
+    return std::optional<ListedRun>();
+  }
   auto run = ListRun(*dir);
   if (!run.ok()) return run.status();
   return std::optional<ListedRun>(ListedRun{std::move(*dir), std::move(*run)});
@@ -223,10 +228,9 @@ Result<std::optional<ListedRun>> ListIfRun(const std::string& source, ReadContex
 
 }  // namespace
 
-std::optional<int> InspectIfRun(const std::string& source, bool json,
-                                const ReadOptions& read_options, const OpenOptions& open) {
-  ReadContext context(read_options);
-  auto listed = ListIfRun(source, context, open.remote);
+std::optional<int> InspectIfRun(const std::string& source, bool json, ReadContext& context,
+                                const OpenOptions& open, std::optional<SourceDir>* not_run) {
+  auto listed = ListIfRun(source, context, open.remote, not_run);
   if (!listed.ok()) {
     PrintRefusal(listed.status());
     return ExitCodeForOpenFailure(listed.status());

@@ -536,7 +536,7 @@ std::vector<std::string> FormatTitlesFromSource() {
   std::vector<std::string> titles;
   // An entry's own title, not its run record's (`record.title = ...`).
   const std::regex title(R"re(\n\s+\.title = "([^"]+)")re");
-  for (const auto& e : fs::directory_iterator(ScriptPath("core/checkpoint"))) {
+  for (const auto& e : fs::recursive_directory_iterator(ScriptPath("core/format"))) {
     const std::string name = e.path().filename();
     if (!name.ends_with("_reader.cc")) continue;
     const std::string text = ReadTextFile(e.path());
@@ -557,7 +557,7 @@ std::string Unwrapped(const std::string& text) {
 // and DCP were missing).
 TEST_F(CliTest, HelpFitsEightyColumnsAndNamesEveryFormat) {
   const std::vector<std::string> titles = FormatTitlesFromSource();
-  ASSERT_GE(titles.size(), 7u) << "too few `.title = \"...\"` in core/checkpoint/*_reader.cc";
+  ASSERT_GE(titles.size(), 7u) << "too few `.title = \"...\"` in core/format/*/*_reader.cc";
   for (const std::string command : {"", "mount", "inspect", "verify", "pack", "umount"}) {
     SCOPED_TRACE("ckptfs " + command + " --help");
     std::vector<std::string> args = {"--help"};

@@ -179,6 +179,26 @@ TEST_F(HfMountTest, RevisionAndSubfolder) {
   EXPECT_FALSE(fs::exists(mountpoint + "/README.md")) << "only the folder asked for is shown";
 }
 
+// `inspect` lists SOURCE once, as a mount does: one revision lookup and one tree listing
+// (its pages) answer both whether it is a run and which checkpoint it holds.
+TEST_F(HfMountTest, InspectListsTheRepoOnce) {
+  AddCheckpoint("acme/tiny", kShaA);
+  ASSERT_NO_FATAL_FAILURE(StartHub());
+  const ProcessResult r =
+      RunProcess({kCkptfs, "inspect", "--endpoint", Endpoint(), "hf://acme/tiny"}, kMountTimeout);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("hf://acme/tiny@" + std::string(kShaA)), std::string::npos) << r.out;
+  size_t revisions = 0, first_pages = 0;
+  for (const WanRequest& q : server_->Requests()) {
+    if (q.listener != "hub") continue;
+    revisions += q.path.find("/revision/") != std::string::npos;
+    first_pages +=
+        q.path.find("/tree/") != std::string::npos && q.query.find("cursor") == std::string::npos;
+  }
+  EXPECT_EQ(revisions, 1u) << "the revision is resolved once";
+  EXPECT_EQ(first_pages, 1u) << "the tree is listed once";
+}
+
 // Each refusal is one line naming the repo, before any daemon starts, exit 2.
 TEST_F(HfMountTest, EachRefusalIsOneLine) {
   AddCheckpoint("acme/public", kShaA);
