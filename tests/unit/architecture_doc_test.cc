@@ -12,14 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/test_util.h"
+
 namespace {
 
-std::string ReadRepoFile(const std::string& path) {
-  std::ifstream in(std::string(CKPTFS_SOURCE_DIR) + "/" + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using ckptfs::testing::ReadRepoFile;
 
 // ckptfs_layer(NAME BELOW...) lines of core/CMakeLists.txt: each layer and what it links.
 std::vector<std::pair<std::string, std::vector<std::string>>> BuildLayers() {

@@ -12,16 +12,12 @@
 #include <vector>
 
 #include "core/format/formats.h"
+#include "tests/unit/test_util.h"
 
 namespace ckptfs {
 namespace {
 
-std::string ReadRepoFile(const std::string& path) {
-  std::ifstream in(std::string(CKPTFS_SOURCE_DIR) + "/" + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using ckptfs::testing::ReadRepoFile;
 
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),

@@ -3,6 +3,7 @@
 
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -133,5 +134,14 @@ inline long PeakRssKib() {
 
 // Resets VmHWM to the current RSS (writing 5 to clear_refs).
 inline void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// The text of `path` in the repository (CKPTFS_SOURCE_DIR), "" if it cannot be read: for
+// the tests that keep docs and build from drifting apart.
+inline std::string ReadRepoFile(const std::string& path) {
+  std::ifstream in(std::string(CKPTFS_SOURCE_DIR) + "/" + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 }  // namespace ckptfs::testing
