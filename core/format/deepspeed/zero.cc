@@ -191,10 +191,6 @@ std::string Consolidator::StateJson() const {
   return state.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string ModelStatesName(uint32_t mp_rank) {
-  return "mp_rank_" + TwoDigits(mp_rank) + "_model_states.pt";
-}
-
 std::string Zero3ModelStatesName(uint32_t dp_rank, uint32_t mp_rank) {
   return "zero_pp_rank_" + std::to_string(dp_rank) + "_mp_rank_" + TwoDigits(mp_rank) +
          "_model_states.pt";

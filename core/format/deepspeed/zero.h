@@ -50,7 +50,6 @@
 namespace ckptfs::deepspeed {
 
 // File names of a tag.
-std::string ModelStatesName(uint32_t mp_rank);                         // stage 0-2
 std::string Zero3ModelStatesName(uint32_t dp_rank, uint32_t mp_rank);  // stage 3
 std::string OptimStatesName(uint32_t dp_rank, uint32_t mp_rank, bool bf16);
 
