@@ -16,6 +16,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint/format_reader.h"
 #include "core/checkpoint/model.h"
 #include "core/checkpoint/natural_order.h"
 #include "core/crc/zip_crc.h"
@@ -80,9 +81,26 @@ uint64_t ViewBytes(const Tensor& t) {
   return t.contiguous() ? t.size : TensorByteSize(t.dtype, t.shape).value_or(0);
 }
 
-// Elements of the tensor (1 for a scalar); shapes were checked against byte sizes at open,
+// A tensor's type and shape as people read them: its Dtype's, or, for a tensor of a type
+// no Dtype names (a GGUF Q4_0 one, BlockType), that type and its shape in elements.
+struct TypeShown {
+  std::string dtype;
+  std::vector<uint64_t> shape;
+};
+
+TypeShown TypeOf(const Checkpoint& ckpt, size_t i) {
+  const Tensor& t = ckpt.tensors[i];
+  if (std::optional<BlockType> blocks = BlocksOf(ckpt, i)) {
+    return {std::string(blocks->name), std::move(blocks->shape)};
+  }
+  return {std::string(DtypeName(t.dtype)), t.shape};
+}
+
+// Elements of a shape (1 for a scalar); shapes were checked against byte sizes at open,
 // so this cannot overflow for a tensor that has bytes, and saturates for one that does not.
-uint64_t Elements(const Tensor& t) { return ElementCount(t.shape).value_or(UINT64_MAX); }
+uint64_t Elements(const std::vector<uint64_t>& shape) {
+  return ElementCount(shape).value_or(UINT64_MAX);
+}
 
 // Parameters (tensor elements) of the whole checkpoint and per dtype. Tied weights count
 // once per tensor name, as summing numel() over a state dict does.
@@ -98,9 +116,11 @@ struct ParameterCount {
 
 ParameterCount CountParameters(const Checkpoint& ckpt) {
   ParameterCount count;
-  for (const Tensor& t : ckpt.tensors) {
-    ParameterCount::PerDtype& d = count.by_dtype[std::string(DtypeName(t.dtype))];
-    const uint64_t n = Elements(t);
+  for (size_t i = 0; i < ckpt.tensors.size(); ++i) {
+    const Tensor& t = ckpt.tensors[i];
+    const TypeShown type = TypeOf(ckpt, i);
+    ParameterCount::PerDtype& d = count.by_dtype[type.dtype];
+    const uint64_t n = Elements(type.shape);
     ++d.tensors;
     d.parameters += n;
     d.bytes += ViewBytes(t);
@@ -126,7 +146,9 @@ std::string ModelLine(const Checkpoint& ckpt) {
     return std::string("every tensor") +
            (m.rule.empty() ? " (--model-key to choose a sub-tree)" : " (" + m.rule + ")");
   }
-  const std::string what = m.key.empty() ? "every tensor but the training state" : m.key;
+  const std::string what = !m.key.empty()                 ? m.key
+                           : m.rule == kBlocksLeftOutRule ? m.rule
+                                                          : "every tensor but the training state";
   return what + " (" + std::to_string(m.tensors) + " of " + std::to_string(ckpt.tensors.size()) +
          " tensors; --model-key to choose)";
 }
@@ -169,8 +191,9 @@ nlohmann::json InspectJson(const std::string& source, const Checkpoint& ckpt,
   json tensors = json::array();
   for (uint32_t i : NaturalTensorOrder(ckpt)) {
     const Tensor& t = ckpt.tensors[i];
-    json entry = {{"name", t.name},        {"dtype", DtypeName(t.dtype)},
-                  {"shape", t.shape},      {"parameters", Elements(t)},
+    const TypeShown type = TypeOf(ckpt, i);
+    json entry = {{"name", t.name},        {"dtype", type.dtype},
+                  {"shape", type.shape},   {"parameters", Elements(type.shape)},
                   {"bytes", ViewBytes(t)}, {"shard", ShardFile(ckpt, t.shard).name},
                   {"offset", t.offset}};
     if (!TensorKeys(ckpt).empty()) entry["tf_key"] = TensorKeys(ckpt)[i];
@@ -265,8 +288,9 @@ void PrintInspectTable(const std::string& source, const Checkpoint& ckpt,
               "BYTES", "SHARD");
   for (uint32_t i : NaturalTensorOrder(ckpt)) {
     const Tensor& t = ckpt.tensors[i];
+    const TypeShown type = TypeOf(ckpt, i);
     std::printf("%-*s  %-8s  %-20s  %12llu  %s%s\n", static_cast<int>(width), names[i].c_str(),
-                std::string(DtypeName(t.dtype)).c_str(), ShapeToJson(t.shape).c_str(),
+                type.dtype.c_str(), ShapeToJson(type.shape).c_str(),
                 static_cast<unsigned long long>(ViewBytes(t)),
                 Shown(ShardFile(ckpt, t.shard).name).c_str(),
                 t.contiguous() ? "" : "  (strided: only in pytorch_model.bin)");

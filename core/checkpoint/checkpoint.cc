@@ -181,6 +181,11 @@ const FormatReader& FormatOf(const Checkpoint& ckpt) {
   return ckpt.format ? *ckpt.format : kNone;
 }
 
+std::optional<BlockType> BlocksOf(const Checkpoint& ckpt, size_t i) {
+  const auto blocks = FormatOf(ckpt).blocks;
+  return blocks ? blocks(ckpt, i) : std::nullopt;
+}
+
 std::span<const std::string> TensorKeys(const Checkpoint& ckpt) {
   const auto keys = FormatOf(ckpt).keys;
   return keys ? keys(ckpt) : std::span<const std::string>();

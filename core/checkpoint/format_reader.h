@@ -16,6 +16,7 @@
 
 #include "core/cache/read_context.h"
 #include "core/checkpoint/checkpoint.h"
+#include "core/encoding/stored_range.h"
 #include "core/source/source_dir.h"
 #include "core/status.h"
 
@@ -81,6 +82,37 @@ struct RunRecord {
   std::vector<std::string> holds;
 };
 
+// A tensor a format stores in a type no Dtype names: blocks of `block_elements` elements
+// packed into `block_bytes` bytes each (GGUF's quantized ggml types, Q4_0, Q8_0, the
+// K-quants...). Its reader gives it as a U8 Tensor over its bytes (shape {bytes}, so every
+// byte-level consumer reads it as stored); this says what those bytes hold. Such a tensor
+// is in no merged view (SelectModel leaves it out: neither safetensors nor torch has the
+// type), only in tensors/ as `leaf.<extension>`, its stored bytes with no header, whose
+// xattrs say its type, shape and block size.
+struct BlockType {
+  std::string_view name;       // "Q4_0": inspect's dtype and user.ckptfs.dtype
+  std::string_view extension;  // its tensors/ file's, "q4_0"
+  uint32_t block_elements = 0;
+  uint32_t block_bytes = 0;
+  std::vector<uint64_t> shape;  // in elements, outermost first (numpy's order)
+};
+
+// A file a format shows at the mount root besides SOURCE's other files
+// (FormatReader::root_files): one of the checkpoint's stored weight files under its own
+// name (so the path SOURCE has works on the mount), or a file laid end to end from ranges
+// of the stored files and bytes the format makes (a GGUF split set as the one NAME.gguf
+// `gguf-split --merge` writes), read through the same extents and cache as every view.
+struct RootFile {
+  std::string name;               // a plain name
+  std::optional<uint32_t> shard;  // set: Checkpoint::shards[*shard] unchanged (no pieces)
+  struct Piece {
+    StoredRange range;    // stored bytes, when `bytes` is empty
+    std::string bytes;    // made bytes (a header, padding), when not empty
+    bool tensor = false;  // one tensor's data: a read of its start prefetches the rest
+  };
+  std::vector<Piece> pieces;
+};
+
 struct FormatReader {
   std::string_view name;   // unique; inspect's "format" ("safetensors", "torch")
   std::string_view title;  // the mount's summary line ("torch.save")
@@ -110,6 +142,14 @@ struct FormatReader {
   // problem found goes to `report` (one line naming the file); an error return ends them.
   Status (*verify)(const Checkpoint& ckpt,
                    const std::function<void(const Status&)>& report) = nullptr;
+
+  // Tensors stored in a type no Dtype names (BlockType above): the type of tensor `i`,
+  // nullopt for one whose Dtype is its type. Null: none.
+  std::optional<BlockType> (*blocks)(const Checkpoint& ckpt, size_t i) = nullptr;
+
+  // Files at the mount root (RootFile above), in order; each name must not be one the
+  // checkpoint's other files or views take. Null: none.
+  std::vector<RootFile> (*root_files)(const Checkpoint& ckpt) = nullptr;
 
   // The keys this format stores tensors under where they are not their names, parallel to
   // ckpt.tensors (TF's raw keys, kept in its Checkpoint::format_state): what TensorKeys
@@ -185,5 +225,8 @@ struct FormatReader {
 // The entry `ckpt` was read by; a checkpoint no format read (a files_only one, or one
 // built in memory) gets an entry with no hooks, named "".
 const FormatReader& FormatOf(const Checkpoint& ckpt);
+
+// FormatOf(ckpt).blocks(ckpt, i), or nullopt where the format has no such tensors.
+std::optional<BlockType> BlocksOf(const Checkpoint& ckpt, size_t i);
 
 }  // namespace ckptfs

@@ -46,6 +46,24 @@ Status UnknownKey(const Checkpoint& ckpt, const std::string& key, const std::str
                                  has + "; --model-key '' keeps every tensor)");
 }
 
+// Tensors of a type no Dtype names (BlockType, format_reader.h) are in no merged view,
+// whatever the key: neither safetensors nor torch has the type, and their bytes as U8
+// would be a tensor of another shape under the model's name.
+void LeaveOutBlocks(Checkpoint& ckpt) {
+  if (!FormatOf(ckpt).blocks) return;
+  uint64_t left_out = 0;
+  for (size_t i = 0; i < ckpt.tensors.size(); ++i) {
+    Tensor& t = ckpt.tensors[i];
+    if (!t.in_model || !BlocksOf(ckpt, i)) continue;
+    t.in_model = false;
+    ++left_out;
+  }
+  if (left_out == 0) return;
+  ckpt.model.tensors -= left_out;
+  if (ckpt.model.whole) ckpt.model.rule = std::string(kBlocksLeftOutRule);
+  ckpt.model.whole = false;
+}
+
 }  // namespace
 
 bool TakeModelSubtree(Checkpoint& ckpt, const std::string& key, bool dicts_only) {
@@ -86,9 +104,11 @@ Status SelectModel(Checkpoint& ckpt, const std::optional<std::string>& model_key
     } else {
       return UnknownKey(ckpt, *model_key, shown);
     }
+    LeaveOutBlocks(ckpt);
     return Status::Ok();
   }
   if (const auto by_default = FormatOf(ckpt).model.by_default) by_default(ckpt);
+  LeaveOutBlocks(ckpt);
   return Status::Ok();
 }
 

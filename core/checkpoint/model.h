@@ -18,6 +18,9 @@
 //     name-based checkpoints: every tensor.
 //   - DeepSpeed ZeRO tags: `model`, the consolidated model (core/format/deepspeed/zero.h).
 //   - safetensors and per-key split checkpoints: every tensor.
+// Whatever the rule or key, a tensor of a type no Dtype names (BlockType, format_reader.h:
+// GGUF's quantized tensors) is in no merged view; leaving any out sets the rule
+// kBlocksLeftOutRule where the model was every tensor.
 // A key (`--model-key`, OpenOptions::model_key, checkpoint.h) overrides the rule: "" keeps every
 // tensor with its name unchanged; KEY takes the top-level sub-tree KEY, with `KEY.` cut
 // from the names. A top-level sub-tree is, for torch, a container (dict or list) that is a
@@ -37,6 +40,10 @@
 #include "core/status.h"
 
 namespace ckptfs {
+
+// The model's rule when tensors of block types were left out of every tensor.
+inline constexpr std::string_view kBlocksLeftOutRule =
+    "every tensor of a type safetensors has (quantized ones are in tensors/ only)";
 
 // The torch rule's keys, in order of preference.
 inline constexpr std::string_view kTorchModelKeys[] = {"model_state_dict", "state_dict", "model",

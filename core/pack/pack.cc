@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/checkpoint/format_reader.h"
 #include "core/codec/frame_index.h"
 #include "core/codec/zstd_source.h"
 #include "core/encoding/safetensors.h"
@@ -555,12 +556,18 @@ Status PackCheckpoint(const Checkpoint& ckpt, const std::string& dest, const Pac
   }
   if (options.shard_size) {
     // Resharding writes safetensors, which have no strides: refuse rather than drop.
-    for (const Tensor& t : ckpt.tensors) {
+    for (size_t i = 0; i < ckpt.tensors.size(); ++i) {
+      const Tensor& t = ckpt.tensors[i];
       if (!t.contiguous()) {
         return Status::Unsupported(
             "--shard-size writes safetensors shards, which cannot hold "
             "strided tensor \"" +
             t.name + "\"; pack without it");
+      }
+      if (std::optional<BlockType> blocks = BlocksOf(ckpt, i)) {
+        return Status::Unsupported("--shard-size writes safetensors shards, which cannot hold " +
+                                   std::string(blocks->name) + " tensor \"" + t.name +
+                                   "\"; pack without it");
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cache/disk_cache.h"
+#include "core/checkpoint/format_reader.h"
 #include "core/encoding/safetensors.h"
 #include "core/format/formats.h"
 
@@ -442,7 +443,16 @@ Status Volume::ReadInto(std::span<const ReadPiece> plan, uint8_t* out) const {
 std::vector<std::pair<std::string, std::string>> Volume::Xattrs(uint64_t ino) const {
   const Node* node = layout_.Find(ino);
   if (!node || node->tensor < 0) return {};
-  const Tensor& t = ckpt_.tensors[static_cast<size_t>(node->tensor)];
+  const auto i = static_cast<size_t>(node->tensor);
+  const Tensor& t = ckpt_.tensors[i];
+  if (std::optional<BlockType> blocks = BlocksOf(ckpt_, i)) {
+    // Its bytes are blocks: the type they hold, its shape in elements, and the block.
+    return {{"user.ckptfs.dtype", std::string(blocks->name)},
+            {"user.ckptfs.shape", ShapeToJson(blocks->shape)},
+            {"user.ckptfs.name", t.name},
+            {"user.ckptfs.block_size", std::to_string(blocks->block_elements)},
+            {"user.ckptfs.block_bytes", std::to_string(blocks->block_bytes)}};
+  }
   std::vector<std::pair<std::string, std::string>> out = {
       {"user.ckptfs.dtype", std::string(DtypeName(t.dtype))},
       {"user.ckptfs.shape", ShapeToJson(t.shape)},

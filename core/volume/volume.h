@@ -126,7 +126,8 @@ class Volume {
   // Copies the planned bytes into `out`, which must hold their total length.
   Status ReadInto(std::span<const ReadPiece> plan, uint8_t* out) const;
 
-  // Extended attributes of a node (user.ckptfs.dtype, .shape, .name for tensor files).
+  // Extended attributes of a node (user.ckptfs.dtype, .shape, .name for tensor files; a
+  // tensor of a block type, BlockType, also .block_size and .block_bytes).
   std::vector<std::pair<std::string, std::string>> Xattrs(uint64_t ino) const;
 
   // The current contents of /.ckptfs/stats.json.

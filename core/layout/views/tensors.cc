@@ -4,8 +4,11 @@
 // stored bytes as leaf.safetensors, and leaf.npy of float32, widened on each read from the
 // stored range under it (WidenedSource), never held whole. Paths
 // follow the tensor name's dotted components (TensorPathComponents), or the segments of
-// the key a format stores it under (FormatReader::key_segments, TF's). Strided tensors are left out
-// with a note. A file is no more readable than its shard; its mtime is its shard's (Node::tensor).
+// the key a format stores it under (FormatReader::key_segments, TF's). A tensor of a block
+// type (BlockType: GGUF's Q4_0, Q8_0...) is leaf.<type>, its stored blocks alone, with a
+// note for them all. Strided tensors are left out with a note. A file is no more readable than its
+// shard; its mtime is its shard's (Node::tensor).
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -105,6 +108,10 @@ class TensorsView final : public View {
       std::string leaf = std::move(parts.back());
       parts.pop_back();
       const uint64_t dir = walker.Enter(parts);
+      if (std::optional<BlockType> blocks = BlocksOf(ckpt_, i)) {
+        AddBlocks(b, dir, leaf, i, *blocks);
+        continue;
+      }
       const bool npy = !NumpyDescr(t.dtype).empty();
       if (WidensToF32(t.dtype)) AddWidenedNpy(b, dir, leaf, i);
       const uint64_t ino = b.AddFile(dir, leaf + (npy ? ".npy" : ".safetensors"), 0444);
@@ -116,9 +123,31 @@ class TensorsView final : public View {
       }
       b.AppendTensor(ino, t);
     }
+    if (!block_types_.empty()) {
+      std::string types;
+      for (const std::string_view type : block_types_) {
+        types += (types.empty() ? "" : ", ") + std::string(type);
+      }
+      notes.push_back(std::to_string(block_tensors_) + " tensor(s) of block types (" + types +
+                      "): in tensors/ only, as their stored blocks (leaf.<type>); not in " +
+                      ckpt_.safetensors_view + " or " + ckpt_.torch_view);
+    }
   }
 
  private:
+  // leaf.<type> of tensor `i`, stored in blocks: its bytes as stored, no header (the
+  // xattrs say the type, shape and block). In no merged view (SelectModel).
+  void AddBlocks(LayoutBuilder& b, uint64_t dir, const std::string& leaf, uint32_t i,
+                 const BlockType& blocks) {
+    const uint64_t ino = b.AddFile(dir, leaf + "." + std::string(blocks.extension), 0444);
+    b.node(ino).tensor = static_cast<int32_t>(i);
+    b.AppendTensor(ino, ckpt_.tensors[i]);
+    ++block_tensors_;
+    if (std::find(block_types_.begin(), block_types_.end(), blocks.name) == block_types_.end()) {
+      block_types_.push_back(blocks.name);
+    }
+  }
+
   // leaf.npy of tensor `i`, a BF16 or F8 one: a float32 header, then each stored range of
   // the tensor through the WidenedSource of its file. A range that is not whole elements
   // (no reader makes one) leaves the tensor with its .safetensors alone, and a note.
@@ -173,6 +202,9 @@ class TensorsView final : public View {
   // The WidenedSource of each (stored file, dtype, phase) that has a widened tensor: a
   // few per shard, however many tensors.
   std::map<std::tuple<uint32_t, Dtype, uint32_t>, uint32_t> widened_;
+  // Tensors of block types laid out, and their types in order of first use, for the note.
+  uint64_t block_tensors_ = 0;
+  std::vector<std::string_view> block_types_;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 namespace ckptfs {
 
+std::unique_ptr<View> MakeRootFilesView(const Checkpoint& ckpt);
 std::unique_ptr<View> MakeMergedSafetensorsView(const Checkpoint& ckpt);
 std::unique_ptr<View> MakeTorchZipView(const Checkpoint& ckpt);
 std::unique_ptr<View> MakeTensorsView(const Checkpoint& ckpt);
@@ -15,6 +16,7 @@ std::unique_ptr<View> MakeMetadataView(const Checkpoint& ckpt);
 namespace {
 
 constexpr ViewEntry kTable[] = {
+    {"format's root files", MakeRootFilesView},
     {"merged safetensors", MakeMergedSafetensorsView},
     {"torch zip", MakeTorchZipView},
     {"tensors", MakeTensorsView},

@@ -4,6 +4,8 @@
 // files come from the checkpoint (Checkpoint::safetensors_view and torch_view:
 // adapter_model.* for a peft adapter, see HfViewNamesOf).
 //
+//   /NAME                    root_files.cc: the format's own (FormatReader::root_files:
+//                            a GGUF split set's merged NAME.gguf, and its splits)
 //   /model.safetensors       merged_safetensors.cc: every model tensor, one header
 //   /pytorch_model.bin       torch_zip.cc: a torch.save zip of every model tensor
 //   /tensors/a/b/leaf.npy    tensors.cc: every tensor, model or not, one file each
