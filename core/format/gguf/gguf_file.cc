@@ -394,7 +394,8 @@ const KeyValue* Header::Find(std::string_view key) const {
 
 std::optional<uint64_t> Header::Unsigned(std::string_view key) const {
   const KeyValue* found = Find(key);
-  if (!found || found->type == ValueType::kArray || !found->value.is_number_integer()) return std::nullopt;
+  if (!found || found->type == ValueType::kArray || !found->value.is_number_integer())
+    return std::nullopt;
   if (found->value.is_number_unsigned()) return found->value.get<uint64_t>();
   const int64_t v = found->value.get<int64_t>();
   return v < 0 ? std::nullopt : std::optional<uint64_t>(static_cast<uint64_t>(v));

@@ -25,6 +25,8 @@ namespace {
 
 constexpr std::string_view kSuffix = ".gguf";
 constexpr std::string_view kSplitKeyPrefix = "split.";
+// Names a server that cannot list is asked for: ckptfs pack's and a plain `model.gguf`.
+constexpr std::string_view kProbeNames[] = {"model.gguf", "model.gguf.zst"};
 
 // A split's place in its set, from its name: "NAME-00002-of-00003.gguf" -> {NAME, 2, 3}.
 struct SplitName {
@@ -381,7 +383,7 @@ FormatReader GgufFormat() {
   return FormatReader{
       .name = "gguf",
       .title = "GGUF",
-      .probe_names = {},
+      .probe_names = kProbeNames,
       .looks_for = "*.gguf, NAME-00001-of-0000N.gguf",
       .accepts_file = &IsGguf,
       .file_kinds = ".gguf",
