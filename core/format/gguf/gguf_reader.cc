@@ -12,8 +12,6 @@
 // At the root: the file itself, or for a split set its splits and NAME.gguf, the set as
 // one file (MergedFile below). .ckptfs/metadata.json holds the key-values.
 #include <algorithm>
-#include <map>
-#include <numeric>
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/format_reader.h"
@@ -290,7 +288,7 @@ std::optional<BlockType> GgufBlocks(const Checkpoint& ckpt, size_t i) {
 // and sets split.count to 0; leaving them out instead makes the file the one
 // convert_hf_to_gguf.py writes unsplit, byte for byte, which llama.cpp's loader reads
 // alike (no split.count: one file).
-RootFile MergedFile(const Checkpoint& ckpt, const GgufState& state) {
+RootFile MergedFile(const GgufState& state) {
   const gguf::Header& first = state.headers.front();
   std::vector<gguf::KeyValue> kv;
   for (const gguf::KeyValue& k : first.kv) {
@@ -323,7 +321,6 @@ RootFile MergedFile(const Checkpoint& ckpt, const GgufState& state) {
     const uint64_t pad = gguf::AlignUp(ranges[i].size, first.alignment) - ranges[i].size;
     if (pad) made(std::string(pad, '\0'));
   }
-  (void)ckpt;
   return file;
 }
 
@@ -331,7 +328,7 @@ std::vector<RootFile> GgufRootFiles(const Checkpoint& ckpt) {
   const GgufState* state = StateOf(ckpt);
   if (!state) return {};
   std::vector<RootFile> files;
-  if (!state->merged_name.empty()) files.push_back(MergedFile(ckpt, *state));
+  if (!state->merged_name.empty()) files.push_back(MergedFile(*state));
   for (uint32_t s = 0; s < ckpt.shards.size(); ++s) {
     RootFile stored;
     stored.name = ckpt.shards[s].name;
@@ -341,38 +338,12 @@ std::vector<RootFile> GgufRootFiles(const Checkpoint& ckpt) {
   return files;
 }
 
-std::string Bytes(uint64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  size_t u = 0;
-  while (v >= 1024 && u + 1 < std::size(units)) {
-    v /= 1024;
-    ++u;
-  }
-  char out[32];
-  std::snprintf(out, sizeof(out), u ? "%.1f %s" : "%.0f %s", v, units[u]);
-  return out;
-}
-
 std::vector<std::pair<std::string, std::string>> GgufInspect(const Checkpoint& ckpt) {
   const GgufState* state = StateOf(ckpt);
   if (!state) return {};
-  std::vector<std::pair<std::string, std::string>> lines;
-  lines.emplace_back("gguf", state->summary);
-  // Bytes per ggml type, in ggml's order of type codes.
-  std::map<uint32_t, std::pair<uint64_t, uint64_t>> by_type;  // code -> tensors, bytes
-  for (size_t i = 0; i < ckpt.tensors.size(); ++i) {
-    auto& [count, bytes] = by_type[state->types[i]->code];
-    ++count;
-    bytes += ckpt.tensors[i].size;
-  }
-  std::string types;
-  for (const auto& [code, counted] : by_type) {
-    types += (types.empty() ? "" : ", ") + std::string(gguf::GgmlTypeOf(code)->name) + " " +
-             Bytes(counted.second) + " (" + std::to_string(counted.first) + ")";
-  }
-  lines.emplace_back("ggml", types);
-  return lines;
+  // The architecture and the file's own numbers; bytes per ggml type are inspect's
+  // "params" rows, whose dtypes are the ggml types (BlockType).
+  return {{"gguf", state->summary}};
 }
 
 std::vector<std::string> NoHidden(const SourceDir&, const Checkpoint&) { return {}; }
