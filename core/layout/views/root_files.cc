@@ -1,7 +1,7 @@
 // The files a format shows at the mount root (FormatReader::root_files): a stored weight
 // file under its SOURCE name (a stored file's mode and mtime), or a file laid end to end
 // from stored ranges and made bytes (a GGUF split set's merged NAME.gguf), no more
-// readable than the stored files it draws on, with the newest shard's mtime. Made bytes
+// readable than the least readable stored file, with the newest shard's mtime. Made bytes
 // are kept once in the layout: small ones (padding) in its shared pool, large ones (a
 // header holding a tokenizer's vocabulary) as their own source.
 #include "core/checkpoint/format_reader.h"
@@ -27,7 +27,9 @@ class RootFilesView final : public View {
         b.AddStoredFile(Layout::kRoot, f.name, b.ShardSource(*f.shard));
         continue;
       }
-      const uint64_t ino = b.AddFile(Layout::kRoot, f.name, 0444);
+      // Made from the whole checkpoint (a merged header holds every file's tensor infos):
+      // no more readable than its least readable stored file, whatever its pieces.
+      const uint64_t ino = b.AddFile(Layout::kRoot, f.name, b.whole_mode());
       for (RootFile::Piece& p : f.pieces) {
         if (p.bytes.empty()) {
           b.AppendSource(ino, b.ShardSource(p.range.shard), p.range.offset, p.range.size, p.tensor);
