@@ -328,12 +328,15 @@ Status CheckData(const Header& h, uint64_t file_size, const Cursor& c) {
   }
   std::sort(by_offset.begin(), by_offset.end(),
             [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
-  for (size_t i = 1; i < by_offset.size(); ++i) {
-    const TensorInfo& a = *by_offset[i - 1];
-    const TensorInfo& b = *by_offset[i];
-    if (a.offset + a.bytes > b.offset && b.bytes != 0) {
-      return c.Bad("tensors \"" + a.name + "\" and \"" + b.name + "\" overlap");
+  // Against the furthest end so far, not only the neighbour: an empty tensor between two
+  // others would hide their overlap.
+  const TensorInfo* furthest = nullptr;
+  for (const TensorInfo* t : by_offset) {
+    if (t->bytes == 0) continue;
+    if (furthest && furthest->offset + furthest->bytes > t->offset) {
+      return c.Bad("tensors \"" + furthest->name + "\" and \"" + t->name + "\" overlap");
     }
+    if (!furthest || t->offset + t->bytes > furthest->offset + furthest->bytes) furthest = t;
   }
   return Status::Ok();
 }

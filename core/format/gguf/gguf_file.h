@@ -43,7 +43,7 @@ inline constexpr uint32_t kMaxDims = 4;            // GGML_MAX_DIMS
 // traits (type_traits in ggml/src/ggml.c: blck_size, type_size).
 struct GgmlType {
   uint32_t code = 0;
-  std::string_view name;       // ggml_type_name: "Q4_0", "F16"
+  std::string_view name;       // gguf-py's GGMLQuantizationType name: "Q4_0", "F16"
   std::string_view extension;  // lower case: "q4_0"
   uint32_t block_elements = 1;
   uint32_t block_bytes = 0;

@@ -148,12 +148,6 @@ Status OpenFiles(const SourceDir& dir, const Claim& claim, ReadContext& context,
     names.clear();
     for (uint32_t k = 1; k <= split->count; ++k) {
       names.push_back(SplitFileName(split->prefix, k, split->count));
-      CKPTFS_ASSIGN_OR_RETURN(const bool there, StoredOrAsked(dir, names.back()));
-      if (!there) {
-        return Status::NotFound(JoinShown(dir.path, names.back()) + ": split " + std::to_string(k) +
-                                " of " + std::to_string(split->count) + " of " +
-                                JoinShown(dir.path, claim.file) + " is missing");
-      }
     }
     state.merged_name = split->prefix + std::string(kSuffix);
   }
@@ -176,6 +170,13 @@ Status OpenFiles(const SourceDir& dir, const Claim& claim, ReadContext& context,
   });
   uint64_t tensors_total = 0, tensors = 0;
   for (size_t i = 0; i < names.size(); ++i) {
+    // Neither NAME nor NAME.zst (OpenWeightFile tries both, asking a server that cannot
+    // list): the set is not whole.
+    if (split && errors[i].code() == Status::Code::kNotFound) {
+      return Status::NotFound(JoinShown(dir.path, names[i]) + ": split " + std::to_string(i + 1) +
+                              " of " + std::to_string(split->count) + " of " +
+                              JoinShown(dir.path, claim.file) + " is missing");
+    }
     CKPTFS_RETURN_IF_ERROR(errors[i]);
     const std::string shown = JoinShown(dir.path, files[i].stored_name);
     if (split) {
