@@ -20,12 +20,13 @@ FormatReader SplitFormat();
 FormatReader DeepSpeedFormat();
 FormatReader DcpFormat();
 FormatReader KerasFormat();
+FormatReader GgufFormat();
 
 std::span<const FormatReader> Formats() {
   // Order is precedence among equal ranks (see formats.h).
   static const FormatReader kTable[] = {
       SafetensorsFormat(), TorchFormat(), TensorflowFormat(), SplitFormat(),
-      DeepSpeedFormat(),   DcpFormat(),   KerasFormat(),
+      DeepSpeedFormat(),   DcpFormat(),   KerasFormat(),      GgufFormat(),
   };
   return kTable;
 }
