@@ -641,6 +641,10 @@ TEST(GgufFileTest, RefusesOverlappingData) {
   f.tensors = {Info("a", {8}, kTypeF32, 0), Info("b", {8}, kTypeF32, 64),
                Info("c", {16}, kTypeF32, 32)};
   ExpectRefused(f.Bytes(), "c overlaps b, not its neighbour in the file");
+  // A tensor of no bytes between two that overlap hides nothing.
+  f.tensors = {Info("big", {32}, kTypeF32, 0), Info("empty", {0}, kTypeF32, 32),
+               Info("c", {8}, kTypeF32, 64)};
+  ExpectRefused(f.Bytes(), "big overlaps c, an empty tensor between them");
 }
 
 TEST(GgufFileTest, RefusesRepeatedTensorName) {
