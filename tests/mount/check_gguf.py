@@ -74,7 +74,8 @@ class Case:
             self.kv = {k: v for k, v in first["kv"].items() if not k.startswith("split.")}
             self.roots = {os.path.basename(f): manifest["files"][f]["sha256"]
                           for f in split["files"]}
-            self.roots[split["merged_name"]] = manifest["files"][split["unsplit_reference"]]["sha256"]
+            unsplit = manifest["files"][split["unsplit_reference"]]
+            self.roots[split["merged_name"]] = unsplit["sha256"]
             self.split = True
         else:
             raise ValueError(f"{case}: neither a file nor a split set of the manifest")
