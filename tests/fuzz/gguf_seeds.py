@@ -88,6 +88,9 @@ write("nested_array.gguf",
 write("align48.gguf", gguf([kv("general.alignment", U32, 48), ARCH], TENSORS[:2]))
 write("q4_0_half_block.gguf", gguf([ARCH], [("q", [16], GQ4_0)]))
 write("offsets_overlap.gguf", gguf([ARCH], TENSORS[:2], offsets=[0, 32]))
+write("overlap_past_empty.gguf",
+      gguf([ARCH], [("big", [32], GF32), ("empty", [0], GF32), ("c", [8], GF32)],
+           offsets=[0, 32, 64]))
 write("offset_unaligned.gguf", gguf([ARCH], TENSORS[:2], offsets=[0, 80]))
 write("name_twice.gguf", gguf([ARCH], [("w", [8], GF32), ("w", [8], GF32)]))
 write("data_cut.gguf", gguf([ARCH], TENSORS, data_cut=40))

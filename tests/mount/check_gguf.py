@@ -40,9 +40,6 @@ NPY_DESCRS = {"F32": "<f4", "F16": "<f2"}
 # ggml's block types (ggml/src/ggml.c type_traits): (elements, bytes) per block.
 BLOCKS = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
           "Q8_0": (32, 34), "Q8_1": (32, 36)}
-# ggml_type codes, the order of inspect's "ggml" line.
-GGML_CODES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8,
-              "Q8_1": 9, "BF16": 30}
 ARRAY_LISTED = 64  # gguf_file.h kListedArrayItems
 INSPECT_TIMEOUT_S = 60
 
@@ -272,16 +269,20 @@ def Inspect(args):
     for t in case.tensors:
         count, size = by_type.get(t["type"], (0, 0))
         by_type[t["type"]] = (count + 1, size + t["nbytes"])
-    ggml = ", ".join(f"{k} {Bytes(v[1])} ({v[0]})"
-                     for k, v in sorted(by_type.items(), key=lambda kv: GGML_CODES[kv[0]]))
+    # inspect's params rows: elements, tensors and bytes per ggml type, in name order.
+    params = [f"  {k:<8} {{}} in {v[0]} tensor(s), {Bytes(v[1])}" for k, v in sorted(by_type.items())]
 
     text = subprocess.run([ckptfs, "inspect"] + target, capture_output=True,
                           timeout=INSPECT_TIMEOUT_S)
     if ck.Equal(text.returncode, 0, f"inspect exit code ({text.stderr[-500:]!r})"):
         lines = text.stdout.decode().splitlines()
-        for key, value in (("format", "gguf"), ("gguf", gguf), ("ggml", ggml)):
+        for key, value in (("format", "gguf"), ("gguf", gguf)):
             ck.Expect(f"{key:<9}{value}" in lines,
                       f"inspect: no line {key:<9}{value!r} in {text.stdout.decode()[:1500]!r}")
+        for row in params:
+            head, tail = row.split("{}")
+            ck.Expect(any(line.startswith(head) and line.endswith(tail) for line in lines),
+                      f"inspect: no params row {row!r} in {text.stdout.decode()[:1500]!r}")
         for t in case.tensors:
             ck.Expect(any(line.split()[:2] == [t["name"], t["type"]] for line in lines if line),
                       f"inspect: no row for {t['name']} {t['type']}")
@@ -291,7 +292,9 @@ def Inspect(args):
     if ck.Equal(js.returncode, 0, f"inspect --json exit code ({js.stderr[-500:]!r})"):
         doc = json.loads(js.stdout)
         ck.Equal(doc.get("gguf"), gguf, "inspect --json: gguf")
-        ck.Equal(doc.get("ggml"), ggml, "inspect --json: ggml")
+        ck.Equal({k: (v.get("tensors"), v.get("bytes"))
+                  for k, v in doc.get("parameters_by_dtype", {}).items()},
+                 by_type, "inspect --json: parameters_by_dtype (tensors, bytes)")
         tensors = {e["name"]: e for e in doc.get("tensors", [])}
         ck.Equal(sorted(tensors), sorted(t["name"] for t in case.tensors),
                  "inspect --json: tensor names")

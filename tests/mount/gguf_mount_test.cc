@@ -159,15 +159,15 @@ TEST_F(GgufMountTest, SplitSetOverHttpAndS3) {
 }
 
 // inspect and inspect --json: "format gguf", the "gguf" line (architecture, version,
-// alignment, key-values; a split set's splits and NAME.gguf) and the "ggml" line (bytes
-// and tensors per type), and each tensor's ggml type (Q4_0, Q8_0) and numpy shape.
+// alignment, key-values; a split set's splits and NAME.gguf), the params rows per ggml
+// type (tensors and bytes), and each tensor's ggml type (Q4_0, Q8_0) and numpy shape.
 TEST_F(GgufMountTest, InspectShowsGgufAndGgmlTypes) {
   RunCheck("check_gguf.py", {"inspect", kCkptfs, fixtures_, kMixed});
   RunCheck("check_gguf.py", {"inspect", kCkptfs, fixtures_, kSplitSet});
   const ProcessResult table = Ckptfs({"inspect", fixtures_ + "/" + kMixed}, kCheckTimeout);
   ASSERT_EQ(table.exit_code, 0) << table.Describe();
   for (const char* text : {"\nformat   gguf\n", "\ngguf     llama; version 3, alignment 32, ",
-                           "\nggml     F32 4.5 KiB (9), ", " Q4_0 ", " Q8_0 "}) {
+                           "\n  Q4_0     786,432 in 12 tensor(s), 432.0 KiB\n", " Q8_0 "}) {
     EXPECT_NE(table.out.find(text), std::string::npos) << text << "\n" << table.Describe();
   }
 }
