@@ -2,7 +2,7 @@
 # ckptfs benchmark: every contender side by side in ONE run, ratios first.
 #
 #   scripts/bench.sh [--size 2G] [--workdir DIR] [--reps N] [--keep] [--no-build]
-#                    [--level N] [--frame-size SIZE] [--sections plain,mmap,many,gpu,mount,zstd,torch,remote,wan,tf,run,deepspeed,dcp,keras,opaque]
+#                    [--level N] [--frame-size SIZE] [--sections plain,mmap,many,gpu,mount,zstd,torch,remote,wan,tf,run,deepspeed,dcp,keras,gguf,opaque]
 #                    [SECTION...]
 #
 # What it measures (docs/benchmarks.md, "Reading the figures"):
@@ -135,8 +135,18 @@
 #     `ckptfs mount` of the file returns (libhdf5 reads its metadata in a child; cold and
 #     warm) and the daemon's RSS, then sequential read of MNT/model.safetensors of each vs
 #     `cat` of the .weights.h5, cold and warm, interleaved, median of --reps.
+#   * gguf: a llama-shaped GGUF v3 model of about --size (F16 matrices, F32 norms, Q8_0
+#     embeddings, a 32000-token tokenizer), as one NAME.gguf and as 4 splits
+#     NAME-0000K-of-0000N.gguf, written by scripts/make_gguf.py (which checks that the
+#     splits merged are the one file): first a cmp of the mount's merged MNT/NAME.gguf with
+#     the one file; time until `ckptfs mount` of the split-set dir returns (cold and warm)
+#     and the daemon's RSS; then sequential read of MNT/NAME.gguf vs `cat` of the 4 splits,
+#     of the unsplit file, and vs `cat` of the splits into a merged copy on the same disk
+#     then sync (gguf-split --merge: read all, write all), cold and warm, interleaved,
+#     median of --reps; then mmap of MNT/NAME.gguf vs of the unsplit file (llama.cpp maps
+#     the model; scripts/bench/mmap_read.py), warm.
 #   --sections (or bare section names: `bench.sh remote`) picks a subset
-#   (default all fifteen, in one run); --level defaults to 3, --frame-size to
+#   (default all sixteen, in one run); --level defaults to 3, --frame-size to
 #   pack's own default.
 # Targets are printed next to the figures as PASS/MISS. A MISS does not fail the
 # script; a contender that cannot run does (exit 1).
@@ -196,7 +206,7 @@ HDR_SHARDS=2000
 HDR_TENSORS=200000
 LEVEL=3
 FRAME=''            # --frame-size for ckptfs pack; '' = its default
-SECTIONS=plain,mmap,many,gpu,mount,zstd,torch,remote,wan,tf,run,deepspeed,dcp,keras,opaque
+SECTIONS=plain,mmap,many,gpu,mount,zstd,torch,remote,wan,tf,run,deepspeed,dcp,keras,gguf,opaque
 RSS_CACHE=256M      # --cache-size for the peak RSS measurement
 RSS_SLACK_MIB=64    # target: VmHWM <= cache + this
 RANDOM_TENSORS=32
@@ -217,8 +227,8 @@ BENCH_LIB=$REPO/scripts/bench
 # shellcheck source=scripts/bench/lib.sh
 . "$BENCH_LIB/lib.sh"
 # sections in the order they run, and the order their tables are printed in
-RUN_ORDER=(plain mmap many gpu mount zstd torch remote wan tf run deepspeed dcp keras opaque)
-REPORT_ORDER=(plain mmap many gpu mount zstd torch remote wan tf opaque run deepspeed dcp keras)
+RUN_ORDER=(plain mmap many gpu mount zstd torch remote wan tf run deepspeed dcp keras gguf opaque)
+REPORT_ORDER=(plain mmap many gpu mount zstd torch remote wan tf opaque run deepspeed dcp keras gguf)
 # shellcheck source=scripts/bench/plain.sh
 . "$BENCH_LIB/plain.sh"
 # shellcheck source=scripts/bench/mount.sh
@@ -241,6 +251,8 @@ REPORT_ORDER=(plain mmap many gpu mount zstd torch remote wan tf opaque run deep
 . "$BENCH_LIB/dcp.sh"
 # shellcheck source=scripts/bench/keras.sh
 . "$BENCH_LIB/keras.sh"
+# shellcheck source=scripts/bench/gguf.sh
+. "$BENCH_LIB/gguf.sh"
 # shellcheck source=scripts/bench/mmap.sh
 . "$BENCH_LIB/mmap.sh"
 # shellcheck source=scripts/bench/many.sh
@@ -305,7 +317,7 @@ while (($#)); do
     --frame-size=*) FRAME=${1#*=}; shift ;;
     --sections) SECTIONS=${2:?--sections needs a value}; shift 2 ;;
     --sections=*) SECTIONS=${1#*=}; shift ;;
-    plain|mmap|many|gpu|mount|zstd|torch|remote|wan|tf|run|deepspeed|dcp|keras|opaque) BARE_SECTIONS+=("$1"); shift ;;
+    plain|mmap|many|gpu|mount|zstd|torch|remote|wan|tf|run|deepspeed|dcp|keras|gguf|opaque) BARE_SECTIONS+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; printf '%s: error: unknown argument %s\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
@@ -316,8 +328,8 @@ size_to_bytes "$SIZE" >/dev/null   # validate
   { echo "$PROG: error: --level must be 1..19" >&2; exit 2; }
 [[ -z $FRAME ]] || size_to_bytes "$FRAME" >/dev/null
 ((${#BARE_SECTIONS[@]})) && SECTIONS=$(IFS=,; echo "${BARE_SECTIONS[*]}")
-[[ ,$SECTIONS, =~ ^(,(plain|mmap|many|gpu|mount|zstd|torch|remote|wan|tf|run|deepspeed|dcp|keras|opaque))+,$ ]] ||
-  { echo "$PROG: error: --sections takes a comma list of plain, mmap, many, gpu, mount, zstd, torch, remote, wan, tf, run, deepspeed, dcp, keras, opaque" >&2; exit 2; }
+[[ ,$SECTIONS, =~ ^(,(plain|mmap|many|gpu|mount|zstd|torch|remote|wan|tf|run|deepspeed|dcp|keras|gguf|opaque))+,$ ]] ||
+  { echo "$PROG: error: --sections takes a comma list of plain, mmap, many, gpu, mount, zstd, torch, remote, wan, tf, run, deepspeed, dcp, keras, gguf, opaque" >&2; exit 2; }
 section() { [[ ,$SECTIONS, == *,$1,* ]]; }
 mkdir -p -- "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
@@ -341,6 +353,7 @@ ensure_packages() {
   if section mmap || section many || section gpu; then need+=([fincore]=util-linux); fi
   if section remote; then need+=([curl]=curl); fi
   if section wan; then need+=([curl]=curl [aria2c]=aria2 [rclone]=rclone [fusermount3]=fuse3 [md5sum]=coreutils); fi
+  if section gguf; then need+=([cmp]=diffutils [sync]=coreutils); fi
   local missing=() c
   for c in "${!need[@]}"; do command -v "$c" >/dev/null 2>&1 || missing+=("${need[$c]}"); done
   if section plain; then
@@ -358,7 +371,7 @@ ensure_packages() {
   if section zstd || section dcp; then "$PY" -c 'import torch' 2>/dev/null || missing+=(python3-torch); fi
   if section keras; then "$PY" -c 'import h5py' 2>/dev/null || missing+=(python3-h5py); fi
   if section plain || section mmap || section many || section gpu || section zstd || section torch ||
-    section remote || section wan; then
+    section remote || section wan || section gguf; then
     "$PY" -c 'import numpy' 2>/dev/null || missing+=(python3-numpy)
   fi
   if section remote; then [[ -x $NGINX ]] || missing+=(nginx-light); fi
