@@ -139,6 +139,21 @@ Status CheckSplit(const gguf::Header& h, uint32_t k, uint32_t count, uint64_t& t
   return Status::Ok();
 }
 
+// Split `name` is in `dir`, plain or as NAME.zst (OpenWeightFile opens either), listed or,
+// where the store cannot list, when asked.
+Result<bool> SplitThere(const SourceDir& dir, const std::string& name) {
+  if (ListsStored(dir, name) || !dir.probe) return ListsStored(dir, name);
+  CKPTFS_ASSIGN_OR_RETURN(const bool plain, dir.Has(name));
+  return plain ? Result<bool>(true) : dir.Has(name + std::string(kZstdSuffix));
+}
+
+Status SplitMissing(const SourceDir& dir, const std::string& name, uint32_t k, uint32_t count,
+                    const std::string& first) {
+  return Status::NotFound(JoinShown(dir.path, name) + ": split " + std::to_string(k) + " of " +
+                          std::to_string(count) + " of " + JoinShown(dir.path, first) +
+                          " is missing");
+}
+
 // The files of the claim, opened, and their headers, read several at once.
 Status OpenFiles(const SourceDir& dir, const Claim& claim, ReadContext& context, Checkpoint& ckpt,
                  GgufState& state) {
@@ -148,6 +163,10 @@ Status OpenFiles(const SourceDir& dir, const Claim& claim, ReadContext& context,
     names.clear();
     for (uint32_t k = 1; k <= split->count; ++k) {
       names.push_back(SplitFileName(split->prefix, k, split->count));
+      // Each asked for in turn before any is opened: a name claiming 99999 splits costs
+      // one question past the last split there is, not 99999 opens.
+      CKPTFS_ASSIGN_OR_RETURN(const bool there, SplitThere(dir, names.back()));
+      if (!there) return SplitMissing(dir, names.back(), k, split->count, claim.file);
     }
     state.merged_name = split->prefix + std::string(kSuffix);
   }
@@ -173,9 +192,7 @@ Status OpenFiles(const SourceDir& dir, const Claim& claim, ReadContext& context,
     // Neither NAME nor NAME.zst (OpenWeightFile tries both, asking a server that cannot
     // list): the set is not whole.
     if (split && errors[i].code() == Status::Code::kNotFound) {
-      return Status::NotFound(JoinShown(dir.path, names[i]) + ": split " + std::to_string(i + 1) +
-                              " of " + std::to_string(split->count) + " of " +
-                              JoinShown(dir.path, claim.file) + " is missing");
+      return SplitMissing(dir, names[i], static_cast<uint32_t>(i + 1), split->count, claim.file);
     }
     CKPTFS_RETURN_IF_ERROR(errors[i]);
     const std::string shown = JoinShown(dir.path, files[i].stored_name);
