@@ -43,6 +43,8 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from make_checkpoint import ParseSize  # "1G", "512M": the size syntax of every scripts/make_*.py
+
 ALIGNMENT = 32
 VOCAB = 32000
 CHUNK = 64 << 20  # bytes compared at a time by the self-check
@@ -58,18 +60,6 @@ WIDTHS = (4096, 3072, 2048, 1024, 512, 256)
 
 class UsageError(Exception):
     pass
-
-
-def ParseSize(text: str) -> int:
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper().rstrip("B").rstrip("I")
-    if not t or t[-1] not in "KMG0123456789":
-        raise UsageError(f"bad size {text!r}")
-    unit = t[-1] if t[-1] in "KMG" else ""
-    try:
-        return int(float(t[:len(t) - len(unit)]) * units[unit])
-    except ValueError:
-        raise UsageError(f"bad size {text!r}") from None
 
 
 def Pad(n: int) -> int:
@@ -355,7 +345,11 @@ def Main(argv: List[str]) -> int:
         raise UsageError("--splits must be 2..99999")
     if "/" in args.name or not args.name:
         raise UsageError("--name must be a file name")
-    single, parts, what = Write(args.out, ParseSize(args.size), args.splits, args.name, args.seed)
+    try:
+        size = ParseSize(args.size)
+    except argparse.ArgumentTypeError as e:
+        raise UsageError(str(e)) from None
+    single, parts, what = Write(args.out, size, args.splits, args.name, args.seed)
     SelfCheck(single, parts)
     sizes = [os.path.getsize(p) for p in parts]
     print(f"{single}: {os.path.getsize(single)} bytes; {len(parts)} splits in "
