@@ -81,21 +81,6 @@ uint64_t ViewBytes(const Tensor& t) {
   return t.contiguous() ? t.size : TensorByteSize(t.dtype, t.shape).value_or(0);
 }
 
-// A tensor's type and shape as people read them: its Dtype's, or, for a tensor of a type
-// no Dtype names (a GGUF Q4_0 one, BlockType), that type and its shape in elements.
-struct TypeShown {
-  std::string dtype;
-  std::vector<uint64_t> shape;
-};
-
-TypeShown TypeOf(const Checkpoint& ckpt, size_t i) {
-  const Tensor& t = ckpt.tensors[i];
-  if (std::optional<BlockType> blocks = BlocksOf(ckpt, i)) {
-    return {std::string(blocks->name), std::move(blocks->shape)};
-  }
-  return {std::string(DtypeName(t.dtype)), t.shape};
-}
-
 // Elements of a shape (1 for a scalar); shapes were checked against byte sizes at open,
 // so this cannot overflow for a tensor that has bytes, and saturates for one that does not.
 uint64_t Elements(const std::vector<uint64_t>& shape) {

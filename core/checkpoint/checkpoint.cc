@@ -186,6 +186,14 @@ std::optional<BlockType> BlocksOf(const Checkpoint& ckpt, size_t i) {
   return blocks ? blocks(ckpt, i) : std::nullopt;
 }
 
+TypeShown TypeOf(const Checkpoint& ckpt, size_t i) {
+  if (std::optional<BlockType> blocks = BlocksOf(ckpt, i)) {
+    return {std::string(blocks->name), std::move(blocks->shape)};
+  }
+  const Tensor& t = ckpt.tensors[i];
+  return {std::string(DtypeName(t.dtype)), t.shape};
+}
+
 std::span<const std::string> TensorKeys(const Checkpoint& ckpt) {
   const auto keys = FormatOf(ckpt).keys;
   return keys ? keys(ckpt) : std::span<const std::string>();

@@ -229,4 +229,13 @@ const FormatReader& FormatOf(const Checkpoint& ckpt);
 // FormatOf(ckpt).blocks(ckpt, i), or nullopt where the format has no such tensors.
 std::optional<BlockType> BlocksOf(const Checkpoint& ckpt, size_t i);
 
+// Tensor `i`'s type and shape as people read them (inspect, the user.ckptfs.* xattrs): its
+// Dtype's name and shape, or for a tensor of a block type (a GGUF Q4_0 one) that type's
+// name and its shape in elements.
+struct TypeShown {
+  std::string dtype;
+  std::vector<uint64_t> shape;
+};
+TypeShown TypeOf(const Checkpoint& ckpt, size_t i);
+
 }  // namespace ckptfs

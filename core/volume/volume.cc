@@ -444,19 +444,16 @@ std::vector<std::pair<std::string, std::string>> Volume::Xattrs(uint64_t ino) co
   const Node* node = layout_.Find(ino);
   if (!node || node->tensor < 0) return {};
   const auto i = static_cast<size_t>(node->tensor);
-  const Tensor& t = ckpt_.tensors[i];
-  if (std::optional<BlockType> blocks = BlocksOf(ckpt_, i)) {
-    // Its bytes are blocks: the type they hold, its shape in elements, and the block.
-    return {{"user.ckptfs.dtype", std::string(blocks->name)},
-            {"user.ckptfs.shape", ShapeToJson(blocks->shape)},
-            {"user.ckptfs.name", t.name},
-            {"user.ckptfs.block_size", std::to_string(blocks->block_elements)},
-            {"user.ckptfs.block_bytes", std::to_string(blocks->block_bytes)}};
-  }
+  TypeShown type = TypeOf(ckpt_, i);
   std::vector<std::pair<std::string, std::string>> out = {
-      {"user.ckptfs.dtype", std::string(DtypeName(t.dtype))},
-      {"user.ckptfs.shape", ShapeToJson(t.shape)},
-      {"user.ckptfs.name", t.name}};
+      {"user.ckptfs.dtype", std::move(type.dtype)},
+      {"user.ckptfs.shape", ShapeToJson(type.shape)},
+      {"user.ckptfs.name", ckpt_.tensors[i].name}};
+  if (std::optional<BlockType> blocks = BlocksOf(ckpt_, i)) {
+    // Its bytes are blocks: how many elements a block holds, in how many bytes.
+    out.emplace_back("user.ckptfs.block_size", std::to_string(blocks->block_elements));
+    out.emplace_back("user.ckptfs.block_bytes", std::to_string(blocks->block_bytes));
+  }
   if (const std::span<const std::string> keys = TensorKeys(ckpt_); !keys.empty()) {
     out.emplace_back("user.ckptfs.tf_key", keys[static_cast<size_t>(node->tensor)]);
   }

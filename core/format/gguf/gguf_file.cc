@@ -455,10 +455,12 @@ Result<std::optional<Header>> ParseHeader(std::span<const uint8_t> bytes, uint64
 
 Result<Header> ReadHeader(const ByteSource& file, const std::string& shown) {
   const uint64_t size = file.Size();
-  uint64_t want = std::min<uint64_t>(size, 1 << 20);
-  for (;;) {
-    std::vector<uint8_t> head(want);
-    CKPTFS_RETURN_IF_ERROR(file.ReadAt(0, head));
+  std::vector<uint8_t> head;
+  for (uint64_t want = std::min<uint64_t>(size, 1 << 20);;) {
+    // Only the bytes past those already read: a remote header is fetched once.
+    const size_t have = head.size();
+    head.resize(want);
+    CKPTFS_RETURN_IF_ERROR(file.ReadAt(have, std::span(head).subspan(have)));
     CKPTFS_ASSIGN_OR_RETURN(std::optional<Header> header, ParseHeader(head, size, shown));
     if (header) return std::move(*header);
     if (want >= size) return Status::Corruption(shown + ": not a valid GGUF file: truncated");

@@ -12,6 +12,7 @@
 // At the root: the file itself, or for a split set its splits and NAME.gguf, the set as
 // one file (MergedFile below). .ckptfs/metadata.json holds the key-values.
 #include <algorithm>
+#include <atomic>
 
 #include "core/checkpoint/assembly.h"
 #include "core/checkpoint/format_reader.h"
@@ -139,14 +140,6 @@ Status CheckSplit(const gguf::Header& h, uint32_t k, uint32_t count, uint64_t& t
   return Status::Ok();
 }
 
-// Split `name` is in `dir`, plain or as NAME.zst (OpenWeightFile opens either), listed or,
-// where the store cannot list, when asked.
-Result<bool> SplitThere(const SourceDir& dir, const std::string& name) {
-  if (ListsStored(dir, name) || !dir.probe) return ListsStored(dir, name);
-  CKPTFS_ASSIGN_OR_RETURN(const bool plain, dir.Has(name));
-  return plain ? Result<bool>(true) : dir.Has(name + std::string(kZstdSuffix));
-}
-
 Status SplitMissing(const SourceDir& dir, const std::string& name, uint32_t k, uint32_t count,
                     const std::string& first) {
   return Status::NotFound(JoinShown(dir.path, name) + ": split " + std::to_string(k) + " of " +
@@ -163,19 +156,20 @@ Status OpenFiles(const SourceDir& dir, const Claim& claim, ReadContext& context,
     names.clear();
     for (uint32_t k = 1; k <= split->count; ++k) {
       names.push_back(SplitFileName(split->prefix, k, split->count));
-      // Each asked for in turn before any is opened: a name claiming 99999 splits costs
-      // one question past the last split there is, not 99999 opens.
-      CKPTFS_ASSIGN_OR_RETURN(const bool there, SplitThere(dir, names.back()));
-      if (!there) return SplitMissing(dir, names.back(), k, split->count, claim.file);
     }
     state.merged_name = split->prefix + std::string(kSuffix);
   }
   std::vector<StoredFile> files(names.size());
   std::vector<gguf::Header> headers(names.size());
   std::vector<Status> errors(names.size());
+  // Once a split is missing the set is refused: the splits not yet begun are not asked
+  // for, so a name claiming 99999 splits costs a few questions, not 99999.
+  std::atomic<bool> missing{false};
   ForEachInParallel(names.size(), [&](size_t i) {
+    if (missing) return;
     Result<StoredFile> f = OpenWeightFile(dir, names[i], context);
     if (!f.ok()) {
+      missing = missing || f.status().code() == Status::Code::kNotFound;
       errors[i] = f.status();
       return;
     }
@@ -188,6 +182,7 @@ Status OpenFiles(const SourceDir& dir, const Claim& claim, ReadContext& context,
     headers[i] = std::move(h).value();
   });
   uint64_t tensors_total = 0, tensors = 0;
+  // In order: a split skipped above comes after the one found missing.
   for (size_t i = 0; i < names.size(); ++i) {
     // Neither NAME nor NAME.zst (OpenWeightFile tries both, asking a server that cannot
     // list): the set is not whole.
@@ -364,8 +359,6 @@ std::vector<std::pair<std::string, std::string>> GgufInspect(const Checkpoint& c
   return {{"gguf", state->summary}};
 }
 
-std::vector<std::string> NoHidden(const SourceDir&, const Checkpoint&) { return {}; }
-
 }  // namespace
 
 FormatReader GgufFormat() {
@@ -378,7 +371,7 @@ FormatReader GgufFormat() {
       .file_kinds = ".gguf",
       .detect = &DetectGguf,
       .read = &ReadGguf,
-      .hidden = &NoHidden,
+      .hidden = nullptr,  // every other file of SOURCE is shown
       .blocks = &GgufBlocks,
       .root_files = &GgufRootFiles,
       .model = {.top_key = &DottedTopKey},

@@ -15,7 +15,7 @@ constexpr size_t kHeldBytes = 64 << 10;
 
 class RootFilesView final : public View {
  public:
-  explicit RootFilesView(const Checkpoint& ckpt) : ckpt_(ckpt) {
+  explicit RootFilesView(const Checkpoint& ckpt) {
     if (const auto root_files = FormatOf(ckpt).root_files) files_ = root_files(ckpt);
   }
   // The first file's name: the view's own entry for stats.json (the rest count as other).
@@ -44,7 +44,6 @@ class RootFilesView final : public View {
   }
 
  private:
-  const Checkpoint& ckpt_;
   std::vector<RootFile> files_;
 };
 
